@@ -1,0 +1,266 @@
+"""N-IHT: noisy iterative hard thresholding, the private sparse-regression oracle of FLIPHAT.
+
+FLIPHAT spec §3.3 (paper §4, Alg. 1) with the noise calibrations of spec §5. The loss and the
+sensitivities live in this one module on purpose (spec §2): the loss is the averaged squared
+error **without** ½,
+
+    L(θ) = (1/n) Σ (ỹ_i − x_iᵀθ)²,   ∇L(θ) = (2/n)(Gθ − h),
+
+and the sensitivity of one gradient step under replace-one-row neighbours, with ‖x‖_∞ ≤ x_max,
+|ỹ| ≤ R and ‖θ^m‖₁ ≤ c_m, is (derived in ``docs/privacy/fliphat-sensitivity.md``)
+
+    λ_m = 4·η·x_max·(R + x_max·c_m) / n,   c_0 = ‖θ⁰‖₁,  c_m = C for m ≥ 1.
+
+``calibration="paper"`` uses the paper's λ = η·B/n with B = R + x_max·b_max instead, which is
+**for reproducing the paper's figures only; not a valid DP guarantee under the stated bounds**.
+Each of the M iterations runs Peeling with (ε/M, δ/M), so a fit is (ε, δ)-DP by basic
+composition; the Laplace scale is ξ_m = λ_m·2√(3 s ln(M/δ))·M/ε.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..privacy.noise import NoiseSource
+from ..privacy.peeling import Peeling
+from ..privacy.projection import project_l1_ball
+from .accumulator import EpisodeAccumulator
+
+__all__ = ["CALIBRATIONS", "NIHT", "NIHTFit", "iterations_for", "niht_sensitivity"]
+
+CALIBRATIONS = ("certified", "paper")
+FORMULA_ID = {"certified": "certified-v1", "paper": "paper"}
+
+
+def niht_sensitivity(
+    m: int,
+    calibration: str,
+    *,
+    eta: float,
+    n: int,
+    x_max: float,
+    reward_clip: float,
+    l1_radius: float,
+    b_max: float | None = None,
+    theta0_l1: float = 0.0,
+) -> float:
+    """ℓ∞ sensitivity λ_m of iteration ``m``'s gradient step (spec §5.1–§5.3).
+
+    Examples
+    --------
+    The unit-test values of spec §5.4 (d = 400, n = 1024, η = 1e-4):
+
+    >>> import math
+    >>> x_max, b = math.sqrt(2 * math.log(400)), 3.436219
+    >>> R = x_max * b + 0.1 * math.sqrt(2 * math.log(1024))
+    >>> kw = dict(eta=1e-4, n=1024, x_max=x_max, reward_clip=R, l1_radius=b, b_max=b)
+    >>> f"{niht_sensitivity(0, 'certified', **kw):.6e}", f"{niht_sensitivity(1, 'certified', **kw):.6e}"
+    ('1.658783e-05', '3.267219e-05')
+    >>> R_paper = x_max * b + math.sqrt(2 * math.log(1 + 1024))
+    >>> f"{niht_sensitivity(0, 'paper', **{**kw, 'reward_clip': R_paper}):.6e}"
+    '2.686860e-06'
+
+    """
+    if n < 1:
+        raise ValueError("nominal n must be >= 1")
+    if calibration == "certified":
+        c = theta0_l1 if m == 0 else l1_radius
+        return 4.0 * eta * x_max * (reward_clip + x_max * c) / n
+    if calibration == "paper":
+        if b_max is None:
+            raise ValueError("the paper calibration needs b_max")
+        return eta * (reward_clip + x_max * b_max) / n
+    raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+
+
+def iterations_for(
+    n: int,
+    schedule: str = "fixed",
+    iterations: int = 1,
+    m0: float = 0.16,
+    b_max: float = 1.0,
+    guard: str = "min_one",
+) -> int:
+    """Number of N-IHT iterations for a fit of nominal size ``n`` (spec §6).
+
+    ``schedule="log"``: M = ⌊M0·ln(1 + n·b_max²)⌋, then the guard (``min_one``: at least 1;
+    ``allow_zero``: 0 means "no fit": β̂ = 0, no data touched, no noise drawn).
+
+    >>> [iterations_for(n, "log", m0=0.16, b_max=3.436219, guard="allow_zero")
+    ...  for n in (32, 64, 16384, 32768)]
+    [0, 1, 1, 2]
+    >>> [iterations_for(n, "log", m0=0.15, b_max=3.436219, guard="allow_zero") for n in (64, 128)]
+    [0, 1]
+    >>> iterations_for(32, "log", m0=0.16, b_max=3.436219)
+    1
+    """
+    if schedule == "fixed":
+        if int(iterations) != iterations or iterations < 1:
+            raise ValueError("a fixed number of iterations must be an integer >= 1")
+        return int(iterations)
+    if schedule != "log":
+        raise ValueError("schedule must be 'fixed' or 'log'")
+    m = math.floor(m0 * math.log1p(n * b_max * b_max))
+    if guard == "min_one":
+        return max(1, m)
+    if guard == "allow_zero":
+        return max(0, m)
+    raise ValueError("guard must be 'min_one' or 'allow_zero'")
+
+
+@dataclasses.dataclass
+class NIHTFit:
+    """Result of one fit: a sparse model and the public constants of its noise."""
+
+    indices: np.ndarray
+    values: np.ndarray
+    iterations: int
+    sensitivities: list[float]
+    scales: list[float]
+    rows: int
+
+    @property
+    def l1_norm(self) -> float:
+        return float(np.abs(self.values).sum())
+
+
+class NIHT:
+    """Noisy iterative hard thresholding with Peeling and ℓ1 projection.
+
+    Parameters
+    ----------
+    s
+        Sparsity budget (number of coordinates released per iteration).
+    epsilon, delta
+        Privacy of one fit, split evenly over its iterations.
+    eta
+        Step size on the averaged no-½ loss.
+    l1_radius
+        C, the ℓ1 projection radius (``l1_radius`` in configs).
+    x_max
+        Coordinate bound of the (clipped) contexts.
+    b_max
+        Public bound on ‖β*‖₁ (used by ``paper`` only).
+    calibration
+        ``"certified"`` (default) or ``"paper"``.
+    scale_multiplier
+        Multiplies every Laplace scale. 1 in the product; < 1 only in the privacy audit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streaming_dpbandit.estimators.accumulator import EpisodeAccumulator
+    >>> from streaming_dpbandit.privacy.noise import NoiseSource
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.clip(rng.normal(size=(4000, 20)), -3, 3)
+    >>> y = X[:, 2] * 2.0 + 0.1 * rng.normal(size=4000)
+    >>> acc = EpisodeAccumulator(d=20); acc.learn_many(X, np.clip(y, -9, 9))
+    >>> est = NIHT(s=1, epsilon=50.0, delta=0.01, eta=0.25, l1_radius=3.0, x_max=3.0)
+    >>> fit = est.fit(acc, n=4000, reward_clip=9.0, iterations=1,
+    ...               noise=NoiseSource(seed=1), label=("fit", 1))
+    >>> fit.indices.tolist(), round(float(fit.values[0]), 1)
+    ([2], 1.0)
+
+    """
+
+    def __init__(
+        self,
+        s: int,
+        epsilon: float,
+        delta: float,
+        eta: float = 1e-4,
+        l1_radius: float = 1.0,
+        x_max: float = 1.0,
+        b_max: float | None = None,
+        calibration: str = "certified",
+        scale_multiplier: float = 1.0,
+    ):
+        self.s = s
+        self.epsilon = epsilon
+        self.delta = delta
+        self.eta = eta
+        self.l1_radius = l1_radius
+        self.x_max = x_max
+        self.b_max = b_max
+        self.calibration = calibration
+        self.scale_multiplier = scale_multiplier
+
+    def calibrate(self, n: int, reward_clip: float, iterations: int) -> list[dict]:
+        """Public noise constants of every iteration: λ_m, ξ_m and the per-step budget."""
+        out = []
+        for m in range(iterations):
+            lam = niht_sensitivity(
+                m,
+                self.calibration,
+                eta=self.eta,
+                n=n,
+                x_max=self.x_max,
+                reward_clip=reward_clip,
+                l1_radius=self.l1_radius,
+                b_max=self.b_max,
+            )
+            peel = Peeling(
+                self.s,
+                self.epsilon / iterations,
+                self.delta / iterations,
+                lam,
+                scale_multiplier=self.scale_multiplier,
+            )
+            out.append(
+                {
+                    "m": m,
+                    "sensitivity": lam,
+                    "scale": peel.scale,
+                    "epsilon": self.epsilon / iterations,
+                    "delta": self.delta / iterations,
+                }
+            )
+        return out
+
+    def fit(
+        self,
+        acc: EpisodeAccumulator,
+        n: int,
+        reward_clip: float,
+        iterations: int,
+        noise: NoiseSource,
+        label: tuple,
+    ) -> NIHTFit:
+        """Run N-IHT on a sealed episode's statistics (θ⁰ = 0), spec §3.3.
+
+        ``n`` is the public nominal size (never the actual row count); ``label`` names the
+        fit's noise streams, one per iteration.
+        """
+        if not (self.epsilon > 0 and 0 < self.delta < 1):
+            raise ValueError("need epsilon > 0 and 0 < delta < 1")
+        if iterations == 0:
+            return NIHTFit(np.zeros(0, dtype=np.int64), np.zeros(0), 0, [], [], acc.count)
+        consts = self.calibrate(n, reward_clip, iterations)
+        idx = np.zeros(0, dtype=np.int64)
+        vals = np.zeros(0)
+        for m, c in enumerate(consts):
+            # θ^{m+½} = θ^m − η·(2/n)·(Gθ^m − h); G·θ only touches supp(θ^m).
+            theta_half = (2.0 * self.eta / n) * acc.h
+            if idx.size:
+                theta_half = theta_half - (2.0 * self.eta / n) * acc.gram_times(idx, vals)
+                theta_half[idx] += vals
+            peel = Peeling(
+                self.s, c["epsilon"], c["delta"], c["sensitivity"], self.scale_multiplier
+            )
+            sel, noisy = peel.release(theta_half, noise.generator(*label, "iter", m))
+            proj = project_l1_ball(noisy, self.l1_radius)  # Π_C on the s-sparse vector
+            keep = proj != 0.0
+            idx, vals = sel[keep], proj[keep]
+            order = np.argsort(idx)
+            idx, vals = idx[order], vals[order]
+        return NIHTFit(
+            indices=idx,
+            values=vals,
+            iterations=iterations,
+            sensitivities=[c["sensitivity"] for c in consts],
+            scales=[c["scale"] for c in consts],
+            rows=acc.count,
+        )

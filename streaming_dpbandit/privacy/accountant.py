@@ -1,0 +1,264 @@
+"""Privacy accounting over ledger records.
+
+Three reports, each valid only where it applies (DESIGN §4):
+
+* **pure ε** by exact summation, when every release is pure ε-DP (δ = 0);
+  for approximate-DP releases the same summation gives basic composition (Σε, Σδ);
+* **zCDP ρ** by summation, when every release has a ρ (Gaussian: Δ²/2σ², pure ε: ε²/2);
+* **ε at a stated δ** from privacy-loss distributions composed by Google's ``dp-accounting``
+  library (PLD, pessimistic estimate).
+
+Composition structure. Records of one bandit with ``composition="parallel"`` and distinct
+``data_slice`` labels used disjoint data, a property the policy proves (FLIPHAT's forgetting:
+every row enters exactly one fit, spec §4). One person's data then reaches the sequential
+records plus the records of at most one slice, so the spend is the *maximum over slices* of
+(sequential ∘ slice). Nothing else is composed in parallel. Different bandits are composed
+sequentially (a person may appear in several).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+from .ledger import ReleaseRecord
+
+__all__ = ["Accountant", "Spend"]
+
+PLD_DISCRETIZATION = 1e-3
+
+
+def _component_pure(c: dict) -> float:
+    t = c["type"]
+    n = int(c.get("count", 1))
+    if t == "laplace":
+        return n * c["sensitivity"] / c["scale"]
+    if t == "pure":
+        return n * c["epsilon"]
+    if t == "eps_delta":
+        return n * c["epsilon"] if c["delta"] == 0 else math.inf
+    if t == "zero":
+        return 0.0
+    return math.inf
+
+
+def _component_rho(c: dict) -> float | None:
+    """zCDP ρ of a component: Δ²/2σ² for Gaussian, ε²/2 per pure ε-DP step, else None."""
+    t = c["type"]
+    n = int(c.get("count", 1))
+    if t == "gaussian":
+        return n * c["sensitivity"] ** 2 / (2 * c["sigma"] ** 2)
+    if t == "zcdp":
+        return n * c["rho"]
+    if t == "zero" or n == 0:
+        return 0.0
+    per_step = _component_pure(c) / n
+    return None if math.isinf(per_step) else n * per_step**2 / 2
+
+
+def _component_pld(c: dict):
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    t = c["type"]
+    n = int(c.get("count", 1))
+    if t == "zero" or n == 0:
+        return pld.identity(value_discretization_interval=PLD_DISCRETIZATION)
+    if t == "laplace":
+        one = pld.from_laplace_mechanism(
+            c["scale"],
+            sensitivity=c["sensitivity"],
+            value_discretization_interval=PLD_DISCRETIZATION,
+        )
+    elif t == "gaussian":
+        one = pld.from_gaussian_mechanism(
+            c["sigma"],
+            sensitivity=c["sensitivity"],
+            value_discretization_interval=PLD_DISCRETIZATION,
+        )
+    elif t in ("eps_delta", "pure"):
+        params = common.DifferentialPrivacyParameters(c["epsilon"], c.get("delta", 0.0))
+        one = pld.from_privacy_parameters(params, value_discretization_interval=PLD_DISCRETIZATION)
+    elif t == "zcdp":
+        # ρ-zCDP has the privacy profile of a Gaussian with Δ/σ = √(2ρ).
+        one = pld.from_gaussian_mechanism(
+            1.0 / math.sqrt(2 * c["rho"]), value_discretization_interval=PLD_DISCRETIZATION
+        )
+    else:
+        raise ValueError(f"unknown accounting component type {t!r}")
+    return one if n == 1 else one.self_compose(n)
+
+
+@dataclasses.dataclass
+class Spend:
+    """Privacy spent by one bandit (or by all, composed)."""
+
+    bandit_id: str
+    releases: int
+    pure_epsilon: float | None
+    basic_epsilon: float
+    basic_delta: float
+    rho: float | None
+    epsilon_at_delta: float | None
+    target_delta: float | None
+    calibrations: list[str]
+    dp_valid: bool
+    slices: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class Accountant:
+    """Compose the releases of a ledger.
+
+    Parameters
+    ----------
+    records
+        Ledger records (any iterable of :class:`ReleaseRecord`).
+
+    Examples
+    --------
+    >>> from streaming_dpbandit.privacy.ledger import ReleaseRecord
+    >>> recs = [ReleaseRecord(f"b/fit/{k}", "b", "n-iht+peeling", "certified", "certified-v1",
+    ...                       True, epsilon=1.0, delta=0.01,
+    ...                       accounting=[{"type": "eps_delta", "epsilon": 1.0, "delta": 0.01}],
+    ...                       data_slice=f"episode:{k}", composition="parallel")
+    ...         for k in range(1, 6)]
+    >>> spend = Accountant(recs).spend("b", delta=0.01)
+    >>> spend.basic_epsilon, spend.basic_delta, spend.releases, spend.slices
+    (1.0, 0.01, 5, 5)
+    >>> round(spend.epsilon_at_delta, 3)
+    1.0
+
+    """
+
+    def __init__(self, records: Iterable[ReleaseRecord]):
+        self.records = list(records)
+
+    def bandits(self) -> list[str]:
+        return sorted({r.bandit_id for r in self.records})
+
+    def _groups(self, bandit_id: str | None):
+        recs = [r for r in self.records if bandit_id is None or r.bandit_id == bandit_id]
+        seq: list[ReleaseRecord] = []
+        slices: dict[tuple[str, str], list[ReleaseRecord]] = defaultdict(list)
+        for r in recs:
+            if r.composition == "parallel" and bandit_id is not None:
+                slices[(r.bandit_id, r.data_slice)].append(r)
+            else:
+                seq.append(r)
+        if bandit_id is None:
+            # Across bandits: per bandit, parallel slices collapse to their worst slice; the
+            # bandits then compose sequentially. Handled in spend_all().
+            pass
+        return recs, seq, slices
+
+    @staticmethod
+    def _sum_pure(records: list[ReleaseRecord]) -> float:
+        return sum(_component_pure(c) for r in records for c in r.accounting)
+
+    @staticmethod
+    def _sum_basic(records: list[ReleaseRecord]) -> tuple[float, float]:
+        return sum(r.epsilon for r in records), sum(r.delta for r in records)
+
+    @staticmethod
+    def _sum_rho(records: list[ReleaseRecord]) -> float | None:
+        total = 0.0
+        for r in records:
+            if r.rho is not None:
+                total += r.rho
+                continue
+            for c in r.accounting:
+                rho = _component_rho(c)
+                if rho is None:
+                    return None
+                total += rho
+        return total
+
+    @staticmethod
+    def _pld(records: list[ReleaseRecord]):
+        from dp_accounting.pld import privacy_loss_distribution as pld
+
+        out = pld.identity(value_discretization_interval=PLD_DISCRETIZATION)
+        for r in records:
+            for c in r.accounting:
+                out = out.compose(_component_pld(c))
+        return out
+
+    def spend(self, bandit_id: str, delta: float | None = None) -> Spend:
+        """Spend of one bandit; ``delta`` asks for ε at that δ from the PLD accountant."""
+        recs, seq, slices = self._groups(bandit_id)
+        groups = list(slices.values()) or [[]]
+
+        def worst(fn):
+            vals = [fn(seq + g) for g in groups]
+            if any(v is None for v in vals):
+                return None
+            return max(vals) if vals else fn(seq)
+
+        pure = worst(self._sum_pure)
+        basic = [self._sum_basic(seq + g) for g in groups]
+        basic_eps = max(b[0] for b in basic)
+        basic_delta = max(b[1] for b in basic)
+        rho = worst(self._sum_rho)
+        eps_at = None
+        if delta is not None and recs:
+            eps_at = max(self._pld(seq + g).get_epsilon_for_delta(delta) for g in groups)
+        elif delta is not None:
+            eps_at = 0.0
+        return Spend(
+            bandit_id=bandit_id,
+            releases=len(recs),
+            pure_epsilon=None if pure is None or math.isinf(pure) else pure,
+            basic_epsilon=basic_eps,
+            basic_delta=basic_delta,
+            rho=rho,
+            epsilon_at_delta=eps_at,
+            target_delta=delta,
+            calibrations=sorted({r.calibration for r in recs}),
+            dp_valid=all(r.dp_valid for r in recs),
+            slices=len(slices),
+        )
+
+    def spend_all(self, delta: float | None = None) -> Spend:
+        """All bandits composed sequentially (a person may contribute to several bandits)."""
+        per = [self.spend(b, delta) for b in self.bandits()]
+        if not per:
+            return Spend("*", 0, 0.0, 0.0, 0.0, 0.0, 0.0 if delta else None, delta, [], True, 0)
+        pure = (
+            None if any(p.pure_epsilon is None for p in per) else sum(p.pure_epsilon for p in per)
+        )
+        rho = None if any(p.rho is None for p in per) else sum(p.rho for p in per)
+        eps_at = None
+        if delta is not None:
+            if len(per) == 1:
+                eps_at = per[0].epsilon_at_delta
+            else:
+                # Compose the worst slice of each bandit with PLDs.
+                from dp_accounting.pld import privacy_loss_distribution as pld
+
+                total = pld.identity(value_discretization_interval=PLD_DISCRETIZATION)
+                for b in self.bandits():
+                    _, seq, slices = self._groups(b)
+                    groups = list(slices.values()) or [[]]
+                    best = max(
+                        groups, key=lambda g: self._pld(seq + g).get_epsilon_for_delta(delta)
+                    )
+                    total = total.compose(self._pld(seq + best))
+                eps_at = total.get_epsilon_for_delta(delta)
+        return Spend(
+            bandit_id="*",
+            releases=sum(p.releases for p in per),
+            pure_epsilon=pure,
+            basic_epsilon=sum(p.basic_epsilon for p in per),
+            basic_delta=sum(p.basic_delta for p in per),
+            rho=rho,
+            epsilon_at_delta=eps_at,
+            target_delta=delta,
+            calibrations=sorted({c for p in per for c in p.calibrations}),
+            dp_valid=all(p.dp_valid for p in per),
+            slices=sum(p.slices for p in per),
+        )

@@ -1,0 +1,71 @@
+"""Human-readable privacy statements.
+
+A statement names the privacy unit, the neighbouring relation, the model (joint / central /
+local), the guarantee and, for the ``paper`` calibration, the warning that it is not a valid
+guarantee. It is built from public facts only (policy configuration and ledger spend).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["PAPER_LABEL", "PrivacyStatement"]
+
+#: Verbatim label of every ``calibration="paper"`` output (FLIPHAT spec §5.3).
+PAPER_LABEL = (
+    "for reproducing the paper's figures only; not a valid DP guarantee under the stated bounds"
+)
+
+
+@dataclasses.dataclass
+class PrivacyStatement:
+    """What a policy (or a ledger) guarantees, in words a privacy officer can check.
+
+    Examples
+    --------
+    >>> st = PrivacyStatement(model="joint", unit="one round (one user's K contexts and reward)",
+    ...     neighbouring="replace one round", epsilon=1.0, delta=1e-6, calibration="certified")
+    >>> print(st.text().splitlines()[0])
+    Guarantee: (ε = 1, δ = 1e-06)-joint differential privacy, certified calibration.
+
+    """
+
+    model: str
+    unit: str
+    neighbouring: str
+    epsilon: float | None
+    delta: float | None
+    calibration: str
+    rho: float | None = None
+    scope: str = ""
+    caveats: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        parts = []
+        if self.epsilon is not None:
+            parts.append(f"ε = {self.epsilon:g}")
+        if self.delta is not None:
+            parts.append(f"δ = {self.delta:g}")
+        if self.rho is not None:
+            parts.append(f"ρ = {self.rho:g} (zCDP)")
+        guarantee = ", ".join(parts) if parts else "no release yet"
+        lines = [
+            f"Guarantee: ({guarantee})-{self.model} differential privacy, "
+            f"{self.calibration} calibration."
+        ]
+        if self.calibration == "paper":
+            lines.append(f"WARNING: calibration 'paper' is {PAPER_LABEL}.")
+        lines.append(f"Privacy unit: {self.unit}.")
+        lines.append(f"Neighbouring datasets: {self.neighbouring}.")
+        if self.scope:
+            lines.append(f"Scope: {self.scope}")
+        for c in self.caveats:
+            lines.append(f"Caveat: {c}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["caveats"] = list(self.caveats)
+        if self.calibration == "paper":
+            out["label"] = PAPER_LABEL
+        return out
