@@ -1,1 +1,9 @@
-"""envs"""
+"""Simulation environments of the source papers (exactly as their specs describe)."""
+
+from .base import Environment
+from .fliphat_paper import FliphatPaperEnv
+
+#: Environments by registry name (the CLI's ``--env``).
+REGISTRY: dict[str, type[Environment]] = {FliphatPaperEnv.name: FliphatPaperEnv}
+
+__all__ = ["REGISTRY", "Environment", "FliphatPaperEnv"]

@@ -57,7 +57,8 @@ def niht_sensitivity(
     >>> x_max, b = math.sqrt(2 * math.log(400)), 3.436219
     >>> R = x_max * b + 0.1 * math.sqrt(2 * math.log(1024))
     >>> kw = dict(eta=1e-4, n=1024, x_max=x_max, reward_clip=R, l1_radius=b, b_max=b)
-    >>> f"{niht_sensitivity(0, 'certified', **kw):.6e}", f"{niht_sensitivity(1, 'certified', **kw):.6e}"
+    >>> lam0 = niht_sensitivity(0, 'certified', **kw)
+    >>> f"{lam0:.6e}", f"{niht_sensitivity(1, 'certified', **kw):.6e}"
     ('1.658783e-05', '3.267219e-05')
     >>> R_paper = x_max * b + math.sqrt(2 * math.log(1 + 1024))
     >>> f"{niht_sensitivity(0, 'paper', **{**kw, 'reward_clip': R_paper}):.6e}"

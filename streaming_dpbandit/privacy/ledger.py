@@ -98,6 +98,8 @@ class ReleaseRecord:
         The released (already private) output, if small enough to record.
     note
         Free text; the ``paper`` calibration's label goes here.
+    privacy_model, privacy_unit, neighbouring
+        Public description of the guarantee (for privacy statements built from a ledger).
     time
         UTC time of the release (set automatically).
     """
@@ -120,6 +122,9 @@ class ReleaseRecord:
     params: dict = dataclasses.field(default_factory=dict)
     release: dict | None = None
     note: str | None = None
+    privacy_model: str = "central"
+    privacy_unit: str = ""
+    neighbouring: str = ""
     time: str = dataclasses.field(default_factory=_utcnow)
 
     def __post_init__(self):

@@ -1,0 +1,336 @@
+"""Monte-Carlo simulation of policies on an environment, with common random numbers.
+
+Within one repetition every policy sees the same contexts and reward noise (common random
+numbers) while drawing its own, independent DP noise; repetitions use independent streams and
+run in parallel processes. Within a repetition each policy decides a whole stretch of rounds at
+once — everything up to its next model update — so the per-round cost is a few numpy
+operations on top of drawing the contexts.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import multiprocessing as mp
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..envs.base import Environment
+from ..policies import REGISTRY
+from ..policies.base import Policy
+from ..privacy.accountant import Accountant
+from ..privacy.ledger import ReleaseRecord
+
+__all__ = ["RunSpec", "SimulationResult", "make_grid", "run_repetition", "simulate"]
+
+CHUNK = 2048
+
+
+@dataclasses.dataclass
+class RunSpec:
+    """One policy configuration to simulate.
+
+    Attributes
+    ----------
+    key
+        Unique label (e.g. ``"fliphat ε=1"``).
+    policy
+        Registry name.
+    params
+        Constructor parameters (without ``seed``; seeds are derived per repetition).
+    horizon
+        Rounds to run (≤ the simulation's horizon).
+    epsilon, delta
+        The privacy budget the run was configured with (``None`` for non-private policies).
+    group
+        Free label grouping runs (e.g. ``"T1"`` or ``"curve"`` in a reproduction).
+    """
+
+    key: str
+    policy: str
+    params: dict
+    horizon: int
+    epsilon: float | None = None
+    delta: float | None = None
+    group: str = ""
+
+
+def make_grid(horizon: int, points: int = 400) -> np.ndarray:
+    """Rounds at which cumulative regret is recorded: a regular grid plus every 2^k − 1."""
+    step = max(1, horizon // points)
+    pow2 = [(1 << k) - 1 for k in range(1, horizon.bit_length() + 1) if (1 << k) - 1 <= horizon]
+    return np.unique(np.r_[np.arange(step, horizon + 1, step), pow2, horizon]).astype(np.int64)
+
+
+def _seed(base_seed: int, rep: int, *labels: str | int) -> np.random.SeedSequence:
+    extra = [
+        lbl
+        if isinstance(lbl, int)
+        else int.from_bytes(hashlib.blake2b(lbl.encode(), digest_size=4).digest(), "little")
+        for lbl in labels
+    ]
+    return np.random.SeedSequence([base_seed, rep, *extra])
+
+
+def build_policy(spec: RunSpec, seed: int | None) -> Policy:
+    cls = REGISTRY[spec.policy]
+    return cls(**spec.params, seed=seed)
+
+
+def run_repetition(
+    env: Environment,
+    specs: list[RunSpec],
+    rep: int,
+    base_seed: int = 0,
+    grid: np.ndarray | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
+    """Run every spec on one common stream; return cumulative-regret curves and releases."""
+    horizon = max(s.horizon for s in specs)
+    grid = make_grid(horizon) if grid is None else grid
+    ctx_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "contexts")))
+    noise_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "reward-noise")))
+    policies = []
+    for spec in specs:
+        pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
+        policies.append(build_policy(spec, pseed))
+    regret = {s.key: np.zeros(s.horizon) for s in specs}
+    records: dict[str, list[ReleaseRecord]] = {s.key: [] for s in specs}
+    t0 = 0
+    while t0 < horizon:
+        n = min(CHUNK, horizon - t0)
+        X = env.contexts(ctx_rng, n)
+        mu = env.mean_rewards(X)
+        eps = env.reward_noise(noise_rng, n)
+        best = mu.max(axis=1)
+        for spec, pol in zip(specs, policies):
+            end = min(n, spec.horizon - t0)
+            pos = 0
+            while pos < end:
+                if pol.refit_due():
+                    records[spec.key].extend(pol.refit())
+                m = min(pol.max_decide_batch(), end - pos)
+                dec = pol.decide(X[pos : pos + m])
+                rows = np.arange(pos, pos + m)
+                a = dec.arms
+                chosen_mu = mu[rows, a]
+                regret[spec.key][t0 + pos : t0 + pos + m] = best[pos : pos + m] - chosen_mu
+                pol.learn(X[rows, a], chosen_mu + eps[rows, a], dec.rounds)
+                pos += m
+        t0 += n
+        if progress is not None:
+            progress(n)
+    out = {}
+    for spec, pol in zip(specs, policies):
+        cum = np.cumsum(regret[spec.key])
+        g = grid[grid <= spec.horizon]
+        out[spec.key] = {
+            "curve": cum[g - 1],
+            "final": float(cum[-1]),
+            "records": [r.to_dict() for r in records[spec.key]],
+            "counters": getattr(pol, "counters", {}),
+        }
+    return out
+
+
+# -- parallel driver -------------------------------------------------------------------------
+_PROGRESS = None
+
+
+def _init_worker(counter):
+    global _PROGRESS
+    _PROGRESS = counter
+
+
+def _worker(args):
+    env, specs, rep, base_seed, grid = args
+
+    def tick(n):
+        with _PROGRESS.get_lock():
+            _PROGRESS.value += n
+
+    return rep, run_repetition(env, specs, rep, base_seed, grid, tick)
+
+
+@dataclasses.dataclass
+class SimulationResult:
+    """Per-repetition curves of every run, plus what the runs released."""
+
+    env: dict
+    specs: list[RunSpec]
+    grid: np.ndarray
+    curves: dict[str, np.ndarray]  # key -> (reps, grid points of that run)
+    finals: dict[str, np.ndarray]  # key -> (reps,)
+    records: dict[str, list[ReleaseRecord]]  # key -> releases of repetition 0
+    counters: dict[str, dict]
+    seeds: int
+    base_seed: int
+    elapsed_s: float
+
+    def grid_of(self, key: str) -> np.ndarray:
+        spec = next(s for s in self.specs if s.key == key)
+        return self.grid[self.grid <= spec.horizon]
+
+    def mean_se(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        c = self.curves[key]
+        se = c.std(axis=0, ddof=1) / np.sqrt(c.shape[0]) if c.shape[0] > 1 else np.zeros(c.shape[1])
+        return c.mean(axis=0), se
+
+    def value_at(self, key: str, t: int) -> np.ndarray:
+        """Per-repetition cumulative regret at round t (t must be on the grid)."""
+        g = self.grid_of(key)
+        i = int(np.searchsorted(g, t))
+        if i >= g.size or g[i] != t:
+            raise KeyError(f"round {t} is not on the recorded grid")
+        return self.curves[key][:, i]
+
+    def privacy(self, spec: RunSpec) -> dict:
+        recs = self.records[spec.key]
+        if spec.epsilon is None:
+            return {"private": False, "calibration": "non-private"}
+        acc = Accountant(recs)
+        bandit = recs[0].bandit_id if recs else "default"
+        sp = acc.spend(bandit, delta=spec.delta)
+        out = {
+            "private": True,
+            "epsilon": sp.basic_epsilon,
+            "delta": sp.basic_delta,
+            "epsilon_at_delta_pld": sp.epsilon_at_delta,
+            "releases": sp.releases,
+            "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
+            "dp_valid": sp.dp_valid,
+        }
+        if "paper" in sp.calibrations:
+            from ..privacy.statement import PAPER_LABEL
+
+            out["label"] = PAPER_LABEL
+        return out
+
+    def summary(self) -> list[dict]:
+        rows = []
+        for spec in self.specs:
+            f = self.finals[spec.key]
+            se = float(f.std(ddof=1) / np.sqrt(f.size)) if f.size > 1 else 0.0
+            mean, cse = self.mean_se(spec.key)
+            rows.append(
+                {
+                    "key": spec.key,
+                    "policy": spec.policy,
+                    "group": spec.group,
+                    "epsilon": spec.epsilon,
+                    "delta": spec.delta,
+                    "params": spec.params,
+                    "horizon": spec.horizon,
+                    "final_regret": {"mean": float(f.mean()), "se": se, "n": int(f.size)},
+                    "curve": {
+                        "t": self.grid_of(spec.key).tolist(),
+                        "mean": mean.tolist(),
+                        "se": cse.tolist(),
+                    },
+                    "privacy": self.privacy(spec),
+                    "counters": self.counters.get(spec.key, {}),
+                }
+            )
+        return rows
+
+    def to_json(self) -> dict:
+        return {
+            "env": self.env,
+            "seeds": self.seeds,
+            "base_seed": self.base_seed,
+            "elapsed_s": self.elapsed_s,
+            "runs": self.summary(),
+        }
+
+
+def simulate(
+    env: Environment,
+    specs: list[RunSpec],
+    seeds: int,
+    base_seed: int = 0,
+    jobs: int = 1,
+    progress: bool = True,
+) -> SimulationResult:
+    """Run ``seeds`` repetitions of every spec; ``jobs`` > 1 runs repetitions in parallel."""
+    if not specs:
+        raise ValueError("nothing to simulate")
+    if len({s.key for s in specs}) != len(specs):
+        raise ValueError("run keys must be unique")
+    horizon = max(s.horizon for s in specs)
+    grid = make_grid(horizon)
+    start = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=seeds * horizon,
+            unit="round",
+            unit_scale=True,
+            file=sys.stderr,
+            desc="simulating",
+            leave=False,
+            dynamic_ncols=True,
+        )
+    results: dict[int, dict] = {}
+    jobs = max(1, min(jobs, seeds))
+    if jobs == 1:
+        for rep in range(seeds):
+            results[rep] = run_repetition(
+                env, specs, rep, base_seed, grid, bar.update if bar is not None else None
+            )
+    else:
+        ctx = mp.get_context("fork")
+        counter = ctx.Value("q", 0)
+        stop = threading.Event()
+
+        def poll():
+            seen = 0
+            while not stop.wait(0.25):
+                v = counter.value
+                if bar is not None and v > seen:
+                    bar.update(v - seen)
+                    seen = v
+            if bar is not None and counter.value > seen:
+                bar.update(counter.value - seen)
+
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        try:
+            with cf.ProcessPoolExecutor(
+                jobs, mp_context=ctx, initializer=_init_worker, initargs=(counter,)
+            ) as ex:
+                futs = [
+                    ex.submit(_worker, (env, specs, rep, base_seed, grid)) for rep in range(seeds)
+                ]
+                for fut in cf.as_completed(futs):
+                    rep, res = fut.result()
+                    results[rep] = res
+        finally:
+            stop.set()
+            th.join()
+    if bar is not None:
+        bar.close()
+    curves = {s.key: np.vstack([results[r][s.key]["curve"] for r in range(seeds)]) for s in specs}
+    finals = {s.key: np.array([results[r][s.key]["final"] for r in range(seeds)]) for s in specs}
+    records = {
+        s.key: [ReleaseRecord.from_dict(d) for d in results[0][s.key]["records"]] for s in specs
+    }
+    counters = {s.key: results[0][s.key]["counters"] for s in specs}
+    return SimulationResult(
+        env=env.describe(),
+        specs=specs,
+        grid=grid,
+        curves=curves,
+        finals=finals,
+        records=records,
+        counters=counters,
+        seeds=seeds,
+        base_seed=base_seed,
+        elapsed_s=time.perf_counter() - start,
+    )

@@ -1,0 +1,256 @@
+"""The policy interface shared by every bandit algorithm of the product (DESIGN §4).
+
+A policy is River-compatible — it subclasses ``river.bandit.base.ContextualPolicy``, so
+``pull(arm_ids, context)`` / ``update(arm_id, context, reward)`` work and River's harnesses can
+drive it — but its fast path is vectorised:
+
+``decide(X)``
+    Decide a batch of rounds with the frozen model. ``X`` is (B, K, d): per-arm feature vectors.
+    Returns a :class:`DecisionBatch` (arm, propensity, round, episode, model version).
+    Decisions are a deterministic function of (state, event id): ties are broken by hashing the
+    event id with a non-private coin key, so a re-processed event gets the same decision.
+``learn(contexts, rewards, rounds)``
+    Feed back the chosen contexts (B, d) and rewards of earlier decisions (by their rounds).
+``max_decide_batch()``
+    How many upcoming rounds can be decided before the policy needs a model update.
+``refit_due()`` / ``refit()``
+    The schedule's model update (for private policies: the private release). ``refit`` returns
+    the ledger records of the releases it made; the caller persists them *before* any decision
+    that uses the new model is published.
+
+Policies expose ``privacy`` (a :class:`PrivacyStatement`), ``state_dict`` /
+``load_state_dict`` (complete state) and ``explain()`` (public calibration constants).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import inspect
+import secrets
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from river.bandit.base import ContextualPolicy
+
+from ..privacy.ledger import ReleaseRecord
+from ..privacy.statement import PrivacyStatement
+from ..utils.hashing import uniform_coins
+
+__all__ = ["DecisionBatch", "Policy", "argmax_random_ties", "context_matrix"]
+
+#: Constructor parameters that are secrets and never appear in repr, logs or explain().
+SECRET_PARAMS = frozenset({"seed", "noise"})
+
+UNBOUNDED = 1 << 62
+
+
+@dataclasses.dataclass
+class DecisionBatch:
+    """Decisions for a batch of rounds.
+
+    Attributes
+    ----------
+    arms
+        Index of the chosen arm among the K candidates of each round (B,).
+    propensities
+        Probability that the policy chose that arm given context and state (B,).
+    rounds
+        Round number t (1-based) the policy assigned to each decision (B,).
+    episodes
+        Episode (data slice) of each round (B,); 0 for policies without episodes.
+    model_version
+        Version of the frozen model used.
+    """
+
+    arms: np.ndarray
+    propensities: np.ndarray
+    rounds: np.ndarray
+    episodes: np.ndarray
+    model_version: int
+
+    def __len__(self) -> int:
+        return int(self.arms.shape[0])
+
+
+def argmax_random_ties(scores: np.ndarray, coins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise argmax, ties broken uniformly by ``coins`` in [0, 1); returns (arms, 1/#ties).
+
+    >>> s = np.array([[1.0, 3.0, 3.0], [0.0, 0.0, 0.0]])
+    >>> argmax_random_ties(s, np.array([0.9, 0.1]))
+    (array([2, 0]), array([0.5       , 0.33333333]))
+    """
+    best = scores.max(axis=1, keepdims=True)
+    ties = scores == best
+    n_ties = ties.sum(axis=1)
+    pick = np.minimum((coins * n_ties).astype(np.int64), n_ties - 1)
+    ranks = np.cumsum(ties, axis=1) - 1
+    arms = np.argmax(ties & (ranks == pick[:, None]), axis=1)
+    return arms, 1.0 / n_ties
+
+
+def context_matrix(arm_ids: Sequence, context, d: int | None = None) -> np.ndarray:
+    """Turn a River-style per-arm context into a (K, d) matrix, rows in ``arm_ids`` order.
+
+    ``context`` may be a (K, d) array, or a mapping ``{arm_id: features}`` where features are
+    a sequence/array of length d or a sparse mapping ``{j: value}`` with integer indices.
+
+    >>> context_matrix(["a", "b"], {"a": [1.0, 0.0], "b": {1: 2.0}}, d=2).tolist()
+    [[1.0, 0.0], [0.0, 2.0]]
+    """
+    if context is None:
+        raise ValueError("this policy needs per-arm contexts: {arm_id: features} or a K×d array")
+    if isinstance(context, Mapping):
+        rows = []
+        for arm in arm_ids:
+            if arm not in context:
+                raise ValueError(f"no features for arm {arm!r} in the context")
+            feats = context[arm]
+            if isinstance(feats, Mapping):
+                if d is None:
+                    raise ValueError("sparse feature mappings need a known dimension d")
+                row = np.zeros(d)
+                for j, v in feats.items():
+                    row[int(j)] = float(v)
+                rows.append(row)
+            else:
+                rows.append(np.asarray(feats, dtype=np.float64))
+        X = np.vstack(rows)
+    else:
+        X = np.asarray(context, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] != len(arm_ids) or (d is not None and X.shape[1] != d):
+        raise ValueError(f"expected a context of shape ({len(arm_ids)}, {d}), got {X.shape}")
+    return X
+
+
+class Policy(ContextualPolicy, abc.ABC):
+    """Base class of every policy. Subclasses implement the vectorised methods."""
+
+    #: Registry name of the policy (e.g. ``"fliphat"``).
+    name: str = "policy"
+    #: True for policies whose statistics are released privately.
+    private: bool = False
+
+    # River's Policy.__init__ sets reward bookkeeping we do not use; subclasses store their own
+    # parameters only (River idiom) and build state lazily.
+
+    # -- vectorised interface --------------------------------------------------------------
+    @abc.abstractmethod
+    def decide(self, X: np.ndarray, event_ids=None, mask: np.ndarray | None = None):
+        """Decide B rounds; ``X`` is (B, K, d); ``mask`` (B, K) marks available arms."""
+
+    @abc.abstractmethod
+    def learn(self, contexts: np.ndarray, rewards: np.ndarray, rounds: np.ndarray, ids=None):
+        """Learn from chosen contexts (B, d) and rewards (B,) of the decisions of ``rounds``."""
+
+    def max_decide_batch(self) -> int:
+        """Rounds that can be decided before the next model update is due."""
+        return UNBOUNDED
+
+    def refit_due(self) -> bool:
+        return False
+
+    def refit(self) -> list[ReleaseRecord]:
+        """Compute the model update the schedule requires; return its ledger records."""
+        return []
+
+    @property
+    def t(self) -> int:
+        """Number of rounds decided so far."""
+        return int(getattr(self, "_t", 0))
+
+    @property
+    def model_version(self) -> int:
+        return 0
+
+    @property
+    def privacy(self) -> PrivacyStatement:
+        return PrivacyStatement(
+            model="none",
+            unit="n/a",
+            neighbouring="n/a",
+            epsilon=None,
+            delta=None,
+            calibration="non-private",
+            scope="This policy is a non-private baseline: it gives no privacy guarantee.",
+        )
+
+    def explain(self, horizon: int | None = None) -> dict:
+        return {"policy": self.name, "private": self.private, "params": self.public_params()}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def public_params(self) -> dict:
+        return {k: v for k, v in self._get_params().items() if k not in SECRET_PARAMS}
+
+    def _coin_key(self) -> int:
+        key = getattr(self, "_tie_key", None)
+        if key is None:
+            seed = getattr(self, "seed", None)
+            if seed is None:
+                key = secrets.randbits(64)
+            else:
+                key = int(
+                    np.random.SeedSequence([int(seed), 0x7153]).generate_state(2, np.uint64)[0]
+                )
+            self._tie_key = key
+        return key
+
+    def _coins(self, rounds: np.ndarray, event_ids) -> np.ndarray:
+        ids = rounds if event_ids is None else event_ids
+        return uniform_coins(self._coin_key(), ids)
+
+    def _check_batch(self, X: np.ndarray, d: int | None) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 3 or (d is not None and X.shape[2] != d):
+            raise ValueError(f"decide expects X of shape (B, K, {d}), got {X.shape}")
+        if X.shape[0] > self.max_decide_batch():
+            raise ValueError(
+                f"batch of {X.shape[0]} rounds crosses a model update "
+                f"(at most {self.max_decide_batch()} decidable now)"
+            )
+        if self.refit_due():
+            raise RuntimeError("a model update is due: call refit() before deciding")
+        return X
+
+    # -- River compatibility ---------------------------------------------------------------
+    def _pull(self, arm_ids, context):  # River's abstract hook
+        return self.pull(arm_ids, context)
+
+    def pull(self, arm_ids, context=None):
+        """River interface: choose one arm for one round (refits first if due)."""
+        arm_ids = list(arm_ids)
+        X = context_matrix(arm_ids, context, getattr(self, "d", None))
+        if self.refit_due():
+            self.refit()
+        dec = self.decide(X[None, :, :])
+        self._river_last = (arm_ids, int(dec.rounds[0]))
+        return arm_ids[int(dec.arms[0])]
+
+    def update(self, arm_id, context, reward, **kwargs):
+        """River interface: learn the reward of the last ``pull``."""
+        last = getattr(self, "_river_last", None)
+        if last is None:
+            raise RuntimeError("update() without a preceding pull()")
+        arm_ids, t = last
+        X = context_matrix(arm_ids, context, getattr(self, "d", None))
+        self.learn(X[[arm_ids.index(arm_id)]], np.array([float(reward)]), np.array([t]))
+        self._n = getattr(self, "_n", 0) + 1
+
+    @property
+    def ranking(self):
+        return []
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.public_params().items())
+        return f"{type(self).__name__}({params})"
+
+    # -- persistence -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def state_dict(self) -> dict: ...
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict) -> Policy: ...
+
+    @classmethod
+    def _init_param_names(cls) -> list[str]:
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]

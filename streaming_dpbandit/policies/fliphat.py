@@ -1,0 +1,513 @@
+"""FLIPHAT: joint-DP sparse linear contextual bandit (Chakraborty, Roy & Basu, AISTATS 2025).
+
+FLIPHAT spec §3.4 (paper §5.1, Alg. 2): greedy decisions with a model frozen for a whole
+episode; episodes double in length; at each episode boundary N-IHT (with Peeling) privately
+re-estimates β from the previous episode's rows only, which are then forgotten. Every row enters
+exactly one fit and fits use disjoint data, so the whole unbounded run is (ε, δ)-JDP (spec §4).
+
+Calibrations (spec §5): ``certified`` (default; contexts and rewards clipped, sensitivity
+derived in ``docs/privacy/fliphat-sensitivity.md``) and ``paper`` (reproduction only, labelled
+"for reproducing the paper's figures only; not a valid DP guarantee under the stated bounds").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..estimators.accumulator import EpisodeAccumulator
+from ..estimators.episodes import DoublingSchedule
+from ..estimators.niht import CALIBRATIONS, FORMULA_ID, NIHT, iterations_for
+from ..privacy.ledger import ReleaseRecord
+from ..privacy.noise import NoiseSource
+from ..privacy.statement import PAPER_LABEL, PrivacyStatement
+from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
+
+__all__ = ["FLIPHAT"]
+
+PRIVACY_UNIT = "one round: the K contexts and the reward of the user served at that round"
+NEIGHBOURING = (
+    "replace one round (all its contexts and rewards); every other user's actions are "
+    "protected, past and future"
+)
+
+
+class FLIPHAT(Policy):
+    """FLIPHAT with N-IHT, Peeling, doubling episodes and forgetting.
+
+    Parameters
+    ----------
+    d
+        Context dimension.
+    s
+        Sparsity budget of N-IHT (a public guess of s*, up to 2s*).
+    epsilon, delta
+        Per-fit budget, which is also the whole run's (ε, δ)-JDP guarantee.
+    eta
+        Step size on the averaged no-½ squared loss.
+    b_max
+        Public bound on ‖β*‖₁ (domain prior).
+    l1_radius
+        Projection radius C (default ``b_max``).
+    x_max
+        Coordinate clip of the standardised contexts (default √(2 ln d)).
+    sigma_prior
+        Public prior for the reward-noise standard deviation (certified reward clip).
+    reward_clip
+        Fixed public reward clip R, overriding the per-fit formula of spec §7.
+    calibration
+        ``"certified"`` (default) or ``"paper"`` (reproduction only).
+    m_schedule, iterations, m0, m_guard
+        Number of N-IHT iterations per fit: ``"fixed"`` (``iterations``, default 1) or
+        ``"log"`` (⌊m0·ln(1 + n·b_max²)⌋ with guard ``"min_one"`` or ``"allow_zero"``).
+    first_episode_len, max_episode_len
+        Episode schedule: first length N₀ (paper: 1) and an optional cap (off).
+    swap_delay
+        W: rounds of a new episode still served with the previous model while the last rows of
+        the closed episode arrive (spec §11, option b; 0 = swap exactly at the boundary).
+    clip_contexts
+        Clip standardised contexts to ``x_max`` (required by ``certified``; the paper's
+        reproduction runs do not clip).
+    feature_mean, feature_scale
+        Public standardisation statistics (never estimated from the private stream).
+    form
+        Accumulator form: ``"auto"`` (cheapest that the fit needs), ``"h"``, ``"gram"``, ``"rows"``.
+    bandit_id
+        Name used in ledger records and noise-stream labels.
+    seed
+        Seeds the noise key and the tie-break coins (tests and simulations only; ``None``
+        draws both from OS entropy).
+    noise_scale_multiplier
+        Multiplies the Laplace scales. Must stay 1; exists for the privacy audit only.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streaming_dpbandit.policies.fliphat import FLIPHAT
+    >>> pol = FLIPHAT(d=20, s=2, epsilon=1.0, delta=0.01, b_max=2.0, seed=0)
+    >>> rng = np.random.default_rng(0)
+    >>> while pol.t < 100:
+    ...     if pol.refit_due():
+    ...         records = pol.refit()          # private N-IHT release; persist before use
+    ...     n = min(pol.max_decide_batch(), 100 - pol.t)
+    ...     X = rng.normal(size=(n, 3, 20))
+    ...     dec = pol.decide(X)
+    ...     chosen = X[np.arange(n), dec.arms]
+    ...     pol.learn(chosen, chosen[:, 0] + 0.1 * rng.normal(size=n), dec.rounds)
+    >>> pol.t, pol.model_version, pol.privacy.epsilon
+    (100, 6, 1.0)
+    >>> pol.state_dict()["accumulators"].keys()  # only the current episode is kept
+    dict_keys(['6'])
+
+    """
+
+    name = "fliphat"
+    private = True
+
+    def __init__(
+        self,
+        d: int,
+        s: int = 10,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        eta: float = 1e-4,
+        b_max: float = 1.0,
+        l1_radius: float | None = None,
+        x_max: float | None = None,
+        sigma_prior: float = 0.1,
+        reward_clip: float | None = None,
+        calibration: str = "certified",
+        m_schedule: str = "fixed",
+        iterations: int = 1,
+        m0: float = 0.16,
+        m_guard: str = "min_one",
+        first_episode_len: int = 1,
+        max_episode_len: int | None = None,
+        swap_delay: int = 0,
+        clip_contexts: bool = True,
+        feature_mean: list[float] | None = None,
+        feature_scale: list[float] | None = None,
+        form: str = "auto",
+        bandit_id: str = "default",
+        seed: int | None = None,
+        noise_scale_multiplier: float = 1.0,
+    ):
+        self.d = d
+        self.s = s
+        self.epsilon = epsilon
+        self.delta = delta
+        self.eta = eta
+        self.b_max = b_max
+        self.l1_radius = l1_radius
+        self.x_max = x_max
+        self.sigma_prior = sigma_prior
+        self.reward_clip = reward_clip
+        self.calibration = calibration
+        self.m_schedule = m_schedule
+        self.iterations = iterations
+        self.m0 = m0
+        self.m_guard = m_guard
+        self.first_episode_len = first_episode_len
+        self.max_episode_len = max_episode_len
+        self.swap_delay = swap_delay
+        self.clip_contexts = clip_contexts
+        self.feature_mean = feature_mean
+        self.feature_scale = feature_scale
+        self.form = form
+        self.bandit_id = bandit_id
+        self.seed = seed
+        self.noise_scale_multiplier = noise_scale_multiplier
+
+    # -- derived public constants ---------------------------------------------------------------
+    @property
+    def x_bound(self) -> float:
+        return self.x_max if self.x_max is not None else math.sqrt(2.0 * math.log(self.d))
+
+    @property
+    def radius(self) -> float:
+        return self.l1_radius if self.l1_radius is not None else self.b_max
+
+    @property
+    def schedule(self) -> DoublingSchedule:
+        return DoublingSchedule(self.first_episode_len, self.max_episode_len)
+
+    def reward_clip_for(self, n: int) -> float:
+        """R for a fit of nominal size n (spec §7): certified vs the reference form."""
+        if self.reward_clip is not None:
+            return float(self.reward_clip)
+        base = self.x_bound * self.b_max
+        if self.calibration == "paper":
+            return base + math.sqrt(2.0 * math.log1p(n))
+        return base + self.sigma_prior * math.sqrt(2.0 * math.log(n))
+
+    def iterations_for(self, n: int) -> int:
+        return iterations_for(
+            n, self.m_schedule, self.iterations, self.m0, self.b_max, self.m_guard
+        )
+
+    def _estimator(self) -> NIHT:
+        return NIHT(
+            s=self.s,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            eta=self.eta,
+            l1_radius=self.radius,
+            x_max=self.x_bound,
+            b_max=self.b_max,
+            calibration=self.calibration,
+            scale_multiplier=self.noise_scale_multiplier,
+        )
+
+    def _validate(self) -> None:
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {CALIBRATIONS}")
+        if self.calibration == "certified" and not self.clip_contexts:
+            raise ValueError("the certified calibration requires clip_contexts=True")
+        if not (self.epsilon > 0 and 0 < self.delta < 1):
+            raise ValueError("need epsilon > 0 and 0 < delta < 1")
+        if not 1 <= self.s <= self.d:
+            raise ValueError("need 1 <= s <= d")
+        if self.swap_delay < 0:
+            raise ValueError("swap_delay must be >= 0")
+        if self.noise_scale_multiplier != 1.0 and self.calibration == "certified":
+            # Only the privacy audit lowers the scale; it must never pass as certified.
+            self._audit_only = True
+
+    # -- state --------------------------------------------------------------------------------
+    def _state(self):
+        if not hasattr(self, "_acc"):
+            self._validate()
+            self._t = 0
+            self._model_episode = 0
+            self._beta_idx = np.zeros(0, dtype=np.int64)
+            self._beta_val = np.zeros(0)
+            self._acc: dict[int, EpisodeAccumulator] = {}
+            self._noise = NoiseSource(self.seed)
+            self._coin_key()
+            self._counters = {
+                "clipped_context_coords": 0,
+                "clipped_rewards": 0,
+                "late_rows": 0,
+                "rows_learned": 0,
+            }
+            self._mean = None if self.feature_mean is None else np.asarray(self.feature_mean, float)
+            self._scale = (
+                None if self.feature_scale is None else np.asarray(self.feature_scale, float)
+            )
+        return self
+
+    @property
+    def model_version(self) -> int:
+        return self._state()._model_episode
+
+    @property
+    def counters(self) -> dict:
+        return dict(self._state()._counters)
+
+    @property
+    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+        """The frozen private model β̂ (indices, values): a DP output."""
+        self._state()
+        return self._beta_idx.copy(), self._beta_val.copy()
+
+    def _accumulator_form(self, episode: int) -> str:
+        if self.form != "auto":
+            return self.form
+        n = self.schedule.length(episode)
+        if self.iterations_for(n) <= 1:
+            return "h"  # θ⁰ = 0 and M = 1: the fit reads h only
+        return "rows" if n * (self.d + 1) < self.d * (self.d + 1) // 2 else "gram"
+
+    def _model_needed_for(self, t: int) -> int:
+        """Episode whose fit must be in force to decide round t (with the swap delay)."""
+        sch = self.schedule
+        k = sch.episode_of(t)
+        if k == 0:
+            return 0
+        swap = sch.start(k) + min(self.swap_delay, sch.length(k) - 1)
+        return k if t >= swap else k - 1
+
+    def refit_due(self) -> bool:
+        self._state()
+        return self._model_needed_for(self._t + 1) > self._model_episode
+
+    def max_decide_batch(self) -> int:
+        self._state()
+        if self.refit_due():
+            return 0
+        sch = self.schedule
+        k = self._model_episode + 1  # next fit to be released
+        swap = sch.start(k) + min(self.swap_delay, sch.length(k) - 1)
+        return min(UNBOUNDED, swap - (self._t + 1))
+
+    # -- transforms -----------------------------------------------------------------------------
+    def _standardise(self, X: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+        if self._mean is None and self._scale is None:
+            return X
+        mean = 0.0 if self._mean is None else (self._mean if cols is None else self._mean[cols])
+        scale = 1.0 if self._scale is None else (self._scale if cols is None else self._scale[cols])
+        return (X - mean) / scale
+
+    # -- deciding -------------------------------------------------------------------------------
+    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+        self._state()
+        X = self._check_batch(X, self.d)
+        B, K, _ = X.shape
+        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
+        idx, val = self._beta_idx, self._beta_val
+        if idx.size:
+            Xs = self._standardise(X[:, :, idx], idx)
+            if self.clip_contexts:
+                Xs = np.clip(Xs, -self.x_bound, self.x_bound)
+            scores = Xs @ val
+        else:
+            scores = np.zeros((B, K))
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        arms, prop = argmax_random_ties(scores, self._coins(rounds, event_ids))
+        self._t += B
+        return DecisionBatch(
+            arms=arms,
+            propensities=prop,
+            rounds=rounds,
+            episodes=self.schedule.episode_of(rounds),
+            model_version=self._model_episode,
+        )
+
+    # -- learning -------------------------------------------------------------------------------
+    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+        self._state()
+        contexts = np.asarray(contexts, dtype=np.float64)
+        rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if contexts.shape != (rounds.size, self.d) or rewards.shape != rounds.shape:
+            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        if rounds.size == 0:
+            return
+        if rounds.max() > self._t or rounds.min() < 1:
+            raise ValueError("learn() got a round that was never decided")
+        if not (np.isfinite(contexts).all() and np.isfinite(rewards).all()):
+            raise ValueError("contexts and rewards must be finite")
+        episodes = self.schedule.episode_of(rounds)
+        ids_arr = None if ids is None else np.asarray(ids)
+        for k in np.unique(episodes).tolist():
+            sel = episodes == k
+            if k < self._model_episode:  # its fit was already released: the row is too late
+                self._counters["late_rows"] += int(sel.sum())
+                continue
+            acc = self._acc.get(k)
+            if acc is None:
+                acc = self._acc[k] = EpisodeAccumulator(self.d, self._accumulator_form(k))
+            Xk = self._standardise(contexts[sel])
+            if self.clip_contexts:
+                clipped = np.clip(Xk, -self.x_bound, self.x_bound)
+                self._counters["clipped_context_coords"] += int(np.count_nonzero(clipped != Xk))
+                Xk = clipped
+            R = self.reward_clip_for(self.schedule.length(k))  # R of the fit that reads the row
+            yk = rewards[sel]
+            yc = np.clip(yk, -R, R)
+            self._counters["clipped_rewards"] += int(np.count_nonzero(yc != yk))
+            acc.learn_many(Xk, yc, None if ids_arr is None else ids_arr[sel])
+            self._counters["rows_learned"] += int(sel.sum())
+
+    # -- the private release ---------------------------------------------------------------------
+    def refit(self) -> list[ReleaseRecord]:
+        """Release β̂ for the next episode from the previous episode's rows, then forget them."""
+        self._state()
+        if not self.refit_due():
+            return []
+        k = self._model_episode + 1
+        sch = self.schedule
+        n = sch.fit_size(k)
+        R = self.reward_clip_for(n)
+        M = self.iterations_for(n)
+        acc = self._acc.pop(k - 1, None) or EpisodeAccumulator(self.d, "h")
+        acc.seal()
+        label = (self.bandit_id, "fliphat-fit", k)
+        est = self._estimator()
+        fit = est.fit(acc, n=n, reward_clip=R, iterations=M, noise=self._noise, label=label)
+        consumed = acc.digest.hexdigest()
+        rows = acc.count
+        acc.destroy()  # forgetting: the episode's statistics are gone before the model is used
+        self._beta_idx, self._beta_val = fit.indices, fit.values
+        self._model_episode = k
+        record = ReleaseRecord(
+            release_id=f"{self.bandit_id}/fliphat/fit/episode={k}",
+            bandit_id=self.bandit_id,
+            mechanism="n-iht+peeling",
+            calibration=self.calibration,
+            formula=FORMULA_ID[self.calibration],
+            dp_valid=self.calibration == "certified" and self.noise_scale_multiplier == 1.0,
+            epsilon=float(self.epsilon) if M > 0 else 0.0,
+            delta=float(self.delta) if M > 0 else 0.0,
+            accounting=(
+                [{"type": "eps_delta", "epsilon": float(self.epsilon), "delta": float(self.delta)}]
+                if M > 0
+                else [{"type": "zero"}]
+            ),
+            data_slice=f"episode:{k - 1}",
+            composition="parallel",
+            event_range=(sch.start(k - 1), sch.end(k - 1)),
+            rows_used=rows,
+            model_version=k,
+            params={
+                "n_nominal": n,
+                "iterations": M,
+                "m_guard": self.m_guard,
+                "epsilon_per_iteration": self.epsilon / M if M else 0.0,
+                "delta_per_iteration": self.delta / M if M else 0.0,
+                "s": self.s,
+                "eta": self.eta,
+                "l1_radius": self.radius,
+                "x_max": self.x_bound,
+                "b_max": self.b_max,
+                "sigma_prior": self.sigma_prior,
+                "reward_clip": R,
+                "sensitivities": fit.sensitivities,
+                "scales": fit.scales,
+                "swap_delay": self.swap_delay,
+                "consumed_ids_digest": consumed,
+                "accumulator_destroyed": True,
+                "noise_stream": self._noise.stream_id(*label),
+                "loss": "averaged squared error without 1/2",
+            },
+            release={"indices": fit.indices.tolist(), "values": fit.values.tolist()},
+            note=PAPER_LABEL if self.calibration == "paper" else None,
+            privacy_model="joint",
+            privacy_unit=PRIVACY_UNIT,
+            neighbouring=NEIGHBOURING,
+        )
+        return [record]
+
+    # -- privacy and explanation --------------------------------------------------------------
+    @property
+    def privacy(self) -> PrivacyStatement:
+        return PrivacyStatement(
+            model="joint",
+            unit=PRIVACY_UNIT,
+            neighbouring=NEIGHBOURING,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            calibration=self.calibration,
+            scope=(
+                "the whole, unbounded run: each round enters exactly one fit (forgetting), fits "
+                "use disjoint episodes and compose in parallel."
+            ),
+            caveats=(
+                "A user with k rounds in one episode is protected only by group privacy "
+                "(about k·ε); cap rows per user per episode upstream.",
+                "A user's own decision is a function of their context and is not protected: "
+                "show it only to that user.",
+            ),
+        )
+
+    def explain(self, horizon: int | None = 1 << 20) -> dict:
+        self._validate()
+        sch = self.schedule
+        est = self._estimator()
+        episodes = []
+        k = 1
+        while horizon is None or sch.start(k) <= horizon:
+            n = sch.fit_size(k)
+            R = self.reward_clip_for(n)
+            M = self.iterations_for(n)
+            episodes.append(
+                {
+                    "episode": k,
+                    "rounds": [sch.start(k), sch.end(k)],
+                    "fit_rows_nominal": n,
+                    "reward_clip": R,
+                    "iterations": M,
+                    "steps": est.calibrate(n, R, M),
+                }
+            )
+            k += 1
+            if horizon is None and k > 30:
+                break
+        out = {
+            "policy": self.name,
+            "private": True,
+            "model": "joint DP",
+            "calibration": self.calibration,
+            "formula": FORMULA_ID[self.calibration],
+            "dp_valid": self.calibration == "certified",
+            "params": self.public_params(),
+            "x_max": self.x_bound,
+            "l1_radius": self.radius,
+            "episodes": episodes,
+            "privacy_statement": self.privacy.text(),
+        }
+        if self.calibration == "paper":
+            out["label"] = PAPER_LABEL
+        return out
+
+    # -- persistence -----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        self._state()
+        return {
+            "policy": self.name,
+            "params": self._get_params(),
+            "t": self._t,
+            "model_episode": self._model_episode,
+            "beta_idx": self._beta_idx,
+            "beta_val": self._beta_val,
+            "accumulators": {str(k): a.state_dict() for k, a in self._acc.items()},
+            "noise": self._noise.state_dict(),
+            "tie_key": self._tie_key,
+            "counters": dict(self._counters),
+        }
+
+    def load_state_dict(self, state: dict) -> FLIPHAT:
+        self._state()
+        self._t = int(state["t"])
+        self._model_episode = int(state["model_episode"])
+        self._beta_idx = np.asarray(state["beta_idx"], dtype=np.int64)
+        self._beta_val = np.asarray(state["beta_val"], dtype=np.float64)
+        self._acc = {
+            int(k): EpisodeAccumulator.from_state_dict(a) for k, a in state["accumulators"].items()
+        }
+        self._noise = NoiseSource(self.seed).load_state_dict(state["noise"])
+        self._tie_key = int(state["tie_key"])
+        self._counters = dict(state["counters"])
+        return self
