@@ -194,10 +194,13 @@ def _cmd_simulate(args) -> int:
     specs = []
     notes = []
     for name in names:
-        base = {"d": getattr(env, "d", None)}
+        base = _known(
+            name,
+            {"d": getattr(env, "d", None), "calibration": args.calibration, "delta": args.delta},
+        )
         cfg0 = policy_config(name, {**base, **_known(name, user)})
         if cfg0.private:
-            params = {**base, "calibration": args.calibration, "delta": args.delta}
+            params = dict(base)
             if "b_max" not in user and hasattr(env, "b_max"):
                 params["b_max"] = env.b_max
                 notes.append(

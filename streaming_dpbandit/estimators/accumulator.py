@@ -9,17 +9,69 @@ Three forms hold what a fit needs (FLIPHAT spec §11, "State"):
 Rows must already be clipped: the accumulator is the private computation's input and has no
 bounds of its own. :meth:`EpisodeAccumulator.destroy` overwrites and drops every array, so
 forgetting an episode frees its memory (and leaves nothing behind in it).
+
+Exact, order-independent sums. Every value is rounded to the grid 2⁻¹⁶ (``quantize``) and the
+sums are kept as integers in units of 2⁻³², so h and G are *exact* sums of the quantised rows:
+the same rows give bit-identical statistics in any order and any micro-batching. This is what
+lets a service that crashed and re-consumed its input recompute a sealed episode's release
+bit for bit (and recognise it in the ledger) instead of producing a near-copy. Products are
+formed by BLAS on chunks small enough that every partial sum is exactly representable in
+float64 (|partial sum| < 2²¹ in units of 2⁻³² resolution), then added as Python integers.
+Callers that need a bound B on a value must clip to ``grid_floor(B)`` so rounding cannot cross it.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..utils.hashing import MultisetDigest
 
-__all__ = ["FORMS", "EpisodeAccumulator"]
+__all__ = ["FORMS", "EpisodeAccumulator", "grid_floor", "quantize"]
 
 FORMS = ("h", "gram", "rows")
+QBITS = 16
+_GRID = 2.0**-QBITS
+_MAGIC = 1.5 * 2.0 ** (52 - QBITS)  # x + M − M rounds x to the 2⁻¹⁶ grid (|x| < 2³⁵)
+_UNIT = 2.0 ** (2 * QBITS)  # products of two grid values are integers in units of 2⁻³²
+_EXACT = 2.0 ** (52 - 2 * QBITS)  # partial sums below this stay exact in float64
+
+
+def quantize(a) -> np.ndarray:
+    """Round to the nearest multiple of 2⁻¹⁶ (a new array).
+
+    >>> quantize([0.1, -1.0, 3.0]).tolist() == [6554 / 65536, -1.0, 3.0]
+    True
+    """
+    out = np.array(a, dtype=np.float64)
+    if out.size and np.abs(out).max() >= 2.0**34:
+        raise ValueError("values too large to quantise")
+    out += _MAGIC
+    out -= _MAGIC
+    return out
+
+
+def grid_floor(bound: float) -> float:
+    """The largest grid point ≤ ``bound``: clip to it, then quantising cannot exceed ``bound``.
+
+    >>> grid_floor(1.0), grid_floor(0.1) <= 0.1
+    (1.0, True)
+    """
+    return math.floor(bound * 2**QBITS) / 2**QBITS
+
+
+def _exact_matmul(A: np.ndarray, B: np.ndarray, amax: float, bmax: float) -> np.ndarray:
+    """Aᵀ·B as int64 units of 2⁻³², exact: grid inputs, chunks with exactly representable sums."""
+    n = A.shape[0]
+    per_row = max(amax * bmax, _GRID * _GRID)
+    chunk = max(1, int(_EXACT // per_row))
+    out = None
+    for i in range(0, n, chunk):
+        part = A[i : i + chunk].T @ B[i : i + chunk]
+        part = (part * _UNIT).astype(np.int64)
+        out = part if out is None else out + part
+    return out
 
 
 class EpisodeAccumulator:
@@ -55,8 +107,8 @@ class EpisodeAccumulator:
         if not hasattr(self, "_h"):
             if self.form not in FORMS:
                 raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
-            self._h = np.zeros(self.d)
-            self._G = np.zeros((self.d, self.d)) if self.form == "gram" else None
+            self._h = np.zeros(self.d, dtype=object)  # exact sums, units of 2⁻³²
+            self._G = np.zeros((self.d, self.d), dtype=object) if self.form == "gram" else None
             self._rows: list[np.ndarray] = []
             self._ys: list[np.ndarray] = []
             self._count = 0
@@ -87,9 +139,12 @@ class EpisodeAccumulator:
             raise ValueError(f"expected X of shape (n, {self.d}) and y of shape (n,)")
         if X.shape[0] == 0:
             return
-        self._h += X.T @ y
+        X = quantize(X)
+        y = quantize(y)
+        xmax = float(np.abs(X).max())
+        self._h = self._h + _exact_matmul(X, y, xmax, float(np.abs(y).max())).astype(object)
         if self._G is not None:
-            self._G += X.T @ X
+            self._G = self._G + _exact_matmul(X, X, xmax, xmax).astype(object)
         if self.form == "rows":
             self._rows.append(X.copy())
             self._ys.append(y.copy())
@@ -112,7 +167,15 @@ class EpisodeAccumulator:
     # -- what a fit reads -----------------------------------------------------------------
     @property
     def h(self) -> np.ndarray:
-        return self._state()._h
+        """h = Σ x·y (float64, from the exact integer sum)."""
+        return np.array(self._state()._h, dtype=np.float64) / _UNIT
+
+    @property
+    def G(self) -> np.ndarray:
+        self._state()
+        if self._G is None:
+            raise RuntimeError("G is only kept in the 'gram' form")
+        return np.array(self._G, dtype=np.float64) / _UNIT
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
         self._state()
@@ -129,7 +192,7 @@ class EpisodeAccumulator:
         """G·θ for a sparse θ (indices ``idx``, values ``vals``): O(d·s) or O(N·d)."""
         self._state()
         if self.form == "gram":
-            return self._G[:, idx] @ vals
+            return self.G[:, idx] @ vals
         if self.form == "rows":
             X, _ = self.rows()
             return X.T @ (X[:, idx] @ vals)
@@ -137,9 +200,10 @@ class EpisodeAccumulator:
 
     @property
     def nbytes(self) -> int:
+        """Approximate memory held (integer sums counted at 32 bytes each)."""
         if not hasattr(self, "_h") or self._h is None:
             return 0
-        total = self._h.nbytes + (self._G.nbytes if self._G is not None else 0)
+        total = 32 * (self._h.size + (self._G.size if self._G is not None else 0))
         total += sum(a.nbytes for a in self._rows) + sum(a.nbytes for a in self._ys)
         return total
 
@@ -149,8 +213,8 @@ class EpisodeAccumulator:
         self._state()
         for arr in [self._h, self._G, *self._rows, *self._ys]:
             if arr is not None:
-                arr.fill(0.0)
-        self._h = np.zeros(0)
+                arr.fill(0)
+        self._h = np.zeros(0, dtype=object)
         self._G = None
         self._rows, self._ys = [], []
         self._count = 0
@@ -163,8 +227,8 @@ class EpisodeAccumulator:
         return {
             "d": self.d,
             "form": self.form,
-            "h": self._h,
-            "G": self._G,
+            "h": [int(v) for v in self._h],
+            "G": None if self._G is None else [[int(v) for v in row] for row in self._G],
             "X": X,
             "y": y,
             "count": self._count,
@@ -175,8 +239,8 @@ class EpisodeAccumulator:
     @classmethod
     def from_state_dict(cls, state: dict) -> EpisodeAccumulator:
         acc = cls(d=int(state["d"]), form=state["form"])._state()
-        acc._h = np.array(state["h"], dtype=np.float64)
-        acc._G = None if state["G"] is None else np.array(state["G"], dtype=np.float64)
+        acc._h = _int_array(state["h"])
+        acc._G = None if state["G"] is None else _int_array(state["G"])
         if state.get("X") is not None and len(state["X"]):
             acc._rows = [np.array(state["X"], dtype=np.float64)]
             acc._ys = [np.array(state["y"], dtype=np.float64)]
@@ -184,3 +248,9 @@ class EpisodeAccumulator:
         acc._digest = MultisetDigest().load_state_dict(state["digest"])
         acc._sealed = bool(state["sealed"])
         return acc
+
+
+def _int_array(values) -> np.ndarray:
+    arr = np.empty(np.shape(values), dtype=object)
+    arr[...] = np.vectorize(int, otypes=[object])(np.asarray(values, dtype=object))
+    return arr

@@ -203,13 +203,13 @@ class Policy(ContextualPolicy, abc.ABC):
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 3 or (d is not None and X.shape[2] != d):
             raise ValueError(f"decide expects X of shape (B, K, {d}), got {X.shape}")
+        if self.refit_due():
+            raise RuntimeError("a model update is due: call refit() before deciding")
         if X.shape[0] > self.max_decide_batch():
             raise ValueError(
                 f"batch of {X.shape[0]} rounds crosses a model update "
                 f"(at most {self.max_decide_batch()} decidable now)"
             )
-        if self.refit_due():
-            raise RuntimeError("a model update is due: call refit() before deciding")
         return X
 
     # -- River compatibility ---------------------------------------------------------------

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..estimators.accumulator import EpisodeAccumulator
+from ..estimators.accumulator import EpisodeAccumulator, grid_floor
 from ..estimators.episodes import DoublingSchedule
 from ..estimators.niht import CALIBRATIONS, FORMULA_ID, NIHT, iterations_for
 from ..privacy.ledger import ReleaseRecord
@@ -341,10 +341,12 @@ class FLIPHAT(Policy):
                 acc = self._acc[k] = EpisodeAccumulator(self.d, self._accumulator_form(k))
             Xk = self._standardise(contexts[sel])
             if self.clip_contexts:
-                clipped = np.clip(Xk, -self.x_bound, self.x_bound)
+                # clip to a grid point ≤ x_max: the accumulator's rounding then keeps the bound
+                xb = grid_floor(self.x_bound)
+                clipped = np.clip(Xk, -xb, xb)
                 self._counters["clipped_context_coords"] += int(np.count_nonzero(clipped != Xk))
                 Xk = clipped
-            R = self.reward_clip_for(self.schedule.length(k))  # R of the fit that reads the row
+            R = grid_floor(self.reward_clip_for(self.schedule.length(k)))  # R of the row's fit
             yk = rewards[sel]
             yc = np.clip(yk, -R, R)
             self._counters["clipped_rewards"] += int(np.count_nonzero(yc != yk))

@@ -97,7 +97,7 @@ class LassoBandit(Policy):
 
     def refit_due(self) -> bool:
         self._state()
-        return self._t >= self._next_refit and self._rows >= self._next_refit
+        return self._t >= self._next_refit
 
     def max_decide_batch(self) -> int:
         self._state()
@@ -109,21 +109,18 @@ class LassoBandit(Policy):
         self._state()
         if not self.refit_due():
             return []
-        t = self._rows
-        lam = 2.0 * self.lambda0 * math.sqrt((4.0 * math.log(t) + 2.0 * math.log(self.d)) / t)
-        self._w = lasso_gram(self._G, self._h, self._yty, t, lam, self.tol, self.max_iter)
+        t = self._rows  # = the round count when every decision got its reward
+        if t > 1:
+            lam = 2.0 * self.lambda0 * math.sqrt((4.0 * math.log(t) + 2.0 * math.log(self.d)) / t)
+            self._w = lasso_gram(self._G, self._h, self._yty, t, lam, self.tol, self.max_iter)
         self._next_refit += self.refit_every
         self._version += 1
         return []
 
     def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
         self._state()
-        B = np.asarray(X).shape[0]
-        if self._t + B > self._next_refit:
-            raise ValueError("batch crosses the next refit")
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 3 or X.shape[2] != self.d:
-            raise ValueError(f"decide expects X of shape (B, K, {self.d})")
+        X = self._check_batch(X, self.d)
+        B = X.shape[0]
         rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         nz = np.nonzero(self._w)[0]
         scores = X[:, :, nz] @ self._w[nz] if nz.size else np.zeros(X.shape[:2])

@@ -56,6 +56,8 @@ def clip_norm(x, bound: float, ord: float = 2) -> tuple[np.ndarray, int]:
     arr = np.asarray(x, dtype=np.float64)
     _check_finite(arr, "input")
     norms = np.linalg.norm(arr, ord=ord, axis=-1, keepdims=True)
-    factor = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    factor = np.ones_like(norms)
+    big = norms > bound
+    factor[big] = bound / norms[big]
     changed = int(np.count_nonzero(factor < 1.0))
     return arr * factor, changed

@@ -1,0 +1,89 @@
+import math
+
+import pytest
+
+from streaming_dpbandit.privacy.accountant import Accountant
+from streaming_dpbandit.privacy.ledger import ReleaseRecord
+
+
+def rec(i, bandit="b", comp="parallel", slice_=None, accounting=None, eps=1.0, delta=0.0, **kw):
+    return ReleaseRecord(
+        f"{bandit}/{i}",
+        bandit,
+        "m",
+        "certified",
+        "certified-v1",
+        True,
+        eps,
+        delta,
+        accounting or [{"type": "pure", "epsilon": eps, "count": 1}],
+        data_slice=slice_ or f"s{i}",
+        composition=comp,
+        **kw,
+    )
+
+
+def test_parallel_slices_take_the_maximum_sequential_records_add():
+    recs = [rec(i, eps=e) for i, e in enumerate([0.5, 1.0, 0.7])]
+    recs.append(rec(9, comp="sequential", eps=0.25))
+    sp = Accountant(recs).spend("b")
+    assert sp.pure_epsilon == pytest.approx(1.25)
+    assert sp.basic_epsilon == pytest.approx(1.25)
+    assert sp.slices == 3 and sp.releases == 4
+
+
+def test_records_in_one_slice_compose_sequentially():
+    recs = [rec(i, slice_="same", eps=0.5) for i in range(3)]
+    assert Accountant(recs).spend("b").pure_epsilon == pytest.approx(1.5)
+
+
+def test_pld_of_laplace_composition_beats_basic_composition():
+    k = 20
+    recs = [
+        rec(
+            i,
+            comp="sequential",
+            eps=0.1,
+            accounting=[{"type": "laplace", "sensitivity": 1.0, "scale": 10.0, "count": 1}],
+        )
+        for i in range(k)
+    ]
+    sp = Accountant(recs).spend("b", delta=1e-6)
+    assert sp.pure_epsilon == pytest.approx(2.0)
+    assert sp.epsilon_at_delta < 2.0  # advanced composition via PLD is tighter
+    assert sp.rho == pytest.approx(k * 0.1**2 / 2)
+
+
+def test_gaussian_rho_and_eps_delta_records():
+    g = rec(
+        0,
+        comp="sequential",
+        eps=1.0,
+        delta=1e-5,
+        accounting=[{"type": "gaussian", "sensitivity": 1.0, "sigma": 2.0, "count": 3}],
+    )
+    sp = Accountant([g]).spend("b", delta=1e-5)
+    assert sp.rho == pytest.approx(3 / 8)
+    assert sp.pure_epsilon is None
+    # ε(δ) of 3 Gaussians with σ = 2 equals one Gaussian with σ = 2/√3
+    from streaming_dpbandit.privacy.gaussian import gaussian_delta
+
+    assert gaussian_delta(2 / math.sqrt(3), sp.epsilon_at_delta) <= 1e-5 * 1.01
+
+    ed = rec(
+        1, eps=1.0, delta=0.01, accounting=[{"type": "eps_delta", "epsilon": 1.0, "delta": 0.01}]
+    )
+    sp = Accountant([ed]).spend("b", delta=0.01)
+    assert sp.epsilon_at_delta == pytest.approx(1.0, abs=2e-3)
+    assert sp.rho is None and sp.pure_epsilon is None
+
+
+def test_bandits_compose_sequentially():
+    recs = [rec(0, bandit="a"), rec(1, bandit="a"), rec(0, bandit="c", eps=2.0)]
+    total = Accountant(recs).spend_all()
+    assert total.pure_epsilon == pytest.approx(3.0)
+
+
+def test_zero_records_cost_nothing():
+    sp = Accountant([rec(0, eps=0.0, accounting=[{"type": "zero"}])]).spend("b", delta=0.01)
+    assert sp.pure_epsilon == 0 and sp.epsilon_at_delta == pytest.approx(0.0, abs=1e-9)

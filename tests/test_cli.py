@@ -1,0 +1,204 @@
+"""The dpbandit CLI: clear one-line errors, working commands, JSON and plots."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from streaming_dpbandit.cli import main
+from streaming_dpbandit.policies import FLIPHAT
+from streaming_dpbandit.privacy.ledger import Ledger
+
+BAD = [
+    (["simulate", "--policy", "nope"], "unknown policy"),
+    (["simulate", "--policy", "fliphat", "--policy-param", "s=0"], "greater than 0"),
+    (["simulate", "--policy", "fliphat", "--policy-param", "s"], "KEY=VALUE"),
+    (["simulate", "--policy", "fliphat", "--policy-param", "bogus=1"], "not a parameter"),
+    (["simulate", "--policy", "fliphat", "--policy-param", "calibration=magic"], "calibration"),
+    (["simulate", "--policy", "fliphat", "--policy-param", "clip_contexts=false"], "clip_contexts"),
+    (["simulate", "--policy", "fliphat", "--epsilon", "-1"], "positive"),
+    (["simulate", "--policy", "fliphat", "--epsilon", "a,b"], "comma-separated"),
+    (["simulate", "--policy", "fliphat", "--delta", "2"], "δ must be in"),
+    (["simulate", "--policy", "fliphat", "--horizon", "0"], "positive integer"),
+    (["simulate", "--policy", "fliphat", "--env", "mars"], "unknown environment"),
+    (["simulate", "--policy", "fliphat", "--env-param", "d=abc"], "must be an integer"),
+    (["simulate", "--policy", "fliphat", "--env-param", "K=1"], "at least K = 2"),
+    (["simulate", "--policy", "fliphat", "--env-param", "foo=1"], "unexpected keyword"),
+    (["simulate", "--policy", "fliphat", "--json", "/no/such/dir/x.json"], "does not exist"),
+    (["simulate", "--policy", "fliphat", "--calibration", "x"], "invalid choice"),
+    (["simulate"], "required"),
+    (["reproduce", "other"], "invalid choice"),
+    (["reproduce", "fliphat", "--seeds", "0"], "positive integer"),
+    (["budget", "/no/such/ledger"], "no ledger"),
+    (["explain", "--policy", "fliphat"], "needs the context dimension"),
+    (
+        ["explain", "--policy", "fliphat", "--policy-param", "d=5", "--policy-param", "s=9"],
+        "cannot exceed",
+    ),
+    (["frobnicate"], "invalid choice"),
+]
+
+
+def run(argv):
+    """main() with argparse's own exits turned into return codes."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_gives_one_clear_line(argv, message, capsys):
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_errors_exit_2_in_a_real_process():
+    out = subprocess.run(
+        [sys.executable, "-m", "streaming_dpbandit.cli", "simulate", "--policy", "nope"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_simulate_writes_table_json_and_plot(tmp_path, capsys):
+    js, png = tmp_path / "r.json", tmp_path / "r.png"
+    code = main(
+        [
+            "simulate",
+            "--policy",
+            "fliphat,random",
+            "--epsilon",
+            "1,5",
+            "--horizon",
+            "600",
+            "--seeds",
+            "2",
+            "--jobs",
+            "1",
+            "--no-progress",
+            "--json",
+            str(js),
+            "--plot",
+            str(png),
+            "--env-param",
+            "d=50",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "fliphat ε=5" in out and "certified" in out
+    data = json.loads(js.read_text())
+    runs = {r["key"]: r for r in data["runs"]}
+    assert set(runs) == {"fliphat ε=1", "fliphat ε=5", "random"}
+    f = runs["fliphat ε=1"]
+    assert f["final_regret"]["n"] == 2 and len(f["curve"]["t"]) == len(f["curve"]["mean"])
+    assert (
+        f["privacy"]["epsilon"] == 1.0
+        and f["privacy"]["delta"] == 0.01
+        and f["privacy"]["dp_valid"]
+    )
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_paper_calibration_is_labelled(capsys):
+    assert (
+        main(
+            [
+                "simulate",
+                "--policy",
+                "fliphat",
+                "--calibration",
+                "paper",
+                "--horizon",
+                "300",
+                "--seeds",
+                "1",
+                "--no-progress",
+                "--policy-param",
+                "clip_contexts=false",
+                "--env-param",
+                "d=40",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "not DP-valid" in out and "not a valid DP guarantee" in out
+
+
+def test_reproduce_small_run_json(tmp_path, capsys):
+    js = tmp_path / "rep.json"
+    code = main(
+        [
+            "reproduce",
+            "fliphat",
+            "--seeds",
+            "2",
+            "--horizon",
+            "700",
+            "--epsilon",
+            "1,5",
+            "--no-progress",
+            "--jobs",
+            "1",
+            "--json",
+            str(js),
+            "--env-param",
+            "d=60",
+        ]
+    )
+    assert code in (0, 1)
+    data = json.loads(js.read_text())
+    assert {t["target"] for t in data["targets"]} >= {"T1", "T3", "T5", "T6"}
+    assert any(t["expected"].startswith("n/a") for t in data["targets"])  # unpublished cells
+
+
+def test_budget_reports_spend_and_statement(tmp_path, capsys):
+    import numpy as np
+
+    path = tmp_path / "ledger.jsonl"
+    pol = FLIPHAT(d=30, s=3, epsilon=0.8, delta=1e-5, b_max=2.0, seed=1, bandit_id="shop")
+    rng = np.random.default_rng(0)
+    with Ledger(path) as led:
+        while pol.t < 500:
+            if pol.refit_due():
+                for r in pol.refit():
+                    led.append(r)
+            n = min(pol.max_decide_batch(), 500 - pol.t)
+            X = rng.normal(size=(n, 2, 30))
+            dec = pol.decide(X)
+            pol.learn(X[np.arange(n), dec.arms], rng.normal(size=n), dec.rounds)
+    assert main(["budget", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "shop" in out and "joint differential privacy" in out and "Privacy unit" in out
+    assert main(["budget", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    sp = data["bandits"][0]["spend"]
+    assert sp["releases"] == 8 and sp["basic_epsilon"] == pytest.approx(0.8)
+    assert sp["epsilon_at_delta"] == pytest.approx(0.8, abs=5e-3)
+
+
+def test_explain_prints_the_spec_constants(capsys):
+    argv = ["explain", "--policy", "fliphat", "--horizon", "2048"]
+    for kv in [
+        "d=400",
+        "s=10",
+        "epsilon=1",
+        "delta=0.01",
+        "eta=1e-4",
+        "b_max=3.436219",
+        "sigma_prior=0.1",
+    ]:
+        argv += ["--policy-param", kv]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    ep = next(e for e in data["episodes"] if e["fit_rows_nominal"] == 1024)
+    assert ep["reward_clip"] == pytest.approx(12.267271, rel=1e-6)
+    assert ep["steps"][0]["sensitivity"] == pytest.approx(1.658783e-5, rel=1e-6)
+    assert ep["steps"][0]["scale"] == pytest.approx(3.899447e-4, rel=1e-6)
+    assert data["formula"] == "certified-v1" and "seed" not in data["params"]

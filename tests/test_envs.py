@@ -1,0 +1,49 @@
+import math
+
+import numpy as np
+import pytest
+
+from streaming_dpbandit.envs.fliphat_paper import PAPER_BETA, FliphatPaperEnv, expected_max_normal
+
+
+def test_contexts_equal_cholesky_of_the_ar_covariance():
+    env = FliphatPaperEnv(d=60, K=2)
+    rng = np.random.default_rng(3)
+    X = env.contexts(rng, 5)
+    z = np.random.default_rng(3).standard_normal((10, 60))
+    S = 0.1 ** np.abs(np.subtract.outer(np.arange(60), np.arange(60)))
+    np.testing.assert_allclose(X.reshape(10, 60), z @ np.linalg.cholesky(S).T, atol=1e-12)
+
+
+def test_moments_of_contexts():
+    env = FliphatPaperEnv(d=20, K=3)
+    X = env.contexts(np.random.default_rng(0), 40_000).reshape(-1, 20)
+    C = np.cov(X.T)
+    se = 1 / math.sqrt(X.shape[0])
+    assert abs(C[0, 0] - 1) < 6 * se * math.sqrt(2) and abs(C[3, 4] - 0.1) < 6 * se
+    assert abs(C[3, 5] - 0.01) < 6 * se
+
+
+def test_paper_constants():
+    env = FliphatPaperEnv()
+    assert env.beta[:5].tolist() == list(PAPER_BETA) and np.count_nonzero(env.beta) == 5
+    assert env.b_max == pytest.approx(3.436219, abs=1e-6)
+    assert float(env.beta @ env.beta) == pytest.approx(2.371726, abs=1e-6)
+    assert env.signal_variance() == pytest.approx(2.766119, abs=1e-6)
+    assert env.random_regret_per_round() == pytest.approx(1.4075, abs=1e-4)
+    assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi))
+
+
+def test_larger_sparsity_is_deterministic_and_noise_laws():
+    a, b = FliphatPaperEnv(d=50, s_star=9), FliphatPaperEnv(d=50, s_star=9)
+    assert np.array_equal(a.beta, b.beta) and np.count_nonzero(a.beta) == 9
+    u = FliphatPaperEnv(noise="uniform").reward_noise(np.random.default_rng(0), 10_000)
+    assert np.abs(u).max() <= 0.1 and abs(u.std() - 0.1 / math.sqrt(3)) < 0.003
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(K=1), dict(s_star=0), dict(noise="cauchy"), dict(d="x"), dict(rho=1.0)]
+)
+def test_invalid(kw):
+    with pytest.raises(ValueError):
+        FliphatPaperEnv(**kw)
