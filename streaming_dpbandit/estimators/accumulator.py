@@ -38,15 +38,18 @@ _UNIT = 2.0 ** (2 * QBITS)  # products of two grid values are integers in units 
 _EXACT = 2.0 ** (52 - 2 * QBITS)  # partial sums below this stay exact in float64
 
 
-def quantize(a) -> np.ndarray:
-    """Round to the nearest multiple of 2⁻¹⁶ (a new array).
+def quantize(a, out: np.ndarray | None = None) -> np.ndarray:
+    """Round to the nearest multiple of 2⁻¹⁶ (into ``out``, which may be ``a`` itself).
+
+    Values must be below 2³⁴ in magnitude (callers clip far below that).
 
     >>> quantize([0.1, -1.0, 3.0]).tolist() == [6554 / 65536, -1.0, 3.0]
     True
     """
-    out = np.array(a, dtype=np.float64)
-    if out.size and np.abs(out).max() >= 2.0**34:
-        raise ValueError("values too large to quantise")
+    if out is None:
+        out = np.array(a, dtype=np.float64)
+    elif out is not a:
+        np.copyto(out, a)
     out += _MAGIC
     out -= _MAGIC
     return out
@@ -128,8 +131,20 @@ class EpisodeAccumulator:
     def digest(self) -> MultisetDigest:
         return self._state()._digest
 
-    def learn_many(self, X: np.ndarray, y: np.ndarray, ids=None) -> None:
-        """Add rows (already clipped). ``ids`` (optional) feed the consumed-id digest."""
+    def learn_many(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        ids=None,
+        owned: bool = False,
+        bounds: tuple[float, float] | None = None,
+    ) -> None:
+        """Add rows (already clipped). ``ids`` (optional) feed the consumed-id digest.
+
+        ``owned=True`` lets the accumulator round ``X`` and ``y`` in place (the caller hands
+        over float64 buffers it will not use again); ``bounds=(max|x|, max|y|)`` passes bounds the
+        caller already enforced, so the hot path does not scan the rows again.
+        """
         self._state()
         if self._sealed:
             raise RuntimeError("episode accumulator is sealed; its rows belong to a released fit")
@@ -139,10 +154,17 @@ class EpisodeAccumulator:
             raise ValueError(f"expected X of shape (n, {self.d}) and y of shape (n,)")
         if X.shape[0] == 0:
             return
-        X = quantize(X)
-        y = quantize(y)
-        xmax = float(np.abs(X).max())
-        self._h = self._h + _exact_matmul(X, y, xmax, float(np.abs(y).max())).astype(object)
+        if bounds is None:
+            xmax = float(max(-X.min(), X.max()))
+            ymax = float(max(-y.min(), y.max()))
+            if not (xmax < 2.0**34 and ymax < 2.0**34):  # also false for NaN
+                raise ValueError("values must be finite and clipped before accumulation")
+        else:
+            xmax, ymax = bounds
+        X = quantize(X, X if owned and X.flags.writeable else None)
+        y = quantize(y, y if owned and y.flags.writeable else None)
+        xmax, ymax = xmax + _GRID, ymax + _GRID  # rounding moves a value by at most 2⁻¹⁷
+        self._h = self._h + _exact_matmul(X, y, xmax, ymax).astype(object)
         if self._G is not None:
             self._G = self._G + _exact_matmul(X, X, xmax, xmax).astype(object)
         if self.form == "rows":

@@ -327,7 +327,8 @@ class FLIPHAT(Policy):
             return
         if rounds.max() > self._t or rounds.min() < 1:
             raise ValueError("learn() got a round that was never decided")
-        if not (np.isfinite(contexts).all() and np.isfinite(rewards).all()):
+        cmax, cmin = float(contexts.max()), float(contexts.min())  # NaN/inf propagate
+        if not (math.isfinite(cmax) and math.isfinite(cmin) and np.isfinite(rewards).all()):
             raise ValueError("contexts and rewards must be finite")
         episodes = self.schedule.episode_of(rounds)
         ids_arr = None if ids is None else np.asarray(ids)
@@ -339,18 +340,33 @@ class FLIPHAT(Policy):
             acc = self._acc.get(k)
             if acc is None:
                 acc = self._acc[k] = EpisodeAccumulator(self.d, self._accumulator_form(k))
-            Xk = self._standardise(contexts[sel])
+            whole = bool(sel.all())
+            Xk = contexts if whole else contexts[sel]  # boolean indexing copies
+            owned = not whole
+            hi, lo = (cmax, cmin) if whole else (float(Xk.max()), float(Xk.min()))
+            if self._mean is not None or self._scale is not None:
+                Xk, owned = self._standardise(Xk), True
+                hi, lo = float(Xk.max()), float(Xk.min())
             if self.clip_contexts:
                 # clip to a grid point ≤ x_max: the accumulator's rounding then keeps the bound
                 xb = grid_floor(self.x_bound)
-                clipped = np.clip(Xk, -xb, xb)
-                self._counters["clipped_context_coords"] += int(np.count_nonzero(clipped != Xk))
-                Xk = clipped
+                if hi > xb or lo < -xb:
+                    self._counters["clipped_context_coords"] += int(
+                        np.count_nonzero(np.abs(Xk) > xb)
+                    )
+                    Xk, owned = np.clip(Xk, -xb, xb, out=Xk if owned else None), True
+                    hi, lo = min(hi, xb), max(lo, -xb)
             R = grid_floor(self.reward_clip_for(self.schedule.length(k)))  # R of the row's fit
             yk = rewards[sel]
             yc = np.clip(yk, -R, R)
             self._counters["clipped_rewards"] += int(np.count_nonzero(yc != yk))
-            acc.learn_many(Xk, yc, None if ids_arr is None else ids_arr[sel])
+            acc.learn_many(
+                Xk,
+                yc,
+                None if ids_arr is None else ids_arr[sel],
+                owned=owned,
+                bounds=(max(hi, -lo), float(np.abs(yc).max())),
+            )
             self._counters["rows_learned"] += int(sel.sum())
 
     # -- the private release ---------------------------------------------------------------------

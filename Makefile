@@ -1,0 +1,38 @@
+# The README's two commands:
+#   make run   — set everything up and run the main job on its embedded default
+#   make test  — set everything up and run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test lint bench reproduce clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/dpbandit simulate --env fliphat-paper --policy fliphat,random,lasso-bandit \
+		--epsilon 1,5 --delta 0.01 --horizon 10000 --seeds 4 --plot regret.png --json regret.json
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	scripts/run-tests.sh $(BIN)/python
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check streaming_dpbandit bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_fliphat.py
+
+reproduce: $(STAMP)
+	$(BIN)/dpbandit reproduce fliphat --seeds 20 --plot fliphat-reproduction.png
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis regret.png regret.json
