@@ -211,3 +211,18 @@ def test_nan_never_reaches_the_accumulator():
     pol.decide(np.zeros((1, 2, 50)))
     with pytest.raises(ValueError, match="finite"):
         pol.learn(np.full((1, 50), np.nan), np.array([0.0]), np.array([1]))
+
+
+def test_state_survives_the_snapshot_codec_exactly():
+    from streaming_dpbandit.utils.serialization import dumps, loads
+
+    for form in ("h", "gram", "rows"):
+        pol = make(form=form, first_episode_len=40)
+        drive(pol, ENV, 100)
+        state = pol.state_dict()
+        back = loads(dumps(state))
+        restored = make(form=form, first_episode_len=40).load_state_dict(back)
+        assert dumps(restored.state_dict()) == dumps(state)
+        X = ENV.contexts(np.random.default_rng(1), 5)
+        a, b = pol.decide(X, event_ids=list("abcde")), restored.decide(X, event_ids=list("abcde"))
+        assert np.array_equal(a.arms, b.arms)
