@@ -151,6 +151,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=["fliphat"], help="which reproduction")
     _add_sim_options(p, reproduce=True)
 
+    p = sub.add_parser(
+        "serve",
+        help="run the streaming service (Kafka, or the embedded simulated stream by default)",
+        description="Run the streaming service. Without Kafka settings it runs the same loop "
+        "over an embedded simulated stream (or --file), serves /metrics, shows progress and "
+        "ends with a summary. Settings: --config YAML, DPBANDIT_* environment variables "
+        "(nested with __), then these flags.",
+    )
+    p.add_argument("--config", metavar="FILE.yaml", help="YAML settings file")
+    p.add_argument("--kafka", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.add_argument("--file", metavar="EVENTS.jsonl", help="replay a JSONL file of messages")
+    p.add_argument("--events", type=_positive_int, help="events of the embedded simulation")
+    p.add_argument("--state-dir", metavar="DIR", help="snapshots and ledger directory")
+    p.add_argument("--metrics-port", type=int, help="port of /metrics (0: any free port)")
+    p.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
+    p.add_argument("--mode", choices=["service", "simulation"], help="deployment mode")
+    p.add_argument("--log-json", action="store_true", help="JSON log lines")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--summary-json", metavar="FILE", help="write the end-of-run summary as JSON")
+
     p = sub.add_parser("budget", help="print a ledger's privacy spend and statement")
     p.add_argument("ledger", help="path of a ledger file")
     p.add_argument(
@@ -420,11 +440,103 @@ def _json_default(obj):
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = (
+            _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
+    return out
+
+
+def build_service_settings(args):
+    """Settings for ``serve``: YAML < environment < command-line flags, plus embedded defaults."""
+    import tempfile
+
+    from pydantic import ValidationError
+
+    from .config import ServiceSettings, format_validation_error, load_service_settings
+
+    base = load_service_settings(args.config)
+    over: dict = {}
+    if args.kafka:
+        over["kafka"] = {"bootstrap_servers": args.kafka}
+    if args.file:
+        if not Path(args.file).is_file():
+            raise ConfigError(f"--file: no such file {args.file}")
+        over["file"] = {"path": args.file}
+    if args.events:
+        over["simulation"] = {"events": args.events}
+    if args.state_dir:
+        over["snapshots"] = {"directory": args.state_dir}
+    if args.metrics_port is not None:
+        over["metrics"] = {"port": args.metrics_port}
+    if args.no_metrics:
+        over.setdefault("metrics", {})["enabled"] = False
+    if args.mode:
+        over["mode"] = args.mode
+    if args.log_json:
+        over["log_json"] = True
+    if args.no_progress:
+        over["progress"] = False
+    data = _deep_merge(base.model_dump(exclude_unset=False), over)
+    embedded = not data.get("kafka") and not data.get("file")
+    notes = []
+    if embedded and not data.get("bandits"):
+        from .envs import REGISTRY as ENVS
+
+        sim = data["simulation"]
+        env_cls = ENVS.get(sim["env"])
+        if env_cls is None:
+            raise ConfigError(f"simulation.env: unknown environment {sim['env']!r}")
+        try:
+            env = env_cls(**sim["env_params"])
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"simulation.env_params: {err}") from None
+        policy = {
+            "policy": "fliphat",
+            "d": env.d,
+            "s": 10,
+            "epsilon": 1.0,
+            "delta": 1e-6,
+            "b_max": round(getattr(env, "b_max", 1.0), 6),
+            "first_episode_len": 256,
+            "swap_delay": 250,
+        }
+        data["bandits"] = {sim["bandit_id"]: {"policy": policy, "feedback_window": 2.0}}
+        notes.append(
+            f"embedded default: bandit {sim['bandit_id']!r} runs FLIPHAT (certified, "
+            f"ε=1, δ=1e-6; b_max = the simulated environment's ‖β*‖₁)"
+        )
+    if embedded and not args.state_dir and "snapshots" not in (base.model_fields_set or set()):
+        data["snapshots"]["directory"] = tempfile.mkdtemp(prefix="dpbandit-state-")
+    try:
+        settings = ServiceSettings.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, "invalid configuration: ")) from None
+    return settings, notes
+
+
+def _cmd_serve(args) -> int:
+    from .logs import setup_logging
+    from .stream.runner import run_service
+
+    settings, notes = build_service_settings(args)
+    setup_logging(settings.log_level, settings.log_json)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    summary = run_service(settings)
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary, indent=1, default=_json_default))
+    return 0
+
+
 COMMANDS = {
     "simulate": _cmd_simulate,
     "reproduce": _cmd_reproduce,
     "budget": _cmd_budget,
     "explain": _cmd_explain,
+    "serve": _cmd_serve,
 }
 
 

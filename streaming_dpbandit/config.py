@@ -21,7 +21,9 @@ __all__ = [
     "LassoBanditConfig",
     "PolicyConfig",
     "RandomConfig",
+    "ServiceSettings",
     "format_validation_error",
+    "load_service_settings",
     "parse_kv",
     "policy_config",
     "validate_for_mode",
@@ -186,3 +188,189 @@ def validate_for_mode(cfg: _PolicyConfig, mode: str) -> None:
             raise ConfigError("iterations > 1 with eta < 1e-2 adds noise without progress; refused")
     if isinstance(cfg, FliphatConfig) and cfg.m_schedule == "log" and cfg.eta < 1e-2:
         raise ConfigError("m_schedule=log with eta < 1e-2 is refused outside mode=simulation")
+
+
+# -- the service ------------------------------------------------------------------------------
+from pathlib import Path  # noqa: E402
+
+from pydantic import SecretStr  # noqa: E402
+from pydantic_settings import (  # noqa: E402
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TopicsSettings(_Section):
+    contexts: str = "dpbandit.contexts"
+    feedback: str = "dpbandit.feedback"
+    decisions: str = "dpbandit.decisions"
+    dead_letter: str = "dpbandit.dead-letter"
+
+
+class KafkaSettings(_Section):
+    """Kafka transport (kafka-python). Absent: the embedded in-process transport is used."""
+
+    bootstrap_servers: str = Field(min_length=1)
+    group_id: str = "dpbandit"
+    client_id: str = "dpbandit"
+    topics: TopicsSettings = TopicsSettings()
+    create_topics: bool = True
+    partitions: int = Field(6, ge=1)
+    replication_factor: int = Field(1, ge=1)
+    max_poll_records: int = Field(2000, ge=1)
+    poll_timeout_ms: int = Field(50, ge=0)
+    linger_ms: int = Field(2, ge=0)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = None
+
+
+class SimulationSource(_Section):
+    """The embedded default input: a simulated stream from an ``envs/`` environment."""
+
+    env: str = "fliphat-paper"
+    env_params: dict = Field(default_factory=lambda: {"d": 100, "K": 3, "s_star": 5})
+    events: int = Field(20_000, ge=1)
+    bandit_id: str = "default"
+    seconds_between_events: float = Field(0.01, gt=0)
+    feedback_delay_mean: float = Field(0.2, ge=0)
+    feedback_probability: float = Field(1.0, ge=0, le=1)
+    seed: int = 0
+
+
+class FileSource(_Section):
+    """A JSONL file of ``{"topic": "contexts"|"feedback", "value": {...}}`` lines."""
+
+    path: Path
+
+
+class BanditSettings(_Section):
+    """One bandit: its policy and how its rewards are joined."""
+
+    policy: PolicyConfig
+    feedback_window: float = Field(60.0, gt=0, description="seconds of event time")
+    on_expiry: Literal["drop", "default"] = "drop"
+    default_reward: float = 0.0
+    reward_bounds: tuple[float, float] | None = None
+    max_pending: int = Field(200_000, ge=1)
+    retention: float | None = Field(None, gt=0, description="seconds; default 10× the window")
+    epsilon_budget: float | None = Field(None, gt=0)
+    arms: list[str] | None = Field(
+        None, description="arm catalogue for shared contexts (disjoint per-arm encoding)"
+    )
+    seed: int | None = Field(
+        None, description="seeds noise key and coins: reproducible tests only, never production"
+    )
+
+
+class SnapshotSettings(_Section):
+    directory: Path = Path("state")
+    interval_s: float = Field(30.0, gt=0)
+
+
+class MetricsSettings(_Section):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(9464, ge=0, le=65535)
+
+
+class ServiceSettings(BaseSettings):
+    """Configuration of ``dpbandit serve``.
+
+    Sources, highest priority first: command-line overrides, environment variables
+    (``DPBANDIT_...``, nested with ``__``, e.g. ``DPBANDIT_KAFKA__BOOTSTRAP_SERVERS``), the YAML
+    file given with ``--config``, defaults.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="DPBANDIT_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    mode: Literal["service", "simulation"] = "service"
+    kafka: KafkaSettings | None = None
+    simulation: SimulationSource = SimulationSource()
+    file: FileSource | None = None
+    bandits: dict[str, BanditSettings] = Field(default_factory=dict)
+    snapshots: SnapshotSettings = SnapshotSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    max_message_bytes: int = Field(1_000_000, ge=1024)
+    max_batch: int = Field(2048, ge=1)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_json: bool = False
+    progress: bool = True
+    idle_timeout_s: float = Field(
+        30.0, gt=0, description="force-expire joins of a blocked bandit after this long idle"
+    )
+
+    _yaml_file: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ):
+        yaml_file = _YAML_FILE.get("path")
+        sources = [init_settings, env_settings]
+        if yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+    @model_validator(mode="after")
+    def _check(self):
+        for name, b in self.bandits.items():
+            validate_for_mode(b.policy, self.mode)
+            if b.reward_bounds is not None and not b.reward_bounds[0] < b.reward_bounds[1]:
+                raise ValueError(
+                    f"bandit {name}: reward_bounds must be (low, high) with low < high"
+                )
+        topics = self.kafka.topics if self.kafka else None
+        if (
+            topics
+            and len({topics.contexts, topics.feedback, topics.decisions, topics.dead_letter}) < 4
+        ):
+            raise ValueError("the four topics must have different names")
+        return self
+
+
+_YAML_FILE: dict = {}
+
+
+def load_service_settings(path: str | None = None, **overrides) -> ServiceSettings:
+    """Build :class:`ServiceSettings` from an optional YAML file, the environment and overrides.
+
+    Raises :class:`ConfigError` with one line per problem.
+    """
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(f"no configuration file at {path}")
+    _YAML_FILE["path"] = path
+    try:
+        return ServiceSettings(**overrides)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, "invalid configuration: ")) from None
+    except ConfigError:
+        raise
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"invalid configuration: {err}") from None
+    except Exception as err:  # YAML syntax errors
+        import yaml
+
+        if isinstance(err, yaml.YAMLError):
+            mark = getattr(err, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"invalid YAML in {path}{where}: {problem}") from None
+        raise
+    finally:
+        _YAML_FILE.pop("path", None)

@@ -154,6 +154,15 @@ class Policy(ContextualPolicy, abc.ABC):
         """Compute the model update the schedule requires; return its ledger records."""
         return []
 
+    def refit_reads_through(self) -> int:
+        """Last round whose row the due refit reads.
+
+        A streaming caller makes sure every decision up to this round has its reward resolved
+        (joined or expired) before it calls :meth:`refit`; rows of later rounds wait for the
+        next refit. Default: every round decided so far.
+        """
+        return self.t
+
     @property
     def t(self) -> int:
         """Number of rounds decided so far."""

@@ -272,6 +272,11 @@ class FLIPHAT(Policy):
         self._state()
         return self._model_needed_for(self._t + 1) > self._model_episode
 
+    def refit_reads_through(self) -> int:
+        """The next fit reads the closed episode's rows: rounds up to its last round."""
+        self._state()
+        return self.schedule.end(self._model_episode)
+
     def max_decide_batch(self) -> int:
         self._state()
         if self.refit_due():

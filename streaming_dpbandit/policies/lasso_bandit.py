@@ -99,6 +99,10 @@ class LassoBandit(Policy):
         self._state()
         return self._t >= self._next_refit
 
+    def refit_reads_through(self) -> int:
+        self._state()
+        return min(self._t, self._next_refit)
+
     def max_decide_batch(self) -> int:
         self._state()
         if self._t >= self._next_refit:

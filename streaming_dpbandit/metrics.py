@@ -1,0 +1,169 @@
+"""Prometheus metrics of the service (DESIGN §6), prefix ``dpbandit_``.
+
+Counters end in ``_total``. Privacy-spend gauges are computed from the persisted ledger, so
+they survive restarts. Labels never carry user or event identifiers. The metrics are documented
+in ``docs/metrics.md`` (name, type, labels, meaning).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ServiceMetrics"]
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class ServiceMetrics:
+    """All collectors of one service instance, on their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter(
+            "dpbandit_events_total", "Context events by outcome", ["bandit", "outcome"], registry=r
+        )
+        self.feedback = Counter(
+            "dpbandit_feedback_total",
+            "Feedback messages by outcome",
+            ["bandit", "outcome"],
+            registry=r,
+        )
+        self.decision_latency = Histogram(
+            "dpbandit_decision_latency_seconds",
+            "Time from receiving a context event to handing its decision to the producer",
+            ["bandit"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.refit_duration = Histogram(
+            "dpbandit_refit_duration_seconds",
+            "Duration of model updates (private releases)",
+            ["bandit"],
+            registry=r,
+        )
+        self.episode = Gauge(
+            "dpbandit_episode", "Current model version (episode) per bandit", ["bandit"], registry=r
+        )
+        self.rounds = Gauge("dpbandit_rounds", "Rounds decided per bandit", ["bandit"], registry=r)
+        self.episode_progress = Gauge(
+            "dpbandit_episode_progress_ratio",
+            "Fraction of the rounds until the next model update that have been decided",
+            ["bandit"],
+            registry=r,
+        )
+        self.reward_sum = Gauge(
+            "dpbandit_reward_sum",
+            "Cumulative sum of the rewards joined to decisions (persisted)",
+            ["bandit"],
+            registry=r,
+        )
+        self.reward_window = Gauge(
+            "dpbandit_reward_window_mean",
+            "Mean reward over the last 1000 joined rewards",
+            ["bandit"],
+            registry=r,
+        )
+        self.regret_proxy = Gauge(
+            "dpbandit_regret_proxy_window_mean",
+            "Mean over the last 1000 joined rewards of (best predicted score − observed "
+            "reward) under the frozen private model (a proxy, see docs/metrics.md)",
+            ["bandit"],
+            registry=r,
+        )
+        self.pending = Gauge(
+            "dpbandit_pending_joins", "Decisions waiting for feedback", ["bandit"], registry=r
+        )
+        self.early = Gauge(
+            "dpbandit_early_feedback",
+            "Feedback held for decisions not yet made",
+            ["bandit"],
+            registry=r,
+        )
+        self.blocked = Gauge(
+            "dpbandit_blocked",
+            "1 while a bandit waits for feedback before its next release",
+            ["bandit"],
+            registry=r,
+        )
+        self.forced_expiries = Counter(
+            "dpbandit_forced_expiries_total",
+            "Pending joins expired by the idle timeout instead of the feedback watermark",
+            ["bandit"],
+            registry=r,
+        )
+        self.clipped = Counter(
+            "dpbandit_clipped_inputs_total",
+            "Inputs changed by clipping before a private computation",
+            ["bandit", "kind"],
+            registry=r,
+        )
+        self.releases = Counter(
+            "dpbandit_releases_total",
+            "Private releases made by this process",
+            ["bandit", "mechanism"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "dpbandit_dead_letters_total",
+            "Messages sent to the dead-letter topic",
+            ["topic", "reason"],
+            registry=r,
+        )
+        self.ledger_releases = Gauge(
+            "dpbandit_ledger_releases",
+            "Releases recorded in the persisted ledger",
+            ["bandit"],
+            registry=r,
+        )
+        self.eps_spent = Gauge(
+            "dpbandit_privacy_epsilon_spent",
+            "ε spent per bandit, from the persisted ledger",
+            ["bandit", "calibration", "accountant"],
+            registry=r,
+        )
+        self.delta_spent = Gauge(
+            "dpbandit_privacy_delta_spent",
+            "δ spent per bandit (basic composition of the ledger)",
+            ["bandit", "calibration"],
+            registry=r,
+        )
+        self.rho_spent = Gauge(
+            "dpbandit_privacy_rho_spent",
+            "zCDP ρ spent per bandit, where it applies",
+            ["bandit"],
+            registry=r,
+        )
+        self.eps_budget = Gauge(
+            "dpbandit_privacy_epsilon_budget",
+            "Configured ε budget per bandit",
+            ["bandit"],
+            registry=r,
+        )
+        self.calibration = Gauge(
+            "dpbandit_calibration_info",
+            "1 for the bandit's calibration; dp_valid=false marks the paper calibration",
+            ["bandit", "policy", "calibration", "dp_valid"],
+            registry=r,
+        )
+        self.checkpoint_age = Gauge(
+            "dpbandit_checkpoint_age_seconds", "Seconds since the last snapshot", registry=r
+        )
+        self.checkpoints = Counter(
+            "dpbandit_checkpoints_total", "Snapshots written", ["reason"], registry=r
+        )
+        self.checkpoint_bytes = Gauge(
+            "dpbandit_checkpoint_bytes", "Size of the last snapshot", registry=r
+        )
+        self.lag = Gauge(
+            "dpbandit_consumer_lag",
+            "Records not yet consumed per input partition",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.simulated_regret = Gauge(
+            "dpbandit_simulated_pseudo_regret",
+            "True cumulative pseudo-regret (embedded simulation source only)",
+            ["bandit"],
+            registry=r,
+        )

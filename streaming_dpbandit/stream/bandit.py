@@ -1,0 +1,361 @@
+"""One bandit inside the service: its policy, its reward join and its counters."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+
+import numpy as np
+
+from ..config import BanditSettings
+from ..policies.base import Policy
+from ..privacy.ledger import ReleaseRecord
+from .join import EarlyFeedback, JoinStore, Resolution
+from .schemas import ContextEvent, Decision, Feedback
+
+__all__ = ["BadInput", "BanditRuntime"]
+
+WINDOW = 1000
+
+
+class BadInput(ValueError):
+    """A message that goes to the dead-letter topic, with a machine-readable reason."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclasses.dataclass
+class Pending:
+    """A validated context event waiting in a partition queue for its decision."""
+
+    event: ContextEvent
+    X: np.ndarray  # (K, d)
+    arm_ids: list[str]
+    received: float  # perf_counter when polled
+
+
+class BanditRuntime:
+    """Policy + join + counters of one bandit.
+
+    Parameters
+    ----------
+    bandit_id
+        The bandit's name (Kafka key).
+    settings
+        Its configuration.
+    policy
+        A freshly built policy (its state is loaded from a snapshot when there is one).
+    metrics
+        The service's :class:`~streaming_dpbandit.metrics.ServiceMetrics` (or None).
+    """
+
+    def __init__(self, bandit_id: str, settings: BanditSettings, policy: Policy, metrics=None):
+        self.bandit_id = bandit_id
+        self.settings = settings
+        self.policy = policy
+        self.metrics = metrics
+        d = int(policy.d)
+        self.d = d
+        retention = settings.retention or 10 * settings.feedback_window
+        self.join = JoinStore(d, settings.feedback_window, settings.max_pending, retention)
+        self.unledgered: list[ReleaseRecord] = []
+        self._learn_X: list[np.ndarray] = []
+        self._learn_y: list[float] = []
+        self._learn_r: list[int] = []
+        self.stats = collections.Counter()
+        self.window = collections.deque(maxlen=WINDOW)
+        self.best_window = float("-inf")
+        self.reward_sum = 0.0
+        self._clipped_seen = {}
+        self.last_feedback_wall = time.monotonic()
+        self.last_refit_round = 0
+        self.catalogue = (
+            None if settings.arms is None else {a: i for i, a in enumerate(settings.arms)}
+        )
+
+    # -- contexts ---------------------------------------------------------------------------
+    def encode(self, ev: ContextEvent) -> tuple[np.ndarray, list[str]]:
+        """Per-arm feature matrix (K, d) of a validated event, or :class:`BadInput`."""
+        ids = ev.candidate_ids()
+        if ev.arms is not None:
+            width = len(ev.arms[0].features)
+            if width != self.d:
+                raise BadInput(
+                    "wrong_dimension", f"arms have {width} features, bandit expects {self.d}"
+                )
+            if self.catalogue is not None:
+                unknown = [a for a in ids if a not in self.catalogue]
+                if unknown:
+                    raise BadInput("unknown_arm", f"arm {unknown[0]!r} is not in the catalogue")
+            X = np.array([a.features for a in ev.arms], dtype=np.float64)
+            return X, ids
+        if self.catalogue is None:
+            raise BadInput(
+                "shared_context_unsupported", "this bandit has no arm catalogue for shared contexts"
+            )
+        k_all = len(self.catalogue)
+        width = len(ev.shared)
+        if width * k_all != self.d:
+            raise BadInput(
+                "wrong_dimension",
+                f"shared context has {width} features; bandit expects {self.d // k_all}",
+            )
+        X = np.zeros((len(ids), self.d))
+        for row, a in enumerate(ids):
+            k = self.catalogue.get(a)
+            if k is None:
+                raise BadInput("unknown_arm", f"arm {a!r} is not in the catalogue")
+            X[row, k * width : (k + 1) * width] = ev.shared
+        return X, ids
+
+    def check_new(self, ev: ContextEvent) -> None:
+        if self.join.status(ev.event_id) is not None:
+            raise BadInput("duplicate_event", f"event {ev.event_id!r} was already decided")
+
+    def decide(self, batch: list[Pending]) -> list[Decision]:
+        """Decide a batch (same bandit, no model update inside) with the frozen model."""
+        B = len(batch)
+        K = max(p.X.shape[0] for p in batch)
+        X = np.zeros((B, K, self.d))
+        mask = np.zeros((B, K), dtype=bool)
+        for i, p in enumerate(batch):
+            k = p.X.shape[0]
+            X[i, :k] = p.X
+            mask[i, :k] = True
+        ids = [p.event.event_id for p in batch]
+        dec = self.policy.decide(X, event_ids=ids, mask=None if mask.all() else mask)
+        now = time.time()
+        out = []
+        calibration = getattr(self.policy, "calibration", "non-private")
+        for i, p in enumerate(batch):
+            a = int(dec.arms[i])
+            for early in self.join.add(
+                p.event.event_id, int(dec.rounds[i]), p.event.event_time, p.X[a]
+            ):
+                self._resolved(early, forced=False)
+            out.append(
+                Decision(
+                    event_id=p.event.event_id,
+                    bandit_id=self.bandit_id,
+                    arm_id=p.arm_ids[a],
+                    arm_index=a,
+                    propensity=float(dec.propensities[i]),
+                    model_version=int(dec.model_version),
+                    episode=int(dec.episodes[i]),
+                    round=int(dec.rounds[i]),
+                    calibration=calibration,
+                    policy=self.policy.name,
+                    decided_at=now,
+                )
+            )
+        self.stats["decided"] += B
+        return out
+
+    def after_decisions(self, batch: list[Pending], dead) -> None:
+        """Join early feedback of the just-decided events; advance the contexts watermark."""
+        js = self.join
+        for p in batch:
+            eid = p.event.event_id
+            closes = p.event.event_time + js.window
+            for fb in js.take_early(eid):
+                status = js.status(eid)
+                if status == "pending" and fb.watermark > closes:
+                    # in feedback order the window had closed before this feedback
+                    self._resolved(js._resolve(eid, "expired", None), forced=False)
+                    status = "expired"
+                if status == "pending":
+                    self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
+                elif status == "joined":
+                    self.stats["fb_duplicate"] += 1
+                    dead(fb.source, "duplicate_feedback", f"event {eid!r} already has its reward")
+                else:
+                    self.stats["fb_after_expiry"] += 1
+                    dead(
+                        fb.source,
+                        "feedback_after_expiry",
+                        f"event {eid!r} expired before its reward",
+                    )
+            if js.status(eid) == "pending" and js.feedback_watermark > closes:
+                self._resolved(js._resolve(eid, "expired", None), forced=False)
+        t = max(p.event.event_time for p in batch)
+        for orphan in self.join.advance_context_watermark(t):
+            self.stats["fb_orphan"] += 1
+            dead(
+                orphan.source,
+                "unknown_event",
+                f"no decision for event {orphan.event_id!r} (its context never arrived)",
+            )
+
+    # -- feedback ---------------------------------------------------------------------------
+    def on_feedback(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
+        self.last_feedback_wall = time.monotonic()
+        bounds = self.settings.reward_bounds
+        if bounds is not None and not bounds[0] <= fb.reward <= bounds[1]:
+            self.stats["fb_out_of_range"] += 1
+            dead(source, "reward_out_of_range", f"reward outside {list(bounds)}")
+            return
+        status = self.join.status(fb.event_id)
+        if status == "pending":
+            self._feedback_on_pending(fb.event_id, fb.reward, fb.event_time, source, dead)
+        elif status == "joined":
+            self.stats["fb_duplicate"] += 1
+            dead(source, "duplicate_feedback", f"event {fb.event_id!r} already has its reward")
+        elif status == "expired":
+            self.stats["fb_after_expiry"] += 1
+            dead(
+                source, "feedback_after_expiry", f"event {fb.event_id!r} expired before its reward"
+            )
+        elif fb.event_time <= self.join.context_watermark:
+            self.stats["fb_unknown"] += 1
+            dead(source, "unknown_event", f"no decision for event {fb.event_id!r}")
+        else:
+            self.stats["fb_early"] += 1
+            self.join.hold_early(
+                EarlyFeedback(
+                    fb.event_id, fb.reward, fb.event_time, source, self.join.feedback_watermark
+                )
+            )
+        self.advance_watermark(fb.event_time)
+
+    def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:
+        check = self.join.window_check(event_id, event_time)
+        if check == "before_decision":
+            self.stats["fb_before_decision"] += 1
+            dead(
+                source,
+                "feedback_before_decision",
+                f"feedback time precedes the decision of {event_id!r}",
+            )
+        elif check == "after_expiry":
+            self.stats["fb_after_expiry"] += 1
+            dead(
+                source, "feedback_after_expiry", f"feedback for {event_id!r} is outside the window"
+            )
+        else:
+            self._resolved(self.join.match(event_id, reward, event_time), forced=False)
+
+    def advance_watermark(self, t: float) -> None:
+        for res in self.join.advance_feedback_watermark(t):
+            self._resolved(res, forced=False)
+
+    def force_expire(self) -> int:
+        """Idle timeout: expire every pending decision the next release waits for."""
+        n = 0
+        through = self.policy.refit_reads_through()
+        for eid in [e for e, p in self.join.pending.items() if p.round <= through]:
+            self._resolved(self.join._resolve(eid, "expired", None), forced=True)
+            n += 1
+        return n
+
+    def end_of_stream(self) -> None:
+        for res in self.join.expire_all():
+            self._resolved(res, forced=False)
+
+    def _resolved(self, res: Resolution, forced: bool) -> None:
+        if res.outcome == "joined":
+            self.stats["joined"] += 1
+            reward = float(res.reward)
+            self.window.append(reward)
+            self.reward_sum += reward
+        else:
+            self.stats["expired_forced" if forced else "expired"] += 1
+            if self.settings.on_expiry == "drop":
+                return
+            reward = float(self.settings.default_reward)
+        self._learn_X.append(res.context)
+        self._learn_y.append(reward)
+        self._learn_r.append(res.round)
+
+    def flush_learning(self) -> None:
+        if not self._learn_r:
+            return
+        self.policy.learn(
+            np.vstack(self._learn_X),
+            np.asarray(self._learn_y),
+            np.asarray(self._learn_r, dtype=np.int64),
+        )
+        self._learn_X, self._learn_y, self._learn_r = [], [], []
+
+    # -- releases ---------------------------------------------------------------------------
+    def refit_ready(self) -> bool:
+        """Every decision the due refit reads has its reward resolved."""
+        oldest = self.join.oldest_pending_round()
+        return oldest is None or oldest > self.policy.refit_reads_through()
+
+    def refit(self) -> list[ReleaseRecord]:
+        self.flush_learning()
+        t0 = time.perf_counter()
+        records = self.policy.refit()
+        self.last_refit_round = self.policy.t
+        if self.metrics is not None:
+            self.metrics.refit_duration.labels(self.bandit_id).observe(time.perf_counter() - t0)
+            for r in records:
+                self.metrics.releases.labels(self.bandit_id, r.mechanism).inc()
+        self.unledgered.extend(records)
+        return records
+
+    # -- metrics ----------------------------------------------------------------------------
+    def export_metrics(self) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        b = self.bandit_id
+        m.episode.labels(b).set(self.policy.model_version)
+        m.rounds.labels(b).set(self.policy.t)
+        horizon = self.policy.max_decide_batch()
+        if horizon < (1 << 40):
+            done = self.policy.t - self.last_refit_round
+            m.episode_progress.labels(b).set(done / max(1, done + horizon))
+        m.pending.labels(b).set(len(self.join.pending))
+        m.reward_sum.labels(b).set(self.reward_sum)
+        m.early.labels(b).set(self.join.early_count)
+        if self.window:
+            mean = sum(self.window) / len(self.window)
+            m.reward_window.labels(b).set(mean)
+            if len(self.window) == WINDOW:
+                self.best_window = max(self.best_window, mean)
+                m.regret_proxy.labels(b).set(self.best_window - mean)
+        counters = getattr(self.policy, "counters", None) or {}
+        for key, kind in (
+            ("clipped_context_coords", "context_coordinate"),
+            ("clipped_rewards", "reward"),
+        ):
+            v = int(counters.get(key, 0))
+            seen = self._clipped_seen.get(kind, 0)
+            if v > seen:
+                m.clipped.labels(b, kind).inc(v - seen)
+            self._clipped_seen[kind] = v
+
+    # -- persistence ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        self.flush_learning()
+        return {
+            "policy": self.policy.state_dict(),
+            "join": self.join.state_dict(),
+            "unledgered": [r.to_dict() for r in self.unledgered],
+            "stats": dict(self.stats),
+            "window": list(self.window),
+            "best_window": self.best_window,
+            "reward_sum": self.reward_sum,
+            "last_refit_round": self.last_refit_round,
+        }
+
+    def load_state_dict(self, state: dict) -> BanditRuntime:
+        self.policy.load_state_dict(state["policy"])
+        self.join.load_state_dict(state["join"])
+        self.unledgered = [ReleaseRecord.from_dict(r) for r in state["unledgered"]]
+        self.stats = collections.Counter(state["stats"])
+        self.window.extend(state["window"])
+        self.best_window = float(state["best_window"])
+        self.reward_sum = float(state["reward_sum"])
+        self.last_refit_round = int(state["last_refit_round"])
+        counters = getattr(self.policy, "counters", None) or {}
+        self._clipped_seen = {
+            "context_coordinate": int(counters.get("clipped_context_coords", 0)),
+            "reward": int(counters.get("clipped_rewards", 0)),
+        }
+        return self

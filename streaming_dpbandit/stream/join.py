@@ -1,0 +1,265 @@
+"""The reward join: decisions waiting for feedback, matched by event id under event-time rules.
+
+Deterministic by construction (docs/service.md, "Why the join is deterministic"): whether a
+reward is used depends only on the decision itself and on the order of the *feedback* partition,
+never on how the contexts and feedback topics happen to interleave. That is what makes a run
+with crashes end in exactly the state of a run without them.
+
+* A decision made at event time τ accepts the first feedback with τ ≤ time ≤ τ + window.
+* It expires (default reward or drop) once the feedback watermark — the largest feedback
+  event time seen for the bandit, heartbeats included — passes τ + window.
+* Feedback for an event that has not been decided yet is held (``early``) together with the
+  feedback watermark before it. When the context arrives, the held feedback is judged as if the
+  decision had been made first: if the watermark had already passed the decision's window, the
+  decision had expired by then. Held feedback is declared an orphan once the contexts watermark
+  passes its event time (a context always precedes its feedback).
+* Resolved event ids are remembered for ``retention`` seconds of event time to recognise
+  duplicate contexts and duplicate feedback.
+
+Memory is bounded: the pending store holds at most ``capacity`` decisions (the oldest is
+expired early beyond that), chosen contexts live in one preallocated array, and the early and
+resolved memories are pruned by event time.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+
+import numpy as np
+
+__all__ = ["EarlyFeedback", "JoinStore", "Pending", "Resolution"]
+
+
+@dataclasses.dataclass
+class Pending:
+    """A decision waiting for its reward."""
+
+    event_id: str
+    round: int
+    event_time: float
+    slot: int
+
+
+@dataclasses.dataclass
+class EarlyFeedback:
+    """Feedback read before its decision; ``watermark`` is the feedback watermark *before* it.
+
+    The watermark decides later whether the decision's window had already closed at this
+    feedback's position in the partition, exactly as if the decision had been made first.
+    """
+
+    event_id: str
+    reward: float
+    event_time: float
+    source: tuple[str, int, int]  # topic, partition, offset (for dead letters)
+    watermark: float = float("-inf")
+
+
+@dataclasses.dataclass
+class Resolution:
+    """What happened to a decision: ``joined`` or ``expired``, with the reward used (if any)."""
+
+    event_id: str
+    round: int
+    outcome: str
+    reward: float | None
+    context: np.ndarray | None
+
+
+class JoinStore:
+    """Pending decisions, early feedback and recently resolved ids of one bandit.
+
+    Parameters
+    ----------
+    d
+        Width of the stored chosen context (the policy's d).
+    window
+        Feedback window in seconds of event time.
+    capacity
+        Maximum number of pending decisions.
+    retention
+        Seconds of event time for which resolved ids are remembered.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> js = JoinStore(d=2, window=10.0, capacity=4, retention=60.0)
+    >>> js.add("e1", round=1, event_time=100.0, context=np.array([1.0, 2.0]))
+    []
+    >>> js.match("e1", 0.5, 105.0).outcome
+    'joined'
+    >>> js.status("e1")
+    'joined'
+    >>> js.add("e2", round=2, event_time=101.0, context=np.zeros(2))
+    []
+    >>> [r.outcome for r in js.advance_feedback_watermark(112.0)]
+    ['expired']
+
+    """
+
+    def __init__(self, d: int, window: float, capacity: int, retention: float):
+        self.d = d
+        self.window = window
+        self.capacity = capacity
+        self.retention = retention
+        self.pending: collections.OrderedDict[str, Pending] = collections.OrderedDict()
+        self._contexts = np.zeros((min(capacity, 1024), d))
+        self._free: list[int] = list(range(self._contexts.shape[0] - 1, -1, -1))
+        self._by_time: list[tuple[float, int, str]] = []  # heap of (event time, seq, id), lazy
+        self._seq = 0
+        self.early: dict[str, list[EarlyFeedback]] = {}
+        self.resolved: collections.OrderedDict[str, tuple[str, float]] = collections.OrderedDict()
+        self.feedback_watermark = float("-inf")
+        self.context_watermark = float("-inf")
+
+    # -- decisions --------------------------------------------------------------------------
+    def _slot(self) -> int:
+        if not self._free:
+            n = self._contexts.shape[0]
+            grow = min(n * 2, self.capacity) - n
+            if grow <= 0:
+                raise RuntimeError("pending store is full")
+            self._contexts = np.vstack([self._contexts, np.zeros((grow, self.d))])
+            self._free = list(range(n + grow - 1, n - 1, -1))
+        return self._free.pop()
+
+    def add(
+        self, event_id: str, round: int, event_time: float, context: np.ndarray
+    ) -> list[Resolution]:
+        """Register a decision; returns decisions expired early to stay within capacity."""
+        evicted = []
+        while len(self.pending) >= self.capacity:
+            evicted.append(self._resolve(next(iter(self.pending)), "expired", None))
+        slot = self._slot()
+        self._contexts[slot] = context
+        self.pending[event_id] = Pending(event_id, round, event_time, slot)
+        heapq.heappush(self._by_time, (event_time, self._seq, event_id))
+        self._seq += 1
+        return evicted
+
+    def status(self, event_id: str) -> str | None:
+        """``pending``, ``joined``, ``expired`` or None (unknown or forgotten)."""
+        if event_id in self.pending:
+            return "pending"
+        r = self.resolved.get(event_id)
+        return None if r is None else r[0]
+
+    def _resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
+        p = self.pending.pop(event_id)
+        ctx = self._contexts[p.slot].copy()
+        self._contexts[p.slot] = 0.0
+        self._free.append(p.slot)
+        self.resolved[event_id] = (outcome, p.event_time)
+        return Resolution(event_id, p.round, outcome, reward, ctx)
+
+    # -- feedback ---------------------------------------------------------------------------
+    def match(self, event_id: str, reward: float, event_time: float) -> Resolution:
+        """Join a reward to a pending decision (caller checked the window)."""
+        return self._resolve(event_id, "joined", reward)
+
+    def window_check(self, event_id: str, event_time: float) -> str:
+        """``ok``, ``before_decision`` or ``after_expiry`` for feedback of a pending decision."""
+        p = self.pending[event_id]
+        if event_time < p.event_time:
+            return "before_decision"
+        if event_time > p.event_time + self.window:
+            return "after_expiry"
+        return "ok"
+
+    def hold_early(self, fb: EarlyFeedback) -> None:
+        self.early.setdefault(fb.event_id, []).append(fb)
+
+    def take_early(self, event_id: str) -> list[EarlyFeedback]:
+        return self.early.pop(event_id, [])
+
+    @property
+    def early_count(self) -> int:
+        return sum(len(v) for v in self.early.values())
+
+    def advance_context_watermark(self, t: float) -> list[EarlyFeedback]:
+        """Contexts seen up to event time t: early feedback older than t is orphaned."""
+        if t <= self.context_watermark:
+            return []
+        self.context_watermark = t
+        orphans = []
+        for eid in [e for e, fbs in self.early.items() if all(f.event_time <= t for f in fbs)]:
+            orphans.extend(self.early.pop(eid))
+        return orphans
+
+    def advance_feedback_watermark(self, t: float) -> list[Resolution]:
+        """Feedback seen up to event time t: pending decisions older than t − window expire."""
+        if t <= self.feedback_watermark:
+            return []
+        self.feedback_watermark = t
+        out = []
+        cutoff = t - self.window
+        heap = self._by_time
+        while heap and heap[0][0] < cutoff:
+            _, _, eid = heapq.heappop(heap)
+            if eid in self.pending:  # else: already resolved (lazy deletion)
+                out.append(self._resolve(eid, "expired", None))
+        if len(heap) > 2 * len(self.pending) + 64:  # drop stale heap entries
+            self._by_time = [x for x in heap if x[2] in self.pending]
+            heapq.heapify(self._by_time)
+        self._prune(t)
+        return out
+
+    def expire_all(self) -> list[Resolution]:
+        """End of stream: every pending decision expires."""
+        return [self._resolve(eid, "expired", None) for eid in list(self.pending)]
+
+    def oldest_pending_round(self) -> int | None:
+        if not self.pending:
+            return None
+        return min(p.round for p in self.pending.values())
+
+    def _prune(self, t: float) -> None:
+        horizon = t - self.retention
+        while self.resolved:
+            _eid, (_, et) = next(iter(self.resolved.items()))
+            if et >= horizon:
+                break
+            self.resolved.popitem(last=False)
+
+    # -- persistence ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        ids = list(self.pending)
+        return {
+            "pending_ids": ids,
+            "pending_rounds": np.array([self.pending[e].round for e in ids], dtype=np.int64),
+            "pending_times": np.array([self.pending[e].event_time for e in ids], dtype=np.float64),
+            "pending_contexts": np.array(
+                [self._contexts[self.pending[e].slot] for e in ids]
+            ).reshape(len(ids), self.d),
+            "early": [
+                [f.event_id, f.reward, f.event_time, list(f.source), f.watermark]
+                for fbs in self.early.values()
+                for f in fbs
+            ],
+            "resolved_ids": list(self.resolved.keys()),
+            "resolved_outcomes": [v[0] for v in self.resolved.values()],
+            "resolved_times": np.array([v[1] for v in self.resolved.values()], dtype=np.float64),
+            "feedback_watermark": self.feedback_watermark,
+            "context_watermark": self.context_watermark,
+        }
+
+    def load_state_dict(self, state: dict) -> JoinStore:
+        self.__init__(self.d, self.window, self.capacity, self.retention)
+        for eid, r, t, ctx in zip(
+            state["pending_ids"],
+            state["pending_rounds"],
+            state["pending_times"],
+            state["pending_contexts"],
+        ):
+            self.add(eid, int(r), float(t), np.asarray(ctx))
+        for eid, reward, t, src, wm in state["early"]:
+            self.hold_early(EarlyFeedback(eid, float(reward), float(t), tuple(src), float(wm)))
+        for eid, out, t in zip(
+            state["resolved_ids"], state["resolved_outcomes"], state["resolved_times"]
+        ):
+            self.resolved[eid] = (out, float(t))
+        self.feedback_watermark = float(state["feedback_watermark"])
+        self.context_watermark = float(state["context_watermark"])
+        return self

@@ -1,0 +1,186 @@
+"""The Kafka transport (kafka-python): a consumer group over the input topics and an
+idempotent producer for the output topics.
+
+Offsets live in the service's snapshots, not in Kafka: when partitions are assigned, the
+consumer seeks to the snapshot's next offset (or the beginning of a partition it has never
+seen). Offsets are also committed to Kafka after every snapshot, for monitoring tools only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..config import KafkaSettings
+from .transport import TP, Record, Transport
+
+__all__ = ["KafkaTransport", "ensure_topics"]
+
+log = logging.getLogger("streaming_dpbandit.kafka")
+
+
+def _common(settings: KafkaSettings) -> dict:
+    out = {
+        "bootstrap_servers": settings.bootstrap_servers.split(","),
+        "client_id": settings.client_id,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.sasl_mechanism:
+        out["sasl_mechanism"] = settings.sasl_mechanism
+        out["sasl_plain_username"] = settings.sasl_username
+        out["sasl_plain_password"] = (
+            settings.sasl_password.get_secret_value() if settings.sasl_password else None
+        )
+    if settings.ssl_cafile:
+        out["ssl_cafile"] = settings.ssl_cafile
+    return out
+
+
+def ensure_topics(settings: KafkaSettings) -> list[str]:
+    """Create the four topics if they do not exist; returns the names created."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    t = settings.topics
+    names = [t.contexts, t.feedback, t.decisions, t.dead_letter]
+    admin = KafkaAdminClient(**_common(settings))
+    try:
+        existing = set(admin.list_topics())
+        missing = [n for n in names if n not in existing]
+        if missing:
+            try:
+                admin.create_topics(
+                    [NewTopic(n, settings.partitions, settings.replication_factor) for n in missing]
+                )
+            except TopicAlreadyExistsError:
+                pass
+        return missing
+    finally:
+        admin.close()
+
+
+class KafkaTransport(Transport):
+    """kafka-python consumer (group, manual offsets) and idempotent producer (acks=all).
+
+    Parameters
+    ----------
+    settings
+        The ``kafka`` section of the service settings.
+    """
+
+    def __init__(self, settings: KafkaSettings):
+        self.settings = settings
+
+    def open(self, start_offsets: dict[TP, int]) -> None:
+        from kafka import KafkaConsumer, KafkaProducer
+        from kafka.consumer.subscription_state import ConsumerRebalanceListener
+
+        s = self.settings
+        if s.create_topics:
+            created = ensure_topics(s)
+            if created:
+                log.info("created topics %s", ", ".join(created))
+        self.start_offsets = dict(start_offsets)
+        self.producer = KafkaProducer(
+            **_common(s),
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=s.linger_ms,
+            max_request_size=4 * 1024 * 1024,
+        )
+        self.consumer = KafkaConsumer(
+            **_common(s),
+            group_id=s.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=s.max_poll_records,
+            fetch_max_bytes=64 * 1024 * 1024,
+        )
+        transport = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                log.info("partitions revoked: %s", sorted((p.topic, p.partition) for p in revoked))
+
+            def on_partitions_assigned(self, assigned):
+                for p in assigned:
+                    off = transport.start_offsets.get((p.topic, p.partition))
+                    if off is None:
+                        transport.consumer.seek_to_beginning(p)
+                    else:
+                        transport.consumer.seek(p, off)
+                log.info(
+                    "partitions assigned: %s", sorted((p.topic, p.partition) for p in assigned)
+                )
+
+        self.consumer.subscribe([s.topics.contexts, s.topics.feedback], listener=Listener())
+        self._tps = {}
+
+    def _tp(self, tp: TP):
+        from kafka import TopicPartition
+
+        obj = self._tps.get(tp)
+        if obj is None:
+            obj = self._tps[tp] = TopicPartition(*tp)
+        return obj
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        out = []
+        for tp, msgs in batches.items():
+            for m in msgs:
+                out.append(Record(tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp))
+        return out
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self.producer.send(topic, key=key, value=value)
+
+    def flush(self) -> None:
+        self.producer.flush()
+
+    def pause(self, tp: TP) -> None:
+        self.consumer.pause(self._tp(tp))
+
+    def resume(self, tp: TP) -> None:
+        self.consumer.resume(self._tp(tp))
+
+    def assigned(self) -> set[TP]:
+        return {(p.topic, p.partition) for p in self.consumer.assignment()}
+
+    def lag(self) -> dict[TP, int]:
+        parts = list(self.consumer.assignment())
+        if not parts:
+            return {}
+        try:
+            ends = self.consumer.end_offsets(parts)
+        except Exception:
+            return {}
+        out = {}
+        for p in parts:
+            try:
+                out[(p.topic, p.partition)] = max(0, ends[p] - self.consumer.position(p))
+            except Exception:
+                continue
+        return out
+
+    def commit(self, offsets: dict[TP, int]) -> None:
+        """Commit offsets to Kafka (monitoring only; the snapshot is authoritative)."""
+        from kafka.structs import OffsetAndMetadata
+
+        mine = self.assigned()
+        data = {
+            self._tp(tp): OffsetAndMetadata(off, "", -1)
+            for tp, off in offsets.items()
+            if tp in mine
+        }
+        if data:
+            try:
+                self.consumer.commit(data)
+            except Exception as err:
+                log.debug("offset commit failed: %s", err)
+
+    def close(self) -> None:
+        try:
+            self.producer.flush()
+            self.producer.close()
+        finally:
+            self.consumer.close()

@@ -1,0 +1,169 @@
+"""Assemble and run a service from settings: transport, metrics endpoint, progress, summary."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from ..config import ServiceSettings
+from ..metrics import ServiceMetrics
+from .service import Service
+from .transport import InProcessTransport, Transport
+
+__all__ = ["build_transport", "run_service", "start_metrics_server"]
+
+log = logging.getLogger("streaming_dpbandit.service")
+
+
+def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Transport:
+    """Kafka when configured; otherwise the in-process transport over a file or a simulation."""
+    topics = settings.kafka.topics if settings.kafka else None
+    if settings.kafka is not None:
+        from .kafka_transport import KafkaTransport
+
+        return KafkaTransport(settings.kafka)
+    from ..config import TopicsSettings
+
+    t = topics or TopicsSettings()
+    if settings.file is not None:
+        from .sources import FileSource
+
+        return InProcessTransport(
+            FileSource(settings.file.path, (t.contexts, t.feedback)), keep_outputs
+        )
+    from ..envs import REGISTRY
+    from .sources import SimulatedSource
+
+    sim = settings.simulation
+    env = REGISTRY[sim.env](**sim.env_params)
+    source = SimulatedSource(
+        env,
+        sim.events,
+        sim.bandit_id,
+        sim.seconds_between_events,
+        sim.feedback_delay_mean,
+        sim.feedback_probability,
+        sim.seed,
+        (t.contexts, t.feedback),
+    )
+    return InProcessTransport(source, keep_outputs)
+
+
+def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
+    """Serve ``/metrics`` in a daemon thread; returns (server, bound port) or (None, None)."""
+    if not settings.metrics.enabled:
+        return None, None
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(
+        settings.metrics.port, settings.metrics.host, registry=metrics.registry
+    )
+    return server, server.server_port
+
+
+def run_service(
+    settings: ServiceSettings, transport: Transport | None = None, out=sys.stdout
+) -> dict:
+    """Run until the input ends or SIGTERM/SIGINT; print and return the summary."""
+    transport = transport or build_transport(settings)
+    metrics = ServiceMetrics()
+    server, port = start_metrics_server(settings, metrics)
+    if port:
+        print(f"metrics: http://{settings.metrics.host}:{port}/metrics", file=sys.stderr)
+    service = Service(settings, transport, metrics)
+    service.open()
+    service.install_signal_handlers()
+    bar = None
+    total = None
+    if isinstance(transport, InProcessTransport) and settings.file is None:
+        total = settings.simulation.events
+    if settings.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=total,
+            unit="event",
+            unit_scale=True,
+            file=sys.stderr,
+            leave=False,
+            desc="serving",
+            dynamic_ncols=True,
+        )
+    seen = [0]
+
+    def progress(svc):
+        if bar is None:
+            return
+        done = sum(rt.stats["decided"] for rt in svc.bandits.values())
+        if done > seen[0]:
+            bar.update(done - seen[0])
+            seen[0] = done
+
+    try:
+        summary = service.run(progress)
+    finally:
+        if bar is not None:
+            bar.close()
+        if server is not None:
+            server.shutdown()
+    source = getattr(transport, "source", None)
+    if source is not None and hasattr(source, "summary"):
+        summary["source"] = source.summary()
+    summary["state_directory"] = str(settings.snapshots.directory)
+    print_summary(summary, out)
+    return summary
+
+
+def print_summary(summary: dict, out) -> None:
+    from ..experiments.report import format_table
+
+    rows = []
+    for name, b in summary["bandits"].items():
+        st = b["stats"]
+        pr = b["privacy"] or {}
+        eps = pr.get("epsilon_at_delta")
+        rows.append(
+            [
+                name,
+                b["policy"],
+                f"{b['rounds']:,}",
+                str(b["model_version"]),
+                f"{st.get('joined', 0):,}",
+                f"{st.get('expired', 0) + st.get('expired_forced', 0):,}",
+                "-" if b["mean_reward_window"] is None else f"{b['mean_reward_window']:.3f}",
+                "-" if not pr else f"{pr.get('releases', 0)}",
+                "-" if eps is None else f"ε={eps:.3g}, δ={pr.get('target_delta'):.2g}",
+            ]
+        )
+    print(
+        f"served {summary['decisions']:,} decisions in {summary['elapsed_s']:.1f} s "
+        f"({summary['events_per_s']:,.0f} events/s); state in {summary['state_directory']}",
+        file=out,
+    )
+    print(
+        format_table(
+            [
+                "bandit",
+                "policy",
+                "rounds",
+                "model",
+                "rewards joined",
+                "expired",
+                "mean reward (last 1000)",
+                "releases",
+                "privacy spent",
+            ],
+            rows,
+        ),
+        file=out,
+    )
+    if summary["dead_letters"]:
+        dl = ", ".join(f"{k}: {v}" for k, v in sorted(summary["dead_letters"].items()))
+        print(f"dead letters: {dl}", file=out)
+    src = summary.get("source")
+    if src and "pseudo_regret" in src:
+        print(
+            f"simulated stream: {src['decisions']:,} decisions, pseudo-regret "
+            f"{src['pseudo_regret']:,.1f}, mean reward {src['mean_reward']:.3f}",
+            file=out,
+        )

@@ -1,0 +1,536 @@
+"""The service loop: decide, join rewards, learn privately, survive crashes (DESIGN §2, §5).
+
+Per poll: records go to per-partition queues and are processed in partition order.
+
+* **contexts** — validate (schema, finite numbers, size, dimension, known bandit and arms, new
+  event id) → group consecutive events of one bandit → decide with the frozen private model →
+  publish decisions. If the policy's next private release is due, it happens first — but only
+  once every decision it reads has its reward resolved; until then the partition waits
+  ("blocked"). The release is made durable *before* any decision uses it: producer flushed,
+  snapshot written, ledger appended.
+* **feedback** — validate → join by event id under event-time rules (``join.py``) → learn.
+* anything unusable → the dead-letter topic with a reason; the service keeps going.
+
+A snapshot (policies, joins, next offset of every input partition, releases not yet in the
+ledger) is written on an interval, at every release and on SIGTERM/SIGINT; on start the service
+loads it and resumes at those offsets. Decisions are a function of (state, event id), so events
+re-processed after a crash get the same decisions (decisions are at-least-once and idempotent).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import signal
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..config import BanditSettings, ServiceSettings, TopicsSettings
+from ..metrics import ServiceMetrics
+from ..privacy.accountant import Accountant
+from ..privacy.ledger import Ledger
+from ..utils.serialization import dumps
+from .bandit import BadInput, BanditRuntime, Pending
+from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
+from .snapshot import SnapshotStore
+from .transport import TP, Record, Transport
+
+__all__ = ["Service"]
+
+log = logging.getLogger("streaming_dpbandit.service")
+
+DLQ_PAYLOAD_BYTES = 2048
+QUEUE_PAUSE = 50_000
+
+
+def _tp_key(tp: TP) -> str:
+    return f"{tp[0]}|{tp[1]}"
+
+
+def _first_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"])
+    return f"{loc}: {e['msg']}" if loc else e["msg"]
+
+
+class Service:
+    """One ``dpbandit serve`` process.
+
+    Parameters
+    ----------
+    settings
+        Validated :class:`~streaming_dpbandit.config.ServiceSettings`.
+    transport
+        Kafka or in-process.
+    metrics
+        Collectors (a fresh registry by default).
+    """
+
+    def __init__(self, settings: ServiceSettings, transport: Transport, metrics=None):
+        self.settings = settings
+        self.transport = transport
+        self.metrics = metrics or ServiceMetrics()
+        self.topics = settings.kafka.topics if settings.kafka else TopicsSettings()
+
+    # -- set-up -----------------------------------------------------------------------------
+    def _build_bandits(self) -> None:
+        self.bandits: dict[str, BanditRuntime] = {}
+        for name, b in self.settings.bandits.items():
+            overrides = {"bandit_id": name} if "bandit_id" in type(b.policy).model_fields else {}
+            policy = b.policy.build(seed=b.seed, **overrides)
+            self.bandits[name] = BanditRuntime(name, b, policy, self.metrics)
+            dp_valid = (
+                getattr(policy, "calibration", "certified") == "certified" or not policy.private
+            )
+            self.metrics.calibration.labels(
+                name,
+                policy.name,
+                getattr(policy, "calibration", "non-private"),
+                str(dp_valid).lower(),
+            ).set(1)
+            if b.epsilon_budget is not None:
+                self.metrics.eps_budget.labels(name).set(b.epsilon_budget)
+
+    @staticmethod
+    def _fingerprint(b: BanditSettings) -> str:
+        return b.policy.model_dump_json()
+
+    def open(self) -> None:
+        """Load the snapshot (if any), open the ledger, start consuming at the stored offsets."""
+        self._build_bandits()
+        state_dir = Path(self.settings.snapshots.directory)
+        self.store = SnapshotStore(state_dir)
+        self.ledger = Ledger(state_dir / "ledger.jsonl").open()
+        if self.ledger.repaired_bytes:
+            log.warning(
+                "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
+                self.ledger.repaired_bytes,
+            )
+        snap = self.store.load()
+        offsets: dict[TP, int] = {}
+        if snap is not None:
+            for name, st in snap["bandits"].items():
+                if name not in self.bandits:
+                    raise RuntimeError(
+                        f"snapshot has bandit {name!r} that is not configured; "
+                        "refusing to drop its state"
+                    )
+                if snap["fingerprints"][name] != self._fingerprint(self.settings.bandits[name]):
+                    raise RuntimeError(
+                        f"the policy configuration of bandit {name!r} changed since "
+                        "the snapshot; restore the old configuration or start a new "
+                        "state directory"
+                    )
+                self.bandits[name].load_state_dict(st)
+            for k, v in snap["offsets"].items():
+                topic, part = k.rsplit("|", 1)
+                offsets[(topic, int(part))] = int(v)
+            self.snapshot_seq = int(snap["seq"])
+            log.info("restored snapshot %d (%d bandits)", self.snapshot_seq, len(snap["bandits"]))
+        else:
+            self.snapshot_seq = 0
+        self.offsets: dict[TP, int] = dict(offsets)
+        self.queues: dict[TP, collections.deque] = collections.defaultdict(collections.deque)
+        self.blocked: dict[TP, str] = {}
+        self.paused: set[TP] = set()
+        self._parsed: dict[int, object] = {}
+        self.dead_count = collections.Counter()
+        for rt in self.bandits.values():  # releases made but not yet in the ledger
+            self._ledger_append(rt)
+        self._export_spend()
+        self.transport.open(offsets)
+        self.last_snapshot = time.monotonic()
+        self.started = time.monotonic()
+        self._stop = False
+
+    # -- the loop ---------------------------------------------------------------------------
+    def request_stop(self, *_args) -> None:
+        self._stop = True
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    def run(self, progress=None) -> dict:
+        """Serve until the input is exhausted (finite sources) or a stop is requested."""
+        timeout = (self.settings.kafka.poll_timeout_ms / 1000) if self.settings.kafka else 0.0
+        max_records = (
+            self.settings.kafka.max_poll_records if self.settings.kafka else self.settings.max_batch
+        )
+        while not self._stop:
+            records = self.transport.poll(max_records, timeout)
+            now = time.perf_counter()
+            for r in records:
+                self.queues[(r.topic, r.partition)].append((r, now))
+            self.process()
+            if progress is not None:
+                progress(self)
+            if time.monotonic() - self.last_snapshot >= self.settings.snapshots.interval_s:
+                self.snapshot("interval")
+            self._export_metrics()
+            if self.transport.exhausted and not any(self.queues.values()):
+                break
+            if not records and self.blocked:
+                self._idle_check()
+        return self.finish()
+
+    def process(self) -> None:
+        """Process every queue as far as possible (contexts may block; feedback never does)."""
+        for _ in range(3):  # feedback can unblock contexts processed in the same round
+            progressed = False
+            for tp in list(self.queues):
+                q = self.queues[tp]
+                if not q:
+                    continue
+                before = len(q)
+                if tp[0] == self.topics.contexts:
+                    self._process_contexts(tp, q)
+                elif tp[0] == self.topics.feedback:
+                    self._process_feedback(tp, q)
+                else:
+                    while q:
+                        self._dead(q[0][0], "unknown_topic", f"not an input topic: {tp[0]}")
+                        self._pop(tp, q)
+                progressed |= len(q) != before
+            for rt in self.bandits.values():
+                rt.flush_learning()
+            if not progressed or not self.blocked:
+                break
+        for tp, q in self.queues.items():  # backpressure for blocked partitions
+            if tp in self.blocked and len(q) > QUEUE_PAUSE and tp not in self.paused:
+                self.transport.pause(tp)
+                self.paused.add(tp)
+            elif tp not in self.blocked and tp in self.paused:
+                self.transport.resume(tp)
+                self.paused.discard(tp)
+
+    def _idle_check(self) -> None:
+        """A blocked bandit whose feedback stopped: expire its joins after the idle timeout."""
+        for name in list(self.blocked.values()):
+            rt = self.bandits[name]
+            if time.monotonic() - rt.last_feedback_wall > self.settings.idle_timeout_s:
+                n = rt.force_expire()
+                self.metrics.forced_expiries.labels(name).inc(n)
+                log.warning(
+                    "bandit %s: no feedback for %.0f s while waiting for its next release; "
+                    "expired %d pending joins (idle timeout)",
+                    name,
+                    self.settings.idle_timeout_s,
+                    n,
+                )
+                rt.last_feedback_wall = time.monotonic()
+
+    # -- contexts ---------------------------------------------------------------------------
+    def _parse_context(self, r: Record, received: float):
+        """(runtime, Pending) or a BadInput."""
+        cached = self._parsed.get(id(r))
+        if cached is not None:
+            return cached
+        try:
+            if len(r.value) > self.settings.max_message_bytes:
+                raise BadInput(
+                    "oversized", f"{len(r.value)} bytes > {self.settings.max_message_bytes}"
+                )
+            try:
+                ev = ContextEvent.model_validate_json(r.value)
+            except ValidationError as err:
+                kind = err.errors()[0]["type"]
+                reason = (
+                    "malformed_json" if kind in ("json_invalid", "json_type") else "invalid_event"
+                )
+                raise BadInput(reason, _first_error(err)) from None
+            rt = self.bandits.get(ev.bandit_id)
+            if rt is None:
+                raise BadInput("unknown_bandit", f"bandit {ev.bandit_id!r} is not configured")
+            X, ids = rt.encode(ev)
+            out = (rt, Pending(ev, X, ids, received))
+        except BadInput as bad:
+            out = bad
+        if len(self._parsed) > 100_000:
+            self._parsed.clear()
+        self._parsed[id(r)] = out
+        return out
+
+    def _pop(self, tp: TP, q: collections.deque) -> Record:
+        r, _ = q.popleft()
+        self._parsed.pop(id(r), None)
+        self.offsets[tp] = r.offset + 1
+        return r
+
+    def _process_contexts(self, tp: TP, q: collections.deque) -> None:
+        cap = self.settings.max_batch
+        while q:
+            r, received = q[0]
+            parsed = self._parse_context(r, received)
+            if isinstance(parsed, BadInput):
+                self._dead(r, parsed.reason, parsed.detail)
+                self._count_event(r, parsed.reason)
+                self._pop(tp, q)
+                continue
+            rt, pend = parsed
+            try:
+                rt.check_new(pend.event)
+            except BadInput as bad:
+                self._dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
+                self.metrics.events.labels(rt.bandit_id, bad.reason).inc()
+                self._pop(tp, q)
+                continue
+            run = [pend]
+            seen = {pend.event.event_id}
+            j = 1
+            while j < len(q) and len(run) < cap:
+                r2, rec2 = q[j]
+                nxt = self._parse_context(r2, rec2)
+                if isinstance(nxt, BadInput) or nxt[0] is not rt or nxt[1].event.event_id in seen:
+                    break
+                if rt.join.status(nxt[1].event.event_id) is not None:
+                    break
+                run.append(nxt[1])
+                seen.add(nxt[1].event.event_id)
+                j += 1
+            if not self._decide_run(tp, q, rt, run):
+                self.blocked[tp] = rt.bandit_id
+                self.metrics.blocked.labels(rt.bandit_id).set(1)
+                return
+        if tp in self.blocked:
+            self.metrics.blocked.labels(self.blocked.pop(tp)).set(0)
+
+    def _decide_run(
+        self, tp: TP, q: collections.deque, rt: BanditRuntime, run: list[Pending]
+    ) -> bool:
+        i = 0
+        pol = rt.policy
+        while i < len(run):
+            if pol.refit_due():
+                rt.flush_learning()
+                if not rt.refit_ready():
+                    return False
+                self._release(rt)
+            n = min(pol.max_decide_batch(), len(run) - i)
+            chunk = run[i : i + n]
+            decisions = rt.decide(chunk)
+            now = time.perf_counter()
+            for dec, p in zip(decisions, chunk):
+                self.transport.send(
+                    self.topics.decisions, dec.bandit_id.encode(), dec.model_dump_json().encode()
+                )
+                self.metrics.decision_latency.labels(rt.bandit_id).observe(now - p.received)
+                self._pop(tp, q)
+            self.metrics.events.labels(rt.bandit_id, "decided").inc(n)
+            rt.after_decisions(chunk, self._dead_source)
+            i += n
+        if tp in self.blocked:
+            self.metrics.blocked.labels(self.blocked.pop(tp)).set(0)
+        return True
+
+    def _count_event(self, r: Record, reason: str) -> None:
+        bandit = "unknown"
+        if reason not in ("malformed_json", "invalid_event", "oversized") and r.key:
+            bandit = r.key.decode(errors="replace")[:64]
+        if bandit not in self.bandits:
+            bandit = "unknown"
+        self.metrics.events.labels(bandit, reason).inc()
+
+    # -- feedback ---------------------------------------------------------------------------
+    def _process_feedback(self, tp: TP, q: collections.deque) -> None:
+        while q:
+            r, _ = q[0]
+            self._feedback_one(r)
+            self._pop(tp, q)
+
+    def _feedback_one(self, r: Record) -> None:
+        if len(r.value) > self.settings.max_message_bytes:
+            self._dead(r, "oversized", f"{len(r.value)} bytes > {self.settings.max_message_bytes}")
+            self.metrics.feedback.labels("unknown", "oversized").inc()
+            return
+        try:
+            msg = parse_feedback(r.value)
+        except ValidationError as err:
+            kind = err.errors()[0]["type"]
+            reason = (
+                "malformed_json" if kind in ("json_invalid", "json_type") else "invalid_feedback"
+            )
+            self._dead(r, reason, _first_error(err))
+            self.metrics.feedback.labels("unknown", reason).inc()
+            return
+        rt = self.bandits.get(msg.bandit_id)
+        if rt is None:
+            self._dead(r, "unknown_bandit", f"bandit {msg.bandit_id!r} is not configured")
+            self.metrics.feedback.labels("unknown", "unknown_bandit").inc()
+            return
+        if isinstance(msg, Watermark):
+            rt.last_feedback_wall = time.monotonic()
+            rt.advance_watermark(msg.event_time)
+            self.metrics.feedback.labels(rt.bandit_id, "watermark").inc()
+            return
+        before = dict(rt.stats)
+        rt.on_feedback(msg, (r.topic, r.partition, r.offset), self._dead_source)
+        for key, outcome in (
+            ("joined", "joined"),
+            ("fb_early", "held_early"),
+            ("fb_duplicate", "duplicate_feedback"),
+            ("fb_after_expiry", "feedback_after_expiry"),
+            ("fb_unknown", "unknown_event"),
+            ("fb_before_decision", "feedback_before_decision"),
+            ("fb_out_of_range", "reward_out_of_range"),
+        ):
+            diff = rt.stats.get(key, 0) - before.get(key, 0)
+            if diff:
+                self.metrics.feedback.labels(rt.bandit_id, outcome).inc(diff)
+
+    # -- dead letters -----------------------------------------------------------------------
+    def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
+        payload = r.value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
+        dl = DeadLetter(
+            source_topic=r.topic,
+            partition=r.partition,
+            offset=r.offset,
+            reason=reason,
+            detail=detail[:500],
+            payload=payload,
+            payload_bytes=len(r.value),
+            at=time.time(),
+        )
+        self.transport.send(self.topics.dead_letter, r.key, dl.model_dump_json().encode())
+        self.metrics.dead_letters.labels(r.topic, reason).inc()
+        self.dead_count[reason] += 1
+
+    def _dead_source(self, source: tuple[str, int, int], reason: str, detail: str) -> None:
+        """Dead-letter a message known by (topic, partition, offset), e.g. held feedback."""
+        topic, part, off = source
+        dl = DeadLetter(
+            source_topic=topic,
+            partition=part,
+            offset=off,
+            reason=reason,
+            detail=detail[:500],
+            payload="",
+            payload_bytes=0,
+            at=time.time(),
+        )
+        self.transport.send(self.topics.dead_letter, None, dl.model_dump_json().encode())
+        self.metrics.dead_letters.labels(topic, reason).inc()
+        self.dead_count[reason] += 1
+
+    # -- releases, snapshots, ledger --------------------------------------------------------
+    def _release(self, rt: BanditRuntime) -> None:
+        records = rt.refit()
+        if not records:
+            return
+        self.snapshot("release")  # the release is durable before anything uses it
+        self._ledger_append(rt)
+        for rec in records:
+            log.info(
+                "bandit %s: release %s (%s, calibration %s, model version %s)",
+                rt.bandit_id,
+                rec.release_id,
+                rec.mechanism,
+                rec.calibration,
+                rec.model_version,
+            )
+
+    def _ledger_append(self, rt: BanditRuntime) -> None:
+        if not rt.unledgered:
+            return
+        for rec in rt.unledgered:
+            self.ledger.append(rec)
+        rt.unledgered = []
+        self._export_spend()
+
+    def snapshot(self, reason: str) -> None:
+        for rt in self.bandits.values():
+            rt.flush_learning()
+        self.transport.flush()  # decisions and dead letters before the offsets that imply them
+        offsets = {_tp_key(tp): off for tp, off in self.offsets.items()}
+        # partitions with queued but unprocessed records resume at the first of them
+        for tp, q in self.queues.items():
+            if q:
+                offsets[_tp_key(tp)] = q[0][0].offset
+        self.snapshot_seq += 1
+        state = {
+            "seq": self.snapshot_seq,
+            "written_at": time.time(),
+            "offsets": offsets,
+            "bandits": {name: rt.state_dict() for name, rt in self.bandits.items()},
+            "fingerprints": {
+                name: self._fingerprint(self.settings.bandits[name]) for name in self.bandits
+            },
+        }
+        size = self.store.save(state)
+        commit = getattr(self.transport, "commit", None)
+        if commit is not None:  # for monitoring tools; the snapshot is authoritative
+            commit({tp: off for tp, off in self.offsets.items()})
+        self.last_snapshot = time.monotonic()
+        self.metrics.checkpoints.labels(reason).inc()
+        self.metrics.checkpoint_bytes.set(size)
+
+    def _export_spend(self) -> None:
+        records = self.ledger.records()
+        acc = Accountant(records)
+        for name, rt in self.bandits.items():
+            recs = [r for r in records if r.bandit_id == name]
+            self.metrics.ledger_releases.labels(name).set(len(recs))
+            if not recs:
+                continue
+            delta = getattr(rt.policy, "delta", None)
+            sp = acc.spend(name, delta=delta if delta else None)
+            calib = ",".join(sp.calibrations)
+            self.metrics.eps_spent.labels(name, calib, "basic").set(sp.basic_epsilon)
+            if sp.epsilon_at_delta is not None:
+                self.metrics.eps_spent.labels(name, calib, "pld").set(sp.epsilon_at_delta)
+            self.metrics.delta_spent.labels(name, calib).set(sp.basic_delta)
+            if sp.rho is not None:
+                self.metrics.rho_spent.labels(name).set(sp.rho)
+
+    def _export_metrics(self) -> None:
+        for rt in self.bandits.values():
+            rt.export_metrics()
+        self.metrics.checkpoint_age.set(time.monotonic() - self.last_snapshot)
+        for (topic, part), lag in self.transport.lag().items():
+            self.metrics.lag.labels(topic, str(part)).set(lag)
+
+    # -- the end ----------------------------------------------------------------------------
+    def finish(self) -> dict:
+        """Final snapshot; for a finished finite input, expire what is still pending."""
+        if self.transport.exhausted:
+            for rt in self.bandits.values():
+                rt.end_of_stream()
+        self.snapshot("shutdown" if self._stop else "end")
+        self._export_metrics()
+        summary = self.summary()
+        self.ledger.close()
+        self.transport.close()
+        return summary
+
+    def summary(self) -> dict:
+        elapsed = time.monotonic() - self.started
+        out = {"elapsed_s": elapsed, "bandits": {}, "dead_letters": dict(self.dead_count)}
+        acc = Accountant(self.ledger.records())
+        for name, rt in self.bandits.items():
+            delta = getattr(rt.policy, "delta", None)
+            sp = acc.spend(name, delta=delta) if acc.records else None
+            out["bandits"][name] = {
+                "policy": rt.policy.name,
+                "rounds": rt.policy.t,
+                "model_version": rt.policy.model_version,
+                "stats": dict(rt.stats),
+                "mean_reward_window": (sum(rt.window) / len(rt.window)) if rt.window else None,
+                "privacy": None if sp is None else sp.to_dict(),
+            }
+        decided = sum(rt.stats["decided"] for rt in self.bandits.values())
+        out["decisions"] = decided
+        out["events_per_s"] = decided / elapsed if elapsed > 0 else 0.0
+        return out
+
+    def state_bytes(self) -> bytes:
+        """What the service learned — every policy's state and every join's outcome — encoded
+        exactly. Two runs over the same input must agree on it byte for byte, whatever the
+        batching, interleaving or crashes. (Diagnostics such as the reward window are excluded:
+        they depend on arrival order by design.)"""
+        out = {}
+        for name, rt in self.bandits.items():
+            st = rt.state_dict()
+            out[name] = {"policy": st["policy"], "join": st["join"], "unledgered": st["unledgered"]}
+        return dumps(out)

@@ -1,0 +1,275 @@
+"""Inputs of the embedded (in-process) transport: a simulated stream and a JSONL file."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..envs.base import Environment
+from .transport import Source
+
+__all__ = ["FileSource", "RecordingSource", "SimulatedSource"]
+
+#: Watermark time that closes a finite stream: every pending decision expires.
+END_OF_STREAM = 4102444800.0  # 2100-01-01
+
+
+class SimulatedSource(Source):
+    """A simulated stream of context events with delayed rewards, from an environment.
+
+    A discrete-event emulation of real time. Context i happens at ``start + i·dt`` whether or
+    not earlier decisions were made. A decision that comes back in the poll right after its
+    context counts as immediate; one that comes back later (the service was waiting for feedback
+    before a release) happens at the simulated clock of its arrival. The reward then happens an
+    exponential delay after the decision. Rewards are published in event-time order, each poll
+    up to the clock, followed by a heartbeat watermark (``{"type": "watermark"}``) at the clock,
+    so the service can expire joins even when rewards are sparse. The source also tracks the
+    true pseudo-regret of the decisions for the end-of-run summary.
+
+    Parameters
+    ----------
+    env
+        Environment with per-arm contexts and known mean rewards.
+    events
+        Number of context events.
+    bandit_id
+        Bandit the events belong to.
+    dt
+        Seconds of event time between events.
+    delay_mean
+        Mean reward delay (seconds).
+    feedback_probability
+        Probability that a decision gets a reward at all.
+    seed
+        Seeds the stream (contexts, noise, delays).
+    topics
+        (contexts topic, feedback topic).
+    chunk
+        Context events per poll (simulated time advances by chunk·dt per poll).
+    """
+
+    def __init__(
+        self,
+        env: Environment,
+        events: int,
+        bandit_id: str = "default",
+        dt: float = 0.01,
+        delay_mean: float = 0.2,
+        feedback_probability: float = 1.0,
+        seed: int = 0,
+        topics: tuple[str, str] = ("contexts", "feedback"),
+        start_time: float = 1_700_000_000.0,
+        chunk: int = 256,
+    ):
+        self.env = env
+        self.events = events
+        self.bandit_id = bandit_id
+        self.dt = dt
+        self.delay_mean = delay_mean
+        self.feedback_probability = feedback_probability
+        self.seed = seed
+        self.topics = topics
+        self.start_time = start_time
+        self.chunk = chunk
+        self._i = 0
+        self._gen = 0
+        self._rng = np.random.default_rng(seed)
+        self._fb_rng = np.random.default_rng([seed, 1])
+        # event_id -> (mean rewards, noise, context time, generation emitted)
+        self._waiting: dict[str, tuple[np.ndarray, np.ndarray, float, int]] = {}
+        self._due: list[tuple[float, int, str, float]] = []  # (time, seq, event_id, reward)
+        self._seq = 0
+        self._clock = start_time
+        self.regret = 0.0
+        self.reward = 0.0
+        self.decisions = 0
+        self._closed = False
+
+    def _send(self, emit, topic: str, value: dict) -> None:
+        emit(topic, self.bandit_id.encode(), json.dumps(value).encode())
+
+    def _emit_feedback(self, emit, until: float) -> None:
+        while self._due and self._due[0][0] <= until:
+            t, _, eid, reward = heapq.heappop(self._due)
+            value = {
+                "v": 1,
+                "event_id": eid,
+                "bandit_id": self.bandit_id,
+                "reward": reward,
+                "event_time": t,
+            }
+            self._send(emit, self.topics[1], value)
+
+    def _watermark(self, emit, t: float) -> None:
+        self._send(
+            emit,
+            self.topics[1],
+            {"v": 1, "type": "watermark", "bandit_id": self.bandit_id, "event_time": t},
+        )
+
+    def generate(self, emit, max_new: int) -> bool:
+        if self._closed:
+            return False
+        self._gen += 1
+        if self._i >= self.events and not self._waiting:
+            self._emit_feedback(emit, math.inf)
+            self._watermark(emit, END_OF_STREAM)
+            self._closed = True
+            return False
+        # decisions at or before the clock are known (or will happen later): publish rewards
+        # up to the clock and a heartbeat at the clock
+        self._emit_feedback(emit, self._clock)
+        self._watermark(emit, self._clock)
+        # advance simulated time: a whole chunk, or a small tick while the service is waiting
+        waiting = self._i >= self.events or (self._waiting and self._stalled())
+        step = (16 if waiting else self.chunk) * self.dt
+        new_clock = self._clock + step
+        n = 0
+        while self._i + n < self.events and n < max_new:
+            if self.start_time + (self._i + n) * self.dt > new_clock:
+                break
+            n += 1
+        if n > 0:
+            X = self.env.contexts(self._rng, n)
+            mu = self.env.mean_rewards(X)
+            noise = self.env.reward_noise(self._rng, n)
+            Xr = np.round(X, 6)  # what a producer would send; rewards use the exact contexts
+            for j in range(n):
+                t = self.start_time + self._i * self.dt
+                eid = f"{self.bandit_id}-{self._i}"
+                self._i += 1
+                self._waiting[eid] = (mu[j], noise[j], t, self._gen)
+                arms = [
+                    {"arm_id": f"arm-{k}", "features": Xr[j, k].tolist()} for k in range(X.shape[1])
+                ]
+                self._send(
+                    emit,
+                    self.topics[0],
+                    {
+                        "v": 1,
+                        "event_id": eid,
+                        "bandit_id": self.bandit_id,
+                        "event_time": t,
+                        "arms": arms,
+                    },
+                )
+        self._clock = new_clock
+        return True
+
+    def _stalled(self) -> bool:
+        """Decisions older than the last poll are missing: the service is waiting."""
+        oldest = next(iter(self._waiting.values()))
+        return oldest[3] < self._gen - 1
+
+    def on_output(self, topic: str, value: bytes) -> None:
+        if not topic.endswith("decisions"):
+            return
+        dec = json.loads(value)
+        got = self._waiting.pop(dec["event_id"], None)
+        if got is None:
+            return  # a repeated decision (after a restart) is answered once
+        mu, noise, t, gen = got
+        decided_at = t if gen == self._gen else self._clock  # immediate, or delayed by a wait
+        k = int(dec["arm_index"])
+        self.decisions += 1
+        self.regret += float(mu.max() - mu[k])
+        reward = float(mu[k] + noise[k])
+        self.reward += reward
+        if self._fb_rng.random() < self.feedback_probability:
+            f = max(decided_at, self._clock if gen != self._gen else decided_at)
+            f += self._fb_rng.exponential(self.delay_mean) + 1e-6
+            heapq.heappush(self._due, (f, self._seq, dec["event_id"], reward))
+            self._seq += 1
+
+    def summary(self) -> dict:
+        return {
+            "events": self._i,
+            "decisions": self.decisions,
+            "pseudo_regret": self.regret,
+            "mean_reward": self.reward / self.decisions if self.decisions else 0.0,
+        }
+
+
+class FileSource(Source):
+    """Records from a JSONL file: one ``{"topic": "contexts"|"feedback", "value": {...}}`` per line.
+
+    ``value`` may be an object or a string (sent as is, so malformed payloads can be replayed).
+    Lines that are not of this shape are delivered to the contexts topic verbatim, where they
+    end up in the dead-letter topic with their reason.
+    """
+
+    def __init__(self, path: str | Path, topics: tuple[str, str] = ("contexts", "feedback")):
+        self.path = Path(path)
+        self.topics = topics
+        self._fh = None
+        self._done = False
+
+    def generate(self, emit, max_new: int) -> bool:
+        if self._done:
+            return False
+        if self._fh is None:
+            self._fh = self.path.open("rb")
+        for _ in range(max_new):
+            line = self._fh.readline()
+            if not line:
+                self._fh.close()
+                self._done = True
+                return False
+            line = line.rstrip(b"\n")
+            if not line.strip():
+                continue
+            topic, value, key = self.topics[0], line, None
+            try:
+                obj = json.loads(line)
+                if (
+                    isinstance(obj, dict)
+                    and obj.get("topic") in ("contexts", "feedback")
+                    and "value" in obj
+                ):
+                    topic = self.topics[0] if obj["topic"] == "contexts" else self.topics[1]
+                    v = obj["value"]
+                    value = v.encode() if isinstance(v, str) else json.dumps(v).encode()
+                    if isinstance(v, dict) and isinstance(v.get("bandit_id"), str):
+                        key = v["bandit_id"].encode()
+            except (ValueError, UnicodeDecodeError):
+                pass
+            emit(topic, key, value)
+        return True
+
+
+class RecordingSource(Source):
+    """Wrap a source and write every input record it emits to a JSONL file (FileSource format).
+
+    Used to capture a simulated stream once and replay it identically — through the in-process
+    transport or a Kafka topic — into several runs that must end in the same state.
+    """
+
+    def __init__(self, inner: Source, path: str | Path):
+        self.inner = inner
+        self.path = Path(path)
+        self.topics = inner.topics
+        self._fh = None
+
+    def generate(self, emit, max_new: int) -> bool:
+        if self._fh is None:
+            self._fh = self.path.open("w")
+        names = {self.topics[0]: "contexts", self.topics[1]: "feedback"}
+
+        def tee(topic, key, value):
+            self._fh.write(json.dumps({"topic": names[topic], "value": value.decode()}) + "\n")
+            emit(topic, key, value)
+
+        live = self.inner.generate(tee, max_new)
+        if not live:
+            self._fh.close()
+        return live
+
+    def on_output(self, topic: str, value: bytes) -> None:
+        self.inner.on_output(topic, value)
+
+    def summary(self) -> dict:
+        return self.inner.summary()

@@ -1,0 +1,178 @@
+"""The service loop over the in-process transport: joins, releases, determinism, crashes,
+bad input, snapshots. The same properties are tested through a real Kafka broker in
+test_service_kafka.py."""
+
+import json
+import os
+import random
+
+import pytest
+from stream_helpers import (
+    BANDIT,
+    dead_letters,
+    decisions,
+    ledger_digests,
+    record_stream,
+    run_file,
+)
+
+EVENTS = 4000
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory):
+    d = tmp_path_factory.mktemp("stream")
+    path = d / "stream.jsonl"
+    summary = record_stream(path, EVENTS)
+    return path, summary
+
+
+@pytest.fixture(scope="module")
+def reference(stream, tmp_path_factory):
+    state = tmp_path_factory.mktemp("ref")
+    svc, transport, summary = run_file(state, stream[0])
+    return state, svc, transport, summary
+
+
+def test_every_context_gets_one_decision_and_rewards_join(reference):
+    _, _svc, transport, summary = reference
+    decs = decisions(transport)
+    assert len(decs) == EVENTS and len({d["event_id"] for d in decs}) == EVENTS
+    st = summary["bandits"][BANDIT]["stats"]
+    assert st["decided"] == EVENTS
+    assert st["joined"] + st["expired"] == EVENTS
+    assert st["joined"] > 0.9 * EVENTS
+    rounds = sorted(d["round"] for d in decs)
+    assert rounds == list(range(1, EVENTS + 1))
+
+
+def test_releases_are_in_the_ledger_before_their_model_is_used(reference):
+    state, _, transport, _ = reference
+    from streaming_dpbandit.privacy.ledger import read_ledger
+
+    recs, _ = read_ledger(state / "ledger.jsonl")
+    versions = {r.model_version for r in recs}
+    used = {d["model_version"] for d in decisions(transport)}
+    assert used - {0} <= versions  # every model a decision used was released (and recorded)
+    assert [r.model_version for r in recs] == sorted(versions)
+    assert all(r.dp_valid and r.calibration == "certified" for r in recs)
+    assert oct(os.stat(state / "snapshot.json").st_mode & 0o777) == "0o600"
+    assert oct(os.stat(state).st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("max_batch", [7, 64, 2048])
+def test_batching_and_interleaving_do_not_change_the_outcome(
+    stream, reference, tmp_path, max_batch
+):
+    """Different poll sizes interleave contexts and feedback differently: same final state."""
+    ref_state, ref_svc, ref_transport, _ = reference
+    svc, transport, _ = run_file(tmp_path, stream[0], max_batch=max_batch)
+    assert svc.state_bytes() == ref_svc.state_bytes()
+    assert ledger_digests(tmp_path) == ledger_digests(ref_state)
+    a = {d["event_id"]: (d["arm_id"], d["model_version"]) for d in decisions(transport)}
+    b = {d["event_id"]: (d["arm_id"], d["model_version"]) for d in decisions(ref_transport)}
+    assert a == b
+
+
+def test_crashes_at_random_moments_change_nothing(stream, reference, tmp_path):
+    """Stop the loop abruptly (no final snapshot) 25 times and restart from the last snapshot."""
+    ref_state, ref_svc, _ref_transport, _ = reference
+    rng = random.Random(11)
+    all_decisions: dict[str, set] = {}
+    crashes = 0
+    summary = None
+    settings_over = {"snapshots": {"directory": str(tmp_path), "interval_s": 0.02}}
+    while summary is None:
+        crash_after = rng.randint(1, 6) if crashes < 25 else None
+        svc, transport, summary = run_file(
+            tmp_path,
+            stream[0],
+            max_batch=rng.choice([20, 40, 60]),
+            crash_after=crash_after,
+            **settings_over,
+        )
+        for d in decisions(transport):
+            all_decisions.setdefault(d["event_id"], set()).add((d["arm_id"], d["model_version"]))
+        crashes += crash_after is not None
+    assert crashes == 25
+    assert svc.state_bytes() == ref_svc.state_bytes()  # no reward lost or counted twice
+    assert ledger_digests(tmp_path) == ledger_digests(
+        ref_state
+    )  # no release duplicated or re-drawn
+    assert len(all_decisions) == EVENTS  # no event lacks a decision
+    assert all(len(v) == 1 for v in all_decisions.values())  # re-decided events: same decision
+
+
+def test_snapshot_holds_no_surprises(reference):
+    state, _, _, _ = reference
+    raw = (state / "snapshot.json").read_bytes()
+    head = json.loads(raw.split(b"\n", 1)[0])
+    assert head["format"] == 1 and len(head["sha256"]) == 64
+
+
+def test_metrics_count_what_happened(reference):
+    _, svc, _, summary = reference
+    m = svc.metrics
+    reg = m.registry
+    assert (
+        reg.get_sample_value("dpbandit_events_total", {"bandit": BANDIT, "outcome": "decided"})
+        == EVENTS
+    )
+    joined = reg.get_sample_value(
+        "dpbandit_feedback_total", {"bandit": BANDIT, "outcome": "joined"}
+    )
+    held = (
+        reg.get_sample_value("dpbandit_feedback_total", {"bandit": BANDIT, "outcome": "held_early"})
+        or 0
+    )
+    assert joined + held >= summary["bandits"][BANDIT]["stats"]["joined"] - held
+    assert reg.get_sample_value("dpbandit_ledger_releases", {"bandit": BANDIT}) >= 3
+    eps = reg.get_sample_value(
+        "dpbandit_privacy_epsilon_spent",
+        {"bandit": BANDIT, "calibration": "certified", "accountant": "basic"},
+    )
+    assert eps == pytest.approx(5.0)
+    assert reg.get_sample_value("dpbandit_rounds", {"bandit": BANDIT}) == EVENTS
+    assert (
+        reg.get_sample_value(
+            "dpbandit_calibration_info",
+            {"bandit": BANDIT, "policy": "fliphat", "calibration": "certified", "dp_valid": "true"},
+        )
+        == 1
+    )
+
+
+def test_restart_on_a_finished_state_is_a_no_op(stream, reference, tmp_path):
+    svc, _, _ = run_file(tmp_path, stream[0])
+    first = svc.state_bytes()
+    svc2, transport2, _ = run_file(tmp_path, stream[0])
+    assert svc2.state_bytes() == first and decisions(transport2) == []
+
+
+def test_config_change_is_refused_on_restart(stream, reference, tmp_path):
+    from stream_helpers import bandit_config
+
+    run_file(tmp_path, stream[0])
+    with pytest.raises(RuntimeError, match="configuration of bandit"):
+        run_file(tmp_path, stream[0], bandits={BANDIT: bandit_config(epsilon=2.0)})
+
+
+def test_dead_letter_records_are_well_formed(reference):
+    _, _, transport, _ = reference
+    for dl in dead_letters(transport):
+        assert dl["reason"] and dl["source_topic"] and dl["offset"] >= 0
+
+
+def test_blocking_at_releases_is_deterministic(tmp_path):
+    """A short swap delay makes the service wait for feedback before releases."""
+    policy = {"first_episode_len": 64, "swap_delay": 4}
+    path = tmp_path / "blocking.jsonl"
+    record_stream(path, 1500, seed=3, state_dir=tmp_path / "rec", policy=policy)
+    states = []
+    for mb in (5, 300):
+        svc, transport, summary = run_file(tmp_path / f"s{mb}", path, max_batch=mb, policy=policy)
+        states.append(svc.state_bytes())
+        assert summary["bandits"][BANDIT]["model_version"] >= 4
+        assert svc.metrics.registry.get_sample_value("dpbandit_checkpoints_total",
+                                                     {"reason": "release"}) >= 4
+    assert states[0] == states[1]
