@@ -87,7 +87,7 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 diagnose_fetch_failure() {
   # Called after Maven failed: say *why* as precisely as we can.
-  local mvn_log=$1 url code
+  local mvn_log=$1 url code missing
   url="https://repo.maven.apache.org/maven2/org/apache/kafka/kafka_$SCALA_VERSION/$KAFKA_VERSION/kafka_$SCALA_VERSION-$KAFKA_VERSION.pom"
   if command -v curl >/dev/null 2>&1; then
     code=$(curl -s -o /dev/null -m 20 -w '%{http_code}' "$url" || true)
@@ -98,14 +98,16 @@ diagnose_fetch_failure() {
       *) log "Maven Central answered HTTP $code for $url" ;;
     esac
   fi
-  if grep -qiE 'UnknownHost|Connection refused|Network is unreachable|timed out|Could not transfer' "$mvn_log"; then
-    log "Maven could not download from its repositories (network/proxy problem; see below)."
-  elif grep -qiE 'Could not find artifact|was not found in' "$mvn_log"; then
-    log "Maven could not find an artifact (wrong version?; see below)."
+  missing=$(grep -oE "(Could not find artifact [^ ]+|[^ :]+:[^ :]+:[^ :]+:[^ :]+ was not found in)" "$mvn_log" |
+    sed -E 's/^Could not find artifact //; s/ was not found in$//' | sort -u | paste -sd' ' || true)
+  if [ -n "$missing" ]; then
+    log "missing from the Maven repositories: $missing"
+  elif grep -qiE 'UnknownHost|Connection refused|Network is unreachable|timed out|Could not transfer' "$mvn_log"; then
+    log "Maven could not download from its repositories (network or proxy problem)."
   fi
-  log "last lines of $mvn_log:"
-  grep -E '^\[(ERROR|FATAL)\]' "$mvn_log" | head -15 >&2 || true
-  tail -n 15 "$mvn_log" >&2
+  log "Maven said:"
+  grep -E '^\[ERROR\] .+' "$mvn_log" | grep -vE 'Re-run Maven|full stack trace|For more information|\[Help 1\] http' |
+    sort -u | head -n 5 >&2 || tail -n 15 "$mvn_log" >&2
 }
 
 write_pom() {
@@ -181,7 +183,8 @@ fetch() {
   tmp=$DIST_DIR/libs.partial
   mvn_log=$DIST_DIR/fetch.log
   write_pom "$DIST_DIR/pom.xml"
-  if ! mvn -B -f "$DIST_DIR/pom.xml" dependency:copy-dependencies \
+  # -U: re-check artifacts that an earlier (failed) attempt recorded as missing.
+  if ! mvn -B -U -f "$DIST_DIR/pom.xml" dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$tmp" >"$mvn_log" 2>&1; then
     diagnose_fetch_failure "$mvn_log"
     die "fetching Kafka $KAFKA_VERSION with Maven failed (full log: $mvn_log)"
