@@ -22,6 +22,7 @@
 #   DPBANDIT_KAFKA_START_TIMEOUT    seconds to wait for readiness            [90]
 #   DPBANDIT_KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL [30]
 #   DPBANDIT_KAFKA_HEAP             JVM heap flags                           [-Xms256m -Xmx512m]
+#   DPBANDIT_KAFKA_JVM_OPTS         other JVM flags      [-XX:TieredStopAtLevel=1 -XX:+UseG1GC ...]
 #   DPBANDIT_KAFKA_EXTRA_PROPERTIES file appended to the generated server.properties
 #
 # A broker instance is identified by its run dir. start records the ports, version and data dir
@@ -45,6 +46,9 @@ HOST=127.0.0.1
 START_TIMEOUT=${DPBANDIT_KAFKA_START_TIMEOUT:-90}
 STOP_TIMEOUT=${DPBANDIT_KAFKA_STOP_TIMEOUT:-30}
 HEAP=${DPBANDIT_KAFKA_HEAP:--Xms256m -Xmx512m}
+# Small, short-lived test broker on a small shared machine: C1 only (faster start, less JIT
+# CPU), G1 as in Kafka's own scripts.
+JVM_OPTS=${DPBANDIT_KAFKA_JVM_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError}
 DATA_DIR=""
 
 if [ -n "${DPBANDIT_KAFKA_RUN_DIR:-}" ]; then
@@ -366,9 +370,8 @@ random_cluster_id() {
 java_cmd() {
   command -v java >/dev/null 2>&1 || die "java is not on PATH (Kafka $KAFKA_VERSION needs Java 17+)"
   # shellcheck disable=SC2206
-  local heap=($HEAP)
-  JAVA_ARGS=(java "${heap[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
-    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
+  local heap=($HEAP) opts=($JVM_OPTS)
+  JAVA_ARGS=(java "${heap[@]}" "${opts[@]}"
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$LOG4J_CONF"
     -Dkafka.logs.dir="$RUN_DIR" -cp "$LIBS/*")
 }
