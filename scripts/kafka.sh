@@ -495,7 +495,7 @@ start() {
     cluster_id=$(random_cluster_id)
     if ! "${JAVA_ARGS[@]}" kafka.tools.StorageTool format --cluster-id "$cluster_id" \
       --config "$PROPS" >>"$LOG_FILE" 2>&1; then
-      tail -n 30 "$LOG_FILE" >&2
+      grep -v $'^\tat ' "$LOG_FILE" | tail -n 20 >&2
       die "formatting KRaft storage in $DATA_DIR failed (log: $LOG_FILE)"
     fi
     log "formatted KRaft storage in $DATA_DIR (cluster id $cluster_id)"
@@ -517,7 +517,7 @@ start() {
   log "broker starting (pid $pid), log $LOG_FILE"
   if ! wait_ready "$pid" "$START_TIMEOUT"; then
     log "last lines of $LOG_FILE:"
-    tail -n 40 "$LOG_FILE" >&2
+    grep -v $'^\tat ' "$LOG_FILE" | tail -n 40 >&2
     stop >/dev/null 2>&1 || true
     die "Kafka broker on $BOOTSTRAP did not become ready (see $LOG_FILE)"
   fi
