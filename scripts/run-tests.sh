@@ -1,8 +1,54 @@
 #!/usr/bin/env bash
 # Run the whole test suite and fail loudly when anything fails or nothing runs.
+#
+# The tests marked `kafka` need a real Apache Kafka broker: this script starts one with
+# scripts/kafka.sh (fetching the jars with Maven on the first run), exports its address as
+# DPBANDIT_TEST_KAFKA (and its run dir, so tests can restart it), runs pytest and always stops
+# the broker again. If DPBANDIT_TEST_KAFKA is already set, that broker is used as is.
+#
+#   scripts/run-tests.sh [PYTHON] [pytest args...]
 set -uo pipefail
 PY=${1:-python3}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+
+KAFKA_RUN_DIR=""
+stop_kafka() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$KAFKA_RUN_DIR" ]; then
+    if ! DPBANDIT_KAFKA_RUN_DIR=$KAFKA_RUN_DIR scripts/kafka.sh stop; then
+      echo "run-tests: FAILURE — could not stop the Kafka test broker (run dir $KAFKA_RUN_DIR)" >&2
+      [ "$rc" -ne 0 ] || rc=1
+    fi
+    if [ "$rc" -eq 0 ]; then
+      rm -rf "$KAFKA_RUN_DIR"
+    else
+      rm -rf "$KAFKA_RUN_DIR/data"
+      echo "run-tests: Kafka broker log kept in $KAFKA_RUN_DIR/broker.log" >&2
+    fi
+  fi
+  exit "$rc"
+}
+
+if [ -z "${DPBANDIT_TEST_KAFKA:-}" ]; then
+  KAFKA_RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/dpbandit-kafka.XXXXXX") || exit 1
+  trap stop_kafka EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  # A free port pair unless DPBANDIT_KAFKA_PORT says otherwise, so that concurrent runs
+  # (other checkouts on the same machine) do not collide.
+  if ! bootstrap=$(DPBANDIT_KAFKA_RUN_DIR=$KAFKA_RUN_DIR \
+    DPBANDIT_KAFKA_PORT=${DPBANDIT_KAFKA_PORT:-auto} DPBANDIT_KAFKA_PYTHON=$PY \
+    scripts/kafka.sh start); then
+    echo "run-tests: FAILURE — could not start the Kafka test broker (see the messages above)" >&2
+    exit 1
+  fi
+  export DPBANDIT_TEST_KAFKA=$bootstrap DPBANDIT_KAFKA_RUN_DIR=$KAFKA_RUN_DIR DPBANDIT_KAFKA_PYTHON=$PY
+  echo "run-tests: Kafka test broker at $DPBANDIT_TEST_KAFKA" >&2
+else
+  echo "run-tests: using the Kafka broker at DPBANDIT_TEST_KAFKA=$DPBANDIT_TEST_KAFKA" >&2
+fi
+
 "$PY" -m pytest "${@:2}"
 rc=$?
 if [ "$rc" -eq 5 ]; then

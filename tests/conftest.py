@@ -13,3 +13,44 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real Apache Kafka (see docs/kafka-tests.md). Tests that use these fixtures are marked
+# @pytest.mark.kafka; they never skip: when no broker can be had, the fixture raises with why.
+
+from kafka_broker import KafkaBroker, unique_topic_name  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """Control object for the session's broker: ``.bootstrap``, ``.restart()``,
+    ``.stop()``/``.start()``, ``.create_topic(name, partitions)``, ``.admin()``.
+
+    Uses the broker named by ``$DPBANDIT_TEST_KAFKA`` (``scripts/run-tests.sh`` starts one
+    and exports it); otherwise starts a private one with ``scripts/kafka.sh`` for the session
+    and stops it at the end.
+    """
+    broker = KafkaBroker.for_session(tmp_path_factory.mktemp("kafka-broker"))
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker) -> str:
+    """``127.0.0.1:PORT`` of the session's real Kafka broker."""
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture
+def kafka_topic(kafka_broker, request):
+    """Factory: ``kafka_topic(partitions=3, configs=None) -> name`` creates a fresh topic
+    (named after the test) and waits until all its partitions have a leader."""
+
+    def create(partitions: int = 3, configs: dict[str, str] | None = None) -> str:
+        name = unique_topic_name(request.node.name)
+        return kafka_broker.create_topic(name, partitions, configs=configs)
+
+    return create
