@@ -170,7 +170,7 @@ def test_blocking_at_releases_is_deterministic(tmp_path):
     record_stream(path, 1500, seed=3, state_dir=tmp_path / "rec", policy=policy)
     states = []
     for mb in (5, 300):
-        svc, transport, summary = run_file(tmp_path / f"s{mb}", path, max_batch=mb, policy=policy)
+        svc, _, summary = run_file(tmp_path / f"s{mb}", path, max_batch=mb, policy=policy)
         states.append(svc.state_bytes())
         assert summary["bandits"][BANDIT]["model_version"] >= 4
         assert svc.metrics.registry.get_sample_value("dpbandit_checkpoints_total",
