@@ -45,8 +45,9 @@ def settings(state_dir, policy=None, **overrides) -> ServiceSettings:
     return ServiceSettings.model_validate(data)
 
 
-def record_stream(path: Path, events: int, seed: int = 0, state_dir=None, delay: float = 0.2,
-                  policy=None):
+def record_stream(
+    path: Path, events: int, seed: int = 0, state_dir=None, delay: float = 0.2, policy=None
+):
     """Run the simulated source through a service once and record its input as JSONL."""
     env = FliphatPaperEnv(d=D, K=K, s_star=3)
     src = SimulatedSource(
@@ -55,6 +56,7 @@ def record_stream(path: Path, events: int, seed: int = 0, state_dir=None, delay:
         BANDIT,
         dt=0.01,
         delay_mean=delay,
+        feedback_probability=0.95,  # some decisions never get a reward
         seed=seed,
         topics=("dpbandit.contexts", "dpbandit.feedback"),
     )
@@ -105,3 +107,240 @@ def ledger_digests(state_dir) -> list[str]:
     recs, torn = read_ledger(Path(state_dir) / "ledger.jsonl")
     assert torn == 0
     return [r.content_digest() for r in recs]
+
+
+# -- bad input ------------------------------------------------------------------------------
+CATALOG = "catalog"  # a second bandit: shared contexts over an arm catalogue
+
+
+def catalog_config() -> dict:
+    return {
+        "policy": {"policy": "random", "d": 12},
+        "feedback_window": 2.0,
+        "arms": ["a", "b", "c"],
+        "seed": 1,
+    }
+
+
+def bad_input_stream(valid_path: Path, out_path: Path):
+    """Insert one message of every bad kind into a valid recorded stream.
+
+    Returns ({(topic kind, offset): expected dead-letter reason}, {(topic kind, original
+    offset): new offset}). Bad feedback is placed where the feedback watermark already passed
+    its event time, so it cannot disturb valid joins.
+    """
+    lines = [json.loads(x) for x in valid_path.read_text().splitlines()]
+    ctx = [json.loads(x["value"]) for x in lines if x["topic"] == "contexts"]
+    fb = [json.loads(x["value"]) for x in lines if x["topic"] == "feedback"]
+    rewarded = {f["event_id"] for f in fb if "event_id" in f}
+    t0 = ctx[0]["event_time"]
+    e_dup = ctx[10]  # has a reward
+    e_nofb = next(c for c in ctx[50:] if c["event_id"] not in rewarded)
+    e_before = ctx[60]
+    good_arm = e_dup["arms"]
+
+    def ctxmsg(**kw):
+        base = {
+            "v": 1,
+            "event_id": kw.pop("event_id", "bad-x"),
+            "bandit_id": BANDIT,
+            "event_time": t0 + 0.5,
+            "arms": good_arm,
+        }
+        base.update(kw)
+        return json.dumps(base)
+
+    wrong_types = [{"arm_id": a["arm_id"], "features": ["x"] * D} for a in good_arm]
+    short = [{"arm_id": a["arm_id"], "features": a["features"][:-1]} for a in good_arm]
+    uneven = [good_arm[0], {"arm_id": "z", "features": good_arm[1]["features"][:-2]}]
+    nan_arms = json.dumps(good_arm).replace(str(good_arm[0]["features"][0]), "NaN", 1)
+    inf_arms = json.dumps(good_arm).replace(str(good_arm[0]["features"][0]), "1e999", 1)
+    bad_contexts = [
+        ("{not json", "malformed_json"),
+        ("[1, 2, 3]", "invalid_event"),
+        (
+            json.dumps({"v": 1, "bandit_id": BANDIT, "event_time": t0, "arms": good_arm}),
+            "invalid_event",
+        ),  # missing event_id
+        (ctxmsg(event_id="bad-types", arms=wrong_types), "invalid_event"),
+        (ctxmsg(event_id="bad-dim", arms=short), "wrong_dimension"),
+        (ctxmsg(event_id="bad-uneven", arms=uneven), "invalid_event"),
+        (ctxmsg(event_id="bad-empty", arms=[]), "invalid_event"),
+        (
+            '{"v": 1, "event_id": "bad-nan", "bandit_id": "%s", "event_time": %r, "arms": %s}'
+            % (BANDIT, t0 + 0.5, nan_arms),
+            "non_finite_number",
+        ),
+        (
+            '{"v": 1, "event_id": "bad-inf", "bandit_id": "%s", "event_time": %r, "arms": %s}'
+            % (BANDIT, t0 + 0.5, inf_arms),
+            "non_finite_number",
+        ),
+        (ctxmsg(event_id="bad-bandit", bandit_id="nobody"), "unknown_bandit"),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": "bad-arm",
+                    "bandit_id": CATALOG,
+                    "event_time": t0 + 0.5,
+                    "shared": [0.1, 0.2, 0.3, 0.4],
+                    "arm_ids": ["a", "zz"],
+                }
+            ),
+            "unknown_arm",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": "bad-shared",
+                    "bandit_id": BANDIT,
+                    "event_time": t0,
+                    "shared": [0.1] * 4,
+                    "arm_ids": ["x"],
+                }
+            ),
+            "shared_context_unsupported",
+        ),
+        (json.dumps(e_dup), "duplicate_event"),
+        (
+            ctxmsg(event_id="bad-big", user_id="x" * 150).replace(
+                '"arms"', '"pad": "' + "y" * 120_000 + '", "arms"'
+            ),
+            "oversized",
+        ),
+    ]
+    good_catalog = json.dumps(
+        {
+            "v": 1,
+            "event_id": "cat-1",
+            "bandit_id": CATALOG,
+            "event_time": t0 + 0.3,
+            "shared": [0.1, 0.2, 0.3, 0.4],
+            "arm_ids": ["a", "b"],
+        }
+    )
+    bad_feedback = [
+        ("{reward: 1", "malformed_json"),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": e_dup["event_id"],
+                    "bandit_id": BANDIT,
+                    "reward": "high",
+                    "event_time": t0 + 0.4,
+                }
+            ),
+            "invalid_feedback",
+        ),
+        (
+            '{"v": 1, "event_id": "%s", "bandit_id": "%s", "reward": NaN, "event_time": %r}'
+            % (e_dup["event_id"], BANDIT, t0 + 0.4),
+            "non_finite_number",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": e_dup["event_id"],
+                    "bandit_id": BANDIT,
+                    "reward": 1e6,
+                    "event_time": t0 + 0.4,
+                }
+            ),
+            "reward_out_of_range",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": "never-decided",
+                    "bandit_id": BANDIT,
+                    "reward": 0.1,
+                    "event_time": t0 + 0.4,
+                }
+            ),
+            "unknown_event",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": e_dup["event_id"],
+                    "bandit_id": "nobody",
+                    "reward": 0.1,
+                    "event_time": t0 + 0.4,
+                }
+            ),
+            "unknown_bandit",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": e_before["event_id"],
+                    "bandit_id": BANDIT,
+                    "reward": 0.1,
+                    "event_time": e_before["event_time"] - 0.5,
+                }
+            ),
+            "feedback_before_decision",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "event_id": e_nofb["event_id"],
+                    "bandit_id": BANDIT,
+                    "reward": 0.1,
+                    "event_time": e_nofb["event_time"] + 2.5,
+                }
+            ),
+            "feedback_after_expiry",
+        ),
+    ]
+    # the real reward of e_dup, sent again: a duplicate
+    real = next(f for f in fb if f.get("event_id") == e_dup["event_id"])
+    bad_feedback.append((json.dumps(real), "duplicate_feedback"))
+    # insert contexts after the 100th context; feedback once the watermark passed e_nofb + 3 s
+    out, expected = [], {}
+    counts = {"contexts": 0, "feedback": 0}
+    wm = float("-inf")
+    placed_ctx = placed_fb = False
+
+    moved = {}
+    orig = {"contexts": 0, "feedback": 0}
+
+    def put(topic, value, reason=None):
+        if reason is not None:
+            expected[(topic, counts[topic])] = reason
+        out.append({"topic": topic, "value": value})
+        counts[topic] += 1
+
+    for line in lines:
+        v = json.loads(line["value"])
+        moved[(line["topic"], orig[line["topic"]])] = counts[line["topic"]]
+        orig[line["topic"]] += 1
+        put(line["topic"], line["value"])
+        if line["topic"] == "feedback":
+            wm = max(wm, v["event_time"])
+        if line["topic"] == "contexts" and counts["contexts"] == 100 and not placed_ctx:
+            for value, reason in bad_contexts:
+                put("contexts", value, reason)
+            put("contexts", good_catalog)
+            placed_ctx = True
+        if (
+            line["topic"] == "feedback"
+            and not placed_fb
+            and placed_ctx
+            and wm > e_nofb["event_time"] + 3.0
+            and wm > real["event_time"] + 3.0
+        ):
+            for value, reason in bad_feedback:
+                put("feedback", value, reason)
+            placed_fb = True
+    assert placed_ctx and placed_fb
+    out_path.write_text("".join(json.dumps(x) + "\n" for x in out))
+    return expected, moved

@@ -173,6 +173,50 @@ def test_blocking_at_releases_is_deterministic(tmp_path):
         svc, _, summary = run_file(tmp_path / f"s{mb}", path, max_batch=mb, policy=policy)
         states.append(svc.state_bytes())
         assert summary["bandits"][BANDIT]["model_version"] >= 4
-        assert svc.metrics.registry.get_sample_value("dpbandit_checkpoints_total",
-                                                     {"reason": "release"}) >= 4
+        assert (
+            svc.metrics.registry.get_sample_value(
+                "dpbandit_checkpoints_total", {"reason": "release"}
+            )
+            >= 4
+        )
     assert states[0] == states[1]
+
+
+def test_bad_input_goes_to_the_dead_letter_topic_and_nothing_else_is_lost(
+    stream, reference, tmp_path
+):
+    from stream_helpers import CATALOG, bad_input_stream, bandit_config, catalog_config
+
+    path = tmp_path / "bad.jsonl"
+    expected, moved = bad_input_stream(stream[0], path)
+    assert len(set(expected.values())) >= 15
+    # the valid stream's own dead letters (late rewards), at their new offsets
+    for dl in dead_letters(reference[2]):
+        kind = "contexts" if dl["source_topic"].endswith("contexts") else "feedback"
+        expected[(kind, moved[(kind, dl["offset"])])] = dl["reason"]
+    svc, transport, summary = run_file(
+        tmp_path / "state",
+        path,
+        bandits={BANDIT: bandit_config(), CATALOG: catalog_config()},
+        max_message_bytes=100_000,
+    )
+    got = {}
+    for dl in dead_letters(transport):
+        kind = "contexts" if dl["source_topic"].endswith("contexts") else "feedback"
+        got[(kind, dl["offset"])] = dl["reason"]
+    assert got == expected
+    # the valid stream is untouched: same learned state for the main bandit as the reference
+    _ref_state, ref_svc, _, _ = reference
+    from streaming_dpbandit.stream.service import learned_state_bytes
+
+    mine = learned_state_bytes({BANDIT: svc.bandits[BANDIT].state_dict()})
+    assert mine == ref_svc.state_bytes()
+    assert summary["bandits"][CATALOG]["rounds"] == 1
+    reg = svc.metrics.registry
+    for reason in set(expected.values()):
+        n = sum(1 for r in expected.values() if r == reason)
+        total = sum(
+            reg.get_sample_value("dpbandit_dead_letters_total", {"topic": t, "reason": reason}) or 0
+            for t in ("dpbandit.contexts", "dpbandit.feedback")
+        )
+        assert total == n, reason

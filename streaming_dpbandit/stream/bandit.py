@@ -163,6 +163,14 @@ class BanditRuntime:
             closes = p.event.event_time + js.window
             for fb in js.take_early(eid):
                 status = js.status(eid)
+                if fb.event_time < p.event.event_time:
+                    self.stats["fb_before_decision"] += 1
+                    dead(
+                        fb.source,
+                        "feedback_before_decision",
+                        f"feedback time precedes the decision of {eid!r}",
+                    )
+                    continue
                 if status == "pending" and fb.watermark > closes:
                     # in feedback order the window had closed before this feedback
                     self._resolved(js._resolve(eid, "expired", None), forced=False)
@@ -199,7 +207,15 @@ class BanditRuntime:
             dead(source, "reward_out_of_range", f"reward outside {list(bounds)}")
             return
         status = self.join.status(fb.event_id)
-        if status == "pending":
+        decided_at = self.join.decision_time(fb.event_id)
+        if decided_at is not None and fb.event_time < decided_at:
+            self.stats["fb_before_decision"] += 1
+            dead(
+                source,
+                "feedback_before_decision",
+                f"feedback time precedes the decision of {fb.event_id!r}",
+            )
+        elif status == "pending":
             self._feedback_on_pending(fb.event_id, fb.reward, fb.event_time, source, dead)
         elif status == "joined":
             self.stats["fb_duplicate"] += 1

@@ -146,6 +146,14 @@ class JoinStore:
         r = self.resolved.get(event_id)
         return None if r is None else r[0]
 
+    def decision_time(self, event_id: str) -> float | None:
+        """Event time of the decision's context, if the decision is pending or remembered."""
+        p = self.pending.get(event_id)
+        if p is not None:
+            return p.event_time
+        r = self.resolved.get(event_id)
+        return None if r is None else r[1]
+
     def _resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
         p = self.pending.pop(event_id)
         ctx = self._contexts[p.slot].copy()

@@ -23,6 +23,8 @@ def _common(settings: KafkaSettings) -> dict:
         "bootstrap_servers": settings.bootstrap_servers.split(","),
         "client_id": settings.client_id,
         "security_protocol": settings.security_protocol,
+        # kafka-python's reconnect backoff grows to 30 s: a broker restart would stall us
+        "reconnect_backoff_max_ms": 1000,
     }
     if settings.sasl_mechanism:
         out["sasl_mechanism"] = settings.sasl_mechanism

@@ -49,6 +49,16 @@ def _tp_key(tp: TP) -> str:
     return f"{tp[0]}|{tp[1]}"
 
 
+def _reason(err: ValidationError, default: str) -> str:
+    """Dead-letter reason of a validation error."""
+    kind = err.errors()[0]["type"]
+    if kind in ("json_invalid", "json_type"):
+        return "malformed_json"
+    if kind == "finite_number":
+        return "non_finite_number"
+    return default
+
+
 def _first_error(err: ValidationError) -> str:
     e = err.errors()[0]
     loc = ".".join(str(x) for x in e["loc"])
@@ -236,11 +246,7 @@ class Service:
             try:
                 ev = ContextEvent.model_validate_json(r.value)
             except ValidationError as err:
-                kind = err.errors()[0]["type"]
-                reason = (
-                    "malformed_json" if kind in ("json_invalid", "json_type") else "invalid_event"
-                )
-                raise BadInput(reason, _first_error(err)) from None
+                raise BadInput(_reason(err, "invalid_event"), _first_error(err)) from None
             rt = self.bandits.get(ev.bandit_id)
             if rt is None:
                 raise BadInput("unknown_bandit", f"bandit {ev.bandit_id!r} is not configured")
@@ -348,10 +354,7 @@ class Service:
         try:
             msg = parse_feedback(r.value)
         except ValidationError as err:
-            kind = err.errors()[0]["type"]
-            reason = (
-                "malformed_json" if kind in ("json_invalid", "json_type") else "invalid_feedback"
-            )
+            reason = _reason(err, "invalid_feedback")
             self._dead(r, reason, _first_error(err))
             self.metrics.feedback.labels("unknown", reason).inc()
             return
@@ -529,8 +532,15 @@ class Service:
         exactly. Two runs over the same input must agree on it byte for byte, whatever the
         batching, interleaving or crashes. (Diagnostics such as the reward window are excluded:
         they depend on arrival order by design.)"""
-        out = {}
-        for name, rt in self.bandits.items():
-            st = rt.state_dict()
-            out[name] = {"policy": st["policy"], "join": st["join"], "unledgered": st["unledgered"]}
-        return dumps(out)
+        return learned_state_bytes({name: rt.state_dict() for name, rt in self.bandits.items()})
+
+
+def learned_state_bytes(bandit_states: dict) -> bytes:
+    """Exact encoding of what bandits learned (policies, join outcomes, unledgered releases),
+    from runtime state dicts — e.g. the ``bandits`` section of a snapshot."""
+    return dumps(
+        {
+            name: {"policy": st["policy"], "join": st["join"], "unledgered": st["unledgered"]}
+            for name, st in bandit_states.items()
+        }
+    )
