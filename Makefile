@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench reproduce clean
+.PHONY: setup run simulate test lint bench reproduce clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/dpbandit serve
+
+simulate: $(STAMP)
 	$(BIN)/dpbandit simulate --env fliphat-paper --policy fliphat,random,lasso-bandit \
 		--epsilon 1,5 --delta 0.01 --horizon 10000 --seeds 4 --plot regret.png --json regret.json
 

@@ -113,7 +113,7 @@ class BanditRuntime:
         return X, ids
 
     def check_new(self, ev: ContextEvent) -> None:
-        if self.join.status(ev.event_id) is not None:
+        if self.join.status(ev.event_id, by="context") is not None:
             raise BadInput("duplicate_event", f"event {ev.event_id!r} was already decided")
 
     def decide(self, batch: list[Pending]) -> list[Decision]:
@@ -162,7 +162,7 @@ class BanditRuntime:
             eid = p.event.event_id
             closes = p.event.event_time + js.window
             for fb in js.take_early(eid):
-                status = js.status(eid)
+                status = js.status_at(eid, fb.watermark)  # as of this feedback's position
                 if fb.event_time < p.event.event_time:
                     self.stats["fb_before_decision"] += 1
                     dead(

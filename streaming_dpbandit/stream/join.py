@@ -110,7 +110,8 @@ class JoinStore:
         self._by_time: list[tuple[float, int, str]] = []  # heap of (event time, seq, id), lazy
         self._seq = 0
         self.early: dict[str, list[EarlyFeedback]] = {}
-        self.resolved: collections.OrderedDict[str, tuple[str, float]] = collections.OrderedDict()
+        self.resolved: dict[str, tuple[str, float]] = {}
+        self._resolved_heap: list[tuple[float, str]] = []  # (decision time, id), lazy
         self.feedback_watermark = float("-inf")
         self.context_watermark = float("-inf")
 
@@ -139,12 +140,32 @@ class JoinStore:
         self._seq += 1
         return evicted
 
-    def status(self, event_id: str) -> str | None:
-        """``pending``, ``joined``, ``expired`` or None (unknown or forgotten)."""
+    def _clock(self, by: str) -> float:
+        return self.context_watermark if by == "context" else self.feedback_watermark
+
+    def status(self, event_id: str, by: str = "feedback") -> str | None:
+        """``pending``, ``joined``, ``expired`` or None (unknown or forgotten).
+
+        A resolved id is remembered while its decision time is within ``retention`` of the
+        watermark of the partition asking (``by="context"`` for duplicate contexts,
+        ``"feedback"`` for feedback): each partition sees a canonical answer, however the two
+        interleave.
+        """
         if event_id in self.pending:
             return "pending"
         r = self.resolved.get(event_id)
-        return None if r is None else r[0]
+        if r is None or r[1] < self._clock(by) - self.retention:
+            return None
+        return r[0]
+
+    def status_at(self, event_id: str, feedback_watermark: float) -> str | None:
+        """:meth:`status` as a feedback message saw it at its position in the partition."""
+        if event_id in self.pending:
+            return "pending"
+        r = self.resolved.get(event_id)
+        if r is None or r[1] < feedback_watermark - self.retention:
+            return None
+        return r[0]
 
     def decision_time(self, event_id: str) -> float | None:
         """Event time of the decision's context, if the decision is pending or remembered."""
@@ -152,14 +173,16 @@ class JoinStore:
         if p is not None:
             return p.event_time
         r = self.resolved.get(event_id)
-        return None if r is None else r[1]
+        if r is None or r[1] < self.feedback_watermark - self.retention:
+            return None  # feedback lookups use the feedback partition's clock
+        return r[1]
 
     def _resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
         p = self.pending.pop(event_id)
         ctx = self._contexts[p.slot].copy()
         self._contexts[p.slot] = 0.0
         self._free.append(p.slot)
-        self.resolved[event_id] = (outcome, p.event_time)
+        self._remember(event_id, outcome, p.event_time)
         return Resolution(event_id, p.round, outcome, reward, ctx)
 
     # -- feedback ---------------------------------------------------------------------------
@@ -191,6 +214,7 @@ class JoinStore:
         if t <= self.context_watermark:
             return []
         self.context_watermark = t
+        self._prune()
         orphans = []
         for eid in [e for e, fbs in self.early.items() if all(f.event_time <= t for f in fbs)]:
             orphans.extend(self.early.pop(eid))
@@ -223,16 +247,24 @@ class JoinStore:
             return None
         return min(p.round for p in self.pending.values())
 
-    def _prune(self, t: float) -> None:
-        horizon = t - self.retention
-        while self.resolved:
-            _eid, (_, et) = next(iter(self.resolved.items()))
-            if et >= horizon:
-                break
-            self.resolved.popitem(last=False)
+    def _remember(self, event_id: str, outcome: str, event_time: float) -> None:
+        self.resolved[event_id] = (outcome, event_time)
+        heapq.heappush(self._resolved_heap, (event_time, event_id))
+
+    def _prune(self, t: float | None = None) -> None:
+        """Drop resolved ids that neither partition remembers any more."""
+        horizon = min(self.feedback_watermark, self.context_watermark) - self.retention
+        heap = self._resolved_heap
+        while heap and heap[0][0] < horizon:
+            et, eid = heapq.heappop(heap)
+            r = self.resolved.get(eid)
+            if r is not None and r[1] == et:
+                del self.resolved[eid]
 
     # -- persistence ------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        self._prune(self.feedback_watermark)  # canonical: only what is still remembered
+        resolved = sorted(self.resolved.items(), key=lambda kv: (kv[1][1], kv[0]))
         ids = list(self.pending)
         return {
             "pending_ids": ids,
@@ -246,9 +278,10 @@ class JoinStore:
                 for fbs in self.early.values()
                 for f in fbs
             ],
-            "resolved_ids": list(self.resolved.keys()),
-            "resolved_outcomes": [v[0] for v in self.resolved.values()],
-            "resolved_times": np.array([v[1] for v in self.resolved.values()], dtype=np.float64),
+            # canonical order (resolution order depends on how topics interleaved)
+            "resolved_ids": [e for e, _ in resolved],
+            "resolved_outcomes": [v[0] for _, v in resolved],
+            "resolved_times": np.array([v[1] for _, v in resolved], dtype=np.float64),
             "feedback_watermark": self.feedback_watermark,
             "context_watermark": self.context_watermark,
         }
@@ -267,7 +300,7 @@ class JoinStore:
         for eid, out, t in zip(
             state["resolved_ids"], state["resolved_outcomes"], state["resolved_times"]
         ):
-            self.resolved[eid] = (out, float(t))
+            self._remember(eid, out, float(t))
         self.feedback_watermark = float(state["feedback_watermark"])
         self.context_watermark = float(state["context_watermark"])
         return self

@@ -291,7 +291,7 @@ class Service:
                 nxt = self._parse_context(r2, rec2)
                 if isinstance(nxt, BadInput) or nxt[0] is not rt or nxt[1].event.event_id in seen:
                     break
-                if rt.join.status(nxt[1].event.event_id) is not None:
+                if rt.join.status(nxt[1].event.event_id, by="context") is not None:
                     break
                 run.append(nxt[1])
                 seen.add(nxt[1].event.event_id)
@@ -488,8 +488,10 @@ class Service:
                 self.metrics.rho_spent.labels(name).set(sp.rho)
 
     def _export_metrics(self) -> None:
-        for rt in self.bandits.values():
+        blocked = set(self.blocked.values())
+        for name, rt in self.bandits.items():
             rt.export_metrics()
+            self.metrics.blocked.labels(name).set(1 if name in blocked else 0)
         self.metrics.checkpoint_age.set(time.monotonic() - self.last_snapshot)
         for (topic, part), lag in self.transport.lag().items():
             self.metrics.lag.labels(topic, str(part)).set(lag)
@@ -538,9 +540,10 @@ class Service:
 def learned_state_bytes(bandit_states: dict) -> bytes:
     """Exact encoding of what bandits learned (policies, join outcomes, unledgered releases),
     from runtime state dicts — e.g. the ``bandits`` section of a snapshot."""
-    return dumps(
-        {
-            name: {"policy": st["policy"], "join": st["join"], "unledgered": st["unledgered"]}
-            for name, st in bandit_states.items()
-        }
-    )
+    out = {}
+    for name, st in bandit_states.items():
+        join = dict(st["join"])
+        # where held feedback came from (topic, partition, offset) is routing, not learning
+        join["early"] = [e[:3] + e[4:] for e in join["early"]]
+        out[name] = {"policy": st["policy"], "join": join, "unledgered": st["unledgered"]}
+    return dumps(out)

@@ -1,0 +1,418 @@
+"""Service benchmarks (issue 3). Prints one JSON document.
+
+* ``inprocess``: events/s of the service loop over the in-process transport, replaying a
+  recorded stream (generation excluded) and end to end with the simulated source.
+* ``kafka``: events/s through a real broker next to the ceiling — a bare kafka-python
+  consume→produce loop on the same topics and message sizes, measured in the same run — and
+  decision latency p50/p99 at half the measured maximum rate.
+* ``memory``: resident memory (RSS) over 10⁶ events at d = 100 with delayed and missing rewards
+  and 1% malformed messages (the dead-letter path).
+
+Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka]
+(without --kafka a broker is started with scripts/kafka.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from streaming_dpbandit.config import ServiceSettings  # noqa: E402
+from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
+from streaming_dpbandit.stream.service import Service  # noqa: E402
+from streaming_dpbandit.stream.sources import (  # noqa: E402
+    FileSource,
+    RecordingSource,
+    SimulatedSource,
+    Source,
+)
+from streaming_dpbandit.stream.transport import InProcessTransport  # noqa: E402
+
+D, K = 100, 3
+TOPICS = ("dpbandit.contexts", "dpbandit.feedback")
+
+
+def settings(state_dir, **over) -> ServiceSettings:
+    data = {
+        "mode": "service",
+        "bandits": {
+            "shop": {
+                "policy": {
+                    "policy": "fliphat",
+                    "d": D,
+                    "s": 10,
+                    "epsilon": 1.0,
+                    "delta": 1e-6,
+                    "b_max": 3.4,
+                    "first_episode_len": 1024,
+                    "swap_delay": 1000,
+                },
+                "feedback_window": 2.0,
+                "seed": 1,
+            }
+        },
+        "snapshots": {"directory": str(state_dir), "interval_s": 30},
+        "metrics": {"enabled": False},
+        "progress": False,
+    }
+    data.update(over)
+    return ServiceSettings.model_validate(data)
+
+
+def record(path: Path, events: int) -> None:
+    env = FliphatPaperEnv(d=D, K=K)
+    src = SimulatedSource(env, events, "shop", dt=0.001, delay_mean=0.05, seed=3, topics=TOPICS)
+    svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(RecordingSource(src, path)))
+    svc.open()
+    svc.run()
+
+
+def bench_inprocess(path: Path, events: int) -> dict:
+    t0 = time.perf_counter()
+    svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(FileSource(path, TOPICS)))
+    svc.open()
+    svc.run()
+    replay_s = time.perf_counter() - t0
+    env = FliphatPaperEnv(d=D, K=K)
+    src = SimulatedSource(env, events, "shop", dt=0.001, delay_mean=0.05, seed=4, topics=TOPICS)
+    t0 = time.perf_counter()
+    svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(src))
+    svc.open()
+    svc.run()
+    sim_s = time.perf_counter() - t0
+    return {
+        "events": events,
+        "d": D,
+        "K": K,
+        "replay_events_per_s": events / replay_s,
+        "simulated_end_to_end_events_per_s": events / sim_s,
+    }
+
+
+# -- Kafka ---------------------------------------------------------------------------------------
+def start_broker() -> tuple[str, dict]:
+    env = dict(
+        os.environ,
+        DPBANDIT_KAFKA_DATA=tempfile.mkdtemp(prefix="bench-kafka-"),
+        DPBANDIT_KAFKA_PORT="auto",
+    )
+    out = subprocess.run(
+        [str(ROOT / "scripts/kafka.sh"), "start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip().splitlines()[-1], env
+
+
+def stop_broker(env) -> None:
+    subprocess.run([str(ROOT / "scripts/kafka.sh"), "stop"], env=env, capture_output=True)
+
+
+def create(bootstrap, names, partitions=1):
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    admin.close()
+
+
+def produce(bootstrap, path: Path, topics: dict) -> dict:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=1 << 20)
+    counts = {"contexts": 0, "feedback": 0}
+    sizes = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        v = rec["value"].encode()
+        if rec["topic"] == "contexts":
+            sizes.append(len(v))
+        p.send(topics[rec["topic"]], key=b"shop", value=v)
+        counts[rec["topic"]] += 1
+    p.flush()
+    p.close()
+    counts["context_bytes_mean"] = float(np.mean(sizes))
+    return counts
+
+
+def bare_loop(bootstrap, topics: dict, n_contexts: int, decision_bytes: int) -> float:
+    """The ceiling: consume both input topics, produce one output message per context."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    c = KafkaConsumer(
+        topics["contexts"],
+        topics["feedback"],
+        bootstrap_servers=bootstrap,
+        group_id=f"bare-{time.time()}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=2000,
+    )
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    payload = b"x" * decision_bytes
+    seen = 0
+    t0 = None
+    while seen < n_contexts:
+        for tp, msgs in c.poll(timeout_ms=100).items():
+            if t0 is None:
+                t0 = time.perf_counter()
+            if tp.topic == topics["contexts"]:
+                for m in msgs:
+                    p.send(topics["decisions"], key=m.key, value=payload)
+                seen += len(msgs)
+    p.flush()
+    dt = time.perf_counter() - t0
+    c.close()
+    p.close()
+    return n_contexts / dt
+
+
+def service_throughput(bootstrap, topics: dict, n_contexts: int, n_feedback: int) -> float:
+    from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+
+    st = settings(
+        tempfile.mkdtemp(),
+        kafka={
+            "bootstrap_servers": bootstrap,
+            "group_id": f"svc-{time.time()}",
+            "topics": topics,
+            "create_topics": False,
+            "max_poll_records": 2000,
+            "poll_timeout_ms": 20,
+        },
+    )
+    svc = Service(st, KafkaTransport(st.kafka))
+    svc.open()
+    state = {"t0": None}
+
+    def progress(s):
+        rt = s.bandits["shop"]
+        if state["t0"] is None and rt.policy.t > 0:
+            state["t0"] = time.perf_counter()
+        fb = sum(o for (t, _), o in s.offsets.items() if t == topics["feedback"])
+        if rt.policy.t >= n_contexts and fb >= n_feedback:
+            state["t1"] = time.perf_counter()
+            s.request_stop()
+
+    svc.run(progress)
+    return n_contexts / (state["t1"] - state["t0"])
+
+
+def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: float) -> dict:
+    """Produce contexts at ``rate``/s (with their rewards later) and time each decision."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+
+    st = settings(
+        tempfile.mkdtemp(),
+        kafka={
+            "bootstrap_servers": bootstrap,
+            "group_id": f"lat-{time.time()}",
+            "topics": topics,
+            "create_topics": False,
+            "max_poll_records": 500,
+            "poll_timeout_ms": 1,
+            "linger_ms": 0,
+        },
+    )
+    svc = Service(st, KafkaTransport(st.kafka))
+    svc.open()
+    th = threading.Thread(target=svc.run, daemon=True)
+    th.start()
+    sent: dict[str, float] = {}
+    got: list[float] = []
+    c = KafkaConsumer(
+        topics["decisions"],
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="latest",
+        group_id=f"lat-reader-{time.time()}",
+        fetch_max_wait_ms=1,
+    )
+    c.poll(timeout_ms=1000)
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            for _, msgs in c.poll(timeout_ms=5).items():
+                now = time.perf_counter()
+                for m in msgs:
+                    eid = json.loads(m.value)["event_id"]
+                    if eid in sent:
+                        got.append(now - sent[eid])
+
+    rt = threading.Thread(target=reader, daemon=True)
+    rt.start()
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
+    ctx = [json.loads(line) for line in lines]
+    n = int(rate * seconds)
+    t_start = time.perf_counter()
+    for i, rec in enumerate(ctx[:n]):
+        target = t_start + i / rate
+        while time.perf_counter() < target:
+            time.sleep(max(0.0, target - time.perf_counter()) / 2)
+        v = json.loads(rec["value"])
+        v["event_id"] = f"lat-{i}"
+        sent[v["event_id"]] = time.perf_counter()
+        p.send(topics["contexts"], key=b"shop", value=json.dumps(v).encode())
+    p.flush()
+    time.sleep(2.0)
+    stop.set()
+    svc.request_stop()
+    th.join(30)
+    arr = np.array(got) * 1000
+    return {
+        "rate_events_per_s": rate,
+        "decisions_timed": int(arr.size),
+        "sent": n,
+        "p50_ms": float(np.percentile(arr, 50)),
+        "p99_ms": float(np.percentile(arr, 99)),
+        "max_ms": float(arr.max()),
+    }
+
+
+def bench_kafka(bootstrap: str, path: Path, n_contexts: int) -> dict:
+    stamp = int(time.time())
+    topics = {
+        "contexts": f"b{stamp}.contexts",
+        "feedback": f"b{stamp}.feedback",
+        "decisions": f"b{stamp}.decisions",
+        "dead_letter": f"b{stamp}.dead-letter",
+    }
+    create(bootstrap, topics.values())
+    counts = produce(bootstrap, path, topics)
+    decision_bytes = 260
+    ceiling = bare_loop(bootstrap, topics, counts["contexts"], decision_bytes)
+    ours = service_throughput(bootstrap, topics, counts["contexts"], counts["feedback"])
+    lat_topics = {k: v.replace(f"b{stamp}", f"l{stamp}") for k, v in topics.items()}
+    create(bootstrap, lat_topics.values())
+    lines = [x for x in path.read_text().splitlines() if json.loads(x)["topic"] == "contexts"]
+    half = ours / 2
+    lat = latency(bootstrap, lat_topics, lines, half, seconds=min(10.0, len(lines) / half))
+    return {
+        "contexts": counts["contexts"],
+        "feedback": counts["feedback"],
+        "context_bytes_mean": counts["context_bytes_mean"],
+        "ceiling_bare_consume_produce_events_per_s": ceiling,
+        "service_events_per_s": ours,
+        "ratio_to_ceiling": ours / ceiling,
+        "latency_at_half_max": lat,
+    }
+
+
+# -- memory ----------------------------------------------------------------------------------------
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class WithGarbage(Source):
+    """Wrap a source and inject 1% malformed context messages (the dead-letter path)."""
+
+    def __init__(self, inner, every=100):
+        self.inner, self.every, self.topics, self._n = inner, every, inner.topics, 0
+
+    def generate(self, emit, max_new):
+        def tee(topic, key, value):
+            emit(topic, key, value)
+            if topic == self.topics[0]:
+                self._n += 1
+                if self._n % self.every == 0:
+                    emit(topic, key, b'{"v": 1, "event_id": "junk", "bandit_id": ')
+
+        return self.inner.generate(tee, max_new)
+
+    def on_output(self, topic, value):
+        self.inner.on_output(topic, value)
+
+
+def bench_memory(events: int) -> dict:
+    env = FliphatPaperEnv(d=D, K=K)
+    src = SimulatedSource(
+        env,
+        events,
+        "shop",
+        dt=0.001,
+        delay_mean=0.05,
+        feedback_probability=0.9,
+        seed=9,
+        topics=TOPICS,
+    )
+    svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(WithGarbage(src)))
+    svc.open()
+    samples = []
+    step = max(1, events // 40)
+    nxt = [step]
+
+    def progress(s):
+        t = s.bandits["shop"].policy.t
+        if t >= nxt[0]:
+            samples.append(
+                {
+                    "events": t,
+                    "rss_mb": rss_mb(),
+                    "pending": len(s.bandits["shop"].join.pending),
+                    "resolved_memory": len(s.bandits["shop"].join.resolved),
+                }
+            )
+            nxt[0] += step
+
+    t0 = time.perf_counter()
+    summary = svc.run(progress)
+    later = [x["rss_mb"] for x in samples[len(samples) // 4 :]]
+    return {
+        "events": events,
+        "d": D,
+        "seconds": time.perf_counter() - t0,
+        "dead_letters": summary["dead_letters"],
+        "samples": samples,
+        "rss_mb_after_first_quarter_min_max": [min(later), max(later)],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--kafka", help="bootstrap of an existing broker")
+    ap.add_argument("--skip-kafka", action="store_true")
+    ap.add_argument("--skip-memory", action="store_true")
+    args = ap.parse_args()
+    events = 5_000 if args.quick else 50_000
+    tmp = Path(tempfile.mkdtemp())
+    path = tmp / "stream.jsonl"
+    record(path, events)
+    out = {"inprocess": bench_inprocess(path, events)}
+    if not args.skip_kafka:
+        env = None
+        bootstrap = args.kafka
+        if bootstrap is None:
+            bootstrap, env = start_broker()
+        try:
+            out["kafka"] = bench_kafka(bootstrap, path, events)
+        finally:
+            if env is not None:
+                stop_broker(env)
+    if not args.skip_memory:
+        out["memory"] = bench_memory(50_000 if args.quick else 1_000_000)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

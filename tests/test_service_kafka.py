@@ -1,0 +1,451 @@
+"""The service through a real Apache Kafka broker (started by scripts/run-tests.sh).
+
+* end to end: a 20,000-event recorded stream with delayed, shuffled feedback → exactly one
+  decision per context, and the learned state equals the in-process run on the same stream;
+* crashes: `dpbandit serve` is killed with SIGKILL at random moments 20+ times and the broker is
+  restarted mid-stream; the end state, the ledger and the decisions match the crash-free run;
+* bad input: the 23-kind table goes to the dead-letter topic with its reasons;
+* /metrics scraped over HTTP shows the documented series with correct values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from stream_helpers import (
+    BANDIT,
+    CATALOG,
+    bad_input_stream,
+    bandit_config,
+    catalog_config,
+    ledger_digests,
+    record_stream,
+    run_file,
+)
+
+from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.service import Service, learned_state_bytes
+from streaming_dpbandit.stream.snapshot import SnapshotStore
+
+pytestmark = pytest.mark.kafka
+
+EVENTS = 20_000
+PARTITIONS = 3
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def topics_for(name: str) -> dict:
+    return {
+        "contexts": f"{name}.contexts",
+        "feedback": f"{name}.feedback",
+        "decisions": f"{name}.decisions",
+        "dead_letter": f"{name}.dead-letter",
+    }
+
+
+def create_topics(broker, topics: dict) -> None:
+    for t in topics.values():
+        broker.create_topic(t, PARTITIONS)
+
+
+def produce_file(bootstrap: str, path: Path, topics: dict) -> dict[str, int]:
+    """Write a recorded JSONL stream to the contexts and feedback topics, keyed by bandit."""
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=20,
+        batch_size=512 * 1024,
+        max_request_size=2 * 1024 * 1024,
+    )
+    counts = {"contexts": 0, "feedback": 0}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        value = rec["value"].encode()
+        index = str(counts[rec["topic"]]).encode()  # position in the file, per topic
+        try:
+            key = json.loads(value).get("bandit_id", BANDIT)
+        except (ValueError, AttributeError):
+            key = BANDIT
+        if not isinstance(key, str):
+            key = BANDIT
+        producer.send(
+            topics[rec["topic"]], key=key.encode(), value=value, headers=[("index", index)]
+        )
+        counts[rec["topic"]] += 1
+    producer.flush()
+    producer.close()
+    return counts
+
+
+def read_topic(bootstrap: str, topic: str) -> list:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000
+    )
+    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    ends = consumer.end_offsets(parts)
+    out = []
+    while any(consumer.position(p) < ends[p] for p in parts):
+        for _, msgs in consumer.poll(timeout_ms=1000).items():
+            out.extend(msgs)
+    consumer.close()
+    return out
+
+
+def kafka_settings(state_dir, bootstrap, topics, group, **over) -> dict:
+    data = {
+        "mode": "service",
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "group_id": group,
+            "topics": topics,
+            "create_topics": False,
+            "max_poll_records": 2000,
+            "poll_timeout_ms": 50,
+        },
+        "bandits": {BANDIT: bandit_config()},
+        "snapshots": {"directory": str(state_dir), "interval_s": 0.5},
+        "metrics": {"enabled": False},
+        "progress": False,
+        "idle_timeout_s": 3600,
+    }
+    data.update(over)
+    return data
+
+
+def run_in_thread(settings: ServiceSettings, done) -> tuple[Service, threading.Thread, list]:
+    svc = Service(settings, KafkaTransport(settings.kafka))
+    result = []
+
+    def target():
+        svc.open()
+        result.append(svc.run(progress=lambda s: s.request_stop() if done(s) else None))
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    return svc, th, result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(body):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(metrics: dict, name: str, **labels) -> float | None:
+    return metrics.get((name, tuple(sorted(labels.items()))))
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A recorded 20,000-event stream and the crash-free in-process run over it."""
+    d = tmp_path_factory.mktemp("kafka-stream")
+    path = d / "stream.jsonl"
+    record_stream(path, EVENTS, seed=5, state_dir=d / "rec")
+    svc, transport, summary = run_file(d / "ref", path)
+    decisions = {}
+    for v in transport.outputs["dpbandit.decisions"]:
+        dec = json.loads(v)
+        decisions[dec["event_id"]] = (dec["arm_id"], dec["model_version"])
+    n_feedback = sum(
+        1 for x in path.read_text().splitlines() if json.loads(x)["topic"] == "feedback"
+    )
+    return {
+        "path": path,
+        "state": svc.state_bytes(),
+        "ledger": ledger_digests(d / "ref"),
+        "decisions": decisions,
+        "summary": summary,
+        "n_feedback": n_feedback,
+    }
+
+
+def finished(svc: Service, n_feedback: int) -> bool:
+    rt = svc.bandits[BANDIT]
+    fb = sum(off for (t, _), off in svc.offsets.items() if t.endswith(".feedback"))
+    return rt.policy.t >= EVENTS and fb >= n_feedback and not rt.join.pending
+
+
+# -- tests --------------------------------------------------------------------------------------
+def test_end_to_end_matches_the_in_process_run(kafka_broker, recorded, tmp_path):
+    topics = topics_for(f"e2e{os.getpid()}")
+    create_topics(kafka_broker, topics)
+    produce_file(kafka_broker.bootstrap, recorded["path"], topics)
+    st = ServiceSettings.model_validate(
+        kafka_settings(tmp_path, kafka_broker.bootstrap, topics, "e2e")
+    )
+    svc, th, result = run_in_thread(st, lambda s: finished(s, recorded["n_feedback"]))
+    th.join(timeout=600)
+    assert not th.is_alive() and result, "the service did not finish"
+    assert svc.state_bytes() == recorded["state"]
+    assert ledger_digests(tmp_path) == recorded["ledger"]
+    decs = [json.loads(m.value) for m in read_topic(kafka_broker.bootstrap, topics["decisions"])]
+    ids = [d["event_id"] for d in decs]
+    assert len(ids) == EVENTS and len(set(ids)) == EVENTS  # exactly one decision per context
+    assert {d["event_id"]: (d["arm_id"], d["model_version"]) for d in decs} == recorded["decisions"]
+
+
+def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
+    kafka_broker, recorded, tmp_path
+):
+    topics = topics_for(f"crash{os.getpid()}")
+    create_topics(kafka_broker, topics)
+    produce_file(kafka_broker.bootstrap, recorded["path"], topics)
+    port = free_port()
+    cfg = kafka_settings(
+        tmp_path / "state",
+        kafka_broker.bootstrap,
+        topics,
+        "crash",
+        metrics={"enabled": True, "port": port},
+    )
+    cfg_path = tmp_path / "serve.yaml"
+    cfg_path.write_text(yaml.safe_dump(json.loads(json.dumps(cfg))))
+    log = (tmp_path / "serve.log").open("a")
+    cmd = [
+        sys.executable,
+        "-m",
+        "streaming_dpbandit.cli",
+        "serve",
+        "--config",
+        str(cfg_path),
+        "--no-progress",
+    ]
+    rng = random.Random(2026)
+    kills = 0
+    broker_restarted = False
+    while kills < 22:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        time.sleep(rng.uniform(0.3, 3.5))
+        if kills == 10 and not broker_restarted:
+            kafka_broker.restart()  # the broker goes away and comes back while the service runs
+            broker_restarted = True
+            time.sleep(rng.uniform(0.5, 2.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+    # a last run to the end of the stream, then a graceful stop (SIGTERM)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline:
+            time.sleep(1.0)
+            assert proc.poll() is None, "the service exited: see serve.log"
+            try:
+                m = scrape(port)
+            except OSError:
+                continue
+            lag = sum(
+                v
+                for (n, lb), v in m.items()
+                if n == "dpbandit_consumer_lag"
+                and dict(lb)["topic"].startswith(topics["contexts"][:-9])
+            )
+            if (
+                sample(m, "dpbandit_rounds", bandit=BANDIT) == EVENTS
+                and sample(m, "dpbandit_pending_joins", bandit=BANDIT) == 0
+                and lag == 0
+            ):
+                break
+        else:
+            pytest.fail("the service did not catch up within 10 minutes")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert kills >= 20 and broker_restarted
+    snap = SnapshotStore(tmp_path / "state").load()
+    assert learned_state_bytes(snap["bandits"]) == recorded["state"]  # nothing lost or doubled
+    assert ledger_digests(tmp_path / "state") == recorded["ledger"]  # no release re-drawn
+    seen: dict[str, set] = {}
+    for msg in read_topic(kafka_broker.bootstrap, topics["decisions"]):
+        d = json.loads(msg.value)
+        seen.setdefault(d["event_id"], set()).add((d["arm_id"], d["model_version"]))
+    assert set(seen) == set(recorded["decisions"])  # no event lacks a decision
+    assert all(v == {recorded["decisions"][k]} for k, v in seen.items())  # repeats identical
+
+
+def test_bad_input_through_kafka(kafka_broker, recorded, tmp_path):
+    base = tmp_path / "valid.jsonl"
+    lines = recorded["path"].read_text().splitlines()
+    # the first 1,500 contexts and their feedback (plus the end-of-stream watermark)
+    cut, seen = [], 0
+    for x in lines:
+        rec = json.loads(x)
+        if rec["topic"] == "contexts":
+            seen += 1
+            if seen > 1500:
+                continue
+        cut.append(x)
+    base.write_text("\n".join(cut) + "\n")
+    path = tmp_path / "bad.jsonl"
+    expected, moved = bad_input_stream(base, path)
+    ref_svc, ref_transport, _ = run_file(tmp_path / "ref", base)
+    for v in ref_transport.outputs.get("dpbandit.dead-letter", []):
+        dl = json.loads(v)
+        kind = "contexts" if dl["source_topic"].endswith("contexts") else "feedback"
+        expected[(kind, moved[(kind, dl["offset"])])] = dl["reason"]
+    topics = topics_for(f"bad{os.getpid()}")
+    create_topics(kafka_broker, topics)
+    counts = produce_file(kafka_broker.bootstrap, path, topics)
+    cfg = kafka_settings(
+        tmp_path / "state",
+        kafka_broker.bootstrap,
+        topics,
+        "bad",
+        bandits={BANDIT: bandit_config(), CATALOG: catalog_config()},
+        max_message_bytes=100_000,
+    )
+    st = ServiceSettings.model_validate(cfg)
+
+    def done(s):
+        total = {"contexts": 0, "feedback": 0}
+        for (t, _), off in s.offsets.items():
+            total["contexts" if t.endswith("contexts") else "feedback"] += off
+        return total == counts and not s.bandits[BANDIT].join.pending
+
+    svc, th, result = run_in_thread(st, done)
+    th.join(timeout=300)
+    assert result, "the service did not finish"
+    # Kafka spreads keys over partitions: map (partition, offset) back to the file's order
+    dead = [json.loads(m.value) for m in read_topic(kafka_broker.bootstrap, topics["dead_letter"])]
+    got = {}
+    positions = _positions(kafka_broker.bootstrap, topics)
+    for dl in dead:
+        kind = "contexts" if dl["source_topic"] == topics["contexts"] else "feedback"
+        got[(kind, positions[(dl["source_topic"], dl["partition"], dl["offset"])])] = dl["reason"]
+    assert got == expected
+    assert len(set(expected.values())) >= 15
+    assert (
+        svc.state_bytes().startswith(b"{")
+        and learned_state_bytes({BANDIT: svc.bandits[BANDIT].state_dict()}) == ref_svc.state_bytes()
+    )
+
+
+def _positions(bootstrap, topics) -> dict:
+    """(topic, partition, offset) → the message's position in the file (its "index" header)."""
+    out = {}
+    for kind in ("contexts", "feedback"):
+        for m in read_topic(bootstrap, topics[kind]):
+            out[(m.topic, m.partition, m.offset)] = int(dict(m.headers)["index"])
+    return out
+
+
+def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path):
+    """Scrape /metrics of a real service after a run: documented series, correct values."""
+    base = tmp_path / "small.jsonl"
+    lines = recorded["path"].read_text().splitlines()
+    keep, seen = [], 0
+    for x in lines:
+        if json.loads(x)["topic"] == "contexts":
+            seen += 1
+            if seen > 3000:
+                continue
+        keep.append(x)
+    base.write_text("\n".join(keep) + "\n")
+    topics = topics_for(f"metrics{os.getpid()}")
+    create_topics(kafka_broker, topics)
+    counts = produce_file(kafka_broker.bootstrap, base, topics)
+    port = free_port()
+    cfg = kafka_settings(
+        tmp_path / "state",
+        kafka_broker.bootstrap,
+        topics,
+        "metrics",
+        metrics={"enabled": True, "port": port},
+    )
+    st = ServiceSettings.model_validate(cfg)
+    from streaming_dpbandit.metrics import ServiceMetrics
+    from streaming_dpbandit.stream.runner import start_metrics_server
+
+    metrics = ServiceMetrics()
+    server, bound = start_metrics_server(st, metrics)
+    svc = Service(st, KafkaTransport(st.kafka), metrics)
+    svc.open()
+    svc.run(
+        progress=lambda s: (
+            s.request_stop()
+            if (
+                s.bandits[BANDIT].policy.t >= 3000
+                and sum(o for (t, _), o in s.offsets.items() if t.endswith("feedback"))
+                >= counts["feedback"]
+            )
+            else None
+        )
+    )
+    try:
+        m = scrape(bound)
+    finally:
+        server.shutdown()
+    recs, _ = read_ledger(tmp_path / "state" / "ledger.jsonl")
+    stats = svc.bandits[BANDIT].stats
+    assert sample(m, "dpbandit_events_total", bandit=BANDIT, outcome="decided") == 3000
+    assert sample(m, "dpbandit_rounds", bandit=BANDIT) == 3000
+    assert sample(m, "dpbandit_episode", bandit=BANDIT) == svc.bandits[BANDIT].policy.model_version
+    assert sample(m, "dpbandit_ledger_releases", bandit=BANDIT) == len(recs) >= 3
+    assert (
+        sample(
+            m,
+            "dpbandit_privacy_epsilon_spent",
+            bandit=BANDIT,
+            calibration="certified",
+            accountant="basic",
+        )
+        == 5.0
+    )
+    assert sample(m, "dpbandit_privacy_delta_spent", bandit=BANDIT, calibration="certified") == 1e-4
+    assert (
+        sample(
+            m,
+            "dpbandit_calibration_info",
+            bandit=BANDIT,
+            policy="fliphat",
+            calibration="certified",
+            dp_valid="true",
+        )
+        == 1
+    )
+    assert sample(m, "dpbandit_decision_latency_seconds_count", bandit=BANDIT) == 3000
+    joined = sample(m, "dpbandit_feedback_total", bandit=BANDIT, outcome="joined") or 0
+    assert (
+        joined + (sample(m, "dpbandit_feedback_total", bandit=BANDIT, outcome="held_early") or 0)
+        >= stats["joined"]
+    )
+    assert sample(m, "dpbandit_checkpoints_total", reason="release") >= len(recs)
+    assert sample(m, "dpbandit_checkpoint_age_seconds") is not None
+    for name in (
+        "dpbandit_pending_joins",
+        "dpbandit_reward_sum",
+        "dpbandit_episode_progress_ratio",
+        "dpbandit_blocked",
+    ):
+        assert sample(m, name, bandit=BANDIT) is not None, name
+    lags = [v for (n, _), v in m.items() if n == "dpbandit_consumer_lag"]
+    assert lags and max(lags) == 0
