@@ -99,8 +99,11 @@ def run_repetition(
     for spec in specs:
         pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
         policies.append(build_policy(spec, pseed))
-    regret = {s.key: np.zeros(s.horizon) for s in specs}
+    # cumulative regret is kept only at the grid points (memory O(grid), not O(horizon))
+    curves = {s.key: np.zeros(int(np.count_nonzero(grid <= s.horizon))) for s in specs}
+    totals = dict.fromkeys(curves, 0.0)
     records: dict[str, list[ReleaseRecord]] = {s.key: [] for s in specs}
+    chunk_regret = np.zeros(CHUNK)
     t0 = 0
     while t0 < horizon:
         n = min(CHUNK, horizon - t0)
@@ -119,19 +122,23 @@ def run_repetition(
                 rows = np.arange(pos, pos + m)
                 a = dec.arms
                 chosen_mu = mu[rows, a]
-                regret[spec.key][t0 + pos : t0 + pos + m] = best[pos : pos + m] - chosen_mu
-                pol.learn(X[rows, a], chosen_mu + eps[rows, a], dec.rounds)
+                chunk_regret[pos : pos + m] = best[pos : pos + m] - chosen_mu
+                pol.learn(X[rows, a], env.rewards(chosen_mu, eps[rows, a]), dec.rounds)
                 pos += m
+            if end > 0:
+                cum = np.cumsum(chunk_regret[:end]) + totals[spec.key]
+                g = grid[(grid > t0) & (grid <= t0 + end)]
+                first = int(np.count_nonzero(grid <= t0))
+                curves[spec.key][first : first + g.size] = cum[g - t0 - 1]
+                totals[spec.key] = float(cum[-1])
         t0 += n
         if progress is not None:
             progress(n)
     out = {}
     for spec, pol in zip(specs, policies):
-        cum = np.cumsum(regret[spec.key])
-        g = grid[grid <= spec.horizon]
         out[spec.key] = {
-            "curve": cum[g - 1],
-            "final": float(cum[-1]),
+            "curve": curves[spec.key],
+            "final": totals[spec.key],
             "records": [r.to_dict() for r in records[spec.key]],
             "counters": getattr(pol, "counters", {}),
         }
