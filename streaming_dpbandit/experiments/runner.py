@@ -89,8 +89,13 @@ def run_repetition(
     base_seed: int = 0,
     grid: np.ndarray | None = None,
     progress: Callable[[int], None] | None = None,
+    keep_records: bool = True,
 ) -> dict:
-    """Run every spec on one common stream; return cumulative-regret curves and releases."""
+    """Run every spec on one common stream; return cumulative-regret curves and releases.
+
+    ``keep_records=False`` drops the release records from the output (``simulate`` keeps only
+    repetition 0's, so the others need not be serialised).
+    """
     horizon = max(s.horizon for s in specs)
     grid = make_grid(horizon) if grid is None else grid
     ctx_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "contexts")))
@@ -139,7 +144,7 @@ def run_repetition(
         out[spec.key] = {
             "curve": curves[spec.key],
             "final": totals[spec.key],
-            "records": [r.to_dict() for r in records[spec.key]],
+            "records": [r.to_dict() for r in records[spec.key]] if keep_records else [],
             "counters": getattr(pol, "counters", {}),
         }
     return out
@@ -161,7 +166,7 @@ def _worker(args):
         with _PROGRESS.get_lock():
             _PROGRESS.value += n
 
-    return rep, run_repetition(env, specs, rep, base_seed, grid, tick)
+    return rep, run_repetition(env, specs, rep, base_seed, grid, tick, keep_records=rep == 0)
 
 
 @dataclasses.dataclass
@@ -212,7 +217,10 @@ class SimulationResult:
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }
-        if "paper" in sp.calibrations:
+        labels = sorted({r.note for r in recs if r.note})
+        if labels:
+            out["label"] = "; ".join(labels)
+        elif "paper" in sp.calibrations:
             from ..privacy.statement import PAPER_LABEL
 
             out["label"] = PAPER_LABEL
@@ -289,7 +297,13 @@ def simulate(
     if jobs == 1:
         for rep in range(seeds):
             results[rep] = run_repetition(
-                env, specs, rep, base_seed, grid, bar.update if bar is not None else None
+                env,
+                specs,
+                rep,
+                base_seed,
+                grid,
+                bar.update if bar is not None else None,
+                keep_records=rep == 0,
             )
     else:
         ctx = mp.get_context("fork")

@@ -64,10 +64,11 @@ class PrivacyStatement:
             f"Guarantee: ({guarantee})-{self.model} differential privacy, "
             f"{self.calibration} calibration."
         ]
-        if self.label is not None:
-            lines.append(f"Label: calibration '{self.calibration}' is {self.label}.")
-        elif self.calibration == "paper":
-            lines.append(f"WARNING: calibration 'paper' is {PAPER_LABEL}.")
+        label = self.effective_label
+        if label == PAPER_LABEL:
+            lines.append(f"WARNING: calibration '{self.calibration}' is {PAPER_LABEL}.")
+        elif label is not None:
+            lines.append(f"Label: calibration '{self.calibration}' is {label}.")
         lines.append(f"Privacy unit: {self.unit}.")
         lines.append(f"Neighbouring datasets: {self.neighbouring}.")
         if self.scope:
