@@ -133,7 +133,7 @@ def certified_wishart_budget(m: int, epsilon: float, delta: float) -> tuple[floa
         dprime = float(frac) * delta
         delta0 = (delta - dprime) / m
         f = lambda e, dprime=dprime: advanced_composition_epsilon(e, m, dprime) - epsilon  # noqa: E731
-        hi = min(epsilon, 1.0)
+        hi = min(epsilon, math.nextafter(1.0, 0.0))  # Theorem 8 needs ε₀ < 1
         if f(hi) <= 0:
             eps0 = hi
         else:
