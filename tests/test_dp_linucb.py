@@ -49,8 +49,12 @@ def test_ledger_records_and_accountant_spend(tmp_path):
     epoch, releases = recs[0], recs[1:]
     assert epoch.mechanism == "binary-tree/GAUSS" and epoch.dp_valid and epoch.note is None
     assert epoch.accounting == [
-        {"type": "gaussian", "sensitivity": 2.0, "sigma": epoch.params["noise_law"]["sigma"],
-         "count": pol.calibration_constants().m}
+        {
+            "type": "gaussian",
+            "sensitivity": 2.0,
+            "sigma": epoch.params["noise_law"]["sigma"],
+            "count": pol.calibration_constants().m,
+        }
     ]
     assert all(r.accounting == [{"type": "zero"}] for r in releases)
     assert len({r.release_id for r in recs}) == len(recs) == 1 + 2000 // 32 + 1
@@ -90,8 +94,11 @@ def test_non_default_calibrations_are_labelled_everywhere(calibration, noise, va
 
 
 def test_modes_refuse_simulation_only_options():
-    for params in ({"calibration": "zcdp"}, {"calibration": "authors_code_2018"},
-                   {"track_bounds": True}):
+    for params in (
+        {"calibration": "zcdp"},
+        {"calibration": "authors_code_2018"},
+        {"track_bounds": True},
+    ):
         cfg = policy_config("dp-linucb", {"d": 4, **params})
         validate_for_mode(cfg, "simulation")
         with pytest.raises(ConfigError, match="simulation-only"):
@@ -174,12 +181,27 @@ def test_capacity_and_doubling_epochs_in_the_ledger():
 def test_explain_shows_every_constant_and_no_secret():
     out = make(noise="wishart").explain()
     c = out["constants"]
-    for key in ("m", "n", "alpha", "a8", "a2", "rho_min", "rho_max", "gamma", "gamma_form",
-                "shift", "c", "checks", "noise_law", "per_node", "L_tilde", "total_dof"):
+    for key in (
+        "m",
+        "n",
+        "alpha",
+        "a8",
+        "a2",
+        "rho_min",
+        "rho_max",
+        "gamma",
+        "gamma_form",
+        "shift",
+        "c",
+        "checks",
+        "noise_law",
+        "per_node",
+        "L_tilde",
+        "total_dof",
+    ):
         assert key in c
     assert out["accountant"]["epsilon_at_delta_pld"] <= 1.0 + 1e-9
-    assert set(out["calibrations_compared"]) == {"certified", "paper", "zcdp",
-                                                 "authors_code_2018"}
+    assert set(out["calibrations_compared"]) == {"certified", "paper", "zcdp", "authors_code_2018"}
     assert "unavailable" in out["calibrations_compared"]["zcdp"]  # Gaussian-only option
     assert "seed" not in out["params"] and "noise_scale_multiplier" in out["params"]
 

@@ -173,7 +173,12 @@ def test_factorisation_release_is_prefix_plus_toeplitz_noise_and_freezes():
 
 def test_doubling_epochs_freeze_the_root_and_compose_in_parallel():
     agg = ContinualGramRelease(
-        d=2, epsilon=1.0, delta=0.1, n_cap=None, horizon_mode="doubling", n0=8,
+        d=2,
+        epsilon=1.0,
+        delta=0.1,
+        n_cap=None,
+        horizon_mode="doubling",
+        n0=8,
         noise_source=NoiseSource(seed=1),
     )
     data = rows(40, seed=3)

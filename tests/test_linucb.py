@@ -52,7 +52,7 @@ def test_model_is_the_ridge_solution_and_scores_are_the_ucb():
 
 
 def test_batch_semantics_model_frozen_within_a_batch():
-    X, theta, noise = stream(100)
+    X, theta, _ = stream(100)
     pol = LinUCB(d=4, batch_size=8, seed=0)
     assert pol.max_decide_batch() == 8 and not pol.refit_due()
     dec = pol.decide(X[:5])
