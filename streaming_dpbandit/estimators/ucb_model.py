@@ -47,26 +47,32 @@ class UCBModel:
     repaired: bool = False
 
     @classmethod
-    def fit(cls, V: np.ndarray, u: np.ndarray, floor: float | None = None) -> UCBModel:
-        """Factor V (symmetrised) and solve for θ; floor eigenvalues at ``floor`` on failure."""
-        V = 0.5 * (V + V.T)
+    def fit(
+        cls, V: np.ndarray, u: np.ndarray, floor: float | None = None, symmetric: bool = False
+    ) -> UCBModel:
+        """Factor V and solve for θ; floor eigenvalues at ``floor`` on failure.
+
+        V is symmetrised first unless ``symmetric=True`` (the caller built it symmetric).
+        """
+        if not symmetric:
+            V = V + V.T
+            V *= 0.5
         repaired = False
-        try:
-            C = np.linalg.cholesky(V)
-            if not np.all(np.isfinite(C)):
-                raise np.linalg.LinAlgError("non-finite factor")
-        except np.linalg.LinAlgError:
+        C, info = lapack.dpotrf(V, lower=1)  # zeroes the upper triangle (clean=1)
+        if info != 0 or not np.isfinite(C[-1, -1]):
+            if not np.all(np.isfinite(V)):
+                raise ValueError("the regularised Gram matrix is not finite")
             w, Q = np.linalg.eigh(V)
             lo = floor if floor is not None and floor > 0 else max(1e-12 * abs(w).max(), 1e-300)
             V = (Q * np.maximum(w, lo)) @ Q.T
             V = 0.5 * (V + V.T)
             C = np.linalg.cholesky(V)
             repaired = True
+        logdet = 2.0 * float(np.log(np.diagonal(C)).sum())
         Cinv, info = lapack.dtrtri(C, lower=1)
         if info != 0:  # pragma: no cover - a Cholesky factor has a positive diagonal
             raise np.linalg.LinAlgError("singular Cholesky factor")
         theta = Cinv.T @ (Cinv @ u)
-        logdet = 2.0 * float(np.log(np.diagonal(C)).sum())
         return cls(
             theta=theta, cinv_t=np.ascontiguousarray(Cinv.T), logdet=logdet, repaired=repaired
         )

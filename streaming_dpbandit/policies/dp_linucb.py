@@ -30,6 +30,7 @@ of the release, so a re-drawn release can never be recorded twice.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 
@@ -48,6 +49,12 @@ from .base import DecisionBatch, Policy
 from .linucb import decide_arms
 
 __all__ = ["DPLinUCB"]
+
+
+@functools.lru_cache(maxsize=32)
+def _diag(d: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(d), np.arange(d)
+
 
 PRIVACY_UNIT = (
     "one round: the chosen action x_t and reward y_t of the user served at round t "
@@ -337,12 +344,12 @@ class DPLinUCB(Policy):
         return records
 
     def _install(self, R: np.ndarray, cal: GramCalibration) -> None:
-        pk = packing(self.d + 1)
-        S = pk.unpack(R)
         d = self.d
-        V = S[:d, :d] + cal.shift * np.eye(d)
-        u = S[:d, d].copy()
-        model = UCBModel.fit(V, u, floor=cal.rho_min)
+        S = packing(d + 1).unpack(R)  # a new, exactly symmetric array
+        V = S[:d, :d]
+        V[_diag(d)] += cal.shift
+        u = S[:d, d]
+        model = UCBModel.fit(V, u, floor=cal.rho_min, symmetric=True)
         if model.repaired:
             self._counters["cholesky_repairs"] += 1
         self._model = model
@@ -476,20 +483,25 @@ class DPLinUCB(Policy):
             raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
         if y.size == 0:
             return
-        if rounds.max() > self._t or rounds.min() < 1:
+        r_lo, r_hi = int(rounds.min()), int(rounds.max())
+        if r_hi > self._t or r_lo < 1:
             raise ValueError("learn() got a round that was never decided")
         rows, n_x, n_y = prepare_rows(X, y, self.L, self.B_tilde)
-        self._counters["clipped_actions"] += n_x
-        self._counters["clipped_rewards"] += n_y
+        c = self._counters
+        c["clipped_actions"] += n_x
+        c["clipped_rewards"] += n_y
         agg = self._agg
         e0 = agg.epoch
         n = agg.insert_many(rows)
-        self._counters["rows_inserted"] += n
-        self._counters["rows_dropped"] += y.size - n
+        c["rows_inserted"] += n
+        c["rows_dropped"] += y.size - n
         if n:
             if ids is not None:
                 self._ids.add(np.asarray(ids)[:n])
-            lo, hi = int(rounds[:n].min()), int(rounds[:n].max())
+            if n == y.size:
+                lo, hi = r_lo, r_hi
+            else:
+                lo, hi = int(rounds[:n].min()), int(rounds[:n].max())
             for e in range(e0, agg.epoch + 1):
                 self._first_round[e] = min(self._first_round.get(e, lo), lo)
                 self._last_round[e] = max(self._last_round.get(e, hi), hi)

@@ -117,7 +117,7 @@ class SqrtToeplitzAggregator:
     def _state(self):
         if not hasattr(self, "_M"):
             P = packing(self.p).size
-            self._M = np.zeros(P, dtype=np.int64)
+            self._M = np.zeros(P, dtype=np.int64)  # T·b·L̃² rows stay far below 2³¹ in practice
             self._s = 0
             self._pending = 0
             self._step = 0

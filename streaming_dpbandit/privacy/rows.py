@@ -15,6 +15,7 @@ cross L or B̃.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,6 +29,13 @@ GRID = 2.0**-QBITS
 _MAGIC = 1.5 * 2.0 ** (52 - QBITS)  # x + M − M rounds x to the 2⁻¹⁶ grid (|x| < 2³⁵)
 _UNIT = 2.0 ** (2 * QBITS)
 _EXACT = 2.0 ** (52 - 2 * QBITS)  # float64 partial sums of 2⁻³²-grid products stay exact below
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(d: int) -> np.ndarray:
+    v = np.ones(d)
+    v.flags.writeable = False
+    return v
 
 
 def _round_grid(a: np.ndarray) -> np.ndarray:
@@ -63,7 +71,7 @@ def prepare_rows(
     out = np.empty((n, d + 1))
     xo = out[:, :d]
     np.copyto(xo, X)
-    sq = np.multiply(X, X) @ np.ones(d)
+    sq = np.multiply(X, X) @ _ones(d)
     big = sq > Lq * Lq
     n_big = int(np.count_nonzero(big))
     if n_big:
@@ -98,5 +106,5 @@ def exact_gram_units(rows: np.ndarray, row_norm_sq: float) -> np.ndarray:
 
 
 def units_to_float(units: np.ndarray) -> np.ndarray:
-    """int64 multiples of 2⁻³² back to float64."""
+    """int64 (or exact Python int) multiples of 2⁻³² back to float64."""
     return units.astype(np.float64) / _UNIT

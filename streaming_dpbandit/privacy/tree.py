@@ -36,6 +36,11 @@ from .symmetric import packing
 __all__ = ["PaddedTree", "tree_levels"]
 
 
+def _units_dtype(n_cap: int, row_norm_sq: float):
+    """int64 while n_cap·L̃²·2³² < 2⁶³ (about 10⁹ rows for L̃² = 2); exact Python ints beyond."""
+    return np.int64 if n_cap * row_norm_sq < 2.0**31 else object
+
+
 def tree_levels(n_cap: int) -> int:
     """m = ⌈log2(n_cap) + 1⌉ (spec §2), computed exactly for integers.
 
@@ -111,11 +116,9 @@ class PaddedTree:
 
     def _state(self):
         if not hasattr(self, "_M"):
-            if self.n_cap * self.row_norm_sq >= 2.0**31:
-                raise ValueError("n_cap·L̃² ≥ 2^31 overflows the exact int64 prefix sum")
             P = packing(self.p).size
             self._s = 0
-            self._M = np.zeros(P, dtype=np.int64)
+            self._M = np.zeros(P, dtype=_units_dtype(self.n_cap, self.row_norm_sq))
             self._E = np.zeros((self.m, P))
             self._node_s = [-1] * self.m  # s_c of the node noise held per level (−1: none)
             self._pad = np.zeros(P)
@@ -155,7 +158,8 @@ class PaddedTree:
         n = min(room, rows.shape[0])
         if n <= 0:
             return 0
-        self._M += exact_gram_units(rows[:n], self.row_norm_sq)
+        units = exact_gram_units(rows[:n], self.row_norm_sq)
+        self._M += units if self._M.dtype != object else units.astype(object)
         self._s += n
         return n
 
@@ -165,7 +169,8 @@ class PaddedTree:
         if self._release_s == s:
             return
         g_s = None
-        for ell in range(self.m):
+        top = s.bit_length()  # stored noise only ever sits on set bits of s, all below this
+        for ell in range(top):
             if (s >> ell) & 1:
                 s_c = (s >> ell) << ell  # the live level-ℓ node completed at s_c
                 if self._node_s[ell] != s_c:
@@ -192,7 +197,7 @@ class PaddedTree:
         else:
             self._pad = np.zeros_like(self._pad)
         self._pad_terms = terms
-        self._noise_sum = self._E.sum(axis=0) + self._pad
+        self._noise_sum = self._E[:top].sum(axis=0) + self._pad
         self._release_s = s
 
     def release(self) -> np.ndarray:
@@ -243,7 +248,7 @@ class PaddedTree:
     def load_state_dict(self, state: dict) -> PaddedTree:
         self._state()
         self._s = int(state["s"])
-        self._M = np.asarray(state["M"], dtype=np.int64).copy()
+        self._M = np.asarray(state["M"], dtype=_units_dtype(self.n_cap, self.row_norm_sq)).copy()
         self._E = np.asarray(state["E"], dtype=np.float64).copy()
         self._node_s = [int(v) for v in state["node_s"]]
         self._pad = np.asarray(state["pad"], dtype=np.float64).copy()
