@@ -80,7 +80,7 @@ def run_policy(pol, s: Stream, n: int) -> None:
         if pol.refit_due():
             pol.refit()
         j = t % POOL
-        m = min(BATCH, pol.max_decide_batch(), POOL - j)
+        m = min(pol.max_decide_batch(), POOL - j)
         Xb = X[j : j + m]
         dec = pol.decide(Xb)
         a = dec.arms
@@ -88,8 +88,8 @@ def run_policy(pol, s: Stream, n: int) -> None:
         t += m
 
 
-def ours_linucb(s, n):
-    run_policy(LinUCB(d=s.d, beta=1.0, batch_size=BATCH, seed=0), s, n)
+def ours_linucb(s, n, batch=BATCH):
+    run_policy(LinUCB(d=s.d, beta=1.0, batch_size=batch, seed=0), s, n)
 
 
 def ours_linucb_disjoint(s, n):
@@ -106,10 +106,10 @@ def ours_linucb_disjoint(s, n):
         t += m
 
 
-def ours_dp(noise):
+def ours_dp(noise, batch=BATCH):
     def run(s, n):
         pol = DPLinUCB(
-            d=s.d, epsilon=1.0, delta=1e-6, n_cap=1 << 24, noise=noise, batch_size=BATCH, seed=0
+            d=s.d, epsilon=1.0, delta=1e-6, n_cap=1 << 24, noise=noise, batch_size=batch, seed=0
         )
         run_policy(pol, s, n)
 
@@ -242,6 +242,10 @@ def bench_throughput(quick: bool) -> dict:
             "ours_dp_linucb_wishart": (ours_dp("wishart"), big),
             "numpy_inverse_per_batch": (numpy_inverse_per_batch, big),
             "numpy_sherman_morrison": (numpy_sherman_morrison, big // 4),
+            # the same policies refreshing every 1024 rounds (the batch size is a parameter)
+            "ours_linucb_b1024": (lambda s, n: ours_linucb(s, n, 1024), big),
+            "ours_dp_linucb_gaussian_b1024": (ours_dp("gaussian", 1024), big),
+            "ours_dp_linucb_wishart_b1024": (ours_dp("wishart", 1024), big),
         }
         repeats = 3 if quick else 7
         best: dict[str, float] = {}
@@ -289,6 +293,12 @@ def bench_throughput(quick: bool) -> dict:
             ),
             "dp_gaussian_over_ours_linucb": round(best["ours_dp_linucb_gaussian"] / ours, 3),
             "dp_wishart_over_ours_linucb": round(best["ours_dp_linucb_wishart"] / ours, 3),
+            "b1024_dp_gaussian_over_ours_linucb": round(
+                best["ours_dp_linucb_gaussian_b1024"] / best["ours_linucb_b1024"], 3
+            ),
+            "b1024_dp_wishart_over_ours_linucb": round(
+                best["ours_dp_linucb_wishart_b1024"] / best["ours_linucb_b1024"], 3
+            ),
             "events": {
                 **{k: v[1] for k, v in fast.items()},
                 **{k: v[1] for k, v in anchors.items()},
@@ -301,11 +311,15 @@ def bench_throughput(quick: bool) -> dict:
 # -- memory ---------------------------------------------------------------------------------------
 def bench_memory() -> list:
     rows = []
-    for d, n_cap, noise in ((5, 50_000_000, "gaussian"), (100, 1 << 30, "gaussian"),
-                            (100, 1 << 30, "wishart")):
+    for d, n_cap, noise in (
+        (5, 50_000_000, "gaussian"),
+        (100, 1 << 30, "gaussian"),
+        (100, 1 << 30, "wishart"),
+    ):
         tracemalloc.start()
-        pol = DPLinUCB(d=d, epsilon=1.0, delta=1e-6, n_cap=n_cap, noise=noise, seed=0,
-                       batch_size=256)
+        pol = DPLinUCB(
+            d=d, epsilon=1.0, delta=1e-6, n_cap=n_cap, noise=noise, seed=0, batch_size=256
+        )
         pol.refit()
         X = np.random.default_rng(0).standard_normal((256, 2, d)) / np.sqrt(d)
         dec = pol.decide(X)
@@ -336,8 +350,14 @@ def bench_memory() -> list:
     for _ in range(T):
         agg.insert_many(one)
         agg.release()
-    rows.append({"d": d, "sqrt_toeplitz_steps": T, "state_bytes": agg.nbytes,
-                 "per_step_bytes": agg.nbytes / T})
+    rows.append(
+        {
+            "d": d,
+            "sqrt_toeplitz_steps": T,
+            "state_bytes": agg.nbytes,
+            "per_step_bytes": agg.nbytes / T,
+        }
+    )
     return rows
 
 
@@ -348,18 +368,37 @@ def bench_batching(quick: bool) -> list:
     env = ShariffSheffetEnv(d=d, gap=0.1)
     specs = []
     for b in (1, 16, 256, 2048) if not quick else (16, 256, 2048):
-        specs.append(RunSpec(f"linucb b={b}", "linucb",
-                             {"d": d, "alpha": 1.0 / horizon, "batch_size": b}, horizon))
+        specs.append(
+            RunSpec(
+                f"linucb b={b}",
+                "linucb",
+                {"d": d, "alpha": 1.0 / horizon, "batch_size": b},
+                horizon,
+            )
+        )
     for b in (16, 256, 2048):
-        specs.append(RunSpec(f"dp-linucb gaussian b={b}", "dp-linucb",
-                             {"d": d, "epsilon": 1.0, "delta": 0.1, "n_cap": horizon,
-                              "batch_size": b}, horizon, 1.0, 0.1))
+        specs.append(
+            RunSpec(
+                f"dp-linucb gaussian b={b}",
+                "dp-linucb",
+                {"d": d, "epsilon": 1.0, "delta": 0.1, "n_cap": horizon, "batch_size": b},
+                horizon,
+                1.0,
+                0.1,
+            )
+        )
     res = simulate(env, specs, seeds=2 if quick else 4, jobs=2, progress=False)
     out = []
     for row in res.summary():
-        out.append({"run": row["key"], "horizon": horizon,
-                    "final_regret_mean": round(row["final_regret"]["mean"], 1),
-                    "se": round(row["final_regret"]["se"], 1), "seeds": res.seeds})
+        out.append(
+            {
+                "run": row["key"],
+                "horizon": horizon,
+                "final_regret_mean": round(row["final_regret"]["mean"], 1),
+                "se": round(row["final_regret"]["se"], 1),
+                "seeds": res.seeds,
+            }
+        )
     return out
 
 
@@ -368,23 +407,33 @@ def bench_noise() -> list:
     for n in (1 << 16, 1 << 20, 1 << 24):
         for b in (1, 256):
             tree = calibrate_gram_release(5, 1.0, 1e-6, n)
-            fact = calibrate_gram_release(5, 1.0, 1e-6, n, tree_impl="sqrt_toeplitz",
-                                          n_steps=-(-n // b))
-            rows.append({"n": n, "release_every": b, "tree_m": tree.m,
-                         "tree_entry_std": tree.entry_std,
-                         "sqrt_toeplitz_factor_norm": sqrt_toeplitz_norm(-(-n // b)),
-                         "sqrt_toeplitz_entry_std": fact.entry_std,
-                         "tree_over_factorisation_std": tree.entry_std / fact.entry_std,
-                         "tree_rho_min": tree.rho_min, "factorisation_rho_min": fact.rho_min})
+            fact = calibrate_gram_release(
+                5, 1.0, 1e-6, n, tree_impl="sqrt_toeplitz", n_steps=-(-n // b)
+            )
+            rows.append(
+                {
+                    "n": n,
+                    "release_every": b,
+                    "tree_m": tree.m,
+                    "tree_entry_std": tree.entry_std,
+                    "sqrt_toeplitz_factor_norm": sqrt_toeplitz_norm(-(-n // b)),
+                    "sqrt_toeplitz_entry_std": fact.entry_std,
+                    "tree_over_factorisation_std": tree.entry_std / fact.entry_std,
+                    "tree_rho_min": tree.rho_min,
+                    "factorisation_rho_min": fact.rho_min,
+                }
+            )
     return rows
 
 
 def profile_loops() -> None:
     from pyinstrument import Profiler
 
-    for name, fn, d in (("ours_linucb", ours_linucb, 20),
-                        ("ours_dp_linucb_gaussian", ours_dp("gaussian"), 20),
-                        ("ours_dp_linucb_wishart", ours_dp("wishart"), 100)):
+    for name, fn, d in (
+        ("ours_linucb", ours_linucb, 20),
+        ("ours_dp_linucb_gaussian", ours_dp("gaussian"), 20),
+        ("ours_dp_linucb_wishart", ours_dp("wishart"), 100),
+    ):
         s = Stream(d)
         prof = Profiler(interval=0.0002)
         prof.start()
