@@ -97,7 +97,7 @@ class DPLinUCB(Policy):
         ``"fixed"`` (default) or ``"doubling"`` epochs of capacity n0·2^e (spec §7).
     tree_impl, n_steps
         ``"binary"`` (the padded tree) or ``"sqrt_toeplitz"`` (horizon ``n_steps`` releases,
-        default ⌈n_cap / batch_size⌉).
+        default ⌈n_cap / batch_size⌉ + 1).
     batch_size
         Decisions per release refresh (``release_every``).
     ties
@@ -198,7 +198,8 @@ class DPLinUCB(Policy):
     def _steps(self) -> int | None:
         if self.tree_impl != "sqrt_toeplitz":
             return None
-        return self.n_steps or -(-self.n_cap // self.batch_size)
+        # one release before the first row, then one per refresh with new rows
+        return self.n_steps or 1 - (-self.n_cap // self.batch_size)
 
     def _aggregator(self, source: NoiseSource | None) -> ContinualGramRelease:
         return ContinualGramRelease(

@@ -36,6 +36,7 @@ probability ≥ 1 − α/(2n) per round λ_min(H_t) ≥ ρ_min, λ_max(H_t) ≤ 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -243,6 +244,7 @@ def _gaussian_bounds(entry_std, d, n, alpha, a2, authors, m=None, sigma=None):
     return ups, 2 * ups, ups, 3 * ups, entry_std * a2 / math.sqrt(ups)
 
 
+@functools.lru_cache(maxsize=256)
 def calibrate_gram_release(
     d: int,
     epsilon: float,
@@ -263,6 +265,8 @@ def calibrate_gram_release(
     noise_scale_multiplier: float = 1.0,
 ) -> GramCalibration:
     """The constants of tree epoch ``epoch`` (always 0 in ``fixed`` mode).
+
+    A pure function of public configuration; results are cached (treat them as read-only).
 
     Parameters follow the policy's (spec §2). In ``doubling`` mode epoch e has capacity
     n_e = n0·2^e, m_e = log2(n_e) + 1 and α_e = α·2^−(e+1); the bounds use the total noise of
