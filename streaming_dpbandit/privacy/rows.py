@@ -78,7 +78,8 @@ def prepare_rows(
         xo[big] *= (Lq / np.sqrt(sq[big]))[:, None]
     Bq = math.floor(B_tilde / GRID) * GRID
     yo = out[:, d]
-    np.clip(y, -Bq, Bq, out=yo)
+    np.maximum(y, -Bq, out=yo)  # ufuncs: np.clip's Python wrapper costs more than the work
+    np.minimum(yo, Bq, out=yo)
     n_y = int(np.count_nonzero(yo != y))
     _round_grid(out)
     return out, n_big, n_y
@@ -97,6 +98,9 @@ def exact_gram_units(rows: np.ndarray, row_norm_sq: float) -> np.ndarray:
     p = rows.shape[1]
     pk = packing(p)
     chunk = max(1, int(_EXACT // max(row_norm_sq, GRID * GRID)))
+    if rows.shape[0] <= chunk:  # the common case: one exact BLAS product
+        G = rows.T @ rows
+        return (G[pk.rows, pk.cols] * _UNIT).astype(np.int64)
     total = np.zeros(pk.size, dtype=np.int64)
     for i in range(0, rows.shape[0], chunk):
         part = rows[i : i + chunk]
