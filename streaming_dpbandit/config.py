@@ -209,6 +209,7 @@ class DPLinUCBConfig(_PolicyConfig):
     n_steps: int | None = Field(None, ge=1)
     batch_size: int = Field(1, ge=1)
     track_bounds: bool = False
+    release_records: bool = True
     bandit_id: str = "default"
 
     @model_validator(mode="after")
@@ -309,6 +310,11 @@ def validate_for_mode(cfg: _PolicyConfig, mode: str) -> None:
             )
         if cfg.track_bounds:
             raise ConfigError("track_bounds reads the raw noise and is simulation-only (spec §9)")
+        if not cfg.release_records:
+            raise ConfigError(
+                "release_records=false is simulation-only: the ledger must record "
+                "every release before it is used"
+            )
         return
     if getattr(cfg, "calibration", None) == "paper":
         raise ConfigError(

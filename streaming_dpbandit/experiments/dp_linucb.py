@@ -68,6 +68,7 @@ def _dp(d, horizon, eps, delta, batch_size, **extra) -> dict:
         "calibration": PROFILE,
         "batch_size": batch_size,
         "track_bounds": True,
+        "release_records": False,  # epoch records carry the cost; 5·10⁷/256 records per run
         **extra,
     }
 

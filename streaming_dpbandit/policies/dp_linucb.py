@@ -105,6 +105,10 @@ class DPLinUCB(Policy):
     track_bounds
         Simulation and tests only: after every release, compare H_t, h_t with ρ_min, ρ_max, γ
         (spec §9). Reads the raw noise; refused outside simulation.
+    release_records
+        Return a (zero-cost) ledger record for every release (default). ``False`` returns only
+        the epoch records, which carry the whole privacy cost — for long simulations whose
+        ledger is never written; refused outside simulation.
     bandit_id
         Name used in ledger records and noise-stream labels.
     seed
@@ -162,6 +166,7 @@ class DPLinUCB(Policy):
         batch_size: int = 1,
         ties: str = "lowest",
         track_bounds: bool = False,
+        release_records: bool = True,
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
@@ -186,6 +191,7 @@ class DPLinUCB(Policy):
         self.batch_size = batch_size
         self.ties = ties
         self.track_bounds = track_bounds
+        self.release_records = release_records
         self.bandit_id = bandit_id
         self.seed = seed
         self.noise_scale_multiplier = noise_scale_multiplier
@@ -341,7 +347,8 @@ class DPLinUCB(Policy):
         self._counters["releases"] += 1
         if self.track_bounds:
             self._check_bounds(cal)
-        records.append(self._release_record(cal, R, before, after))
+        if self.release_records:
+            records.append(self._release_record(cal, R, before, after))
         return records
 
     def _install(self, R: np.ndarray, cal: GramCalibration) -> None:
