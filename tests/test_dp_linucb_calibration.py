@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+from dp_accounting.pld import common
 from dp_accounting.pld import privacy_loss_distribution as pld
 
 from streaming_dpbandit.cli import main
@@ -13,6 +14,7 @@ from streaming_dpbandit.privacy.gram_calibration import (
     advanced_composition_epsilon,
     calibrate_gram_release,
     gaussian_sigma,
+    optimal_composition_delta,
     wishart_dof,
     zcdp_rho_star,
 )
@@ -99,6 +101,15 @@ def test_zcdp_option_variance_ratio_to_paper(delta, ratio):
     assert cert < gaussian_sigma("zcdp", m, lt, 1.0, delta)
 
 
+@pytest.mark.parametrize("e0, d0, m, eps", [(0.05, 1e-4, 27, 0.5), (0.2, 1e-3, 10, 1.0)])
+def test_optimal_composition_matches_the_pld_accountant(e0, d0, m, eps):
+    one = pld.from_privacy_parameters(
+        common.DifferentialPrivacyParameters(e0, d0), value_discretization_interval=1e-4
+    )
+    exact = optimal_composition_delta(e0, d0, m, eps)
+    assert exact == pytest.approx(one.self_compose(m).get_delta_for_epsilon(eps), rel=1e-6)
+
+
 def test_wishart_calibrations():
     m, d = 27, 5
     k_paper = wishart_dof("paper", d, m, 1.0, 0.1)
@@ -108,9 +119,17 @@ def test_wishart_calibrations():
     assert 0.5 < advanced_composition_epsilon(e0, m, 0.05) < 0.55
     cert = calibrate_gram_release(d, 1.0, 0.1, 50_000_000, noise="wishart")
     pn = cert.per_node
-    assert advanced_composition_epsilon(pn["epsilon0"], m, pn["delta_prime"]) <= 1.0
-    assert m * pn["delta0"] + pn["delta_prime"] == pytest.approx(0.1)
-    assert cert.noise_law["dof"] < k_paper and cert.dp_valid
+    # certified: Theorem 8 per node + the exact optimal composition (Kairouz, Oh, Viswanath)
+    assert optimal_composition_delta(pn["epsilon0"], pn["delta0"], m, 1.0) <= 0.1
+    assert optimal_composition_delta(pn["epsilon0"] * 1.01, pn["delta0"], m, 1.0) > 0.1
+    assert advanced_composition_epsilon(pn["epsilon0"], m, 0.05) > 1.0  # tighter than DRV
+    # the exact formula is what the ledger's accountant (dp-accounting PLD) computes
+    one = pld.from_privacy_parameters(
+        common.DifferentialPrivacyParameters(pn["epsilon0"], pn["delta0"]),
+        value_discretization_interval=1e-4,
+    )
+    assert one.self_compose(m).get_epsilon_for_delta(0.1) == pytest.approx(1.0, abs=0.01)
+    assert cert.noise_law["dof"] < k_paper / 10 and cert.dp_valid
     # the authors' code floors k below Theorem 8's requirement: flagged, not DP-valid
     auth = calibrate_gram_release(
         d, 1.0, 0.1, 50_000_000, noise="wishart", calibration="authors_code_2018"

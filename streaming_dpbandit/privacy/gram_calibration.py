@@ -14,9 +14,9 @@ Calibrations
     release sequence is μ-GDP with μ = √m·L̃²/σ (Dong, Roth & Su 2022, Cor. 3.3). σ is the
     smallest value with δ_μ(ε) ≤ δ, δ_μ being the exact privacy profile of the Gaussian
     mechanism (Balle & Wang 2018): ``analytic_gaussian_sigma(ε, δ, √m·L̃²)``.
-    Wishart: Theorem 8 (Sheffet 2015, Thm 4.1) per node, composed over the m nodes by the
-    advanced composition theorem with the split δ = m·δ₀ + δ′ chosen to minimise k and ε₀ the
-    largest value with √(2m ln(1/δ′))·ε₀ + m·ε₀(e^{ε₀} − 1) ≤ ε.
+    Wishart: Theorem 8 (Sheffet 2015, Thm 4.1) per node, composed over the m nodes by the exact
+    optimal composition theorem for (ε₀, δ₀)-DP mechanisms (Kairouz, Oh & Viswanath 2015), with
+    the δ₀ that minimises k and ε₀ the largest value < 1 whose composition is (ε, δ)-DP.
 ``paper``
     The paper's own formulas (spec §3.1, §3.3): σ = 4√m·L̃²·ln(4/δ)/ε and
     k = d + 1 + ⌈224·m·ε⁻²·ln(8m/δ)·ln(2/δ)⌉. Valid, but conservative: they spend only a
@@ -40,7 +40,7 @@ import functools
 import math
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, special
 
 from .factorization import sqrt_toeplitz_norm
 from .gaussian import analytic_gaussian_sigma
@@ -54,6 +54,7 @@ __all__ = [
     "calibrate_gram_release",
     "certified_wishart_budget",
     "gaussian_sigma",
+    "optimal_composition_delta",
     "wishart_dof",
     "zcdp_rho_star",
 ]
@@ -122,41 +123,70 @@ def advanced_composition_epsilon(eps0: float, m: int, delta_prime: float) -> flo
     return math.sqrt(2.0 * m * math.log(1.0 / delta_prime)) * eps0 + m * eps0 * math.expm1(eps0)
 
 
-def certified_wishart_budget(m: int, epsilon: float, delta: float) -> tuple[float, float, float]:
-    """(ε₀, δ₀, δ′) minimising Theorem 8's k under advanced composition (certified Wishart).
+def optimal_composition_delta(eps0: float, delta0: float, m: int, epsilon: float) -> float:
+    """Exact δ(ε) of the m-fold adaptive composition of (ε₀, δ₀)-DP mechanisms.
 
-    >>> e0, d0, dp = certified_wishart_budget(27, 1.0, 0.1)
-    >>> advanced_composition_epsilon(e0, 27, dp) <= 1.0 and abs(27 * d0 + dp - 0.1) < 1e-15
+    Kairouz, Oh & Viswanath (2015), the optimal composition theorem: the worst case is
+    randomised response with an extra δ₀, so
+    δ(ε) = 1 − (1 − δ₀)^m·(1 − Σ_ℓ C(m, ℓ)[e^{(m−ℓ)ε₀} − e^{ε+ℓε₀}]₊ / (1 + e^{ε₀})^m).
+
+    >>> round(optimal_composition_delta(0.1, 0.0, 1, 0.1), 12)
+    0.0
+    >>> optimal_composition_delta(0.01, 1e-6, 100, 0.5357) < 1e-6 + 1e-6 * 100  # ≤ advanced
     True
     """
+    ell = np.arange(m + 1)
+    a = (m - ell) * eps0
+    b = epsilon + ell * eps0
+    pos = a > b
+    if pos.any():
+        lc = special.gammaln(m + 1) - special.gammaln(ell + 1) - special.gammaln(m - ell + 1)
+        logs = lc[pos] + a[pos] + np.log1p(-np.exp(b[pos] - a[pos])) - m * np.log1p(np.exp(eps0))
+        d_rr = float(np.exp(logs).sum())
+    else:
+        d_rr = 0.0
+    return 1.0 - (1.0 - delta0) ** m * (1.0 - d_rr)
+
+
+def certified_wishart_budget(m: int, epsilon: float, delta: float) -> tuple[float, float, float]:
+    """(ε₀, δ₀, achieved δ) minimising Theorem 8's k under the optimal composition theorem.
+
+    For each δ₀ on a log grid below 1 − (1 − δ)^{1/m}, ε₀ is the largest value < 1 whose m-fold
+    optimal composition is (ε, δ)-DP; the split with the smallest k = ⌈28·ln(4/δ₀)/ε₀²⌉ wins.
+
+    >>> e0, d0, dl = certified_wishart_budget(27, 1.0, 0.1)
+    >>> dl <= 0.1 and optimal_composition_delta(e0, d0, 27, 1.0) <= 0.1
+    True
+    """
+    d_cap = -math.expm1(math.log1p(-delta) / m)  # (1 − δ₀)^m ≥ 1 − δ
     best = None
-    for frac in np.geomspace(1e-6, 0.999, 600):
-        dprime = float(frac) * delta
-        delta0 = (delta - dprime) / m
-        f = lambda e, dprime=dprime: advanced_composition_epsilon(e, m, dprime) - epsilon  # noqa: E731
+    for frac in np.geomspace(1e-4, 0.999, 300):
+        d0 = float(frac) * d_cap
+        f = lambda e, d0=d0: optimal_composition_delta(e, d0, m, epsilon) - delta  # noqa: E731
         hi = min(epsilon, math.nextafter(1.0, 0.0))  # Theorem 8 needs ε₀ < 1
         if f(hi) <= 0:
             eps0 = hi
         else:
-            eps0 = optimize.brentq(f, 0.0, hi, xtol=1e-15, rtol=1e-14)
-            while advanced_composition_epsilon(eps0, m, dprime) > epsilon:
-                eps0 = math.nextafter(eps0, 0.0)
-        if not (0 < eps0 < 1 and delta0 < 1 / math.e):
+            eps0 = optimize.brentq(f, 1e-12, hi, xtol=1e-15, rtol=1e-13)
+            while f(eps0) > 0:
+                eps0 = math.nextafter(eps0, 0.0) * (1 - 1e-12)
+        if not (0 < eps0 < 1 and d0 < 1 / math.e):
             continue
-        need = WISHART_THM8_CONSTANT * math.log(4.0 / delta0) / eps0**2
+        need = WISHART_THM8_CONSTANT * math.log(4.0 / d0) / eps0**2
         if best is None or need < best[0]:
-            best = (need, eps0, delta0, dprime)
+            best = (need, eps0, d0)
     if best is None:
         raise ValueError("no valid Wishart budget split (need a smaller ε or larger m)")
-    return best[1], best[2], best[3]
+    _, eps0, d0 = best
+    return eps0, d0, optimal_composition_delta(eps0, d0, m, epsilon)
 
 
 def _wishart_budget(calibration: str, m: int, epsilon: float, delta: float):
     """(ε₀, δ₀, δ′, k − (d+1), valid) of one Wishart tree node."""
     if calibration == "certified":
-        e0, d0, dp = certified_wishart_budget(m, epsilon, delta)
+        e0, d0, _ = certified_wishart_budget(m, epsilon, delta)
         need = WISHART_THM8_CONSTANT * math.log(4.0 / d0) / e0**2
-        return e0, d0, dp, math.ceil(need), True
+        return e0, d0, None, math.ceil(need), True
     if calibration == "paper":
         e0 = epsilon / math.sqrt(8.0 * m * math.log(2.0 / delta))
         d0 = delta / (2.0 * m)
@@ -404,7 +434,13 @@ def calibrate_gram_release(
         r = math.sqrt(K)
         accounting = [{"type": "eps_delta", "epsilon": e0, "delta": d0, "count": m}]
         noise_law = {"law": "wishart", "scale": Lt2, "dof": k}
-        per_node = {"epsilon0": e0, "delta0": d0, "delta_prime": dprime, "dof": k}
+        per_node = {"epsilon0": e0, "delta0": d0, "dof": k}
+        if dprime is None:
+            per_node["composition"] = "optimal (Kairouz, Oh & Viswanath 2015)"
+            per_node["composed_delta"] = optimal_composition_delta(e0, d0, m, epsilon)
+        else:
+            per_node["composition"] = "advanced (Dwork, Rothblum & Vadhan 2010)"
+            per_node["delta_prime"] = dprime
         if not valid_k:
             per_node["thm8_violation"] = "k is floored below Theorem 8's requirement"
         # spec §4: unshifted bounds, then the shift −c
