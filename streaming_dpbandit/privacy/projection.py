@@ -47,4 +47,9 @@ def project_l1_ball(v, radius: float) -> np.ndarray:
     rho = int(np.nonzero(cond)[0][-1])
     tau = (css[rho] - radius) / (rho + 1)
     out = np.sign(flat) * np.maximum(a - tau, 0.0)
+    norm = np.abs(out).sum()
+    if norm > radius:  # τ carries ~1e-12 cancellation error: never leave the ball
+        out *= radius / norm
+        while np.abs(out).sum() > radius:
+            out *= 1.0 - 2.0**-52
     return out.reshape(arr.shape)
