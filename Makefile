@@ -32,7 +32,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check streaming_dpbandit bench
 
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/bench_fliphat.py
+	$(BIN)/python bench/bench_linucb.py
 
 reproduce: $(STAMP)
 	$(BIN)/dpbandit reproduce fliphat --seeds 20 --plot fliphat-reproduction.png

@@ -90,15 +90,16 @@ def _add_sim_options(p: argparse.ArgumentParser, reproduce: bool = False) -> Non
     p.add_argument(
         "--epsilon",
         type=_epsilons,
-        default=[0.5, 1.0, 2.0, 5.0] if reproduce else None,
-        help="comma-separated ε values (one run per ε for private policies)",
+        default=None,
+        help="comma-separated ε values (one run per ε for private policies; reproduce: the "
+        "paper's sweep by default)",
     )
     p.add_argument("--horizon", type=_positive_int, default=None, help="rounds per run (T)")
     p.add_argument(
         "--seeds",
         type=_positive_int,
-        default=20 if reproduce else 5,
-        help="number of independent repetitions",
+        default=None if reproduce else 5,
+        help="number of independent repetitions (reproduce: fliphat 20, dp-linucb 35)",
     )
     p.add_argument("--seed", type=int, default=0, help="base seed of the repetitions")
     p.add_argument(
@@ -141,14 +142,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delta", type=_delta, default=0.01, help="δ of private policies")
     p.add_argument(
         "--calibration",
-        choices=["certified", "paper"],
+        choices=["certified", "paper", "zcdp", "authors_code_2018"],
         default="certified",
-        help="noise calibration of private policies (paper: reproduction only)",
+        help="noise calibration of private policies (non-default ones are labelled options; "
+        "see dpbandit explain)",
     )
     _add_sim_options(p)
 
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
-    p.add_argument("name", choices=["fliphat"], help="which reproduction")
+    p.add_argument("name", choices=["fliphat", "dp-linucb"], help="which reproduction")
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=256,
+        help="dp-linucb: rounds per release refresh (default 256)",
+    )
     _add_sim_options(p, reproduce=True)
 
     p = sub.add_parser(
@@ -197,7 +205,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_simulate(args) -> int:
     from .experiments.report import plot_curves, simulation_table
     from .experiments.runner import RunSpec, simulate
-    from .privacy.statement import PAPER_LABEL
 
     _writable(args.json, "--json")
     _writable(args.plot, "--plot")
@@ -213,10 +220,16 @@ def _cmd_simulate(args) -> int:
     epsilons = args.epsilon or [1.0]
     specs = []
     notes = []
+    labels: dict[str, str] = {}
     for name in names:
         base = _known(
             name,
-            {"d": getattr(env, "d", None), "calibration": args.calibration, "delta": args.delta},
+            {
+                "d": getattr(env, "d", None),
+                "calibration": args.calibration,
+                "delta": args.delta,
+                "n_cap": horizon,
+            },
         )
         cfg0 = policy_config(name, {**base, **_known(name, user)})
         if cfg0.private:
@@ -229,6 +242,9 @@ def _cmd_simulate(args) -> int:
                 )
             for eps in epsilons:
                 cfg = policy_config(name, {**params, **_known(name, user), "epsilon": eps})
+                label = cfg.build().privacy.effective_label
+                if label:
+                    labels[f"{name} calibration '{cfg.calibration}'"] = label
                 specs.append(
                     RunSpec(
                         f"{name} ε={eps:g}",
@@ -260,8 +276,8 @@ def _cmd_simulate(args) -> int:
     print(simulation_table(result))
     for note in dict.fromkeys(notes):
         print(f"note: {note}")
-    if any(s.params.get("calibration") == "paper" for s in specs):
-        print(f"note: calibration 'paper' is {PAPER_LABEL}")
+    for what, label in labels.items():
+        print(f"note: {what} is {label}")
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=1))
         print(f"wrote {args.json}")
@@ -285,7 +301,9 @@ def _known(name: str, params: dict) -> dict:
 
 # -- reproduce ---------------------------------------------------------------------------------
 def _cmd_reproduce(args) -> int:
-    from .experiments.fliphat import CURVE_HORIZON, checks_table, run_reproduction
+    if args.name == "dp-linucb":
+        return _reproduce_dp_linucb(args)
+    from .experiments.fliphat import CURVE_HORIZON, PAPER_EPSILONS, checks_table, run_reproduction
     from .experiments.report import plot_curves, simulation_table
     from .privacy.statement import PAPER_LABEL
 
@@ -294,9 +312,9 @@ def _cmd_reproduce(args) -> int:
     env_params = parse_kv(args.env_param, "--env-param")
     _build_env("fliphat-paper", env_params)  # validate early, with a clear error
     result, checks = run_reproduction(
-        epsilons=args.epsilon,
+        epsilons=args.epsilon or PAPER_EPSILONS,
         horizon=args.horizon or CURVE_HORIZON,
-        seeds=args.seeds,
+        seeds=args.seeds or 20,
         env_params=env_params,
         jobs=args.jobs,
         base_seed=args.seed,
@@ -336,12 +354,65 @@ def _cmd_reproduce(args) -> int:
     return EXIT_TARGET_FAILED if failed else 0
 
 
+def _reproduce_dp_linucb(args) -> int:
+    from .experiments import dp_linucb as rep
+    from .experiments.report import plot_curves, simulation_table
+    from .privacy.gram_calibration import LABELS
+
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    env_params = parse_kv(args.env_param, "--env-param")
+    unknown = set(env_params) - {"d", "gap"}
+    if unknown:
+        raise ConfigError(f"--env-param {', '.join(sorted(unknown))}: dp-linucb takes d and gap")
+    d = env_params.get("d", rep.PAPER_D)
+    gaps = [env_params["gap"]] if "gap" in env_params else list(rep.PAPER_GAPS)
+    for gap in gaps:
+        _build_env("dp-linucb-paper", {"d": d, "gap": gap})  # validate early
+    horizon = args.horizon or rep.PAPER_HORIZON
+    results, checks = rep.run_reproduction(
+        d=d,
+        horizon=horizon,
+        seeds=args.seeds or rep.PAPER_SEEDS,
+        gaps=gaps,
+        epsilons=args.epsilon or rep.PAPER_SWEEP,
+        batch_size=args.batch_size,
+        jobs=args.jobs,
+        base_seed=args.seed,
+        progress=not args.no_progress,
+    )
+    print(
+        f"DP-LinUCB reproduction (Shariff & Sheffet, Experiment 2/3): d = {d}, n = {horizon:,}, "
+        f"{args.seeds or rep.PAPER_SEEDS} repetitions, release every {args.batch_size} rounds"
+    )
+    print(f"calibration '{rep.PROFILE}': {LABELS[rep.PROFILE]}")
+    for gap, res in results.items():
+        print(f"\nΔ = {gap:g} ({res.elapsed_s:.1f} s)")
+        print(simulation_table(res))
+    print()
+    print(rep.checks_table(checks))
+    if args.json:
+        out = {
+            "gaps": {str(g): r.to_json() for g, r in results.items()},
+            "targets": [c.to_dict() for c in checks],
+        }
+        Path(args.json).write_text(json.dumps(out, indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        for gap, res in results.items():
+            path = args.plot if len(results) == 1 else args.plot.replace(".png", f"-gap{gap:g}.png")
+            plot_curves(res, path, title=f"DP-LinUCB reproduction, Δ = {gap:g}")
+            print(f"wrote {path}")
+    failed = [c for c in checks if c.passed is False]
+    return EXIT_TARGET_FAILED if failed else 0
+
+
 # -- budget ------------------------------------------------------------------------------------
 def _cmd_budget(args) -> int:
     from .experiments.report import format_table
     from .privacy.accountant import Accountant
     from .privacy.ledger import LedgerCorruptError, read_ledger
-    from .privacy.statement import PAPER_LABEL, PrivacyStatement
+    from .privacy.statement import PrivacyStatement
 
     path = Path(args.ledger)
     if not path.is_file():
@@ -357,6 +428,7 @@ def _cmd_budget(args) -> int:
         delta = args.delta if args.delta is not None else max(r.delta for r in recs) or None
         sp = acc.spend(b, delta=delta)
         last = recs[-1]
+        notes = sorted({r.note for r in recs if r.note})
         st = PrivacyStatement(
             model=last.privacy_model,
             unit=last.privacy_unit or "see the policy's documentation",
@@ -367,6 +439,7 @@ def _cmd_budget(args) -> int:
             calibration=",".join(sp.calibrations),
             scope=f"{sp.releases} releases over {sp.slices or 1} disjoint data slice(s), "
             "composed by the ledger's accountant.",
+            label="; ".join(notes) if notes else None,
         )
         out["bandits"].append(
             {"spend": sp.to_dict(), "statement": st.to_dict(), "statement_text": st.text()}
@@ -414,15 +487,18 @@ def _cmd_budget(args) -> int:
         print()
         print(f"[{item['spend']['bandit_id']}]")
         print(item["statement_text"])
-    if any("paper" in item["spend"]["calibrations"] for item in out["bandits"]):
-        print(f"\nnote: calibration 'paper' is {PAPER_LABEL}")
+    for item in out["bandits"]:
+        label = item["statement"].get("label")
+        if label:
+            print(f"\nnote: [{item['spend']['bandit_id']}] calibration is {label}")
     return 0
 
 
 # -- explain -----------------------------------------------------------------------------------
 def _cmd_explain(args) -> int:
     params = parse_kv(args.policy_param)
-    if args.policy in ("fliphat", "lasso-bandit") and "d" not in params:
+    needs_d = ("fliphat", "lasso-bandit", "linucb", "linucb-disjoint", "greedy", "dp-linucb")
+    if args.policy in needs_d and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
     cfg = policy_config(args.policy, params)
     policy = cfg.build()

@@ -1,9 +1,12 @@
 """Validated configuration: one discriminated union of policy configs (pydantic v2).
 
 The CLI and the service build policies only through these models, so a bad option is one clear
-error, never a traceback. ``validate_for_mode`` enforces the spec's deployment rules: the
+error, never a traceback. ``validate_for_mode`` enforces the spec's deployment rules: FLIPHAT's
 ``paper`` calibration and M > 1 with η < 1e-2 are refused outside ``mode="simulation"``
-(FLIPHAT spec §5.3, §6).
+(FLIPHAT spec §5.3, §6); so are DP-LinUCB's ``zcdp`` (pending review, DP-LinUCB spec §3.2) and
+``authors_code_2018`` (reproduction only, §3.4) calibrations and its simulation-only
+``track_bounds`` diagnostics (§9). DP-LinUCB's ``paper`` calibration is a valid (conservative)
+guarantee and stays available, labelled.
 """
 
 from __future__ import annotations
@@ -13,12 +16,25 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .policies import FLIPHAT, LassoBandit, Policy, RandomPolicy
+from .policies import (
+    FLIPHAT,
+    DPLinUCB,
+    GreedyRidge,
+    LassoBandit,
+    LinUCB,
+    LinUCBDisjoint,
+    Policy,
+    RandomPolicy,
+)
 
 __all__ = [
     "ConfigError",
+    "DPLinUCBConfig",
     "FliphatConfig",
+    "GreedyConfig",
     "LassoBanditConfig",
+    "LinUCBConfig",
+    "LinUCBDisjointConfig",
     "PolicyConfig",
     "RandomConfig",
     "ServiceSettings",
@@ -119,14 +135,120 @@ class LassoBanditConfig(_PolicyConfig):
         return LassoBandit(**params, seed=seed)
 
 
+class LinUCBConfig(_PolicyConfig):
+    """LinUCB, shared parameter over per-arm features (non-private baseline)."""
+
+    policy: Literal["linucb"] = "linucb"
+    d: int = Field(gt=0)
+    reg: float = Field(1.0, gt=0)
+    beta: float | None = Field(None, ge=0)
+    alpha: float = Field(0.01, gt=0, lt=1)
+    sigma: float = Field(1.0, gt=0)
+    S: float = Field(1.0, gt=0)
+    batch_size: int = Field(1, ge=1)
+
+    def build(self, seed: int | None = None, **overrides) -> LinUCB:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return LinUCB(**params, seed=seed)
+
+
+class LinUCBDisjointConfig(_PolicyConfig):
+    """Disjoint LinUCB: one ridge model per arm (non-private baseline)."""
+
+    policy: Literal["linucb-disjoint"] = "linucb-disjoint"
+    d: int = Field(gt=0)
+    n_arms: int = Field(gt=0)
+    reg: float = Field(1.0, gt=0)
+    beta: float | None = Field(None, ge=0)
+    alpha: float = Field(0.01, gt=0, lt=1)
+    sigma: float = Field(1.0, gt=0)
+    S: float = Field(1.0, gt=0)
+    batch_size: int = Field(1, ge=1)
+    pending_capacity: int = Field(1 << 16, ge=1)
+
+    def build(self, seed: int | None = None, **overrides) -> LinUCBDisjoint:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return LinUCBDisjoint(**params, seed=seed)
+
+
+class GreedyConfig(_PolicyConfig):
+    """Greedy ridge / OLS (reg = 0) baseline."""
+
+    policy: Literal["greedy"] = "greedy"
+    d: int = Field(gt=0)
+    reg: float = Field(1.0, ge=0)
+    batch_size: int = Field(1, ge=1)
+
+    def build(self, seed: int | None = None, **overrides) -> GreedyRidge:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return GreedyRidge(**params, seed=seed)
+
+
+class DPLinUCBConfig(_PolicyConfig):
+    """Joint-DP LinUCB (see :class:`streaming_dpbandit.policies.DPLinUCB` for every parameter)."""
+
+    policy: Literal["dp-linucb"] = "dp-linucb"
+    private: bool = True
+    d: int = Field(gt=0)
+    epsilon: float = Field(1.0, gt=0)
+    delta: float = Field(1e-6, gt=0, lt=1)
+    n_cap: int = Field(1 << 20, ge=1)
+    noise: Literal["gaussian", "wishart"] = "gaussian"
+    shift: bool = True
+    calibration: Literal["certified", "paper", "zcdp", "authors_code_2018"] = "certified"
+    wishart_gamma: Literal["printed", "tight"] = "printed"
+    alpha: float | None = Field(None, gt=0, lt=1)
+    L: float = Field(1.0, gt=0)
+    B_tilde: float = Field(1.0, gt=0)
+    S: float = Field(1.0, gt=0)
+    sigma: float | None = Field(None, gt=0)
+    horizon_mode: Literal["fixed", "doubling"] = "fixed"
+    n0: int = Field(1024, ge=1)
+    tree_impl: Literal["binary", "sqrt_toeplitz"] = "binary"
+    n_steps: int | None = Field(None, ge=1)
+    batch_size: int = Field(1, ge=1)
+    track_bounds: bool = False
+    release_records: bool = True
+    bandit_id: str = "default"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.horizon_mode == "doubling" and self.n0 & (self.n0 - 1):
+            raise ValueError("n0 must be a power of two in doubling mode")
+        try:  # every calibration rule of the spec (c > 0, Gaussian-only options, ...)
+            self.build()._validate()
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> DPLinUCB:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return DPLinUCB(**params, seed=seed)
+
+
 PolicyConfig = Annotated[
-    FliphatConfig | RandomConfig | LassoBanditConfig, Field(discriminator="policy")
+    FliphatConfig
+    | RandomConfig
+    | LassoBanditConfig
+    | LinUCBConfig
+    | LinUCBDisjointConfig
+    | GreedyConfig
+    | DPLinUCBConfig,
+    Field(discriminator="policy"),
 ]
 
 _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "fliphat": FliphatConfig,
     "random": RandomConfig,
     "lasso-bandit": LassoBanditConfig,
+    "linucb": LinUCBConfig,
+    "linucb-disjoint": LinUCBDisjointConfig,
+    "greedy": GreedyConfig,
+    "dp-linucb": DPLinUCBConfig,
 }
 
 
@@ -177,6 +299,24 @@ def policy_config(name: str, params: dict) -> _PolicyConfig:
 def validate_for_mode(cfg: _PolicyConfig, mode: str) -> None:
     """Refuse settings that are only acceptable in simulation (spec §5.3, §6)."""
     if mode == "simulation":
+        return
+    if isinstance(cfg, DPLinUCBConfig):
+        if cfg.calibration in ("zcdp", "authors_code_2018"):
+            raise ConfigError(
+                f"dp-linucb calibration={cfg.calibration} is simulation-only: "
+                + (
+                    "pending DP-specialist review (spec §3.2)"
+                    if cfg.calibration == "zcdp"
+                    else "a reproduction profile of the authors' code (spec §3.4)"
+                )
+            )
+        if cfg.track_bounds:
+            raise ConfigError("track_bounds reads the raw noise and is simulation-only (spec §9)")
+        if not cfg.release_records:
+            raise ConfigError(
+                "release_records=false is simulation-only: the ledger must record "
+                "every release before it is used"
+            )
         return
     if getattr(cfg, "calibration", None) == "paper":
         raise ConfigError(

@@ -47,3 +47,48 @@ def test_larger_sparsity_is_deterministic_and_noise_laws():
 def test_invalid(kw):
     with pytest.raises(ValueError):
         FliphatPaperEnv(**kw)
+
+
+def test_shariff_sheffet_environment_law():
+    from scipy import stats
+
+    from streaming_dpbandit.envs import ShariffSheffetEnv
+
+    env = ShariffSheffetEnv(d=5, gap=0.1)
+    rng = np.random.default_rng(0)
+    X = env.contexts(rng, 4000)
+    assert X.shape == (4000, 25, 5)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=2), 1.0, rtol=1e-12)
+    mu = env.mean_rewards(X)
+    assert np.all((mu == 0.75).sum(axis=1) == 1)  # exactly one optimal action per round
+    others = mu[mu != 0.75]
+    assert others.min() >= -0.75 and others.max() <= 0.65 + 1e-12  # the gap Δ
+    # h = 2u − 1 with u ~ Beta(2, 2) truncated to [0.125, 0.825]: compare the CDF (KS test)
+    lo, hi = (1 - 0.75) / 2, (1 + 0.75 - 0.1) / 2
+    beta = stats.beta(2, 2)
+    cdf = lambda h: (beta.cdf((h + 1) / 2) - beta.cdf(lo)) / (beta.cdf(hi) - beta.cdf(lo))  # noqa: E731
+    assert stats.kstest(others[:20000], cdf).pvalue > 1e-3
+    assert abs(others.mean() - env.mean_suboptimal_projection()) < 5 * others.std() / 300
+    # the orthogonal part is uniform: its first coordinate is symmetric with the right variance
+    w = X[..., 1:] / np.sqrt(1 - X[..., :1] ** 2)
+    assert abs(w[..., 0].mean()) < 0.01 and abs(w[..., 0].var() - 0.25) < 0.01
+
+
+def test_shariff_sheffet_rewards_and_rotation():
+    from streaming_dpbandit.envs import ShariffSheffetEnv
+
+    env = ShariffSheffetEnv(d=4, gap=0.0, theta_seed=3)
+    rng = np.random.default_rng(1)
+    X = env.contexts(rng, 3000)
+    mu = env.mean_rewards(X)
+    np.testing.assert_allclose(mu.max(axis=1), 0.75, rtol=1e-12)  # rotated: still 0.75
+    np.testing.assert_allclose(np.linalg.norm(env.theta), 1.0)
+    coins = env.reward_noise(rng, 3000)
+    y = env.rewards(mu, coins)
+    assert set(np.unique(y).tolist()) == {-1.0, 1.0}
+    assert abs((y - mu).mean()) < 4 / np.sqrt(y.size)  # E[y] = μ
+    g = ShariffSheffetEnv(d=4, rewards="gaussian")
+    assert g.rewards(np.zeros(2), np.ones(2)).tolist() == [1.0, 1.0]
+    assert 0.75 > env.random_regret_per_round() > 0.5
+    with pytest.raises(ValueError, match="d >= 2"):
+        ShariffSheffetEnv(d=1)

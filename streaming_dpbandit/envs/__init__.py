@@ -2,8 +2,12 @@
 
 from .base import Environment
 from .fliphat_paper import FliphatPaperEnv
+from .shariff_sheffet import ShariffSheffetEnv
 
 #: Environments by registry name (the CLI's ``--env``).
-REGISTRY: dict[str, type[Environment]] = {FliphatPaperEnv.name: FliphatPaperEnv}
+REGISTRY: dict[str, type[Environment]] = {
+    FliphatPaperEnv.name: FliphatPaperEnv,
+    ShariffSheffetEnv.name: ShariffSheffetEnv,
+}
 
-__all__ = ["REGISTRY", "Environment", "FliphatPaperEnv"]
+__all__ = ["REGISTRY", "Environment", "FliphatPaperEnv", "ShariffSheffetEnv"]

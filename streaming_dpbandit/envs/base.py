@@ -33,6 +33,14 @@ class Environment(abc.ABC):
     def reward_noise(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Reward noise for every arm, shape (n, K) (only the chosen arm's is observed)."""
 
+    def rewards(self, mu: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """Observed rewards from means and the draws of :meth:`reward_noise` (default μ + noise).
+
+        Environments whose reward law is not additive (e.g. ±1 rewards with P(+1) = (1 + μ)/2)
+        override this and return coins from :meth:`reward_noise`.
+        """
+        return mu + noise
+
     def random_regret_per_round(self) -> float | None:
         """Expected pseudo-regret per round of the uniform random policy, if known."""
         return None

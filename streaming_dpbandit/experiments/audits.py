@@ -24,31 +24,59 @@ Two claims are audited for Peeling and N-IHT:
   Lemma A.2 composes. It is tight, so it catches an under-noised scale that the end-to-end
   claim cannot: the closed form 2√(3 s ln(1/δ))/ε is so conservative that half its noise is still
   (ε, δ)-DP on every pair we know (see ``docs/privacy/audits.md``).
+
+*DP-LinUCB Gram releases* (docs/privacy/dp-linucb-calibration.md): the pair is one round with the
+same action and opposite rewards, a = [x; +B̃], b = [x; −B̃] with ‖x‖ = L, fed 10× beyond the
+bounds through DP-LinUCB's own clipping: a ⊥ b and ‖a‖ = ‖b‖ = L̃, so aaᵀ − bbᵀ attains the
+sensitivity L̃² (rescaled coordinates). Three mechanisms:
+
+* **tree (Gaussian)**: the m node releases that contain the first row (one per level) — a
+  stronger output than the releases, which are post-processing of them and of data-independent
+  pads. The ``certified`` calibration is exact GDP composition, so its end-to-end (ε, δ) claim is
+  tight and a halved σ is caught directly.
+* **square-root factorisation**: the T releases R = A·x + B·z, scored through B⁻¹R = C·x + z;
+  certified = exact GDP with sensitivity L̃²‖C‖_{1→2}; tight, halving caught.
+* **Wishart node**: Theorem 8's claim is ~8× conservative in ε here, so a halved noise scale
+  (scale matrix ×½) still satisfies it. The tight component claim is the node's *exact* privacy
+  profile for this pair, δ(ε*), which reduces to a 2×2 Wishart (the inverse-Wishart marginal of
+  span{a, b}) and is evaluated by an independent Monte Carlo; that claim catches the halving.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 
 import numpy as np
 
 from ..estimators.niht import NIHT, niht_sensitivity
+from ..policies.dp_linucb import DPLinUCB
 from ..policies.fliphat import FLIPHAT
 from ..privacy.audit import AuditResult, audit
+from ..privacy.factorization import sqrt_toeplitz_coefficients
 from ..privacy.gaussian import GaussianMechanism
+from ..privacy.gram_calibration import WISHART_THM8_CONSTANT
 from ..privacy.laplace import LaplaceMechanism
+from ..privacy.matrix_noise import WishartNoise
 from ..privacy.noise import NoiseSource
 from ..privacy.peeling import Peeling
+from ..privacy.rows import prepare_rows
+from ..privacy.symmetric import packing
 
 __all__ = [
+    "audit_factorisation",
     "audit_gaussian",
+    "audit_gram_tree",
     "audit_laplace",
     "audit_niht",
     "audit_peeling",
+    "audit_wishart_node",
+    "gram_pair",
     "niht_pair",
     "run_all",
+    "wishart_exact_delta",
 ]
 
 
@@ -242,6 +270,231 @@ def audit_niht(
     return audit(sampler, eps, dl, n, np.random.default_rng(seed), name=name)
 
 
+# -- DP-LinUCB -----------------------------------------------------------------------------------
+def gram_pair(d: int = 2, L: float = 1.0, B_tilde: float = 1.0, n_rows: int = 4):
+    """Worst-case neighbouring row sequences: row 1 is [x; +B̃] in D and [x; −B̃] in D′.
+
+    Returned *unclipped* (10× beyond the bounds); the other rows are identical.
+    """
+    X = np.zeros((n_rows, d))
+    X[:, 0] = 10.0 * L
+    X[1:, 1] = 0.0
+    y0 = np.full(n_rows, 0.5 * B_tilde)
+    y0[0] = 10.0 * B_tilde
+    y1 = y0.copy()
+    y1[0] = -10.0 * B_tilde
+    return X, y0, y1
+
+
+def _rescaled_weights(p: int) -> np.ndarray:
+    """1/variance factor per packed coordinate of symmetrised noise: 1 off-diagonal, ½ on it."""
+    return packing(p).rescale ** 2
+
+
+def audit_gram_tree(
+    multiplier: float = 1.0,
+    calibration: str = "certified",
+    epsilon: float = 1.0,
+    delta: float = 1e-2,
+    d: int = 2,
+    n_cap: int = 4,
+    n: int = 400_000,
+    seed: int = 5,
+) -> AuditResult:
+    """The Gaussian padded tree's node releases containing the first row (end-to-end claim).
+
+    The rows go through DP-LinUCB's clipping; the node sums are read from its tree after each
+    insertion; the node noise comes from the tree's own sampler (σ × ``multiplier``).
+    """
+    X, y0, y1 = gram_pair(d, n_rows=n_cap)
+    sums = []
+    sampler = None
+    for y in (y0, y1):
+        pol = DPLinUCB(
+            d=d,
+            epsilon=epsilon,
+            delta=delta,
+            n_cap=n_cap,
+            calibration=calibration,
+            seed=0,
+            noise_scale_multiplier=multiplier,
+        )
+        pol.refit()
+        tree = pol._agg.aggregator
+        sampler = tree.sampler
+        per_level = []
+        for t in range(n_cap):
+            pol.decide(np.zeros((1, 1, d)))
+            pol.learn(X[t : t + 1], y[t : t + 1], np.array([t + 1]))
+            pol.refit()
+            s = t + 1
+            if s & (s - 1) == 0:  # s = 2^ℓ completes the level-ℓ node over rows 1..2^ℓ
+                per_level.append(tree.exact_sum())
+        sums.append(np.array(per_level))
+    m0, m1 = sums
+    diff = m0 - m1
+    w = _rescaled_weights(d + 1)
+    cal = pol.calibration_constants()
+    lt2 = cal.L_tilde**2
+    norms = np.sqrt((diff**2 * w).sum(axis=1))  # ‖Δ‖ in the rescaled coordinates
+    assert np.all(norms <= lt2 * (1 + 1e-12)) and np.all(norms >= lt2 * (1 - 1e-3)), norms
+    m = diff.shape[0]
+    assert m == cal.m
+
+    def sampler_fn(which, k, rng):
+        Z = sampler.sample_many(rng, k * m).reshape(k, m, -1)
+        V = Z + (m0 if which == 0 else m1)
+        return ((V - m1) * diff * w).sum(axis=(1, 2))  # ∝ the exact privacy-loss statistic
+
+    return audit(
+        sampler_fn,
+        epsilon,
+        delta,
+        n,
+        np.random.default_rng(seed),
+        name=f"dp-linucb tree gaussian {calibration} ε={epsilon:g} δ={delta:g} "
+        f"m={m} (noise ×{multiplier:g})",
+    )
+
+
+def audit_factorisation(
+    multiplier: float = 1.0,
+    calibration: str = "certified",
+    epsilon: float = 1.0,
+    delta: float = 1e-2,
+    d: int = 2,
+    steps: int = 8,
+    n: int = 400_000,
+    seed: int = 6,
+) -> AuditResult:
+    """The square-root factorisation's T releases, row 1 differing (the longest column of C)."""
+    X, y0, y1 = gram_pair(d, n_rows=1)
+    pol = DPLinUCB(
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        n_cap=steps,
+        calibration=calibration,
+        tree_impl="sqrt_toeplitz",
+        n_steps=steps,
+        seed=0,
+        noise_scale_multiplier=multiplier,
+    )
+    agg = pol._state()._agg.aggregator
+    sampler = agg.sampler
+    pk = packing(d + 1)
+    r0, _, _ = prepare_rows(X, y0, pol.L, pol.B_tilde)
+    r1, _, _ = prepare_rows(X, y1, pol.L, pol.B_tilde)
+    diff = pk.outer_sum(r0) - pk.outer_sum(r1)
+    w = _rescaled_weights(d + 1)
+    f = sqrt_toeplitz_coefficients(steps)
+    B = np.array([[f[i - j] if i >= j else 0.0 for j in range(steps)] for i in range(steps)])
+    Binv = np.linalg.inv(B)
+    prefix0 = np.broadcast_to(pk.outer_sum(r0), (steps, pk.size))  # row 1 in step 1, no more
+    prefix1 = np.broadcast_to(pk.outer_sum(r1), (steps, pk.size))
+    # C·x differs by f_{t−1}·Δ at step t: the mechanism the proof analyses
+    cdiff = f[:, None] * diff[None, :]
+
+    def sampler_fn(which, k, rng):
+        Z = sampler.sample_many(rng, k * steps).reshape(k, steps, -1)
+        R = (prefix0 if which == 0 else prefix1) + np.matmul(B, Z)  # the releases A x + B z
+        obs = np.matmul(Binv, R - prefix1)  # B⁻¹(R − A x′) = C(x − x′) + z
+        return (obs * cdiff * w).sum(axis=(1, 2))
+
+    return audit(
+        sampler_fn,
+        epsilon,
+        delta,
+        n,
+        np.random.default_rng(seed),
+        name=f"dp-linucb sqrt-toeplitz {calibration} ε={epsilon:g} δ={delta:g} "
+        f"T={steps} (noise ×{multiplier:g})",
+    )
+
+
+def _wishart_loss_2x2(rng, n: int, k: int, p: int, r: float) -> np.ndarray:
+    """Privacy loss of the Wishart node for the pair (reduced form, see the module docstring).
+
+    L = −((k − p − 1)/2)·ln det(I₂ + D·S⁻¹), D = r·diag(1, −1), S ~ W₂(I, k − p + 2);
+    +∞ where W + Δ is not positive definite (an output impossible under D′).
+    """
+    kp = k - p + 2
+    a11 = np.sqrt(rng.chisquare(kp, n))
+    a22 = np.sqrt(rng.chisquare(kp - 1, n))
+    a21 = rng.standard_normal(n)
+    s11, s21, s22 = a11 * a11, a11 * a21, a21 * a21 + a22 * a22
+    det_s = s11 * s22 - s21 * s21
+    det_sd = (s11 + r) * (s22 - r) - s21 * s21
+    out = np.full(n, np.inf)
+    ok = det_sd > 0
+    out[ok] = -0.5 * (k - p - 1) * (np.log(det_sd[ok]) - np.log(det_s[ok]))
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def wishart_exact_delta(
+    epsilon: float, k: int, p: int, r: float = 1.0, n: int = 4_000_000, seed: int = 99
+) -> tuple[float, float]:
+    """(δ̂(ε), standard error) of the Wishart node's exact privacy profile for the audit pair.
+
+    δ(ε) = E_D[(1 − e^{ε − L})₊] by Monte Carlo on the 2×2 reduction (independent of the
+    production sampler); r = L̃²/scale (1 nominal).
+    """
+    rng = np.random.default_rng(seed)
+    vals = np.clip(1.0 - np.exp(epsilon - _wishart_loss_2x2(rng, n, k, p, r)), 0.0, None)
+    return float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(n))
+
+
+def audit_wishart_node(
+    claim: str = "exact",
+    multiplier: float = 1.0,
+    eps0: float = 0.9,
+    delta0: float = 1e-3,
+    eps_star: float = 0.1,
+    d: int = 2,
+    n: int = 400_000,
+    seed: int = 7,
+) -> AuditResult:
+    """One Wishart tree node W_p(L̃²I, k), k from Theorem 8 at (ε₀, δ₀), on the pair.
+
+    ``claim="thm8"`` audits Theorem 8's (ε₀, δ₀); ``claim="exact"`` audits the exact profile
+    (ε*, δ̂(ε*) + 5 s.e.), tight enough to catch a halved noise scale.
+    """
+    p = d + 1
+    k = p + math.ceil(WISHART_THM8_CONSTANT * math.log(4.0 / delta0) / eps0**2)
+    X, y0, y1 = gram_pair(d, n_rows=1)
+    r0, _, _ = prepare_rows(X, y0, 1.0, 1.0)
+    r1, _, _ = prepare_rows(X, y1, 1.0, 1.0)
+    lt2 = 2.0
+    S0, S1 = r0.T @ r0, r1.T @ r1
+    noise = WishartNoise(p, lt2, k, scale_multiplier=multiplier)
+    pk = packing(p)
+
+    def sampler_fn(which, kk, rng):
+        W = pk.unpack(noise.sample_many(rng, kk))
+        out = W + (S0 if which == 0 else S1)
+        s0, l0 = np.linalg.slogdet(out - S0)
+        s1, l1 = np.linalg.slogdet(out - S1)
+        score = 0.5 * (k - p - 1) * (l0 - l1)  # ln p_D/p_D′ (tr Δ = 0)
+        score = np.where(s1 <= 0, np.inf, score)
+        return np.where(s0 <= 0, -np.inf, score)
+
+    if claim == "thm8":
+        eps, dl = eps0, delta0
+    else:
+        dhat, se = wishart_exact_delta(eps_star, k, p, r=lt2 / lt2)
+        eps, dl = eps_star, dhat + 5 * se
+    return audit(
+        sampler_fn,
+        eps,
+        dl,
+        n,
+        np.random.default_rng(seed),
+        name=f"dp-linucb wishart node {claim} k={k} (ε*={eps:g}, δ*={dl:.2e}) "
+        f"(noise ×{multiplier:g})",
+    )
+
+
 def run_all(quick: bool = False) -> list[AuditResult]:
     k = 4 if quick else 1
     out = [
@@ -272,6 +525,13 @@ def run_all(quick: bool = False) -> list[AuditResult]:
     out.append(
         audit_niht("values", "paper", 1.0, s=10, epsilon=1.0, n=20_000 // k, setting="paper")
     )
+    for mult in (1.0, 0.5):
+        out.append(audit_gram_tree(mult, n=400_000 // k))
+        out.append(audit_factorisation(mult, n=400_000 // k))
+        out.append(audit_wishart_node("exact", mult, n=400_000 // k))
+        out.append(audit_wishart_node("thm8", mult, n=400_000 // k))
+    out.append(audit_gram_tree(1.0, calibration="paper", n=400_000 // k))
+    out.append(audit_gram_tree(1.0, calibration="zcdp", n=400_000 // k))
     return out
 
 

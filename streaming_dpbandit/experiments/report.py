@@ -70,10 +70,15 @@ def plot_curves(result: SimulationResult, path: str, title: str = "") -> None:
         ax.fill_between(t, mean - 1.96 * se, mean + 1.96 * se, alpha=0.2)
     ax.set_xlabel("round t")
     ax.set_ylabel("cumulative pseudo-regret R(t)")
-    labels = {s.params.get("calibration") for s in result.specs if s.epsilon is not None}
+    labels = {
+        (s.policy, s.params.get("calibration")) for s in result.specs if s.epsilon is not None
+    }
     note = ""
-    if "paper" in labels:
+    if ("fliphat", "paper") in labels:
         note = "\n(calibration 'paper': reproduction only, not a valid DP guarantee)"
+    elif any(cal not in (None, "certified") for _, cal in labels):
+        shown = sorted({cal for _, cal in labels if cal not in (None, "certified")})
+        note = f"\n(labelled calibration options: {', '.join(shown)})"
     ax.set_title(
         (title or f"{result.env.get('name', '')}: {result.seeds} repetitions") + note, fontsize=10
     )

@@ -89,8 +89,13 @@ def run_repetition(
     base_seed: int = 0,
     grid: np.ndarray | None = None,
     progress: Callable[[int], None] | None = None,
+    keep_records: bool = True,
 ) -> dict:
-    """Run every spec on one common stream; return cumulative-regret curves and releases."""
+    """Run every spec on one common stream; return cumulative-regret curves and releases.
+
+    ``keep_records=False`` drops the release records from the output (``simulate`` keeps only
+    repetition 0's, so the others need not be serialised).
+    """
     horizon = max(s.horizon for s in specs)
     grid = make_grid(horizon) if grid is None else grid
     ctx_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "contexts")))
@@ -99,8 +104,11 @@ def run_repetition(
     for spec in specs:
         pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
         policies.append(build_policy(spec, pseed))
-    regret = {s.key: np.zeros(s.horizon) for s in specs}
+    # cumulative regret is kept only at the grid points (memory O(grid), not O(horizon))
+    curves = {s.key: np.zeros(int(np.count_nonzero(grid <= s.horizon))) for s in specs}
+    totals = dict.fromkeys(curves, 0.0)
     records: dict[str, list[ReleaseRecord]] = {s.key: [] for s in specs}
+    chunk_regret = np.zeros(CHUNK)
     t0 = 0
     while t0 < horizon:
         n = min(CHUNK, horizon - t0)
@@ -119,20 +127,24 @@ def run_repetition(
                 rows = np.arange(pos, pos + m)
                 a = dec.arms
                 chosen_mu = mu[rows, a]
-                regret[spec.key][t0 + pos : t0 + pos + m] = best[pos : pos + m] - chosen_mu
-                pol.learn(X[rows, a], chosen_mu + eps[rows, a], dec.rounds)
+                chunk_regret[pos : pos + m] = best[pos : pos + m] - chosen_mu
+                pol.learn(X[rows, a], env.rewards(chosen_mu, eps[rows, a]), dec.rounds)
                 pos += m
+            if end > 0:
+                cum = np.cumsum(chunk_regret[:end]) + totals[spec.key]
+                g = grid[(grid > t0) & (grid <= t0 + end)]
+                first = int(np.count_nonzero(grid <= t0))
+                curves[spec.key][first : first + g.size] = cum[g - t0 - 1]
+                totals[spec.key] = float(cum[-1])
         t0 += n
         if progress is not None:
             progress(n)
     out = {}
     for spec, pol in zip(specs, policies):
-        cum = np.cumsum(regret[spec.key])
-        g = grid[grid <= spec.horizon]
         out[spec.key] = {
-            "curve": cum[g - 1],
-            "final": float(cum[-1]),
-            "records": [r.to_dict() for r in records[spec.key]],
+            "curve": curves[spec.key],
+            "final": totals[spec.key],
+            "records": [r.to_dict() for r in records[spec.key]] if keep_records else [],
             "counters": getattr(pol, "counters", {}),
         }
     return out
@@ -154,7 +166,7 @@ def _worker(args):
         with _PROGRESS.get_lock():
             _PROGRESS.value += n
 
-    return rep, run_repetition(env, specs, rep, base_seed, grid, tick)
+    return rep, run_repetition(env, specs, rep, base_seed, grid, tick, keep_records=rep == 0)
 
 
 @dataclasses.dataclass
@@ -205,7 +217,10 @@ class SimulationResult:
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }
-        if "paper" in sp.calibrations:
+        labels = sorted({r.note for r in recs if r.note})
+        if labels:
+            out["label"] = "; ".join(labels)
+        elif "paper" in sp.calibrations:
             from ..privacy.statement import PAPER_LABEL
 
             out["label"] = PAPER_LABEL
@@ -282,7 +297,13 @@ def simulate(
     if jobs == 1:
         for rep in range(seeds):
             results[rep] = run_repetition(
-                env, specs, rep, base_seed, grid, bar.update if bar is not None else None
+                env,
+                specs,
+                rep,
+                base_seed,
+                grid,
+                bar.update if bar is not None else None,
+                keep_records=rep == 0,
             )
     else:
         ctx = mp.get_context("fork")

@@ -1,8 +1,13 @@
 """Bandit policies, one per file, all sharing :class:`~.base.Policy`'s interface."""
 
 from .base import DecisionBatch, Policy
+from .dp_linucb import DPLinUCB
 from .fliphat import FLIPHAT
+from .greedy import GreedyRidge
 from .lasso_bandit import LassoBandit
+from .linucb import LinUCB
+from .linucb_disjoint import LinUCBDisjoint
+from .multi_armed import OneHotArms
 from .random import RandomPolicy
 
 #: Policies by registry name (the CLI's ``--policy``).
@@ -10,6 +15,22 @@ REGISTRY: dict[str, type[Policy]] = {
     FLIPHAT.name: FLIPHAT,
     RandomPolicy.name: RandomPolicy,
     LassoBandit.name: LassoBandit,
+    LinUCB.name: LinUCB,
+    LinUCBDisjoint.name: LinUCBDisjoint,
+    GreedyRidge.name: GreedyRidge,
+    DPLinUCB.name: DPLinUCB,
 }
 
-__all__ = ["FLIPHAT", "REGISTRY", "DecisionBatch", "LassoBandit", "Policy", "RandomPolicy"]
+__all__ = [
+    "FLIPHAT",
+    "REGISTRY",
+    "DPLinUCB",
+    "DecisionBatch",
+    "GreedyRidge",
+    "LassoBandit",
+    "LinUCB",
+    "LinUCBDisjoint",
+    "OneHotArms",
+    "Policy",
+    "RandomPolicy",
+]

@@ -13,12 +13,18 @@ a secret: it is never part of ``repr``, logs or metrics, only of owner-only snap
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 
 import numpy as np
 
 __all__ = ["NoiseSource", "label_to_int"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _str_label(label: str) -> int:
+    return int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "little")
 
 
 def label_to_int(label: int | str) -> int:
@@ -36,7 +42,7 @@ def label_to_int(label: int | str) -> int:
             raise ValueError("integer labels must be non-negative")
         return int(label)
     if isinstance(label, str):
-        return int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "little")
+        return _str_label(label)  # cached: labels repeat on every release
     raise TypeError(f"labels must be int or str, got {type(label).__name__}")
 
 

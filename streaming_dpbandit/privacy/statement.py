@@ -2,7 +2,10 @@
 
 A statement names the privacy unit, the neighbouring relation, the model (joint / central /
 local), the guarantee and, for the ``paper`` calibration, the warning that it is not a valid
-guarantee. It is built from public facts only (policy configuration and ledger spend).
+guarantee. A policy whose non-default calibration carries a different label (for example
+DP-LinUCB's ``paper`` calibration, which *is* valid but conservative) passes it as ``label``;
+without one, ``calibration="paper"`` keeps :data:`PAPER_LABEL`. It is built from public facts
+only (policy configuration and ledger spend).
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ class PrivacyStatement:
     rho: float | None = None
     scope: str = ""
     caveats: tuple[str, ...] = ()
+    label: str | None = None
+
+    @property
+    def effective_label(self) -> str | None:
+        """The calibration's label: ``label``, else :data:`PAPER_LABEL` for ``paper``."""
+        if self.label is not None:
+            return self.label
+        return PAPER_LABEL if self.calibration == "paper" else None
 
     def text(self) -> str:
         parts = []
@@ -53,8 +64,11 @@ class PrivacyStatement:
             f"Guarantee: ({guarantee})-{self.model} differential privacy, "
             f"{self.calibration} calibration."
         ]
-        if self.calibration == "paper":
-            lines.append(f"WARNING: calibration 'paper' is {PAPER_LABEL}.")
+        label = self.effective_label
+        if label == PAPER_LABEL:
+            lines.append(f"WARNING: calibration '{self.calibration}' is {PAPER_LABEL}.")
+        elif label is not None:
+            lines.append(f"Label: calibration '{self.calibration}' is {label}.")
         lines.append(f"Privacy unit: {self.unit}.")
         lines.append(f"Neighbouring datasets: {self.neighbouring}.")
         if self.scope:
@@ -66,6 +80,7 @@ class PrivacyStatement:
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["caveats"] = list(self.caveats)
-        if self.calibration == "paper":
-            out["label"] = PAPER_LABEL
+        out["label"] = self.effective_label
+        if out["label"] is None:
+            del out["label"]
         return out

@@ -1,0 +1,671 @@
+"""Joint-DP LinUCB with tree aggregation (Shariff & Sheffet, NeurIPS 2018).
+
+DP-LinUCB spec §6 (Algorithm 1 with the tree): the learner uses its history only through a DP
+continual release R_t of M_t = Σ_{s<t} a_s a_sᵀ, a_s = [x_s; y_s] (:class:`ContinualGramRelease`),
+regularised as
+
+    V_t = R_t[:d, :d] + shift·I,   ũ_t = R_t[:d, d],   θ̃_t = V_t⁻¹ũ_t,
+    β_t = σ√(2 ln(2/α) + ln det V_t − d ln ρ_min) + S√ρ_max + γ            (Prop. 4),
+
+and decides argmax_i ⟨θ̃_t, x_i⟩ + β_t‖x_i‖_{V_t⁻¹} (candidates clipped to ‖x‖ ≤ L). Slicing,
+shifting, solving and the argmax are post-processing of the release, so with (R_t)_t
+(ε, δ)-DP with respect to one row, the policy is (ε, δ)-jointly DP (spec §1, Claim 7).
+
+Noise: ``noise="gaussian"`` (shifted by +2Υ) or ``"wishart"`` (``shift=True``: −c, the paper's
+shifted Wishart; ``shift=False``: unshifted). Calibrations (see
+:mod:`streaming_dpbandit.privacy.gram_calibration` and docs/privacy/dp-linucb-calibration.md):
+``certified`` (default), and the labelled options ``paper`` (valid but conservative), ``zcdp``
+(spec §3.2) and ``authors_code_2018`` (reproduction of §12.2). ``tree_impl="sqrt_toeplitz"``
+replaces the binary tree by the square-root factorisation mechanism (spec §11, Gaussian only).
+
+Batching: the release is refreshed every ``batch_size`` decisions (the spec's ``release_every``;
+1 by default), from every row inserted by then; the rounds in between are decided with the frozen
+release. This is post-processing and costs no privacy.
+
+Ledger: the first refit of each tree epoch returns the epoch record (the whole epoch's privacy
+cost, every constant of spec §9); every refit returns a release record with zero cost (a
+post-processing of that epoch's node releases) naming the node-noise streams it used and a digest
+of the release, so a re-drawn release can never be recorded twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+
+import numpy as np
+
+from ..estimators.ucb_model import UCBModel, _ones
+from ..privacy.gram_calibration import CALIBRATIONS, GramCalibration
+from ..privacy.gram_release import ContinualGramRelease
+from ..privacy.ledger import ReleaseRecord
+from ..privacy.noise import NoiseSource
+from ..privacy.rows import prepare_rows
+from ..privacy.statement import PrivacyStatement
+from ..privacy.symmetric import packing
+from ..utils.hashing import MultisetDigest
+from .base import DecisionBatch, Policy
+from .linucb import decide_arms
+
+__all__ = ["DPLinUCB"]
+
+
+@functools.lru_cache(maxsize=32)
+def _diag(d: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(d), np.arange(d)
+
+
+PRIVACY_UNIT = (
+    "one round: the chosen action x_t and reward y_t of the user served at round t "
+    "(their decision set D_t is used only for their own decision)"
+)
+NEIGHBOURING = (
+    "replace one round's (D_t, y_t) (event level); everything shown to later users is DP "
+    "with respect to it, even if they all collude"
+)
+
+
+class DPLinUCB(Policy):
+    """Jointly differentially private LinUCB (tree or factorisation aggregation).
+
+    Parameters
+    ----------
+    d
+        Action feature dimension.
+    epsilon, delta
+        Per-event (ε, δ)-JDP target of the whole run (spec §2).
+    n_cap
+        Tree capacity: the horizon n of the paper (rows); ``fixed`` mode freezes when full.
+    noise
+        ``"gaussian"`` or ``"wishart"``.
+    shift
+        Wishart only: shift by −c (``True``, the paper's better variant) or not.
+    calibration
+        ``"certified"`` (default), ``"paper"``, ``"zcdp"`` or ``"authors_code_2018"``.
+    wishart_gamma
+        ``"printed"`` (default) or ``"tight"`` form of γ for the shifted Wishart (spec §4).
+    alpha
+        Failure probability of the confidence sets (default 1/(2·n_cap), spec §2).
+    L, B_tilde
+        Action-norm clip and reward clip (L̃² = L² + B̃²); fixed a priori, never estimated.
+    S
+        Bound on ‖θ*‖.
+    sigma
+        Sub-Gaussian constant of the reward noise (default ``B_tilde``).
+    horizon_mode, n0
+        ``"fixed"`` (default) or ``"doubling"`` epochs of capacity n0·2^e (spec §7).
+    tree_impl, n_steps
+        ``"binary"`` (the padded tree) or ``"sqrt_toeplitz"`` (horizon ``n_steps`` releases,
+        default ⌈n_cap / batch_size⌉ + 1).
+    batch_size
+        Decisions per release refresh (``release_every``).
+    ties
+        ``"lowest"`` index (default, spec §6) or ``"coins"`` (event-id hash).
+    track_bounds
+        Simulation and tests only: after every release, compare H_t, h_t with ρ_min, ρ_max, γ
+        (spec §9). Reads the raw noise; refused outside simulation.
+    release_records
+        Return a (zero-cost) ledger record for every release (default). ``False`` returns only
+        the epoch records, which carry the whole privacy cost — for long simulations whose
+        ledger is never written; refused outside simulation.
+    bandit_id
+        Name used in ledger records and noise-stream labels.
+    seed
+        Seeds the noise key and the tie-break coins (tests and simulations only).
+    noise_scale_multiplier
+        Audit only; must stay 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streaming_dpbandit.envs import ShariffSheffetEnv
+    >>> env = ShariffSheffetEnv(d=3, gap=0.1)
+    >>> pol = DPLinUCB(d=3, epsilon=1.0, delta=0.1, n_cap=4096, batch_size=64, seed=0)
+    >>> rng = np.random.default_rng(0)
+    >>> records = []
+    >>> while pol.t < 1024:
+    ...     if pol.refit_due():
+    ...         records += pol.refit()             # persist these before deciding
+    ...     X = env.contexts(rng, pol.max_decide_batch())
+    ...     dec = pol.decide(X)
+    ...     mu = env.mean_rewards(X)[np.arange(len(dec)), dec.arms]
+    ...     y = env.rewards(mu, env.reward_noise(rng, len(dec))[:, 0])
+    ...     pol.learn(X[np.arange(len(dec)), dec.arms], y, dec.rounds)
+    >>> records[0].mechanism, records[0].calibration, records[0].dp_valid
+    ('binary-tree/GAUSS', 'certified', True)
+    >>> len(records), pol.counters["rows_inserted"], pol.counters["cholesky_repairs"]
+    (17, 1024, 0)
+    >>> pol.explain()["constants"]["m"]
+    13
+
+    """
+
+    name = "dp-linucb"
+    private = True
+
+    def __init__(
+        self,
+        d: int,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        n_cap: int = 1 << 20,
+        noise: str = "gaussian",
+        shift: bool = True,
+        calibration: str = "certified",
+        wishart_gamma: str = "printed",
+        alpha: float | None = None,
+        L: float = 1.0,
+        B_tilde: float = 1.0,
+        S: float = 1.0,
+        sigma: float | None = None,
+        horizon_mode: str = "fixed",
+        n0: int = 1024,
+        tree_impl: str = "binary",
+        n_steps: int | None = None,
+        batch_size: int = 1,
+        ties: str = "lowest",
+        track_bounds: bool = False,
+        release_records: bool = True,
+        bandit_id: str = "default",
+        seed: int | None = None,
+        noise_scale_multiplier: float = 1.0,
+    ):
+        self.d = d
+        self.epsilon = epsilon
+        self.delta = delta
+        self.n_cap = n_cap
+        self.noise = noise
+        self.shift = shift
+        self.calibration = calibration
+        self.wishart_gamma = wishart_gamma
+        self.alpha = alpha
+        self.L = L
+        self.B_tilde = B_tilde
+        self.S = S
+        self.sigma = sigma
+        self.horizon_mode = horizon_mode
+        self.n0 = n0
+        self.tree_impl = tree_impl
+        self.n_steps = n_steps
+        self.batch_size = batch_size
+        self.ties = ties
+        self.track_bounds = track_bounds
+        self.release_records = release_records
+        self.bandit_id = bandit_id
+        self.seed = seed
+        self.noise_scale_multiplier = noise_scale_multiplier
+
+    # -- construction -----------------------------------------------------------------------------
+    @property
+    def reward_sigma(self) -> float:
+        return float(self.B_tilde if self.sigma is None else self.sigma)
+
+    def _steps(self) -> int | None:
+        if self.tree_impl != "sqrt_toeplitz":
+            return None
+        # one release before the first row, then one per refresh with new rows
+        return self.n_steps or 1 - (-self.n_cap // self.batch_size)
+
+    def _aggregator(self, source: NoiseSource | None) -> ContinualGramRelease:
+        return ContinualGramRelease(
+            d=self.d,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            n_cap=self.n_cap if self.horizon_mode == "fixed" else None,
+            noise=self.noise,
+            shift=self.shift,
+            calibration=self.calibration,
+            L=self.L,
+            B_tilde=self.B_tilde,
+            alpha=self.alpha,
+            wishart_gamma=self.wishart_gamma,
+            tree_impl=self.tree_impl,
+            n_steps=self._steps(),
+            horizon_mode=self.horizon_mode,
+            n0=self.n0 if self.horizon_mode == "doubling" else None,
+            noise_source=source,
+            label=(self.bandit_id, "dp-linucb"),
+            noise_scale_multiplier=self.noise_scale_multiplier,
+        )
+
+    def _validate(self) -> None:
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {CALIBRATIONS}")
+        if self.batch_size < 1 or self.d < 1:
+            raise ValueError("need d >= 1 and batch_size >= 1")
+        if self.ties not in ("lowest", "coins"):
+            raise ValueError("ties must be 'lowest' or 'coins'")
+        if not (self.L > 0 and self.B_tilde > 0 and self.S > 0 and self.reward_sigma > 0):
+            raise ValueError("L, B_tilde, S and sigma must be positive")
+        self._aggregator(None).calibration(0)  # raises on any invalid combination
+
+    def _state(self):
+        if not hasattr(self, "_agg"):
+            self._validate()
+            self._noise_src = NoiseSource(self.seed)
+            self._agg = self._aggregator(self._noise_src)
+            self._t = 0
+            self._since = 0
+            self._version = 0
+            self._released_at = None  # (epoch, s) of the release in force
+            self._release = None  # packed release in force (DP)
+            self._recorded_epochs: set[int] = set()
+            self._first_round: dict[int, int] = {}
+            self._last_round: dict[int, int] = {}
+            self._ids = MultisetDigest()
+            self._counters = {
+                "rows_inserted": 0,
+                "rows_dropped": 0,
+                "clipped_actions": 0,
+                "clipped_rewards": 0,
+                "clipped_candidates": 0,
+                "releases": 0,
+                "decisions": 0,
+                "cholesky_repairs": 0,
+            }
+            self._bounds = {
+                "releases_checked": 0,
+                "non_pd_H": 0,
+                "min_lambda_min_over_rho_min": math.inf,
+                "max_lambda_max_over_rho_max": 0.0,
+                "max_h_norm_over_gamma": 0.0,
+            }
+            self._coin_key()
+        return self
+
+    # -- public views ------------------------------------------------------------------------------
+    @property
+    def model_version(self) -> int:
+        return self._state()._version
+
+    @property
+    def epoch(self) -> int:
+        return self._state()._agg.epoch
+
+    @property
+    def counters(self) -> dict:
+        self._state()
+        out = dict(self._counters)
+        draws = self._agg.draws()
+        out["noise_draws_node"] = draws["node"]
+        out["noise_draws_pad"] = draws["pad"]
+        if self.track_bounds:
+            out.update({f"sim_{k}": v for k, v in self._bounds.items()})
+        return out
+
+    def calibration_constants(self, epoch: int | None = None) -> GramCalibration:
+        """The public constants of a tree epoch (default: the current one)."""
+        return self._state()._agg.calibration(epoch)
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        """θ̃ of the release in force (a DP output)."""
+        self._state()
+        if self._release is None:
+            raise RuntimeError("no release yet: call refit()")
+        return self._model.theta.copy()
+
+    @property
+    def width(self) -> float:
+        return self._state()._beta
+
+    # -- schedule ----------------------------------------------------------------------------------
+    def refit_due(self) -> bool:
+        self._state()
+        return self._release is None or self._since >= self.batch_size
+
+    def max_decide_batch(self) -> int:
+        self._state()
+        if self._release is None:
+            return 0
+        return max(0, self.batch_size - self._since)
+
+    # -- the private release -----------------------------------------------------------------------
+    def refit(self) -> list[ReleaseRecord]:
+        """Refresh the release from the rows inserted so far; return its ledger records."""
+        self._state()
+        if not self.refit_due():
+            return []
+        agg = self._agg
+        key = (agg.epoch, agg.s)
+        if self._release is not None and key == self._released_at:
+            self._since = 0  # no new row: the release (and model) in force stays valid
+            return []
+        records = []
+        cal = agg.calibration()
+        if agg.epoch not in self._recorded_epochs:
+            records.append(self._epoch_record(cal))
+            self._recorded_epochs.add(agg.epoch)
+        before = agg.draws()
+        R = agg.release()
+        after = agg.draws()
+        self._install(R, cal)
+        self._released_at = key
+        self._since = 0
+        self._version += 1
+        self._counters["releases"] += 1
+        if self.track_bounds:
+            self._check_bounds(cal)
+        if self.release_records:
+            records.append(self._release_record(cal, R, before, after))
+        return records
+
+    def _install(self, R: np.ndarray, cal: GramCalibration) -> None:
+        d = self.d
+        S = packing(d + 1).unpack(R)  # a new, exactly symmetric array
+        V = S[:d, :d]
+        V[_diag(d)] += cal.shift
+        u = S[:d, d]
+        model = UCBModel.fit(V, u, floor=cal.rho_min, symmetric=True)
+        if model.repaired:
+            self._counters["cholesky_repairs"] += 1
+        self._model = model
+        self._beta = cal.beta(model.logdet, self.reward_sigma, self.S)
+        self._release = R
+
+    def _check_bounds(self, cal: GramCalibration) -> None:
+        """Spec §9 simulation-only ratios (reads the raw noise: never in production)."""
+        pk = packing(self.d + 1)
+        N = pk.unpack(self._agg.noise_sum())
+        d = self.d
+        H = N[:d, :d] + cal.shift * np.eye(d)
+        h = N[:d, d]
+        w = np.linalg.eigvalsh(H)
+        b = self._bounds
+        b["releases_checked"] += 1
+        b["min_lambda_min_over_rho_min"] = min(b["min_lambda_min_over_rho_min"], w[0] / cal.rho_min)
+        b["max_lambda_max_over_rho_max"] = max(
+            b["max_lambda_max_over_rho_max"], w[-1] / cal.rho_max
+        )
+        if w[0] <= 0:
+            b["non_pd_H"] += 1
+        else:
+            hn = math.sqrt(float(h @ np.linalg.solve(H, h)))
+            b["max_h_norm_over_gamma"] = max(b["max_h_norm_over_gamma"], hn / cal.gamma)
+
+    def _record_common(self) -> dict:
+        return {
+            "bandit_id": self.bandit_id,
+            "privacy_model": "joint",
+            "privacy_unit": PRIVACY_UNIT,
+            "neighbouring": NEIGHBOURING,
+        }
+
+    def _epoch_record(self, cal: GramCalibration) -> ReleaseRecord:
+        e = cal.epoch
+        params = cal.to_dict()
+        params.update(
+            {
+                "horizon_mode": self.horizon_mode,
+                "epoch_reason": "start" if e == 0 else f"doubling: epoch {e - 1} full",
+                "release_every": self.batch_size,
+                "S": self.S,
+                "sigma": self.reward_sigma,
+                "noise_stream": self._noise_src.stream_id(self.bandit_id, "dp-linucb", e),
+            }
+        )
+        for k in ("accounting", "epsilon", "delta", "calibration", "formula", "dp_valid", "label"):
+            params.pop(k, None)
+        return ReleaseRecord(
+            release_id=f"{self.bandit_id}/dp-linucb/{cal.tree_impl}/epoch={e}",
+            mechanism=f"{cal.tree_impl.replace('binary', 'binary-tree')}/{cal.mechanism}",
+            calibration=cal.calibration,
+            formula=cal.formula,
+            dp_valid=cal.dp_valid,
+            epsilon=cal.epsilon,
+            delta=cal.delta,
+            rho=cal.rho_spent,
+            accounting=[dict(c) for c in cal.accounting],
+            data_slice=f"tree-epoch:{e}",
+            composition="parallel",
+            params=params,
+            note=cal.label,
+            **self._record_common(),
+        )
+
+    def _release_record(self, cal, R, before, after) -> ReleaseRecord:
+        e, s = self._released_at
+        digest = hashlib.sha256(np.ascontiguousarray(R).tobytes()).hexdigest()[:32]
+        first, last = self._first_round.get(e), self._last_round.get(e)
+        return ReleaseRecord(
+            release_id=f"{self.bandit_id}/dp-linucb/release/epoch={e}/s={s}",
+            mechanism="gram-release (post-processing of the epoch's node releases)",
+            calibration=cal.calibration,
+            formula=cal.formula,
+            dp_valid=cal.dp_valid,
+            epsilon=0.0,
+            delta=0.0,
+            accounting=[{"type": "zero"}],
+            data_slice=f"tree-epoch:{e}",
+            composition="parallel",
+            event_range=None if first is None else (first, last),
+            rows_used=s,
+            model_version=self._version,
+            params={
+                "epoch": e,
+                "rows_in_tree": s,
+                "node_noise_draws": after["node"] - before["node"],
+                "pad_draws": after["pad"] - before["pad"],
+                "noise_stream_prefix": self._noise_src.stream_id(self.bandit_id, "dp-linucb", e),
+                "release_digest": digest,
+                "beta": self._beta,
+                "consumed_ids_digest": self._ids.hexdigest(),
+            },
+            note=cal.label,
+            **self._record_common(),
+        )
+
+    # -- deciding ----------------------------------------------------------------------------------
+    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+        self._state()
+        X = self._check_batch(X, self.d)
+        B, K, d = X.shape
+        flat = X.reshape(B * K, d)
+        scores = self._model.scores(flat, self._beta)
+        # spec §6: candidates are clipped to ‖x‖ ≤ L; UCB is positively homogeneous in x
+        sq = np.multiply(flat, flat) @ _ones(d)
+        if not math.isfinite(np.add.reduce(sq)):
+            raise ValueError("contexts must be finite")
+        over = sq > self.L * self.L
+        if over.any():
+            self._counters["clipped_candidates"] += int(np.count_nonzero(over))
+            scores[over] *= self.L / np.sqrt(sq[over])
+        t0 = self._t
+        rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
+        arms, prop = decide_arms(self, scores.reshape(B, K), mask, rounds, event_ids)
+        self._t = t0 + B
+        self._since += B
+        self._counters["decisions"] += B
+        e = self._agg.epoch
+        return DecisionBatch(arms, prop, rounds, np.full(B, e, dtype=np.int64), self._version)
+
+    # -- learning ----------------------------------------------------------------------------------
+    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+        """Insert the chosen actions and rewards (clipped: ‖x‖ ≤ L, |y| ≤ B̃) into the tree."""
+        self._state()
+        X = np.asarray(contexts, dtype=np.float64)
+        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if X.shape != (y.size, self.d) or rounds.shape != y.shape:
+            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        if y.size == 0:
+            return
+        r_lo, r_hi = int(rounds.min()), int(rounds.max())
+        if r_hi > self._t or r_lo < 1:
+            raise ValueError("learn() got a round that was never decided")
+        rows, n_x, n_y = prepare_rows(X, y, self.L, self.B_tilde)
+        c = self._counters
+        c["clipped_actions"] += n_x
+        c["clipped_rewards"] += n_y
+        agg = self._agg
+        e0 = agg.epoch
+        n = agg.insert_many(rows)
+        c["rows_inserted"] += n
+        c["rows_dropped"] += y.size - n
+        if n:
+            if ids is not None:
+                self._ids.add(np.asarray(ids)[:n])
+            if n == y.size:
+                lo, hi = r_lo, r_hi
+            else:
+                lo, hi = int(rounds[:n].min()), int(rounds[:n].max())
+            for e in range(e0, agg.epoch + 1):
+                self._first_round[e] = min(self._first_round.get(e, lo), lo)
+                self._last_round[e] = max(self._last_round.get(e, hi), hi)
+
+    # -- privacy and explanation -------------------------------------------------------------------
+    @property
+    def privacy(self) -> PrivacyStatement:
+        cal = self._aggregator(None).calibration(0)
+        scope = (
+            f"the whole run up to n_cap = {self.n_cap:,} rows (afterwards the release is frozen)"
+            if self.horizon_mode == "fixed"
+            else "the whole unbounded run: each row enters exactly one doubling epoch's tree; "
+            "epochs use disjoint rows and compose in parallel"
+        )
+        caveats = [
+            "A user with r rounds is protected at about r·ε (group privacy); bound per-user "
+            "contributions upstream if user-level protection matters.",
+            "A user's own decision uses their decision set and is not protected: reply to that "
+            "user only; never publish decisions on a shared topic.",
+        ]
+        if self.calibration == "zcdp":
+            caveats.append(f"zCDP (Bun–Steinke 2016), ρ* = {cal.rho_spent:.6g}.")
+        return PrivacyStatement(
+            model="joint",
+            unit=PRIVACY_UNIT,
+            neighbouring=NEIGHBOURING,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            calibration=self.calibration,
+            rho=cal.rho_spent,
+            scope=scope,
+            caveats=tuple(caveats),
+            label=cal.label,
+        )
+
+    def explain(self, horizon: int | None = None) -> dict:
+        """Every public constant (spec §9), the accountant's check, and the alternatives."""
+        from ..privacy.accountant import Accountant
+
+        self._validate()
+        agg = self._aggregator(None)
+        cal = agg.calibration(0)
+        epochs = [cal.to_dict()]
+        if self.horizon_mode == "doubling":
+            e, start = 1, self.n0
+            while horizon is not None and start < horizon and e < 40:
+                epochs.append(agg.calibration(e).to_dict())
+                start += self.n0 << e
+                e += 1
+        rec = self._epoch_record_for_explain(cal)
+        spend = Accountant([rec]).spend(self.bandit_id, delta=self.delta)
+        alternatives = {}
+        for name in CALIBRATIONS:
+            try:
+                other = self._with(calibration=name)._aggregator(None).calibration(0)
+            except ValueError as err:
+                alternatives[name] = {"unavailable": str(err)}
+                continue
+            alternatives[name] = {
+                "noise": other.noise_law,
+                "rho_min": other.rho_min,
+                "rho_max": other.rho_max,
+                "gamma": other.gamma,
+                "dp_valid": other.dp_valid,
+                "label": other.label,
+            }
+        out = {
+            "policy": self.name,
+            "private": True,
+            "model": "joint DP",
+            "mechanism": cal.mechanism,
+            "tree_impl": cal.tree_impl,
+            "calibration": cal.calibration,
+            "formula": cal.formula,
+            "dp_valid": cal.dp_valid,
+            "params": self.public_params(),
+            "constants": epochs[0],
+            "epochs": epochs if len(epochs) > 1 else None,
+            "accountant": {
+                "epsilon_at_delta_pld": spend.epsilon_at_delta,
+                "delta": self.delta,
+                "rho_zcdp": spend.rho,
+                "basic_epsilon": spend.basic_epsilon,
+            },
+            "calibrations_compared": alternatives,
+            "privacy_statement": self.privacy.text(),
+        }
+        if cal.label:
+            out["label"] = cal.label
+        return out
+
+    def _with(self, **changes) -> DPLinUCB:
+        params = self._get_params()
+        params.update(changes)
+        return type(self)(**params)
+
+    def _epoch_record_for_explain(self, cal: GramCalibration) -> ReleaseRecord:
+        return ReleaseRecord(
+            release_id="explain",
+            bandit_id=self.bandit_id,
+            mechanism=cal.mechanism,
+            calibration=cal.calibration,
+            formula=cal.formula,
+            dp_valid=cal.dp_valid,
+            epsilon=cal.epsilon,
+            delta=cal.delta,
+            rho=cal.rho_spent,
+            accounting=[dict(c) for c in cal.accounting],
+        )
+
+    # -- persistence -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Complete state: exact sums, node noise, noise key (SENSITIVE: owner-only storage)."""
+        self._state()
+        return {
+            "policy": self.name,
+            "params": self._get_params(),
+            "t": self._t,
+            "since": self._since,
+            "version": self._version,
+            "released_at": None if self._released_at is None else list(self._released_at),
+            "release": self._release,
+            "aggregator": self._agg.state_dict(),
+            "noise": self._noise_src.state_dict(),
+            "recorded_epochs": sorted(self._recorded_epochs),
+            "first_round": {str(k): v for k, v in self._first_round.items()},
+            "last_round": {str(k): v for k, v in self._last_round.items()},
+            "ids": self._ids.state_dict(),
+            "counters": dict(self._counters),
+            "bounds": dict(self._bounds),
+            "tie_key": self._tie_key,
+        }
+
+    def load_state_dict(self, state: dict) -> DPLinUCB:
+        self._state()
+        self._noise_src = NoiseSource(self.seed).load_state_dict(state["noise"])
+        self._agg = self._aggregator(self._noise_src).load_state_dict(state["aggregator"])
+        self._t = int(state["t"])
+        self._since = int(state["since"])
+        self._version = int(state["version"])
+        ra = state["released_at"]
+        self._released_at = None if ra is None else (int(ra[0]), int(ra[1]))
+        self._recorded_epochs = {int(e) for e in state["recorded_epochs"]}
+        self._first_round = {int(k): int(v) for k, v in state["first_round"].items()}
+        self._last_round = {int(k): int(v) for k, v in state["last_round"].items()}
+        self._ids = MultisetDigest().load_state_dict(state["ids"])
+        self._counters = dict(state["counters"])
+        self._bounds = {k: float(v) if "over" in k else int(v) for k, v in state["bounds"].items()}
+        self._tie_key = int(state["tie_key"])
+        if state["release"] is None:
+            self._release = None
+        else:
+            repairs = self._counters["cholesky_repairs"]
+            epoch = self._released_at[0]
+            self._install(
+                np.asarray(state["release"], dtype=np.float64), self._agg.calibration(epoch)
+            )
+            self._counters["cholesky_repairs"] = repairs
+        return self

@@ -1,0 +1,160 @@
+"""Node-noise laws of the continual-release Gram aggregators (DP-LinUCB spec §3).
+
+Both samplers return *packed* upper triangles (see :mod:`.symmetric`) and can return the sum of
+``terms`` i.i.d. node noises in one draw, which is how the padded tree draws all its pads of one
+release at once (spec §5: the pads are data-independent, only their law matters):
+
+* :class:`SymmetricGaussianNoise` — Z = (Z′ + Z′ᵀ)/√2 with Z′ i.i.d. N(0, σ²): off-diagonal
+  entries N(0, σ²), diagonal entries N(0, 2σ²) (spec §3.1, the paper's footnote 4). The sum of
+  j i.i.d. copies is the same law with σ√j.
+* :class:`WishartNoise` — W_p(s·I, k) by the Bartlett decomposition, O(p³) per draw whatever k
+  (spec §3.3). The sum of j i.i.d. copies is W_p(s·I, j·k).
+
+``scale_multiplier`` exists for the privacy audits only (a deliberately under-noised variant);
+it multiplies σ, respectively the Wishart scale s.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .symmetric import packing
+
+__all__ = ["SymmetricGaussianNoise", "WishartNoise"]
+
+
+@functools.lru_cache(maxsize=64)
+def _tril(p: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.tril_indices(p, -1)
+
+
+@functools.lru_cache(maxsize=64)
+def _diag(p: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(p), np.arange(p)
+
+
+class SymmetricGaussianNoise:
+    """Symmetrised Gaussian node noise, packed.
+
+    Parameters
+    ----------
+    p
+        Matrix size (d + 1).
+    sigma
+        σ_noise: the standard deviation of the off-diagonal entries.
+    scale_multiplier
+        Audit only: multiplies σ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> noise = SymmetricGaussianNoise(p=3, sigma=2.0)
+    >>> v = noise.sample_many(np.random.default_rng(0), 200_000)
+    >>> v.shape, np.round(v.std(axis=0) / 2.0, 1).tolist()
+    ((200000, 6), [1.4, 1.0, 1.0, 1.4, 1.0, 1.4])
+    >>> round(float(noise.sample_many(np.random.default_rng(1), 100_000, terms=4)[:, 1].std()), 1)
+    4.0
+
+    """
+
+    def __init__(self, p: int, sigma: float, scale_multiplier: float = 1.0):
+        self.p = p
+        self.sigma = sigma
+        self.scale_multiplier = scale_multiplier
+
+    def _scales(self) -> np.ndarray:
+        scales = getattr(self, "_scale_vec", None)
+        if scales is None:
+            pk = packing(self.p)
+            s = self.sigma * self.scale_multiplier
+            scales = self._scale_vec = np.where(pk.is_diag, s * np.sqrt(2.0), s)
+        return scales
+
+    def sample(self, rng: np.random.Generator, terms: int = 1) -> np.ndarray:
+        """One packed draw: the sum of ``terms`` i.i.d. node noises."""
+        z = rng.standard_normal(packing(self.p).size)
+        z *= self._scales()
+        if terms != 1:
+            z *= np.sqrt(terms)
+        return z
+
+    def sample_many(self, rng: np.random.Generator, n: int, terms: int = 1) -> np.ndarray:
+        z = rng.standard_normal((n, packing(self.p).size))
+        return z * (self._scales() * np.sqrt(terms))
+
+    def law(self) -> dict:
+        return {"law": "symmetrised gaussian", "sigma": float(self.sigma)}
+
+
+class WishartNoise:
+    """Wishart node noise W_p(scale·I, dof), packed, by the Bartlett decomposition.
+
+    Let A be lower triangular with A_ii = √χ²(k − i) (i = 0…p−1) and A_ij ~ N(0, 1) for i > j;
+    then scale·A·Aᵀ ~ W_p(scale·I, k). Never forms the k Gaussian vectors (spec §3.3).
+
+    Parameters
+    ----------
+    p
+        Matrix size (d + 1).
+    scale
+        Scale s of the scale matrix s·I (L̃² for DP-LinUCB).
+    dof
+        Degrees of freedom k (≥ p).
+    scale_multiplier
+        Audit only: multiplies the scale.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> noise = WishartNoise(p=3, scale=2.0, dof=50)
+    >>> v = noise.sample_many(np.random.default_rng(0), 20_000)
+    >>> np.round(v.mean(axis=0) / 100.0, 2).tolist()  # E[W] = k·s·I
+    [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+    >>> W = noise.sample(np.random.default_rng(1), terms=3)  # W_3(2·I, 150)
+    >>> bool(np.all(np.linalg.eigvalsh(noise.unpack(W)) > 0))
+    True
+
+    """
+
+    def __init__(self, p: int, scale: float, dof: int, scale_multiplier: float = 1.0):
+        self.p = p
+        self.scale = scale
+        self.dof = dof
+        self.scale_multiplier = scale_multiplier
+
+    def unpack(self, v: np.ndarray) -> np.ndarray:
+        return packing(self.p).unpack(v)
+
+    def _bartlett(self, rng: np.random.Generator, n: int, dof: int) -> np.ndarray:
+        p = self.p
+        if dof < p:
+            raise ValueError(f"Wishart degrees of freedom {dof} < dimension {p}")
+        chi = rng.chisquare(dof - np.arange(p), size=(n, p))
+        low_r, low_c = _tril(p)
+        A = np.zeros((n, p, p))
+        A[:, np.arange(p), np.arange(p)] = np.sqrt(chi)
+        A[:, low_r, low_c] = rng.standard_normal((n, low_r.size))
+        W = A @ A.transpose(0, 2, 1)
+        return packing(p).pack(W) * (self.scale * self.scale_multiplier)
+
+    def sample(self, rng: np.random.Generator, terms: int = 1) -> np.ndarray:
+        """One packed draw of W_p(scale·I, terms·dof): the sum of ``terms`` node noises."""
+        p = self.p
+        dof = int(self.dof) * terms
+        if dof < p:
+            raise ValueError(f"Wishart degrees of freedom {dof} < dimension {p}")
+        pk = packing(p)
+        chi = rng.chisquare(dof - np.arange(p))  # same draw order as _bartlett
+        A = np.zeros((p, p))
+        A[_diag(p)] = np.sqrt(chi)
+        A[_tril(p)] = rng.standard_normal(p * (p - 1) // 2)
+        W = A @ A.T
+        return W[pk.rows, pk.cols] * (self.scale * self.scale_multiplier)
+
+    def sample_many(self, rng: np.random.Generator, n: int, terms: int = 1) -> np.ndarray:
+        return self._bartlett(rng, n, int(self.dof) * terms)
+
+    def law(self) -> dict:
+        return {"law": "wishart", "scale": float(self.scale), "dof": int(self.dof)}

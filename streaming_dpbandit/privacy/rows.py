@@ -1,0 +1,114 @@
+"""Rows a = [x; y] of the DP-LinUCB Gram aggregators: clipping, grid rounding, exact sums.
+
+Spec §1 (A6) and §10 item 3: every inserted row must satisfy ‖a‖² = ‖x‖² + y² ≤ L̃² = L² + B̃².
+:func:`prepare_rows` enforces it *before* a row touches a private computation: non-finite input
+is rejected, x is scaled to norm ≤ L and y clipped to [−B̃, B̃]; the numbers of clipped actions
+and rewards are returned (counted as metrics, values never logged).
+
+Rows are also rounded to the grid 2⁻¹⁶ so that the exact prefix sum M = Σ a aᵀ can be kept as
+integers (units of 2⁻³²): the same rows then give a bit-identical M in any order and any
+micro-batching, so a release recomputed after a crash from the same rows and the same noise
+identities is bit-identical too (and the ledger recognises the retry). The clip bounds are
+lowered by the worst-case rounding (√d·2⁻¹⁷ for x, to the grid for y), so rounding can never
+cross L or B̃.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .symmetric import packing
+
+__all__ = ["GRID", "exact_gram_units", "prepare_rows", "units_to_float"]
+
+QBITS = 16
+GRID = 2.0**-QBITS
+_MAGIC = 1.5 * 2.0 ** (52 - QBITS)  # x + M − M rounds x to the 2⁻¹⁶ grid (|x| < 2³⁵)
+_UNIT = 2.0 ** (2 * QBITS)
+_EXACT = 2.0 ** (52 - 2 * QBITS)  # float64 partial sums of 2⁻³²-grid products stay exact below
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(d: int) -> np.ndarray:
+    v = np.ones(d)
+    v.flags.writeable = False
+    return v
+
+
+def _round_grid(a: np.ndarray) -> np.ndarray:
+    a += _MAGIC
+    a -= _MAGIC
+    return a
+
+
+def prepare_rows(
+    X: np.ndarray, y: np.ndarray, L: float, B_tilde: float
+) -> tuple[np.ndarray, int, int]:
+    """Clip and round (x, y) into rows a = [x; y] with ‖a‖ ≤ √(L² + B̃²).
+
+    Returns (rows (n, d+1), clipped actions, clipped rewards).
+
+    >>> rows, cx, cy = prepare_rows(np.array([[3.0, 4.0], [0.3, 0.4]]), np.array([2.0, -0.5]),
+    ...                             L=1.0, B_tilde=1.0)
+    >>> np.round(rows, 4).tolist(), cx, cy
+    ([[0.6, 0.8, 1.0], [0.3, 0.4, -0.5]], 1, 1)
+    >>> bool(np.all((rows ** 2).sum(axis=1) <= 2.0))
+    True
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    n, d = X.shape
+    # one reduction each: NaN or ±inf anywhere makes the sum non-finite
+    if not (math.isfinite(np.add.reduce(X, axis=None)) and math.isfinite(np.add.reduce(y))):
+        if not (np.isfinite(X).all() and np.isfinite(y).all()):
+            raise ValueError("contexts and rewards must be finite (NaN/inf rows are rejected)")
+    Lq = L - math.sqrt(d) * GRID / 2  # rounding moves x by at most √d·2⁻¹⁷
+    if Lq <= 0:
+        raise ValueError("L is too small for the 2^-16 grid")
+    out = np.empty((n, d + 1))
+    xo = out[:, :d]
+    np.copyto(xo, X)
+    sq = np.multiply(X, X) @ _ones(d)
+    big = sq > Lq * Lq
+    n_big = int(np.count_nonzero(big))
+    if n_big:
+        xo[big] *= (Lq / np.sqrt(sq[big]))[:, None]
+    Bq = math.floor(B_tilde / GRID) * GRID
+    yo = out[:, d]
+    np.maximum(y, -Bq, out=yo)  # ufuncs: np.clip's Python wrapper costs more than the work
+    np.minimum(yo, Bq, out=yo)
+    n_y = int(np.count_nonzero(yo != y))
+    _round_grid(out)
+    return out, n_big, n_y
+
+
+def exact_gram_units(rows: np.ndarray, row_norm_sq: float) -> np.ndarray:
+    """Packed Σ a aᵀ of grid rows as exact int64 multiples of 2⁻³².
+
+    ``row_norm_sq`` bounds ‖a‖²; rows are summed by BLAS in chunks whose partial sums are
+    exactly representable in float64, then converted to integers.
+
+    >>> r = np.array([[0.5, 0.25], [1.0, -0.5]])
+    >>> units_to_float(exact_gram_units(r, 1.25)).tolist()
+    [1.25, -0.375, 0.3125]
+    """
+    p = rows.shape[1]
+    pk = packing(p)
+    chunk = max(1, int(_EXACT // max(row_norm_sq, GRID * GRID)))
+    if rows.shape[0] <= chunk:  # the common case: one exact BLAS product
+        G = rows.T @ rows
+        return (G[pk.rows, pk.cols] * _UNIT).astype(np.int64)
+    total = np.zeros(pk.size, dtype=np.int64)
+    for i in range(0, rows.shape[0], chunk):
+        part = rows[i : i + chunk]
+        G = part.T @ part
+        total += (G[pk.rows, pk.cols] * _UNIT).astype(np.int64)
+    return total
+
+
+def units_to_float(units: np.ndarray) -> np.ndarray:
+    """int64 (or exact Python int) multiples of 2⁻³² back to float64."""
+    return units.astype(np.float64) / _UNIT

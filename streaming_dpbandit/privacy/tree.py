@@ -1,0 +1,267 @@
+"""The binary-tree mechanism over packed Gram matrices, padded to exactly m noise terms.
+
+DP-LinUCB spec §5. Rows a_1, a_2, … (‖a‖ ≤ L̃) are counted by s. Level ℓ of the tree holds, while
+bit ℓ of s is set, the *node* covering the last completed block of 2^ℓ rows, whose noise is drawn
+once, when the block completes, at s_c = s with its bits below ℓ cleared. A release at count s is
+
+    R_s = M_s + Σ_{ℓ: bit ℓ of s set} E_node(ℓ, s_c) + pad,
+
+where M_s = Σ_{t ≤ s} a_t a_tᵀ is the exact prefix (sensitive) and the pad is an independent draw
+with the law of (m − popcount(s)) further node noises: **every release contains exactly m i.i.d.
+noise terms** (spec §5 "Why padding"), which is what the PSD shifts of spec §4 assume.
+
+Implementation choices (equal in law to the spec's pseudo-code, see docs/dp-linucb.md):
+
+* **Lazy, batched draws.** Noise is drawn only when a release needs it: a node completed and
+  retired between two releases is never drawn (its noise would never be used, DESIGN §2), and a
+  batch of b rows costs O(1) draws instead of ≈ 2b. A node's noise is still drawn exactly once,
+  from the noise stream named by its identity (label…, s_c) — so after a crash it is *regenerated
+  identically*, never re-drawn (spec §5 "Noise identity").
+* **Pads per release.** The pads of one release are one draw of the summed law (m − popcount(s)
+  terms) from the stream of (label…, s), after the node completing at s. Pads are independent of
+  the data, so drawing them fresh per release costs no privacy; a retired node's noise is never
+  reused as a pad (its slot is zeroed).
+
+Memory: m node matrices + one pad + the exact prefix, each (d+1)(d+2)/2 numbers: O(m·d²).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .noise import NoiseSource
+from .rows import exact_gram_units, units_to_float
+from .symmetric import packing
+
+__all__ = ["PaddedTree", "tree_levels"]
+
+
+def _units_dtype(n_cap: int, row_norm_sq: float):
+    """int64 while n_cap·L̃²·2³² < 2⁶³ (about 10⁹ rows for L̃² = 2); exact Python ints beyond."""
+    return np.int64 if n_cap * row_norm_sq < 2.0**31 else object
+
+
+def tree_levels(n_cap: int) -> int:
+    """m = ⌈log2(n_cap) + 1⌉ (spec §2), computed exactly for integers.
+
+    >>> tree_levels(1), tree_levels(2), tree_levels(7), tree_levels(8), tree_levels(50_000_000)
+    (1, 2, 4, 4, 27)
+    """
+    if n_cap < 1:
+        raise ValueError("n_cap must be >= 1")
+    return (n_cap - 1).bit_length() + 1 if n_cap > 1 else 1
+
+
+class PaddedTree:
+    """Padded binary-counter tree (one epoch) over packed (p × p) Gram matrices.
+
+    Parameters
+    ----------
+    p
+        Row length d + 1.
+    n_cap
+        Capacity (rows); m = ⌈log2(n_cap) + 1⌉ levels.
+    sampler
+        Node-noise law (:class:`~.matrix_noise.SymmetricGaussianNoise` or
+        :class:`~.matrix_noise.WishartNoise`) with ``sample(rng, terms)``.
+    noise
+        The :class:`~.noise.NoiseSource` whose streams name every draw.
+    label
+        Prefix of the noise-stream labels (e.g. ``(bandit, "dp-linucb", "tree", epoch)``).
+    row_norm_sq
+        L̃², the bound every inserted row satisfies (enforced by the caller's clipping).
+    pad
+        Pad every release to m noise terms. ``False`` gives the textbook tree and exists only to
+        demonstrate in the tests why padding is mandatory (spec §5); never use it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streaming_dpbandit.privacy.matrix_noise import SymmetricGaussianNoise
+    >>> from streaming_dpbandit.privacy.noise import NoiseSource
+    >>> tree = PaddedTree(p=3, n_cap=100, sampler=SymmetricGaussianNoise(3, sigma=1.0),
+    ...                   noise=NoiseSource(seed=7), label=("b", "tree", 0), row_norm_sq=2.0)
+    >>> tree.m, tree.insert_many(np.array([[1.0, 0.0, 1.0]] * 6))
+    (8, 6)
+    >>> R = tree.release()            # exact sum of 6 rows + exactly 8 noise terms
+    >>> tree.live_levels(), tree.noise_terms()
+    ([1, 2], 8)
+    >>> bool(np.allclose(R, tree.release()))  # the same release until a row arrives
+    True
+
+    """
+
+    def __init__(
+        self,
+        p: int,
+        n_cap: int,
+        sampler,
+        noise: NoiseSource,
+        label: tuple = ("tree",),
+        row_norm_sq: float = 2.0,
+        pad: bool = True,
+    ):
+        self.p = p
+        self.n_cap = n_cap
+        self.sampler = sampler
+        self.noise = noise
+        self.label = tuple(label)
+        self.row_norm_sq = row_norm_sq
+        self.pad = pad
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def m(self) -> int:
+        return tree_levels(self.n_cap)
+
+    def _state(self):
+        if not hasattr(self, "_M"):
+            P = packing(self.p).size
+            self._s = 0
+            self._M = np.zeros(P, dtype=_units_dtype(self.n_cap, self.row_norm_sq))
+            self._E = np.zeros((self.m, P))
+            self._node_s = [-1] * self.m  # s_c of the node noise held per level (−1: none)
+            self._pad = np.zeros(P)
+            self._pad_terms = 0
+            self._release_s = -1
+            self._noise_sum = np.zeros(P)
+            self._draws = {"node": 0, "pad": 0}
+        return self
+
+    @property
+    def s(self) -> int:
+        return self._state()._s
+
+    @property
+    def full(self) -> bool:
+        return self.s >= self.n_cap
+
+    @property
+    def draws(self) -> dict:
+        return dict(self._state()._draws)
+
+    def live_levels(self) -> list[int]:
+        s = self.s
+        return [ell for ell in range(self.m) if (s >> ell) & 1]
+
+    def noise_terms(self) -> int:
+        """Number of i.i.d. node-noise terms in the current release (m when padded)."""
+        self._state()
+        live = sum(1 for v in self._node_s if v >= 0)
+        return live + self._pad_terms
+
+    # -- inserting --------------------------------------------------------------------------
+    def insert_many(self, rows: np.ndarray) -> int:
+        """Add rows (n, p) (clipped, on the 2⁻¹⁶ grid) up to the capacity; return how many."""
+        self._state()
+        room = self.n_cap - self._s
+        n = min(room, rows.shape[0])
+        if n <= 0:
+            return 0
+        units = exact_gram_units(rows[:n], self.row_norm_sq)
+        self._M += units if self._M.dtype != object else units.astype(object)
+        self._s += n
+        return n
+
+    # -- noise ------------------------------------------------------------------------------
+    def _refresh_noise(self) -> None:
+        s = self._s
+        if self._release_s == s:
+            return
+        g_s = None
+        top = s.bit_length()  # stored noise only ever sits on set bits of s, all below this
+        for ell in range(top):
+            if (s >> ell) & 1:
+                s_c = (s >> ell) << ell  # the live level-ℓ node completed at s_c
+                if self._node_s[ell] != s_c:
+                    g = self.noise.generator(*self.label, s_c)
+                    self._E[ell] = self.sampler.sample(g)
+                    self._node_s[ell] = s_c
+                    self._draws["node"] += 1
+                    if s_c == s:
+                        g_s = g
+            elif self._node_s[ell] >= 0:  # retired: never reuse its noise (not even as a pad)
+                self._E[ell] = 0.0
+                self._node_s[ell] = -1
+        terms = self.m - bin(s).count("1") if self.pad else 0
+        if terms > 0:
+            if g_s is None:
+                # s = 0 (no node completes at 0), or root_value() already drew the node at s
+                g_s = (
+                    self.noise.generator(*self.label, s, "pad")
+                    if s
+                    else self.noise.generator(*self.label, 0)
+                )
+            self._pad = self.sampler.sample(g_s, terms=terms)
+            self._draws["pad"] += 1
+        else:
+            self._pad = np.zeros_like(self._pad)
+        self._pad_terms = terms
+        self._noise_sum = self._E[:top].sum(axis=0) + self._pad
+        self._release_s = s
+
+    def release(self) -> np.ndarray:
+        """The packed release R_s = M_s + (exactly m noise terms); stable until a row arrives."""
+        self._state()._refresh_noise()
+        return units_to_float(self._M) + self._noise_sum
+
+    def root_value(self) -> np.ndarray:
+        """At s = 2^(m−1) (a full doubling epoch): the root node's release M + E[m−1], no pads.
+
+        This is one tree-node release (spec §7 "Closing an epoch").
+        """
+        self._state()
+        s, top = self._s, self.m - 1
+        if s != 1 << top:
+            raise RuntimeError("the root node is complete only at s = 2^(m-1)")
+        if self._node_s[top] != s:
+            self._E[top] = self.sampler.sample(self.noise.generator(*self.label, s))
+            self._node_s[top] = s
+            self._draws["node"] += 1
+        return units_to_float(self._M) + self._E[top]
+
+    # -- sensitive views (simulation and tests only) -----------------------------------------
+    def exact_sum(self) -> np.ndarray:
+        """M_s (SENSITIVE: the exact prefix; never log or export)."""
+        return units_to_float(self._state()._M)
+
+    def noise_sum(self) -> np.ndarray:
+        """N_s of the current release (SENSITIVE; simulation diagnostics only)."""
+        self._state()._refresh_noise()
+        return self._noise_sum.copy()
+
+    # -- persistence ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Complete state, node noise included (a restart never re-draws it). SENSITIVE."""
+        self._state()
+        return {
+            "s": self._s,
+            "M": self._M.copy(),
+            "E": self._E.copy(),
+            "node_s": np.asarray(self._node_s, dtype=np.int64),
+            "pad": self._pad.copy(),
+            "pad_terms": self._pad_terms,
+            "release_s": self._release_s,
+            "draws": dict(self._draws),
+        }
+
+    def load_state_dict(self, state: dict) -> PaddedTree:
+        self._state()
+        self._s = int(state["s"])
+        self._M = np.asarray(state["M"], dtype=_units_dtype(self.n_cap, self.row_norm_sq)).copy()
+        self._E = np.asarray(state["E"], dtype=np.float64).copy()
+        self._node_s = [int(v) for v in state["node_s"]]
+        self._pad = np.asarray(state["pad"], dtype=np.float64).copy()
+        self._pad_terms = int(state["pad_terms"])
+        self._release_s = int(state["release_s"])
+        self._draws = dict(state["draws"])
+        self._noise_sum = self._E.sum(axis=0) + self._pad
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tree's arrays (O(m·d²))."""
+        self._state()
+        return int(
+            self._M.nbytes + self._E.nbytes + self._pad.nbytes + self._noise_sum.nbytes
+        ) + 8 * len(self._node_s)

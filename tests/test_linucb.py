@@ -1,0 +1,208 @@
+"""Non-private LinUCB (shared and disjoint) and the greedy ridge/OLS baseline."""
+
+import math
+
+import numpy as np
+import pytest
+
+from streaming_dpbandit.config import ConfigError, policy_config
+from streaming_dpbandit.estimators.ucb_model import UCBModel, oful_beta
+from streaming_dpbandit.policies import GreedyRidge, LinUCB, LinUCBDisjoint
+from streaming_dpbandit.utils.serialization import dumps, loads
+
+
+def stream(n, K=6, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, K, d))
+    theta = np.linspace(1.0, -0.5, d)
+    return X, theta, 0.1 * rng.normal(size=n)
+
+
+def drive(pol, X, theta, noise, until, start=0):
+    while pol.t < until:
+        if pol.refit_due():
+            pol.refit()
+        t0 = pol.t
+        m = min(pol.max_decide_batch(), until - t0)
+        dec = pol.decide(X[t0 : t0 + m], event_ids=np.arange(t0 + 1, t0 + m + 1))
+        x = X[np.arange(t0, t0 + m), dec.arms]
+        pol.learn(x, x @ theta + noise[t0 : t0 + m], dec.rounds)
+
+
+def test_model_is_the_ridge_solution_and_scores_are_the_ucb():
+    X, theta, noise = stream(300)
+    pol = LinUCB(d=4, reg=2.0, alpha=0.05, sigma=0.5, S=2.0, batch_size=300, seed=0)
+    dec = pol.decide(X)
+    x = X[np.arange(300), dec.arms]
+    y = x @ theta + noise
+    pol.learn(x, y, dec.rounds)
+    pol.refit()
+    V = 2.0 * np.eye(4) + x.T @ x
+    np.testing.assert_allclose(pol.coefficients, np.linalg.solve(V, x.T @ y), rtol=1e-10)
+    logdet = np.linalg.slogdet(V)[1]
+    expected_beta = 0.5 * math.sqrt(2 * math.log(2 / 0.05) + logdet - 4 * math.log(2.0))
+    expected_beta += 2.0 * math.sqrt(2.0)  # S·√reg
+    assert pol.width == pytest.approx(expected_beta, rel=1e-12)
+    # decisions: brute-force UCB with the explicit inverse
+    Xn, _, _ = stream(50, seed=1)
+    scores = Xn @ pol.coefficients + expected_beta * np.sqrt(
+        np.einsum("bkd,de,bke->bk", Xn, np.linalg.inv(V), Xn)
+    )
+    assert np.array_equal(pol.decide(Xn).arms, scores.argmax(axis=1))
+
+
+def test_batch_semantics_model_frozen_within_a_batch():
+    X, theta, _ = stream(100)
+    pol = LinUCB(d=4, batch_size=8, seed=0)
+    assert pol.max_decide_batch() == 8 and not pol.refit_due()
+    dec = pol.decide(X[:5])
+    assert pol.max_decide_batch() == 3
+    x = X[np.arange(5), dec.arms]
+    pol.learn(x, x @ theta, dec.rounds)
+    before = pol.coefficients
+    pol.decide(X[5:8])
+    np.testing.assert_array_equal(pol.coefficients, before)  # still frozen
+    assert pol.refit_due() and pol.max_decide_batch() == 0
+    with pytest.raises(RuntimeError, match="refit"):
+        pol.decide(X[8:9])
+    assert pol.refit() == [] and pol.model_version == 1
+    assert not np.array_equal(pol.coefficients, before)
+    with pytest.raises(ValueError, match="crosses a model update"):
+        pol.decide(X[8:20])
+
+
+def test_batched_linucb_learns():
+    X, theta, noise = stream(3000)
+    pol = LinUCB(d=4, batch_size=32, seed=0)
+    drive(pol, X, theta, noise, 3000)
+    cos = pol.coefficients @ theta / (np.linalg.norm(pol.coefficients) * np.linalg.norm(theta))
+    assert cos > 0.99
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LinUCB(d=4, batch_size=16, seed=3),
+        lambda: LinUCB(d=4, beta=0.7, seed=3),
+        lambda: GreedyRidge(d=4, reg=0.5, batch_size=4, seed=3),
+        lambda: LinUCBDisjoint(d=4, n_arms=6, batch_size=16, seed=3),
+    ],
+    ids=["linucb", "linucb-fixed-beta", "greedy", "disjoint"],
+)
+def test_snapshot_round_trip_restores_identical_behaviour(make):
+    X, theta, noise = stream(900)
+    full = make()  # same call sequence, without the restart
+    drive(full, X, theta, noise, 437)
+    drive(full, X, theta, noise, 900)
+    first = make()
+    drive(first, X, theta, noise, 437)  # mid-batch: rows learned after the last refresh
+    restored = make().load_state_dict(loads(dumps(first.state_dict())))
+    drive(restored, X, theta, noise, 900)
+    assert dumps(restored.state_dict()) == dumps(full.state_dict())
+    if full.refit_due():
+        full.refit()
+        restored.refit()
+    n = full.max_decide_batch()
+    Xn, _, _ = stream(n, seed=9)
+    a, b = full.decide(Xn, event_ids=range(n)), restored.decide(Xn, event_ids=range(n))
+    assert np.array_equal(a.arms, b.arms)
+
+
+def test_ties_lowest_index_or_coins_by_event_id():
+    X = np.zeros((200, 4, 3))
+    lin = LinUCB(d=3, beta=1.0, batch_size=1000, seed=0)
+    dec = lin.decide(X)
+    assert set(dec.arms.tolist()) == {0} and np.all(dec.propensities == 1.0)
+    g1, g2 = GreedyRidge(d=3, seed=7), GreedyRidge(d=3, seed=7)
+    ids = [f"e{i}" for i in range(200)]
+    a1 = g1.decide(X[:1], event_ids=ids[:1]).arms
+    a2 = g2.decide(X[:1], event_ids=ids[:1]).arms
+    assert np.array_equal(a1, a2)  # a function of (state, event id)
+    g3 = GreedyRidge(d=3, batch_size=1000, seed=7)
+    arms = g3.decide(X, event_ids=ids).arms
+    counts = np.bincount(arms, minlength=4)
+    assert counts.min() > 20  # uniform over the 4 tied arms (expected 50 each)
+    assert np.all(g3.decide(X[:3], event_ids=ids[:3]).propensities == 0.25)
+
+
+def test_greedy_ols_with_reg_zero():
+    rng = np.random.default_rng(0)
+    pol = GreedyRidge(d=3, reg=0.0, batch_size=50, seed=0)
+    X = rng.normal(size=(50, 2, 3))
+    dec = pol.decide(X)
+    x = X[np.arange(50), dec.arms]
+    y = x @ np.array([1.0, -2.0, 0.5])
+    pol.learn(x, y, dec.rounds)
+    pol.refit()
+    np.testing.assert_allclose(pol.coefficients, [1.0, -2.0, 0.5], atol=1e-8)
+
+
+def test_disjoint_is_one_ridge_per_arm_and_handles_delayed_feedback():
+    rng = np.random.default_rng(1)
+    pol = LinUCBDisjoint(d=3, n_arms=3, beta=0.5, batch_size=64, pending_capacity=100, seed=0)
+    ctx = rng.normal(size=(64, 3))
+    X = np.repeat(ctx[:, None, :], 3, axis=1)
+    dec = pol.decide(X)
+    # feedback arrives in reverse order, in two parts
+    y = rng.normal(size=64)
+    order = np.arange(64)[::-1]
+    pol.learn(ctx[order[:30]], y[order[:30]], dec.rounds[order[:30]])
+    pol.learn(ctx[order[30:]], y[order[30:]], dec.rounds[order[30:]])
+    pol.refit()
+    for a in range(3):
+        sel = dec.arms == a
+        V = np.eye(3) + ctx[sel].T @ ctx[sel]
+        np.testing.assert_allclose(
+            pol.coefficients[a], np.linalg.solve(V, ctx[sel].T @ y[sel]), rtol=1e-10
+        )
+    # feedback older than the pending capacity is dropped and counted
+    for _ in range(3):
+        if pol.refit_due():
+            pol.refit()
+        pol.decide(X)
+    pol.learn(ctx[:1], y[:1], dec.rounds[:1])
+    assert pol.counters["expired_feedback"] == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda X: X.__setitem__((0, 0, 0), np.nan),
+        lambda X: X.__setitem__((1, 2, 1), np.inf),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_non_finite_contexts_are_rejected(bad):
+    X = np.ones((3, 3, 2))
+    bad(X)
+    with pytest.raises(ValueError, match="finite"):
+        LinUCB(d=2, beta=1.0, batch_size=10).decide(X)
+
+
+def test_mask_excludes_arms():
+    X = np.zeros((2, 3, 2))
+    X[:, 0, 0] = 5.0
+    pol = LinUCB(d=2, beta=1.0, batch_size=10)
+    dec = pol.decide(X, mask=np.array([[False, True, True], [True, True, True]]))
+    assert dec.arms.tolist() == [1, 0]
+
+
+def test_ucb_model_repairs_a_non_pd_matrix_by_flooring_eigenvalues():
+    V = np.diag([2.0, -1.0])
+    m = UCBModel.fit(V, np.array([1.0, 1.0]), floor=0.5)
+    assert m.repaired and m.logdet == pytest.approx(math.log(2.0 * 0.5))
+    assert oful_beta(0.0, 2, 1.0, 0.1, 1.0, 1.0) > 1.0
+
+
+@pytest.mark.parametrize(
+    "name, params, message",
+    [
+        ("linucb", {}, "d: Field required"),
+        ("linucb", {"d": 3, "batch_size": 0}, "greater than or equal to 1"),
+        ("linucb-disjoint", {"d": 3}, "n_arms"),
+        ("greedy", {"d": 3, "reg": -1}, "greater than or equal to 0"),
+    ],
+)
+def test_configs_validate(name, params, message):
+    with pytest.raises(ConfigError, match=message):
+        policy_config(name, params)
