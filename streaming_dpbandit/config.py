@@ -401,6 +401,12 @@ class BanditSettings(_Section):
     default_reward: float = 0.0
     reward_bounds: tuple[float, float] | None = None
     max_pending: int = Field(200_000, ge=1)
+    feedback_lag_rounds: int = Field(
+        0,
+        ge=0,
+        description="for policies that update every few rounds (LinUCB family): an update at "
+        "round r reads the rows of rounds ≤ r − lag, so rewards can arrive without blocking",
+    )
     retention: float | None = Field(None, gt=0, description="seconds; default 10× the window")
     epsilon_budget: float | None = Field(None, gt=0)
     arms: list[str] | None = Field(

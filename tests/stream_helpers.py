@@ -17,6 +17,17 @@ D, K = 20, 3
 BANDIT = "shop"
 
 
+def any_policy_config(policy: dict, lag: int = 0) -> dict:
+    """Bandit settings for an arbitrary policy config (the stream helpers' d and window)."""
+    return {
+        "policy": {"d": D} | policy,
+        "feedback_window": 2.0,
+        "seed": 7,
+        "feedback_lag_rounds": lag,
+        "reward_bounds": [-50, 50],
+    }
+
+
 def bandit_config(**policy_overrides) -> dict:
     policy = {
         "policy": "fliphat",
@@ -31,10 +42,10 @@ def bandit_config(**policy_overrides) -> dict:
     return {"policy": policy, "feedback_window": 2.0, "seed": 7, "reward_bounds": [-50, 50]}
 
 
-def settings(state_dir, policy=None, **overrides) -> ServiceSettings:
+def settings(state_dir, policy=None, bandit=None, **overrides) -> ServiceSettings:
     data = {
         "mode": "service",
-        "bandits": {BANDIT: bandit_config(**(policy or {}))},
+        "bandits": {BANDIT: bandit or bandit_config(**(policy or {}))},
         "snapshots": {"directory": str(state_dir), "interval_s": 3600},
         "metrics": {"enabled": False},
         "progress": False,
@@ -46,7 +57,13 @@ def settings(state_dir, policy=None, **overrides) -> ServiceSettings:
 
 
 def record_stream(
-    path: Path, events: int, seed: int = 0, state_dir=None, delay: float = 0.2, policy=None
+    path: Path,
+    events: int,
+    seed: int = 0,
+    state_dir=None,
+    delay: float = 0.2,
+    policy=None,
+    bandit=None,
 ):
     """Run the simulated source through a service once and record its input as JSONL."""
     env = FliphatPaperEnv(d=D, K=K, s_star=3)
@@ -60,7 +77,7 @@ def record_stream(
         seed=seed,
         topics=("dpbandit.contexts", "dpbandit.feedback"),
     )
-    st = settings(state_dir or path.parent / "record-state", policy=policy)
+    st = settings(state_dir or path.parent / "record-state", policy=policy, bandit=bandit)
     svc = Service(st, InProcessTransport(RecordingSource(src, path)))
     svc.open()
     svc.run()

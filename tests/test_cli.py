@@ -207,9 +207,27 @@ def test_explain_prints_the_spec_constants(capsys):
 def test_reproduce_dp_linucb_small_run(tmp_path, capsys):
     js = tmp_path / "rep.json"
     code = main(
-        ["reproduce", "dp-linucb", "--seeds", "2", "--horizon", "4096", "--epsilon", "1,4",
-         "--env-param", "d=3", "--env-param", "gap=0.1", "--batch-size", "128", "--jobs", "1",
-         "--no-progress", "--json", str(js)]
+        [
+            "reproduce",
+            "dp-linucb",
+            "--seeds",
+            "2",
+            "--horizon",
+            "4096",
+            "--epsilon",
+            "1,4",
+            "--env-param",
+            "d=3",
+            "--env-param",
+            "gap=0.1",
+            "--batch-size",
+            "128",
+            "--jobs",
+            "1",
+            "--no-progress",
+            "--json",
+            str(js),
+        ]
     )
     assert code in (0, 1)
     out = capsys.readouterr().out
@@ -221,9 +239,26 @@ def test_reproduce_dp_linucb_small_run(tmp_path, capsys):
 
 def test_simulate_dp_linucb_prints_its_own_label(capsys):
     code = main(
-        ["simulate", "--env", "dp-linucb-paper", "--policy", "dp-linucb,linucb", "--calibration",
-         "paper", "--horizon", "300", "--seeds", "1", "--jobs", "1", "--no-progress",
-         "--env-param", "d=3", "--policy-param", "batch_size=50"]
+        [
+            "simulate",
+            "--env",
+            "dp-linucb-paper",
+            "--policy",
+            "dp-linucb,linucb",
+            "--calibration",
+            "paper",
+            "--horizon",
+            "300",
+            "--seeds",
+            "1",
+            "--jobs",
+            "1",
+            "--no-progress",
+            "--env-param",
+            "d=3",
+            "--policy-param",
+            "batch_size=50",
+        ]
     )
     assert code == 0
     out = capsys.readouterr().out

@@ -31,8 +31,14 @@ def test_dp_linucb_reproduction_reduced():
     from streaming_dpbandit.experiments.dp_linucb import run_reproduction
 
     results, checks = run_reproduction(
-        d=4, horizon=1 << 19, seeds=2, gaps=(0.1,), epsilons=(0.5, 1.0, 2.0), jobs=2,
-        progress=False, include_unshifted=False,  # information only at a reduced horizon
+        d=4,
+        horizon=1 << 19,
+        seeds=2,
+        gaps=(0.1,),
+        epsilons=(0.5, 1.0, 2.0),
+        jobs=2,
+        progress=False,
+        include_unshifted=False,  # information only at a reduced horizon
     )
     scored = [c for c in checks if c.passed is not None]
     assert {c.target for c in scored} == {"R1", "R2", "R3", "F", "B"}

@@ -130,6 +130,11 @@ class Policy(ContextualPolicy, abc.ABC):
     name: str = "policy"
     #: True for policies whose statistics are released privately.
     private: bool = False
+    #: True when ``learn`` files each row under the update that owns its round (FLIPHAT's
+    #: episodes): a streaming caller may then feed rows as soon as their rewards resolve.
+    #: Otherwise the next update reads every row learned before it, and the caller feeds rows
+    #: in round order (see ``stream/bandit.py``, ``feedback_lag_rounds``).
+    routes_rows_by_round: bool = False
 
     # River's Policy.__init__ sets reward bookkeeping we do not use; subclasses store their own
     # parameters only (River idiom) and build state lazily.

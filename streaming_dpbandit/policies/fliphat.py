@@ -104,6 +104,7 @@ class FLIPHAT(Policy):
 
     name = "fliphat"
     private = True
+    routes_rows_by_round = True
 
     def __init__(
         self,

@@ -261,7 +261,7 @@ class BanditRuntime:
     def force_expire(self) -> int:
         """Idle timeout: expire every pending decision the next release waits for."""
         n = 0
-        through = self.policy.refit_reads_through()
+        through = self._reads_through()
         for eid in [e for e, p in self.join.pending.items() if p.round <= through]:
             self._resolved(self.join._resolve(eid, "expired", None), forced=True)
             n += 1
@@ -286,24 +286,53 @@ class BanditRuntime:
         self._learn_y.append(reward)
         self._learn_r.append(res.round)
 
-    def flush_learning(self) -> None:
+    def _reads_through(self) -> int:
+        """Last round the policy's next update reads (deterministic, see docs/service.md)."""
+        pol = self.policy
+        if pol.routes_rows_by_round:
+            return pol.refit_reads_through()
+        ahead = 0 if pol.refit_due() else pol.max_decide_batch()
+        if ahead >= (1 << 40):  # never updates
+            return 1 << 62
+        return pol.t + ahead - self.settings.feedback_lag_rounds
+
+    def flush_learning(self, for_update: bool = False) -> None:
+        """Feed resolved rows to the policy.
+
+        Policies that route rows by round (FLIPHAT) get every row as soon as it resolves: their
+        sums are exact and order-free. Any other policy gets its rows exactly once per update,
+        just before it (``for_update``), sorted by round, in one call — the rows that update
+        reads; later rows wait (in the snapshot). Identical inputs give identical models, so
+        batching, interleaving and restarts cannot change what such a policy learns.
+        """
         if not self._learn_r:
             return
-        self.policy.learn(
-            np.vstack(self._learn_X),
-            np.asarray(self._learn_y),
-            np.asarray(self._learn_r, dtype=np.int64),
-        )
-        self._learn_X, self._learn_y, self._learn_r = [], [], []
+        rounds = np.asarray(self._learn_r, dtype=np.int64)
+        if self.policy.routes_rows_by_round:
+            feed = np.ones(rounds.size, dtype=bool)
+        else:
+            if not for_update:
+                return
+            feed = rounds <= self._reads_through()
+            if not feed.any():
+                return
+        X = np.vstack(self._learn_X)
+        y = np.asarray(self._learn_y, dtype=np.float64)
+        order = np.argsort(rounds[feed], kind="stable")
+        self.policy.learn(X[feed][order], y[feed][order], rounds[feed][order])
+        keep = ~feed
+        self._learn_X = list(X[keep])
+        self._learn_y = y[keep].tolist()
+        self._learn_r = rounds[keep].tolist()
 
     # -- releases ---------------------------------------------------------------------------
     def refit_ready(self) -> bool:
         """Every decision the due refit reads has its reward resolved."""
         oldest = self.join.oldest_pending_round()
-        return oldest is None or oldest > self.policy.refit_reads_through()
+        return oldest is None or oldest > self._reads_through()
 
     def refit(self) -> list[ReleaseRecord]:
-        self.flush_learning()
+        self.flush_learning(for_update=True)
         t0 = time.perf_counter()
         records = self.policy.refit()
         self.last_refit_round = self.policy.t
@@ -349,7 +378,14 @@ class BanditRuntime:
     # -- persistence ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         self.flush_learning()
+        held = np.vstack(self._learn_X) if self._learn_X else np.zeros((0, self.d))
+        order = np.lexsort((np.asarray(self._learn_y), np.asarray(self._learn_r)))  # canonical
         return {
+            "held_rows": {
+                "X": held[order],
+                "y": np.asarray(self._learn_y, dtype=np.float64)[order],
+                "rounds": np.asarray(self._learn_r, dtype=np.int64)[order],
+            },
             "policy": self.policy.state_dict(),
             "join": self.join.state_dict(),
             "unledgered": [r.to_dict() for r in self.unledgered],
@@ -363,6 +399,11 @@ class BanditRuntime:
     def load_state_dict(self, state: dict) -> BanditRuntime:
         self.policy.load_state_dict(state["policy"])
         self.join.load_state_dict(state["join"])
+        held = state.get("held_rows")
+        if held is not None and len(held["rounds"]):
+            self._learn_X = list(np.asarray(held["X"], dtype=np.float64))
+            self._learn_y = np.asarray(held["y"], dtype=np.float64).tolist()
+            self._learn_r = np.asarray(held["rounds"], dtype=np.int64).tolist()
         self.unledgered = [ReleaseRecord.from_dict(r) for r in state["unledgered"]]
         self.stats = collections.Counter(state["stats"])
         self.window.extend(state["window"])

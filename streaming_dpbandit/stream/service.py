@@ -545,5 +545,10 @@ def learned_state_bytes(bandit_states: dict) -> bytes:
         join = dict(st["join"])
         # where held feedback came from (topic, partition, offset) is routing, not learning
         join["early"] = [e[:3] + e[4:] for e in join["early"]]
-        out[name] = {"policy": st["policy"], "join": join, "unledgered": st["unledgered"]}
+        out[name] = {
+            "policy": st["policy"],
+            "join": join,
+            "unledgered": st["unledgered"],
+            "held_rows": st.get("held_rows"),
+        }
     return dumps(out)
