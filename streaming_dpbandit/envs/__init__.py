@@ -2,8 +2,13 @@
 
 from .base import Environment
 from .fliphat_paper import FliphatPaperEnv
+from .private_lasso import MarginEnv, NoMarginEnv
 
 #: Environments by registry name (the CLI's ``--env``).
-REGISTRY: dict[str, type[Environment]] = {FliphatPaperEnv.name: FliphatPaperEnv}
+REGISTRY: dict[str, type[Environment]] = {
+    FliphatPaperEnv.name: FliphatPaperEnv,
+    MarginEnv.name: MarginEnv,
+    NoMarginEnv.name: NoMarginEnv,
+}
 
-__all__ = ["REGISTRY", "Environment", "FliphatPaperEnv"]
+__all__ = ["REGISTRY", "Environment", "FliphatPaperEnv", "MarginEnv", "NoMarginEnv"]
