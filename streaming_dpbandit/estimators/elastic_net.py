@@ -135,9 +135,9 @@ class CertifiedElasticNet:
             raise ValueError("need reward_bound >= 0 and slack > 0")
 
     # -- the solver ------------------------------------------------------------------------
-    def _iterate(self, matvec, rmatvec, y, N: int, lam: float, shape, check: bool):
+    def _iterate(self, matvec, rmatvec, y, N: int, lam: float, shape, check: bool, k_max=None):
         self._check()
-        k_max = self.iterations(N)
+        k_max = self.iterations(N) if k_max is None else int(k_max)
         mu, eta, C = self.ridge, 1.0 / self.smoothness, self.theta_bound
 
         def grad(theta):
@@ -170,11 +170,14 @@ class CertifiedElasticNet:
         )
         return ElasticNetFit(theta, k, self.sensitivity(N), None if bound is None else float(bound))
 
-    def fit_batch(self, Z: np.ndarray, y: np.ndarray, N: int, lam: float) -> np.ndarray:
+    def fit_batch(
+        self, Z: np.ndarray, y: np.ndarray, N: int, lam: float, iterations: int | None = None
+    ) -> np.ndarray:
         """The same iterations on P independent dense problems Z (P, n, d), y (P, n) at once.
 
         Used by the sensitivity tests and audits to solve many neighbouring pairs quickly; it
-        runs :meth:`fit`'s loop with batched products.
+        runs :meth:`fit`'s loop with batched products. ``iterations`` overrides k_max (tests
+        only: a long run is the reference minimiser).
         """
         Z = np.asarray(Z, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
@@ -186,5 +189,6 @@ class CertifiedElasticNet:
             lam,
             (Z.shape[0], Z.shape[2]),
             False,
+            iterations,
         )
         return theta

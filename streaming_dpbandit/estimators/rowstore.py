@@ -47,6 +47,9 @@ class RowStore:
         Context dimension.
     slot_range
         Optional public (first, last) slot of the store: enables duplicate detection.
+    exact
+        Round values onto the 2⁻¹⁶ grid (default). ``False`` keeps float64 values as given
+        (non-private baselines, which release nothing and need no exact sums).
 
     Examples
     --------
@@ -63,9 +66,10 @@ class RowStore:
 
     """
 
-    def __init__(self, d: int, slot_range: tuple[int, int] | None = None):
+    def __init__(self, d: int, slot_range: tuple[int, int] | None = None, exact: bool = True):
         self.d = d
         self.slot_range = slot_range
+        self.exact = exact
 
     def _state(self):
         if not hasattr(self, "_chunks"):
@@ -112,13 +116,12 @@ class RowStore:
             self._seen[slots - lo] = True
             if slots.size == 0:
                 return dup
-        Xq = quantize_toward_zero(X)
+        Xq = quantize_toward_zero(X) if self.exact else X
+        yq = quantize_toward_zero(y) if self.exact else y.copy()
         rows, cols = np.nonzero(Xq)
         indptr = np.zeros(slots.size + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=slots.size), out=indptr[1:])
-        self._chunks.append(
-            (slots.copy(), indptr, cols.astype(np.int32), Xq[rows, cols], quantize_toward_zero(y))
-        )
+        self._chunks.append((slots.copy(), indptr, cols.astype(np.int32), Xq[rows, cols], yq))
         self._count += slots.size
         self._cache = None
         return dup
@@ -153,6 +156,8 @@ class RowStore:
         Values are grid multiples of 2⁻¹⁶, so every product is an integer number of units and the
         chunked sums are exact: the same records give the same V in any order.
         """
+        if not self.exact:
+            raise RuntimeError("exact support Grams need a store with exact=True")
         _, Z, y = self.matrix()
         support = np.asarray(support, dtype=np.int64)
         p1 = support.size + 1
@@ -196,6 +201,7 @@ class RowStore:
         return {
             "d": self.d,
             "slot_range": None if self.slot_range is None else list(self.slot_range),
+            "exact": self.exact,
             "slots": slots,
             "indptr": Z.indptr.astype(np.int64),
             "indices": Z.indices.astype(np.int32),
@@ -207,7 +213,11 @@ class RowStore:
     @classmethod
     def from_state_dict(cls, state: dict) -> RowStore:
         rng = state["slot_range"]
-        st = cls(int(state["d"]), None if rng is None else (int(rng[0]), int(rng[1])))._state()
+        st = cls(
+            int(state["d"]),
+            None if rng is None else (int(rng[0]), int(rng[1])),
+            bool(state.get("exact", True)),
+        )._state()
         slots = np.asarray(state["slots"], dtype=np.int64)
         if slots.size:
             st._chunks = [

@@ -58,15 +58,20 @@ def gram_rho(l2sq: float, sigma: float) -> float:
     return l2sq * l2sq / (2.0 * sigma * sigma)
 
 
-def sym_gauss(p: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
+def sym_gauss(
+    p: int, sigma: float, rng: np.random.Generator, size: int | None = None
+) -> np.ndarray:
     """SymGauss(p, σ): symmetric p×p noise, off-diagonal variance σ², diagonal 2σ².
 
+    ``size`` draws a batch (size, p, p) of independent matrices (audits and tests).
+
     >>> Z = sym_gauss(3, 1.0, np.random.default_rng(0))
-    >>> bool(np.array_equal(Z, Z.T))
-    True
+    >>> bool(np.array_equal(Z, Z.T)), sym_gauss(2, 1.0, np.random.default_rng(0), size=5).shape
+    (True, (5, 2, 2))
     """
-    Zp = rng.normal(0.0, sigma, size=(p, p))
-    return (Zp + Zp.T) / math.sqrt(2.0)
+    shape = (p, p) if size is None else (size, p, p)
+    Zp = rng.normal(0.0, sigma, size=shape)
+    return (Zp + np.swapaxes(Zp, -1, -2)) / math.sqrt(2.0)
 
 
 def u_vector(M: np.ndarray) -> np.ndarray:
