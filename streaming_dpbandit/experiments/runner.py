@@ -29,6 +29,15 @@ from ..privacy.ledger import ReleaseRecord
 __all__ = ["RunSpec", "SimulationResult", "make_grid", "run_repetition", "simulate"]
 
 CHUNK = 2048
+#: Context draws per chunk are capped at this many floats (n·K·d), so that large-d environments
+#: (e.g. d = 10⁴ with K = 10) stream in small chunks instead of multi-GB arrays.
+CHUNK_FLOATS = 1 << 22
+
+
+def chunk_rows(env: Environment) -> int:
+    """Rounds per chunk: CHUNK, or fewer when n·K·d would exceed CHUNK_FLOATS."""
+    per_round = int(getattr(env, "K", 1)) * int(getattr(env, "d", 1))
+    return max(1, min(CHUNK, CHUNK_FLOATS // max(1, per_round)))
 
 
 @dataclasses.dataclass
@@ -102,8 +111,9 @@ def run_repetition(
     regret = {s.key: np.zeros(s.horizon) for s in specs}
     records: dict[str, list[ReleaseRecord]] = {s.key: [] for s in specs}
     t0 = 0
+    chunk = chunk_rows(env)
     while t0 < horizon:
-        n = min(CHUNK, horizon - t0)
+        n = min(chunk, horizon - t0)
         X = env.contexts(ctx_rng, n)
         mu = env.mean_rewards(X)
         eps = env.reward_noise(noise_rng, n)
@@ -205,6 +215,11 @@ class SimulationResult:
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }
+        if sp.rho is not None and spec.delta:
+            from ..privacy.zcdp import epsilon_from_rho
+
+            out["rho"] = sp.rho
+            out["epsilon_zcdp"] = epsilon_from_rho(sp.rho, spec.delta)
         if "paper" in sp.calibrations:
             from ..privacy.statement import PAPER_LABEL
 
