@@ -43,6 +43,20 @@ def test_lasso_rows_matches_scikit_learn(seed):
     np.testing.assert_allclose(ours, ref, atol=1e-5)
 
 
+def test_lasso_rows_warm_start_reoptimises_on_new_data():
+    """A warm start whose support has no KKT violator must still be re-solved on the new rows."""
+    rng = np.random.default_rng(4)
+    X = np.zeros((500, 30))
+    X[:, 2] = rng.normal(size=500)  # no other column can violate the optimality conditions
+    y1 = X[:, 2] * 1.0
+    y2 = X[:, 2] * 0.5  # same support, different value
+    w1 = lasso_rows(sparse.csr_matrix(X), y1, 0.001, tol=1e-10)
+    w2 = lasso_rows(sparse.csr_matrix(X), y2, 0.001, w0=w1, tol=1e-10)
+    cold = lasso_rows(sparse.csr_matrix(X), y2, 0.001, tol=1e-10)
+    np.testing.assert_allclose(w2, cold, atol=1e-6)
+    assert abs(w2[2] - 0.5) < 0.01
+
+
 def test_th_lasso_recovers_support_and_beta_exactly_when_noiseless():
     rng = np.random.default_rng(1)
     d, n = 40, 400

@@ -58,6 +58,16 @@ def lasso_rows(
     yty = float(y @ y)
     corr_y = Zc.T @ y  # Zᵀy
     active = np.nonzero(w)[0]
+
+    def solve(active):
+        ZA = Zc[:, active].toarray()
+        wA = lasso_gram(ZA.T @ ZA, ZA.T @ y, yty, n, alpha, tol=tol, max_iter=10_000, w0=w[active])
+        w[:] = 0.0
+        w[active] = wA
+        return active[wA != 0]
+
+    if active.size:  # a warm start is re-optimised on its support before the KKT check
+        active = solve(active)
     for _ in range(max_outer):
         r_fit = Zc[:, active] @ w[active] if active.size else np.zeros(n)
         grad = (corr_y - Zc.T @ r_fit) / n  # Zᵀ(y − Zw)/n
@@ -68,14 +78,7 @@ def lasso_rows(
             break
         if cand.size > max_add:
             cand = cand[np.argsort(-np.abs(grad[cand]), kind="stable")[:max_add]]
-        active = np.union1d(active, cand)
-        ZA = Zc[:, active].toarray()
-        G = ZA.T @ ZA
-        h = ZA.T @ y
-        wA = lasso_gram(G, h, yty, n, alpha, tol=tol, max_iter=10_000, w0=w[active])
-        w[:] = 0.0
-        w[active] = wA
-        active = active[wA != 0]
+        active = solve(np.union1d(active, cand))
     return w
 
 
