@@ -126,6 +126,42 @@ class _SparseLinearEnv(Environment):
         S = self.support
         return X[..., S] @ self.theta[S]
 
+    def records(self, rng: np.random.Generator, m: int):
+        """m records (x, r) of uniformly random arms, as (CSR m × d, rewards): offline harnesses.
+
+        Sparse base: built without a dense m × d array (m = 2^21 rows at d = 10⁴ is cheap).
+        """
+        from scipy import sparse
+
+        if self.base == "dense":
+            X = self._base(rng, m)
+            y = X[:, self.support] @ self.theta[self.support]
+            h = math.sqrt(3.0) * self.sigma
+            return sparse.csr_matrix(X), y + rng.uniform(-h, h, size=m)
+        S = self.support
+        act = rng.random((m, S.size)) < 0.5
+        sgn = rng.choice(np.array([-1.0, 1.0]), size=(m, S.size))
+        others = np.setdiff1d(np.arange(self.d), S, assume_unique=True)
+        picks = rng.integers(0, others.size, size=(m, self.m0))
+        while True:
+            srt = np.sort(picks, axis=1)
+            bad = np.any(srt[:, 1:] == srt[:, :-1], axis=1)
+            if not bad.any():
+                break
+            picks[bad] = rng.integers(0, others.size, size=(int(bad.sum()), self.m0))
+        vals_o = rng.choice(np.array([-1.0, 1.0]), size=(m, self.m0))
+        cols = np.concatenate([np.broadcast_to(S, (m, S.size)), others[picks]], axis=1)
+        vals = np.concatenate([act * sgn, vals_o], axis=1)
+        X = sparse.csr_matrix(
+            (vals.ravel(), cols.ravel(), np.arange(0, cols.size + 1, cols.shape[1])),
+            shape=(m, self.d),
+        )
+        X.eliminate_zeros()
+        X.sort_indices()
+        h = math.sqrt(3.0) * self.sigma
+        y = (act * sgn) @ self.theta[S] + rng.uniform(-h, h, size=m)
+        return X, y
+
     def reward_noise(self, rng: np.random.Generator, n: int) -> np.ndarray:
         h = math.sqrt(3.0) * self.sigma
         return rng.uniform(-h, h, size=(n, self.K))

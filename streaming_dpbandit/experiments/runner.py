@@ -181,6 +181,9 @@ class SimulationResult:
     seeds: int
     base_seed: int
     elapsed_s: float
+    #: key -> per-repetition releases and counters (all repetitions; ``records`` is repetition 0)
+    records_by_rep: dict[str, list[list[ReleaseRecord]]] | None = None
+    counters_by_rep: dict[str, list[dict]] | None = None
 
     def grid_of(self, key: str) -> np.ndarray:
         spec = next(s for s in self.specs if s.key == key)
@@ -337,6 +340,13 @@ def simulate(
         s.key: [ReleaseRecord.from_dict(d) for d in results[0][s.key]["records"]] for s in specs
     }
     counters = {s.key: results[0][s.key]["counters"] for s in specs}
+    records_by_rep = {
+        s.key: [
+            [ReleaseRecord.from_dict(d) for d in results[r][s.key]["records"]] for r in range(seeds)
+        ]
+        for s in specs
+    }
+    counters_by_rep = {s.key: [results[r][s.key]["counters"] for r in range(seeds)] for s in specs}
     return SimulationResult(
         env=env.describe(),
         specs=specs,
@@ -348,4 +358,6 @@ def simulate(
         seeds=seeds,
         base_seed=base_seed,
         elapsed_s=time.perf_counter() - start,
+        records_by_rep=records_by_rep,
+        counters_by_rep=counters_by_rep,
     )
