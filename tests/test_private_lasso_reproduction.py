@@ -22,6 +22,8 @@ def test_reproduce_private_lasso_quick(tmp_path, capsys):
             "private-lasso",
             "--quick",
             "--no-progress",
+            "--jobs",
+            "1",
             "--json",
             str(js),
             "--plot",
