@@ -14,6 +14,8 @@ from streaming_dpbandit.cli import main
 ROBUST = {"T1", "T3", "T5", "T6a", "T6b", "T7", "sim", "ledger"}
 
 
+# the quick T4 grid includes d = 25, where B_x = √8 ≥ b_x√d/2: the spec's dense-feature warning
+@pytest.mark.filterwarnings("ignore:dense features")
 def test_reproduce_private_lasso_quick(tmp_path, capsys):
     js, png = tmp_path / "rep.json", tmp_path / "rep.png"
     code = main(
