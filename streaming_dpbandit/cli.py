@@ -92,14 +92,15 @@ def _add_sim_options(p: argparse.ArgumentParser, reproduce: bool = False) -> Non
         type=_epsilons,
         default=None,
         help="comma-separated ε values (one run per ε for private policies; reproduce: the "
-        "paper's sweep by default)",
+        "reproduction's own values by default)",
     )
     p.add_argument("--horizon", type=_positive_int, default=None, help="rounds per run (T)")
     p.add_argument(
         "--seeds",
         type=_positive_int,
         default=None if reproduce else 5,
-        help="number of independent repetitions (reproduce: fliphat 20, dp-linucb 35)",
+        help="number of independent repetitions (reproduce: fliphat 20; dp-linucb 35; "
+        "private-lasso: its profile's per-section counts)",
     )
     p.add_argument("--seed", type=int, default=0, help="base seed of the repetitions")
     p.add_argument(
@@ -150,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_options(p)
 
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
-    p.add_argument("name", choices=["fliphat", "dp-linucb"], help="which reproduction")
+    p.add_argument(
+        "name", choices=["fliphat", "dp-linucb", "private-lasso"], help="which reproduction"
+    )
     p.add_argument(
         "--batch-size",
         type=_positive_int,
@@ -158,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="dp-linucb: rounds per release refresh (default 256)",
     )
     _add_sim_options(p, reproduce=True)
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="private-lasso: the reduced configuration (minutes instead of hours)",
+    )
 
     p = sub.add_parser(
         "serve",
@@ -221,6 +229,13 @@ def _cmd_simulate(args) -> int:
     specs = []
     notes = []
     labels: dict[str, str] = {}
+    # public facts of the environment that policies may take as constructor parameters
+    env_facts = {"horizon": horizon, "s0": getattr(env, "s0", None)}
+    if hasattr(env, "public_bounds"):
+        env_facts.update(env.public_bounds())
+    env_facts = {k: v for k, v in env_facts.items() if v is not None}
+    if args.calibration == "paper":
+        env_facts["allow_invalid_privacy"] = True  # simulate is simulation mode; labelled below
     for name in names:
         base = _known(
             name,
@@ -229,12 +244,13 @@ def _cmd_simulate(args) -> int:
                 "calibration": args.calibration,
                 "delta": args.delta,
                 "n_cap": horizon,
+                **env_facts,
             },
         )
         cfg0 = policy_config(name, {**base, **_known(name, user)})
         if cfg0.private:
             params = dict(base)
-            if "b_max" not in user and hasattr(env, "b_max"):
+            if "b_max" not in user and hasattr(env, "b_max") and "b_max" in _fields(name):
                 params["b_max"] = env.b_max
                 notes.append(
                     f"{name}: b_max set to the environment's ‖β*‖₁ = {env.b_max:.6g} "
@@ -303,6 +319,8 @@ def _known(name: str, params: dict) -> dict:
 def _cmd_reproduce(args) -> int:
     if args.name == "dp-linucb":
         return _reproduce_dp_linucb(args)
+    if args.name == "private-lasso":
+        return _cmd_reproduce_private_lasso(args)
     from .experiments.fliphat import CURVE_HORIZON, PAPER_EPSILONS, checks_table, run_reproduction
     from .experiments.report import plot_curves, simulation_table
     from .privacy.statement import PAPER_LABEL
@@ -311,6 +329,9 @@ def _cmd_reproduce(args) -> int:
     _writable(args.plot, "--plot")
     env_params = parse_kv(args.env_param, "--env-param")
     _build_env("fliphat-paper", env_params)  # validate early, with a clear error
+
+    args.seeds = args.seeds or 20
+    args.epsilon = args.epsilon or list(PAPER_EPSILONS)
     result, checks = run_reproduction(
         epsilons=args.epsilon or PAPER_EPSILONS,
         horizon=args.horizon or CURVE_HORIZON,
@@ -407,6 +428,33 @@ def _reproduce_dp_linucb(args) -> int:
     return EXIT_TARGET_FAILED if failed else 0
 
 
+def _cmd_reproduce_private_lasso(args) -> int:
+    from .experiments.private_lasso import run_reproduction
+
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    if args.env_param:
+        raise ConfigError("reproduce private-lasso takes no --env-param (its set-ups are fixed)")
+    report = run_reproduction(
+        seeds=args.seeds,
+        epsilons=args.epsilon,
+        horizon=args.horizon,
+        quick=args.quick,
+        jobs=args.jobs,
+        base_seed=args.seed,
+        progress=not args.no_progress,
+    )
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(args.plot)
+        print(f"wrote {args.plot}")
+    failed = [c for c in report.checks if c.passed is False]
+    return EXIT_TARGET_FAILED if failed else 0
+
+
 # -- budget ------------------------------------------------------------------------------------
 def _cmd_budget(args) -> int:
     from .experiments.report import format_table
@@ -497,8 +545,7 @@ def _cmd_budget(args) -> int:
 # -- explain -----------------------------------------------------------------------------------
 def _cmd_explain(args) -> int:
     params = parse_kv(args.policy_param)
-    needs_d = ("fliphat", "lasso-bandit", "linucb", "linucb-disjoint", "greedy", "dp-linucb")
-    if args.policy in needs_d and "d" not in params:
+    if args.policy != "random" and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
     cfg = policy_config(args.policy, params)
     policy = cfg.build()
