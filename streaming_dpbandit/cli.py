@@ -648,7 +648,12 @@ def _cmd_serve(args) -> int:
     setup_logging(settings.log_level, settings.log_json)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    summary = run_service(settings)
+    from .stream.service import ServiceStartError
+
+    try:
+        summary = run_service(settings)
+    except ServiceStartError as err:
+        raise ConfigError(str(err)) from None
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=1, default=_json_default))
     return 0
