@@ -25,6 +25,7 @@ from .policies import (
     LinUCBDisjoint,
     Policy,
     RandomPolicy,
+    TablePolicy,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "PolicyConfig",
     "RandomConfig",
     "ServiceSettings",
+    "TableConfig",
     "format_validation_error",
     "load_service_settings",
     "parse_kv",
@@ -117,6 +119,26 @@ class RandomConfig(_PolicyConfig):
 
     def build(self, seed: int | None = None, **overrides) -> RandomPolicy:
         return RandomPolicy(**{"d": self.d, **overrides}, seed=seed)
+
+
+class TableConfig(_PolicyConfig):
+    """A fixed, context-free stochastic policy: action probabilities per slate position."""
+
+    policy: Literal["table"] = "table"
+    probabilities: list[list[float]] | list[float]
+    d: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        try:
+            TablePolicy(self.probabilities)._table()
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> TablePolicy:
+        params = {"probabilities": self.probabilities, "d": self.d, **overrides}
+        return TablePolicy(**params, seed=seed)
 
 
 class LassoBanditConfig(_PolicyConfig):
@@ -237,7 +259,8 @@ PolicyConfig = Annotated[
     | LinUCBConfig
     | LinUCBDisjointConfig
     | GreedyConfig
-    | DPLinUCBConfig,
+    | DPLinUCBConfig
+    | TableConfig,
     Field(discriminator="policy"),
 ]
 
@@ -249,6 +272,7 @@ _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "linucb-disjoint": LinUCBDisjointConfig,
     "greedy": GreedyConfig,
     "dp-linucb": DPLinUCBConfig,
+    "table": TableConfig,
 }
 
 

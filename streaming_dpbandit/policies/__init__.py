@@ -9,6 +9,7 @@ from .linucb import LinUCB
 from .linucb_disjoint import LinUCBDisjoint
 from .multi_armed import OneHotArms
 from .random import RandomPolicy
+from .table import TablePolicy
 
 #: Policies by registry name (the CLI's ``--policy``).
 REGISTRY: dict[str, type[Policy]] = {
@@ -19,6 +20,7 @@ REGISTRY: dict[str, type[Policy]] = {
     LinUCBDisjoint.name: LinUCBDisjoint,
     GreedyRidge.name: GreedyRidge,
     DPLinUCB.name: DPLinUCB,
+    TablePolicy.name: TablePolicy,
 }
 
 __all__ = [
@@ -33,4 +35,5 @@ __all__ = [
     "OneHotArms",
     "Policy",
     "RandomPolicy",
+    "TablePolicy",
 ]
