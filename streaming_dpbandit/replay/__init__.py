@@ -1,0 +1,1 @@
+"""Offline replay of logged streams: readers, the replay method, off-policy estimators."""
