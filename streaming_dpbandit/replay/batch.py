@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from .contexts import Contexts
-from .errors import LogFormatError
+from .errors import LogFormatError, show
 
 __all__ = ["LoggedBatch"]
 
@@ -98,7 +98,7 @@ class LoggedBatch:
         if bad.size:
             i = int(bad[0])
             raise LogFormatError(
-                f"{where}: event {self.event_ids[i]!r}: action {int(self.actions[i])} is not "
+                f"{where}: event {show(self.event_ids[i])}: action {int(self.actions[i])} is not "
                 f"among the {K} arms"
             )
         if self.mask is not None:
@@ -106,22 +106,23 @@ class LoggedBatch:
             if off.any():
                 i = int(np.flatnonzero(off)[0])
                 raise LogFormatError(
-                    f"{where}: event {self.event_ids[i]!r}: the logged arm was not a candidate"
+                    f"{where}: event {show(self.event_ids[i])}: the logged arm was not a candidate"
                 )
         p = self.propensities
         bad = np.flatnonzero(~(np.isfinite(p) & (p > 0) & (p <= 1)))
         if bad.size:
             i = int(bad[0])
             raise LogFormatError(
-                f"{where}: event {self.event_ids[i]!r}: propensity {p[i]!r} is not in (0, 1] "
-                "(off-policy estimates need the logging policy's positive propensities)"
+                f"{where}: event {show(self.event_ids[i])}: propensity {show(p[i])} is not in "
+                "(0, 1] (off-policy estimates need the logging policy's positive propensities)"
             )
         bad = np.flatnonzero(~np.isfinite(self.rewards))
         if bad.size:
             i = int(bad[0])
             raise LogFormatError(
-                f"{where}: event {self.event_ids[i]!r}: reward {self.rewards[i]!r} is not finite"
+                f"{where}: event {show(self.event_ids[i])}: reward {show(self.rewards[i])} "
+                "is not finite"
             )
         if (self.positions < 0).any():
             i = int(np.flatnonzero(self.positions < 0)[0])
-            raise LogFormatError(f"{where}: event {self.event_ids[i]!r}: negative position")
+            raise LogFormatError(f"{where}: event {show(self.event_ids[i])}: negative position")

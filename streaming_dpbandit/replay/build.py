@@ -97,6 +97,8 @@ def make_reader(
     ``max_pending`` (service logs), ``topics`` (Kafka: contexts,decisions,feedback names) or
     ``topic_prefix`` (default ``dpbandit``), ``features`` (OBD).
     """
+    if not log.startswith("kafka://") and not Path(log).exists():
+        raise LogFormatError(f"no such log {log}")
     fmt = fmt or guess_format(log)
     params = dict(params or {})
     if fmt not in FORMATS:

@@ -27,7 +27,7 @@ import numpy as np
 from ..policies.base import UNBOUNDED
 from .batch import LoggedBatch
 from .bootstrap import BlockBootstrap
-from .errors import LogFormatError
+from .errors import LogFormatError, show
 from .ledger import InMemoryLedger
 from .moments import RatioMoments
 from .ope.base import FEW_NONZERO, Estimate, RunningCurve, few_nonzero_warning
@@ -51,6 +51,9 @@ class ReplayMethod:
         Relative tolerance of the uniform-logging check (propensity vs 1/K).
     max_block
         Largest block of events decided at once.
+    record_matches
+        Keep the log indices of the matched events in ``matches`` (one array per chunk; for
+        tests and diagnostics — it grows with the log).
 
     Examples
     --------
@@ -82,6 +85,7 @@ class ReplayMethod:
         seed: int = 0,
         uniform_rtol: float = 5e-3,
         max_block: int = 8192,
+        record_matches: bool = False,
     ):
         self.policy = policy
         self.ledger = ledger if ledger is not None else InMemoryLedger()
@@ -90,6 +94,8 @@ class ReplayMethod:
         self.seed = seed
         self.uniform_rtol = uniform_rtol
         self.max_block = max_block
+        self.record_matches = record_matches
+        self.matches: list[np.ndarray] = []
         self._moments = RatioMoments()
         self._boot = BlockBootstrap()
         self._curve = RunningCurve()
@@ -109,7 +115,7 @@ class ReplayMethod:
             i = int(bad[0])
             raise LogFormatError(
                 f"the replay method needs uniformly logged events: event "
-                f"{batch.event_ids[i]!r} has propensity {batch.propensities[i]:.6g}, not "
+                f"{show(batch.event_ids[i])} has propensity {batch.propensities[i]:.6g}, not "
                 f"1/{int(batch.n_available()[i])}; evaluate a frozen policy with "
                 "--estimator ips,snips,dr instead"
             )
@@ -130,6 +136,8 @@ class ReplayMethod:
             hits = np.flatnonzero(arms == acts)
         else:
             hits = self._learning(batch)
+        if self.record_matches:
+            self.matches.append(hits + self.events)
         self.events += n
         self.matched += hits.size
         r = batch.rewards[hits]

@@ -143,7 +143,7 @@ class EventJoin:
             if getattr(self, "_first_bandit_where", None) is not None:
                 raise LogFormatError(
                     f"{where}: the log holds several bandits ({self.bandit_id!r}, "
-                    f"{bandit_id!r}, ...): choose one (--bandit)"
+                    f"{bandit_id!r}, ...): choose one (--log-param bandit=ID)"
                 )
             self.counters["other_bandits"] += 1
             return False

@@ -164,10 +164,8 @@ class KafkaLogReader(LogReader):
             return dict(default)
         if isinstance(bound, bool):
             raise LogFormatError("bad range bound")
-        if isinstance(bound, int):
-            return {
-                tp: min(max(bound, 0), default[tp]) if default is not None else bound for tp in tps
-            }
+        if isinstance(bound, int):  # the same offset in every partition (clamped later)
+            return dict.fromkeys(tps, bound)
         if isinstance(bound, dict):
             out = dict(default)
             names = {f"{tp.topic}:{tp.partition}": tp for tp in tps}
@@ -287,8 +285,7 @@ class KafkaLogReader(LogReader):
             if join.d is not None:
                 X = next(iter(join._ctx.values()))[0]
                 self.d, self.n_arms = join.d, int(X.shape[0])
-                if self.bandit_id is None:
-                    self.bandit_id = join.bandit_id
+                self.first_bandit = join.bandit_id
                 return
         raise LogFormatError(f"{self.where()}: no context events in the range")
 
@@ -306,7 +303,7 @@ class KafkaLogReader(LogReader):
         while pending:
             yield to_batch(pending[:chunk_size], self.d)
             pending = pending[chunk_size:]
-        self.counters = dict(join.counters)
+        self.counters = {k: v for k, v in join.counters.items() if v}
 
     def progress(self):
         return self._done, self._total, "record"
@@ -319,7 +316,7 @@ class KafkaLogReader(LogReader):
                 "topics": list(self.topics),
                 "start": _show(self.start),
                 "end": _show(self.end),
-                "bandit_id": self.bandit_id,
+                "bandit_id": self.bandit_id or getattr(self, "first_bandit", None),
                 "join": self.counters,
             }
         )

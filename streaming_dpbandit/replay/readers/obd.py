@@ -31,7 +31,7 @@ import numpy as np
 
 from ..batch import LoggedBatch
 from ..contexts import Contexts
-from ..errors import LogFormatError
+from ..errors import LogFormatError, show
 from .base import LogReader, open_text, require_file
 
 __all__ = ["BLOCKS", "ObdContexts", "ObdReader"]
@@ -316,7 +316,7 @@ class ObdReader(LogReader):
         if bad.size:
             i = int(bad[0])
             raise LogFormatError(
-                f"{where}: row {row0 + i + 1}: propensity_score {ps[i]!r} is not in (0, 1]"
+                f"{where}: row {row0 + i + 1}: propensity_score {show(ps[i])} is not in (0, 1]"
             )
         ids = arr[:, 4].astype(np.int64) if has_index else np.arange(row0, row0 + B)
         aff = arr[:, n_req:] if self._use_aff else None

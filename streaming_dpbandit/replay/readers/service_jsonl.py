@@ -139,8 +139,7 @@ class ServiceJsonlReader(LogReader):
             if join.d is not None:
                 X = next(iter(join._ctx.values()))[0]
                 self.d, self.n_arms = join.d, int(X.shape[0])
-                if self.bandit_id is None:
-                    self.bandit_id = join.bandit_id
+                self.first_bandit = join.bandit_id
                 return
         raise LogFormatError(f"{self.path}: no context events in the log")
 
@@ -158,7 +157,7 @@ class ServiceJsonlReader(LogReader):
         while pending:
             yield to_batch(pending[:chunk_size], self.d)
             pending = pending[chunk_size:]
-        self.counters = dict(join.counters)
+        self.counters = {k: v for k, v in join.counters.items() if v}
 
     def progress(self):
         return self._done, self.path.stat().st_size if self.path.exists() else None, "B"
@@ -168,7 +167,7 @@ class ServiceJsonlReader(LogReader):
         out.update(
             {
                 "path": str(self.path),
-                "bandit_id": self.bandit_id,
+                "bandit_id": self.bandit_id or getattr(self, "first_bandit", None),
                 "feedback_window": self.feedback_window,
                 "missing_reward": self.missing_reward,
                 "join": self.counters,

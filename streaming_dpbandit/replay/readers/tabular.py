@@ -19,7 +19,7 @@ import numpy as np
 
 from ..batch import LoggedBatch
 from ..contexts import ConstantContexts, DisjointContexts
-from ..errors import LogFormatError
+from ..errors import LogFormatError, show
 from .base import LogReader, open_text, require_file
 
 __all__ = ["ColumnMapping", "CsvReader", "ParquetReader"]
@@ -170,7 +170,7 @@ def _floats(values, what: str, where: str, row0: int) -> np.ndarray:
             try:
                 float(v)
             except (ValueError, TypeError):
-                kind = "missing" if v in ("", None) else f"not a number ({v!r})"
+                kind = "missing" if v in ("", None) else f"not a number ({show(v)})"
                 raise LogFormatError(f"{where}: row {row0 + i + 1}: {what} is {kind}") from None
         raise
     bad = np.flatnonzero(np.isnan(out))
@@ -266,7 +266,7 @@ class _TabularReader(LogReader):
         if bad.size:
             i = int(bad[0])
             raise LogFormatError(
-                f"{where}: row {row0 + i + 1}: action {values[i]!r} is not an arm index "
+                f"{where}: row {row0 + i + 1}: action {show(values[i])} is not an arm index "
                 f"0..{self.n_arms - 1} (give --map arms=... for labelled actions)"
             )
         return a
@@ -291,7 +291,7 @@ class _TabularReader(LogReader):
             if bad.size:
                 i = int(bad[0])
                 raise LogFormatError(
-                    f"{where}: row {row0 + i + 1}: propensity {props[i]!r} is not in (0, 1] "
+                    f"{where}: row {row0 + i + 1}: propensity {show(props[i])} is not in (0, 1] "
                     "(off-policy estimates need the logging policy's positive propensities)"
                 )
             if "position" in c:
@@ -301,7 +301,7 @@ class _TabularReader(LogReader):
                 if bad.size:
                     i = int(bad[0])
                     raise LogFormatError(
-                        f"{where}: row {row0 + i + 1}: position {cols[c['position']][i]!r} is "
+                        f"{where}: row {row0 + i + 1}: position {show(cols[c['position']][i])} is "
                         f"not an integer >= {m.position_base} (position_base)"
                     )
             else:
