@@ -531,3 +531,21 @@ def test_make_reader_csv_needs_a_mapping(tmp_path):
 def test_kafka_bounds_reject_nonsense(text):
     with pytest.raises(LogFormatError, match="bad"):
         parse_bound(text)
+
+
+@pytest.mark.parametrize("kind", ["obd", "disjoint", "constant", "dense"])
+def test_context_projection_equals_the_dense_product(kind, tmp_path):
+    from streaming_dpbandit.replay.contexts import ConstantContexts, DenseContexts, DisjointContexts
+
+    rng = np.random.default_rng(0)
+    if kind == "obd":
+        ctx = next(ObdReader(obd_sample()).chunks(50)).contexts
+    elif kind == "disjoint":
+        ctx = DisjointContexts(rng.normal(size=(50, 3)), n_arms=4)
+    elif kind == "constant":
+        ctx = ConstantContexts(50, n_arms=4)
+    else:
+        ctx = DenseContexts(rng.normal(size=(50, 4, 3)))
+    coef = rng.normal(size=(50, ctx.d))
+    want = np.einsum("bkd,bd->bk", ctx.dense(), coef)
+    assert np.allclose(ctx.project(coef), want)

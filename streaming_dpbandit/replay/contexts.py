@@ -39,6 +39,13 @@ class Contexts(abc.ABC):
     def take(self, idx: np.ndarray) -> Contexts:
         """The contexts of the events ``idx`` (an index array)."""
 
+    def project(self, coef: np.ndarray) -> np.ndarray:
+        """⟨x_{i,a}, coef_i⟩ for every event i and arm a, (B, K); ``coef`` is (B, d).
+
+        What a linear reward model needs for every arm; subclasses avoid the dense tensor.
+        """
+        return np.einsum("bkd,bd->bk", self.dense(), coef)
+
 
 class DenseContexts(Contexts):
     """Contexts stored as the dense (B, K, d) tensor.
@@ -106,6 +113,10 @@ class DisjointContexts(Contexts):
     def take(self, idx: np.ndarray) -> DisjointContexts:
         return DisjointContexts(self.shared[idx], self.n_arms)
 
+    def project(self, coef: np.ndarray) -> np.ndarray:
+        B = len(self)
+        return np.einsum("bw,bkw->bk", self.shared, coef.reshape(B, self.n_arms, self.width))
+
 
 class ConstantContexts(Contexts):
     """No features in the log: every arm of every event has the single feature 1.
@@ -135,3 +146,6 @@ class ConstantContexts(Contexts):
 
     def take(self, idx: np.ndarray) -> ConstantContexts:
         return ConstantContexts(len(np.arange(self.size)[idx]), self.n_arms)
+
+    def project(self, coef: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(coef[:, :1], (self.size, self.n_arms))

@@ -99,7 +99,7 @@ class OffPolicyEvaluator:
             offset += k
         if not self._frozen:
             self._freeze()
-        arms, probs = frozen_choices(self.policy, batch)
+        arms, probs = frozen_choices(self.policy, batch, need_arms=False)
         a = batch.actions
         idx = np.arange(len(batch))
         pe = probs[idx, a] if probs is not None else (arms == a).astype(np.float64)

@@ -132,10 +132,7 @@ class RidgeRewardModel:
 
     def predict_all(self, batch: LoggedBatch, offset: int) -> np.ndarray:
         """q̂(x_i, a, p_i) for every arm (B, K)."""
-        X = batch.contexts.dense()
         c = self._coef_for(offset, len(batch))
         pos = np.minimum(batch.positions, self._P - 1)
-        return (
-            np.einsum("bkd,bd->bk", X, c[:, : self.d])
-            + c[np.arange(len(batch)), self.d + pos][:, None]
-        )
+        q = batch.contexts.project(c[:, : self.d])
+        return q + c[np.arange(len(batch)), self.d + pos][:, None]

@@ -31,10 +31,13 @@ def target_probabilities(policy, batch: LoggedBatch) -> np.ndarray:
     return policy.action_probabilities(batch.n_arms, batch.positions, batch.mask)
 
 
-def frozen_choices(policy, batch: LoggedBatch) -> tuple[np.ndarray, np.ndarray | None]:
-    """The frozen policy's arm per event, and π_e(· | x_i, p_i) when the policy has it."""
+def frozen_choices(
+    policy, batch: LoggedBatch, need_arms: bool = True
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The frozen policy's arm per event, and π_e(· | x_i, p_i) when the policy has it (then
+    the arms are drawn only if ``need_arms``: estimators use the distribution itself)."""
     if has_distribution(policy):
         probs = target_probabilities(policy, batch)
-        return policy.sample(probs, batch.event_ids), probs
+        return (policy.sample(probs, batch.event_ids) if need_arms else None), probs
     dec = policy.decide_frozen(batch.contexts.dense(), batch.event_ids, batch.mask)
     return np.asarray(dec.arms, dtype=np.int64), None

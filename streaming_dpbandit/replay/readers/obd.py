@@ -81,6 +81,13 @@ class ObdContexts(Contexts):
             out[:, f] = self._aff(self.affinity[np.arange(arms.size), arms])
         return out
 
+    def project(self, coef: np.ndarray) -> np.ndarray:
+        f = self.fixed.shape[1]
+        out = coef[:, :f] @ self.fixed.T  # (B, K)
+        if self.affinity is not None:
+            out += self._aff(self.affinity) * coef[:, f : f + 1]
+        return out
+
     def take(self, idx: np.ndarray) -> ObdContexts:
         if self.affinity is not None:
             return ObdContexts(self.fixed, self.affinity[idx], self.scale)
