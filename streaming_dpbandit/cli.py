@@ -462,6 +462,7 @@ def _replay_specs(args, reader) -> list:
                     f"that log's on-policy value {source['value']:.4g} "
                     f"[{source['ci_normal'][0]:.4g}, {source['ci_normal'][1]:.4g}]"
                 )
+                source["label"] = "source log (on-policy)"
             elif "probabilities" not in user:
                 raise ConfigError(
                     "table needs --policy-param probabilities=[[...]] or from_log=PATH"
@@ -483,8 +484,7 @@ def _replay_specs(args, reader) -> list:
                     )
                 )
         else:
-            spec = PolicySpec(name, name, cfg0.build().public_params(), note=note)
-            spec.source_log = source
+            spec = PolicySpec(name, name, cfg0.build().public_params(), note=note, reference=source)
             specs.append(spec)
     for spec in specs:
         spec.params.pop("seed", None)
@@ -559,10 +559,6 @@ def _cmd_replay(args) -> int:
     print(replay_table(result))
     if args.json:
         out = result.to_json()
-        for spec, run in zip(specs, out["runs"]):
-            src = getattr(spec, "source_log", None)
-            if src:
-                run["source_log"] = src
         Path(args.json).write_text(json.dumps(out, indent=1, default=_json_default))
         print(f"wrote {args.json}")
     if args.plot:
@@ -900,6 +896,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped early (| head)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -104,7 +104,8 @@ def test_obd_worked_example_bts_from_the_uniform_log(tmp_path, capsys):
     res = json.loads(js.read_text())
     assert plot.stat().st_size > 10_000
     run_ = res["runs"][0]
-    src = run_["source_log"]
+    src = run_["reference"]
+    assert src["label"] == "source log (on-policy)"
     assert src["events"] == 3000
     assert src["value"] == pytest.approx(29 / 3000)  # the BTS slice's click rate
     est = run_["offpolicy"]["estimates"]

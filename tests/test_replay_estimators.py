@@ -219,3 +219,20 @@ def test_few_nonzero_terms_are_flagged():
 def test_estimators_need_their_inputs():
     with pytest.raises(ValueError, match="reward model"):
         DR().update(np.ones(3), np.ones(3))
+
+
+def test_running_curve_points_are_the_estimates_of_the_prefixes():
+    rng = np.random.default_rng(6)
+    r = rng.random(1000)
+    w = rng.exponential(size=1000)
+    est = SNIPS(bootstrap=0)
+    for part in np.array_split(np.arange(1000), 3):
+        est.update(r[part], w[part], events=int(part[-1]) + 1)
+    curve = est.estimate().curve
+    assert curve["events"][-1] == 1000 and len(curve["events"]) > 3 * 4
+    for x, v, lo, hi in zip(curve["events"], curve["value"], curve["lo"], curve["hi"]):
+        alone = SNIPS(bootstrap=0)
+        alone.update(r[:x], w[:x])
+        e = alone.estimate()
+        assert v == pytest.approx(e.value, rel=1e-9)
+        assert (lo, hi) == pytest.approx(e.ci_normal, rel=1e-7)

@@ -44,6 +44,9 @@ class PolicySpec:
         The privacy budget (``None`` for non-private policies).
     note
         A label shown with the results (e.g. a non-default calibration's).
+    reference
+        A value to compare the estimates with, e.g. the on-policy value of the log a table
+        policy was fitted from: ``{"label", "value", "se", "ci_normal", ...}``.
     """
 
     key: str
@@ -52,6 +55,7 @@ class PolicySpec:
     epsilon: float | None = None
     delta: float | None = None
     note: str | None = None
+    reference: dict | None = None
 
     def build(self, seed: int | None):
         return REGISTRY[self.policy](**self.params, seed=seed)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy import special
 
-__all__ = ["RatioMoments", "normal_quantile"]
+__all__ = ["RatioMoments", "normal_quantile", "prefix_estimates"]
 
 
 def normal_quantile(level: float) -> float:
@@ -32,6 +32,50 @@ def normal_quantile(level: float) -> float:
     if not 0 < level < 1:
         raise ValueError("level must be in (0, 1)")
     return float(special.ndtri(0.5 + level / 2))
+
+
+def prefix_estimates(
+    before: tuple, a: np.ndarray, b: np.ndarray, ends: np.ndarray, z: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Estimates and normal intervals after the first ``ends[j]`` terms of a chunk.
+
+    ``before`` is :meth:`RatioMoments.total` before the chunk. Vectorised: segment sums of the
+    terms shifted by the running means (one pass), cumulated and Chan-merged with ``before`` —
+    what a running curve needs inside a chunk without updating the moments term by term.
+
+    >>> m = RatioMoments(); m.update(np.array([1.0, 3.0]), np.ones(2))
+    >>> v, lo, hi = prefix_estimates(m.total(), np.array([5.0, 7.0]), np.ones(2),
+    ...                              np.array([1, 2]), 1.96)
+    >>> v.tolist()
+    [3.0, 4.0]
+    """
+    n1, ma1, mb1, caa1, cbb1, cab1 = before
+    if n1 == 0:
+        ma1, mb1 = float(a[0]), float(b[0])
+    da = a - ma1
+    db = b - mb1
+    starts = np.r_[0, ends[:-1]]
+    seg = [np.add.reduceat(x, starts) for x in (da, db, da * da, db * db, da * db)]
+    sa, sb, saa, sbb, sab = (np.cumsum(x) for x in seg)
+    n2 = ends.astype(np.float64)
+    # prefix statistics (about their own means), then Chan's merge with ``before``
+    ma2 = ma1 + sa / n2
+    mb2 = mb1 + sb / n2
+    caa2 = saa - sa * sa / n2
+    cbb2 = sbb - sb * sb / n2
+    cab2 = sab - sa * sb / n2
+    n = n1 + n2
+    f = n1 * n2 / n
+    ma = (n1 * ma1 + n2 * ma2) / n
+    mb = (n1 * mb1 + n2 * mb2) / n
+    caa = caa1 + caa2 + (ma2 - ma1) ** 2 * f
+    cbb = cbb1 + cbb2 + (mb2 - mb1) ** 2 * f
+    cab = cab1 + cab2 + (ma2 - ma1) * (mb2 - mb1) * f
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = ma / mb
+        var = (caa - 2 * v * cab + v * v * cbb) / np.maximum(n - 1, 1)
+        se = np.where(n >= 2, np.sqrt(np.maximum(var, 0.0) / n) / np.abs(mb), np.nan)
+    return v, v - z * se, v + z * se
 
 
 class RatioMoments:

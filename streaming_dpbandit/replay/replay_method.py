@@ -29,7 +29,7 @@ from .batch import LoggedBatch
 from .bootstrap import BlockBootstrap
 from .errors import LogFormatError, show
 from .ledger import InMemoryLedger
-from .moments import RatioMoments
+from .moments import RatioMoments, normal_quantile
 from .ope.base import FEW_NONZERO, Estimate, RunningCurve, few_nonzero_warning
 from .target import frozen_choices, has_distribution
 
@@ -140,14 +140,20 @@ class ReplayMethod:
             self.matches.append(hits + self.events)
         self.events += n
         self.matched += hits.size
+        hits = np.sort(hits)
         r = batch.rewards[hits]
         self._nonzero += int(np.count_nonzero(r))
+        before = self._moments.total()
         self._moments.update(r, np.ones_like(r), batch.positions[hits])
         if self.bootstrap:
             self._boot.add(r, np.ones_like(r))
         x = events if events is not None else self.events
         self._last_x = x
-        self._curve.record(x, self._moments.estimate(self.level))
+        if hits.size:
+            xs = x - n + hits + 1  # log position of each matched event
+            self._curve.record_chunk(before, r, np.ones_like(r), xs, normal_quantile(self.level))
+        else:
+            self._curve.record(x, self._moments.estimate(self.level))
 
     def _block(self, m: int, K: int, d: int) -> int:
         """Events to decide at once when the model stays frozen for ``m`` more matches.

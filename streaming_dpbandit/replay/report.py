@@ -54,6 +54,20 @@ def _rows(result: ReplayResult):
     for run in result.runs:
         if run["note"]:
             notes.append(f"{run['key']}: {run['note']}")
+        ref = run.get("reference")
+        if ref:
+            rows.append(
+                [
+                    run["key"],
+                    ref.get("label", "reference"),
+                    _num(ref["value"]),
+                    _ci(ref.get("ci_normal")),
+                    "-",
+                    str(ref.get("events", "-")),
+                    "-",
+                    "-",
+                ]
+            )
         rp = run["replay"]
         if rp is not None:
             e = rp["estimate"]
@@ -193,6 +207,12 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
             ax.fill_between(c["events"], lo, hi, alpha=0.18)
         if op["value"] is not None:
             ax.axhline(op["value"], color="k", ls="--", lw=1, label="logged policy")
+        ref = run.get("reference")
+        if ref and ref.get("value") is not None:
+            ax.axhline(ref["value"], color="purple", ls=":", lw=1.4, label=ref.get("label"))
+            ci = ref.get("ci_normal")
+            if ci and ci[0] is not None:
+                ax.axhspan(ci[0], ci[1], color="purple", alpha=0.07)
         ax.set_title(run["key"], fontsize=9)
         ax.set_xlabel("events of the log")
         ax.grid(alpha=0.3)
@@ -200,8 +220,9 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
     for ax in axes.flat[len(runs) :]:
         ax.set_visible(False)
     axes[0][0].set_ylabel(f"estimated value ({result.level:.0%} interval)")
+    where = result.log.get("path") or result.log.get("bootstrap", "")
     fig.suptitle(
-        title or f"replay of {result.log.get('format')} log: {result.events} events", fontsize=10
+        title or f"{result.log.get('format')} log {where}: {result.events:,} events", fontsize=9
     )
     fig.tight_layout()
     fig.savefig(path)

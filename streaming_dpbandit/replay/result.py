@@ -56,6 +56,7 @@ class ReplayResult:
                 "epsilon": spec.epsilon,
                 "delta": spec.delta,
                 "note": spec.note,
+                "reference": spec.reference,
                 "replay": None,
                 "offpolicy": None,
             }

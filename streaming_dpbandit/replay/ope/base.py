@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..bootstrap import BlockBootstrap
-from ..moments import RatioMoments, normal_quantile
+from ..moments import RatioMoments, normal_quantile, prefix_estimates
 
 __all__ = ["FEW_NONZERO", "Estimate", "OffPolicyEstimator", "RunningCurve", "few_nonzero_warning"]
 
@@ -111,6 +111,20 @@ class RunningCurve:
         self._rows: list[tuple[int, float, float, float]] = []
         self._stride = 1
         self._calls = 0
+
+    def record_chunk(
+        self, before: tuple, a: np.ndarray, b: np.ndarray, xs: np.ndarray, z: float, points: int = 8
+    ) -> None:
+        """Record up to ``points`` running estimates inside a chunk of terms (a, b) whose
+        x positions (events of the log) are ``xs``; ``before`` are the totals before it."""
+        n = a.size
+        if n == 0:
+            return
+        k = min(points, n)
+        ends = np.unique(np.linspace(0, n, k + 1).astype(np.int64)[1:])
+        v, lo, hi = prefix_estimates(before, a, b, ends, z)
+        for j, e in enumerate(ends):
+            self.record(int(xs[e - 1]), {"value": float(v[j]), "ci": [float(lo[j]), float(hi[j])]})
 
     def record(self, events: int, est: dict) -> None:
         self._calls += 1
@@ -214,12 +228,15 @@ class OffPolicyEstimator:
         if self.needs_model and (q_logged is None or q_target is None):
             raise ValueError(f"{self.name} needs the reward model's q_logged and q_target")
         a, b = self.terms(r, weights, q_logged, q_target)
+        before = self._moments.total()
         self._moments.update(a, b, positions)
         self._nonzero += int(np.count_nonzero(a))
         if self.bootstrap:
             self._boot.add(a, b)
-        self._events = events if events is not None else self._events + r.size
-        self._curve.record(self._events, self._moments.estimate(self.level))
+        start = (events if events is not None else self._events + r.size) - r.size
+        self._events = start + r.size
+        xs = np.arange(start + 1, start + r.size + 1)
+        self._curve.record_chunk(before, a, b, xs, normal_quantile(self.level))
 
     def estimate(self) -> Estimate:
         """The estimate of everything seen so far."""
