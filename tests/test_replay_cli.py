@@ -205,3 +205,24 @@ def test_replay_csv_log_with_mapping(tmp_path, capsys):
     assert res["log"]["d"] == 6  # 2 arms × (2 columns + intercept), disjoint encoding
     # greedy learns the rule "arm 1 iff x0 > 0" (value 0.8) from matched events
     assert res["runs"][0]["replay"]["estimate"]["value"] > 0.65
+
+
+def test_non_uniform_log_skips_the_replay_method_but_not_the_estimators(tmp_path, capsys):
+    js = tmp_path / "out.json"
+    argv = ["replay", "--log", BTS, "--policy", "random", "--json", str(js), "--no-progress"]
+    assert run(argv) == 0  # default estimators: replay,ips,snips,dr
+    out = capsys.readouterr().out
+    assert "replay method skipped: the replay method needs uniformly logged events" in out
+    res = json.loads(js.read_text())
+    run_ = res["runs"][0]
+    assert run_["replay"] is None and "uniformly" in run_["replay_skipped"]
+    assert set(run_["offpolicy"]["estimates"]) == {"ips", "snips", "dr"}
+
+
+def test_kafka_is_not_imported_by_the_replay_package():
+    code = (
+        "import sys, streaming_dpbandit.replay, streaming_dpbandit.replay.readers; "
+        "print('kafka' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

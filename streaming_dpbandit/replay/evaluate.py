@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from ..policies import REGISTRY
+from .errors import LogFormatError
 from .ledger import InMemoryLedger
 from .offpolicy import OffPolicyEvaluator
 from .ope import ESTIMATORS, OnPolicy
@@ -195,7 +196,14 @@ def replay_log(
         for run in runs:
             if run["replay"] is not None:
                 t1 = time.perf_counter()
-                run["replay"].process(batch, events=end)
+                try:
+                    run["replay"].process(batch, events=end)
+                except LogFormatError as err:
+                    if not estimators:  # the replay method was all that was asked for
+                        raise
+                    # a log that is not uniform: the other estimators go on without it
+                    run["replay"] = None
+                    run["replay_skipped"] = str(err)
                 run["time"]["replay"] += time.perf_counter() - t1
             if run["offpolicy"] is not None:
                 t1 = time.perf_counter()

@@ -54,6 +54,8 @@ def _rows(result: ReplayResult):
     for run in result.runs:
         if run["note"]:
             notes.append(f"{run['key']}: {run['note']}")
+        if run.get("replay_skipped"):
+            notes.append(f"{run['key']}: replay method skipped: {run['replay_skipped']}")
         ref = run.get("reference")
         if ref:
             rows.append(

@@ -60,6 +60,8 @@ class ReplayResult:
                 "replay": None,
                 "offpolicy": None,
             }
+            if run.get("replay_skipped"):
+                item["replay_skipped"] = run["replay_skipped"]
             rm = run["replay"]
             if rm is not None:
                 item["replay"] = {
