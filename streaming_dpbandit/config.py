@@ -29,6 +29,7 @@ from .policies import (
     PrivateLASSO,
     RandomPolicy,
     SALassoBandit,
+    TablePolicy,
     THLassoBandit,
 )
 
@@ -46,6 +47,7 @@ __all__ = [
     "SALassoConfig",
     "ServiceSettings",
     "THLassoConfig",
+    "TableConfig",
     "format_validation_error",
     "load_service_settings",
     "parse_kv",
@@ -125,6 +127,26 @@ class RandomConfig(_PolicyConfig):
 
     def build(self, seed: int | None = None, **overrides) -> RandomPolicy:
         return RandomPolicy(**{"d": self.d, **overrides}, seed=seed)
+
+
+class TableConfig(_PolicyConfig):
+    """A fixed, context-free stochastic policy: action probabilities per slate position."""
+
+    policy: Literal["table"] = "table"
+    probabilities: list[list[float]] | list[float]
+    d: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        try:
+            TablePolicy(self.probabilities)._table()
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> TablePolicy:
+        params = {"probabilities": self.probabilities, "d": self.d, **overrides}
+        return TablePolicy(**params, seed=seed)
 
 
 class LassoBanditConfig(_PolicyConfig):
@@ -363,7 +385,8 @@ PolicyConfig = Annotated[
     | DPLinUCBConfig
     | PrivateLassoConfig
     | THLassoConfig
-    | SALassoConfig,
+    | SALassoConfig
+    | TableConfig,
     Field(discriminator="policy"),
 ]
 
@@ -378,6 +401,7 @@ _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "private-lasso": PrivateLassoConfig,
     "th-lasso": THLassoConfig,
     "sa-lasso": SALassoConfig,
+    "table": TableConfig,
 }
 
 

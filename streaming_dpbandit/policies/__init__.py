@@ -12,6 +12,7 @@ from .private_lasso import PrivateLASSO
 from .private_lasso_paper import PrivateLASSOPaper
 from .random import RandomPolicy
 from .sa_lasso import SALassoBandit
+from .table import TablePolicy
 from .th_lasso import THLassoBandit
 
 #: Policies by registry name (the CLI's ``--policy``).
@@ -26,6 +27,7 @@ REGISTRY: dict[str, type[Policy]] = {
     PrivateLASSO.name: PrivateLASSO,
     THLassoBandit.name: THLassoBandit,
     SALassoBandit.name: SALassoBandit,
+    TablePolicy.name: TablePolicy,
 }
 
 __all__ = [
@@ -44,4 +46,5 @@ __all__ = [
     "RandomPolicy",
     "SALassoBandit",
     "THLassoBandit",
+    "TablePolicy",
 ]
