@@ -45,6 +45,7 @@ __all__ = [
     "PrivateLassoConfig",
     "RandomConfig",
     "SALassoConfig",
+    "ScalingSettings",
     "ServiceSettings",
     "THLassoConfig",
     "TableConfig",
@@ -533,6 +534,29 @@ class KafkaSettings(_Section):
     ssl_cafile: str | None = None
 
 
+class ScalingSettings(_Section):
+    """Several replicas in one consumer group (docs/scaling.md, pattern 1).
+
+    ``single`` (default): one process owns every partition; snapshots and the ledger live in
+    the local state directory. ``group``: each input partition index is a *task* with its own
+    Kafka transactional producer; task snapshots go to a compacted changelog topic and ledger
+    records to a compacted ledger topic, committed atomically with the task's outputs.
+    """
+
+    mode: Literal["single", "group"] = "single"
+    state_topic: str | None = Field(None, description="default: <group_id>.state")
+    ledger_topic: str | None = Field(None, description="default: <group_id>.ledger")
+    commit_interval_s: float = Field(
+        1.0, gt=0, description="transaction commit interval: bounds the decisions' visibility"
+    )
+    session_timeout_ms: int = Field(
+        10_000,
+        ge=1000,
+        description="consumer-group session: how fast a dead replica's partitions move",
+    )
+    transaction_timeout_ms: int = Field(60_000, ge=1000)
+
+
 class SimulationSource(_Section):
     """The embedded default input: a simulated stream from an ``envs/`` environment."""
 
@@ -602,6 +626,7 @@ class ServiceSettings(BaseSettings):
 
     mode: Literal["service", "simulation"] = "service"
     kafka: KafkaSettings | None = None
+    scaling: ScalingSettings = ScalingSettings()
     simulation: SimulationSource = SimulationSource()
     file: FileSource | None = None
     bandits: dict[str, BanditSettings] = Field(default_factory=dict)
@@ -647,6 +672,8 @@ class ServiceSettings(BaseSettings):
             and len({topics.contexts, topics.feedback, topics.decisions, topics.dead_letter}) < 4
         ):
             raise ValueError("the four topics must have different names")
+        if self.scaling.mode == "group" and self.kafka is None:
+            raise ValueError("scaling.mode 'group' needs the kafka section (replicas share topics)")
         return self
 
 

@@ -13,9 +13,11 @@ def read_to_end(
     read_to: dict[int, int],
     on_message: Callable[[bytes, bytes | None], None],
     consumer_config: dict | None = None,
+    partitions: list[int] | None = None,
 ) -> None:
     """Call ``on_message(key, value)`` for every committed record of ``topic`` after the offsets
-    in ``read_to`` (per partition; updated in place) up to the topic's end right now."""
+    in ``read_to`` (per partition; updated in place) up to the topic's end right now — of every
+    partition, or only of ``partitions``."""
     from kafka import KafkaConsumer, TopicPartition
 
     c = KafkaConsumer(
@@ -25,7 +27,13 @@ def read_to_end(
         **(consumer_config or {}),
     )
     try:
-        parts = [TopicPartition(topic, p) for p in (c.partitions_for_topic(topic) or [])]
+        known = c.partitions_for_topic(topic) or set()
+        if partitions is not None:
+            missing = set(partitions) - set(known)
+            if missing:
+                raise ValueError(f"topic {topic} has no partition {sorted(missing)}")
+            known = partitions
+        parts = [TopicPartition(topic, p) for p in sorted(known)]
         if not parts:
             return
         c.assign(parts)

@@ -28,15 +28,25 @@ class KafkaLedger:
         ``send(topic, key, value)`` of the producer that writes records.
     consumer_config
         Extra kafka-python consumer settings (security).
+    partitions
+        Read only these partitions of the topic (a task reads its own; default: all).
     """
 
     repaired_bytes = 0
 
-    def __init__(self, bootstrap: str, topic: str, send=None, consumer_config: dict | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        send=None,
+        consumer_config: dict | None = None,
+        partitions: list[int] | None = None,
+    ):
         self.bootstrap = bootstrap
         self.topic = topic
         self.send = send
         self.consumer_config = consumer_config or {}
+        self.partitions = partitions
         self._records: dict[str, ReleaseRecord] = {}
         self._order: list[str] = []
         self._read_to: dict[int, int] = {}
@@ -52,7 +62,14 @@ class KafkaLedger:
             if value is not None:
                 self._remember(ReleaseRecord.from_dict(json.loads(value)))
 
-        read_to_end(self.bootstrap, self.topic, self._read_to, on_message, self.consumer_config)
+        read_to_end(
+            self.bootstrap,
+            self.topic,
+            self._read_to,
+            on_message,
+            self.consumer_config,
+            self.partitions,
+        )
 
     def _remember(self, rec: ReleaseRecord) -> None:
         if rec.release_id not in self._records:

@@ -64,12 +64,18 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
 def run_service(settings: ServiceSettings, transport: Transport | None = None, out=None) -> dict:
     """Run until the input ends or SIGTERM/SIGINT; print and return the summary."""
     out = sys.stdout if out is None else out
-    transport = transport or build_transport(settings)
+    group = settings.scaling.mode == "group" and transport is None
+    transport = None if group else (transport or build_transport(settings))
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)
     if port:
         print(f"metrics: http://{settings.metrics.host}:{port}/metrics", file=sys.stderr)
-    service = Service(settings, transport, metrics)
+    if group:
+        from .group import GroupService
+
+        service = GroupService(settings, metrics)
+    else:
+        service = Service(settings, transport, metrics)
     service.open()
     service.install_signal_handlers()
     bar = None
@@ -108,7 +114,10 @@ def run_service(settings: ServiceSettings, transport: Transport | None = None, o
     source = getattr(transport, "source", None)
     if source is not None and hasattr(source, "summary"):
         summary["source"] = source.summary()
-    summary["state_directory"] = str(settings.snapshots.directory)
+    if group:
+        summary["state_topic"] = service.state_topic
+    else:
+        summary["state_directory"] = str(settings.snapshots.directory)
     print_summary(summary, out)
     return summary
 
@@ -136,7 +145,8 @@ def print_summary(summary: dict, out) -> None:
         )
     print(
         f"served {summary['decisions']:,} decisions in {summary['elapsed_s']:.1f} s "
-        f"({summary['events_per_s']:,.0f} events/s); state in {summary['state_directory']}",
+        f"({summary['events_per_s']:,.0f} events/s); state in "
+        f"{summary.get('state_directory') or summary.get('state_topic')}",
         file=out,
     )
     print(

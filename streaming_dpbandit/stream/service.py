@@ -129,6 +129,21 @@ class Service:
                 "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
                 self.ledger.repaired_bytes,
             )
+        offsets = self._restore(snap)
+        try:
+            self.transport.open(offsets)
+        except Exception as err:  # e.g. kafka.errors.NoBrokersAvailable
+            self.ledger.close()
+            raise ServiceStartError(
+                f"cannot open the transport: {type(err).__name__}: {err}"
+            ) from None
+        self.last_snapshot = time.monotonic()
+        self.started = time.monotonic()
+        self._stop = False
+
+    def _restore(self, snap: dict | None) -> dict[TP, int]:
+        """Load a snapshot's bandit states and offsets; ledger its unledgered releases; returns
+        the input offsets to resume at."""
         offsets: dict[TP, int] = {}
         if snap is not None:
             for name, st in snap["bandits"].items():
@@ -160,16 +175,7 @@ class Service:
         for rt in self.bandits.values():  # releases made but not yet in the ledger
             self._ledger_append(rt)
         self._export_spend()
-        try:
-            self.transport.open(offsets)
-        except Exception as err:  # e.g. kafka.errors.NoBrokersAvailable
-            self.ledger.close()
-            raise ServiceStartError(
-                f"cannot open the transport: {type(err).__name__}: {err}"
-            ) from None
-        self.last_snapshot = time.monotonic()
-        self.started = time.monotonic()
-        self._stop = False
+        return offsets
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self, *_args) -> None:
@@ -265,7 +271,7 @@ class Service:
                 raise BadInput(_reason(err, "invalid_event"), _first_error(err)) from None
             rt = self.bandits.get(ev.bandit_id)
             if rt is None:
-                raise BadInput("unknown_bandit", f"bandit {ev.bandit_id!r} is not configured")
+                raise BadInput(*self._missing_bandit(ev.bandit_id))
             X, ids = rt.encode(ev)
             out = (rt, Pending(ev, X, ids, received))
         except BadInput as bad:
@@ -347,6 +353,10 @@ class Service:
             self.metrics.blocked.labels(self.blocked.pop(tp)).set(0)
         return True
 
+    def _missing_bandit(self, bandit_id: str) -> tuple[str, str]:
+        """Dead-letter (reason, detail) for a message naming a bandit this service lacks."""
+        return "unknown_bandit", f"bandit {bandit_id!r} is not configured"
+
     def _count_event(self, r: Record, reason: str) -> None:
         bandit = "unknown"
         if reason not in ("malformed_json", "invalid_event", "oversized") and r.key:
@@ -376,8 +386,9 @@ class Service:
             return
         rt = self.bandits.get(msg.bandit_id)
         if rt is None:
-            self._dead(r, "unknown_bandit", f"bandit {msg.bandit_id!r} is not configured")
-            self.metrics.feedback.labels("unknown", "unknown_bandit").inc()
+            reason, detail = self._missing_bandit(msg.bandit_id)
+            self._dead(r, reason, detail)
+            self.metrics.feedback.labels("unknown", reason).inc()
             return
         if isinstance(msg, Watermark):
             rt.last_feedback_wall = time.monotonic()
@@ -477,13 +488,18 @@ class Service:
                 name: self._fingerprint(self.settings.bandits[name]) for name in self.bandits
             },
         }
+        size = self._save_state(state)
+        self.last_snapshot = time.monotonic()
+        self.metrics.checkpoints.labels(reason).inc()
+        self.metrics.checkpoint_bytes.set(size)
+
+    def _save_state(self, state: dict) -> int:
+        """Write a snapshot durably (the local directory); returns its size in bytes."""
         size = self.store.save(state)
         commit = getattr(self.transport, "commit", None)
         if commit is not None:  # for monitoring tools; the snapshot is authoritative
             commit({tp: off for tp, off in self.offsets.items()})
-        self.last_snapshot = time.monotonic()
-        self.metrics.checkpoints.labels(reason).inc()
-        self.metrics.checkpoint_bytes.set(size)
+        return size
 
     def _export_spend(self) -> None:
         records = self.ledger.records()

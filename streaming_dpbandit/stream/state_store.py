@@ -71,13 +71,23 @@ class KafkaChangelogStore(StateStore):
         producer in the service, so a snapshot commits atomically with the outputs it implies.
     consumer_config
         Extra kafka-python consumer settings (security).
+    partitions
+        Read only these partitions of the topic (a task reads its own; default: all).
     """
 
-    def __init__(self, bootstrap: str, topic: str, send=None, consumer_config: dict | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        send=None,
+        consumer_config: dict | None = None,
+        partitions: list[int] | None = None,
+    ):
         self.bootstrap = bootstrap
         self.topic = topic
         self.send = send
         self.consumer_config = consumer_config or {}
+        self.partitions = partitions
         self._values: dict[str, bytes] = {}
         self._read_to: dict[int, int] = {}
         self._seq: dict[str, int] = {}
@@ -93,7 +103,14 @@ class KafkaChangelogStore(StateStore):
             else:
                 self._values[k] = value
 
-        read_to_end(self.bootstrap, self.topic, self._read_to, on_message, self.consumer_config)
+        read_to_end(
+            self.bootstrap,
+            self.topic,
+            self._read_to,
+            on_message,
+            self.consumer_config,
+            self.partitions,
+        )
 
     def load(self, task: str) -> dict | None:
         self.refresh()

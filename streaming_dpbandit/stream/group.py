@@ -1,0 +1,532 @@
+"""Several replicas in one consumer group: per-partition tasks with Kafka transactions
+(docs/scaling.md, pattern 1).
+
+A *task* is an input partition index p: the bandits whose id hashes to p and partition p of both
+input topics (contexts and feedback are keyed by ``bandit_id`` and co-partitioned). Each task is
+a :class:`~streaming_dpbandit.stream.service.Service` over its own bandits with its own
+transactional producer (``transactional.id = <group>-task-<p>``). Everything the task writes —
+decisions, dead letters, its snapshot (in partition p of the compacted state topic) and its
+ledger records (partition p of the compacted ledger topic) — belongs to the task's open
+transaction, committed every ``scaling.commit_interval_s`` and at every private release before
+the release is used.
+
+When a replica gains a task it calls ``init_transactions()`` for the task's id: this fences every
+older producer of that id (a crashed, paused or partitioned replica) and aborts its open
+transaction. Only then does it read the task's last committed snapshot and seek to its offsets.
+A replica that lost a task can never commit for it again; any error of a task's producer drops
+the task and makes the replica rejoin the group.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..config import ServiceSettings
+from ..metrics import ServiceMetrics
+from .kafka_ledger import KafkaLedger
+from .kafka_transport import _common
+from .partitioning import partition_of
+from .service import Service, ServiceStartError, _tp_key
+from .state_store import KafkaChangelogStore
+from .transport import TP, Record, Transport
+
+__all__ = ["GroupService", "TaskLost", "TaskService"]
+
+log = logging.getLogger("streaming_dpbandit.group")
+
+
+def _partition_count(admin, topic: str, wait_s: float = 30.0) -> int:
+    """Partitions of ``topic`` (0 if it does not exist); waits for a just-created topic."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        (meta,) = admin.describe_topics([topic])
+        if meta.get("error_code", 0) == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+            n = 0
+        else:
+            n = len(meta["partitions"])
+        if n > 0 or time.monotonic() > deadline:
+            return n
+        time.sleep(0.2)
+
+
+class TaskLost(RuntimeError):
+    """A task's producer failed (fenced by a newer owner, or a broken transaction)."""
+
+
+class _TaskTransport(Transport):
+    """A task's view of the replica's clients: sends go into the task's transaction."""
+
+    def __init__(self, producer, consumer, tps: list[TP], replica: str):
+        self.producer = producer
+        self.consumer = consumer
+        self.tps = tps
+        self.replica = replica
+
+    def open(self, start_offsets: dict[TP, int]) -> None:  # the group service seeks
+        return None
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        raise NotImplementedError("the group service polls for its tasks")
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        try:
+            self.producer.send(topic, key=key, value=value, headers=self._headers)
+        except Exception as err:  # fenced, or the transaction is in an error state
+            raise TaskLost(f"send failed: {type(err).__name__}: {err}") from err
+
+    @property
+    def _headers(self) -> list[tuple[str, bytes]]:
+        return [("replica", self.replica.encode())]
+
+    def flush(self) -> None:  # the transaction commit is the durability point
+        return None
+
+    def pause(self, tp: TP) -> None:
+        from kafka import TopicPartition
+
+        self.consumer.pause(TopicPartition(*tp))
+
+    def resume(self, tp: TP) -> None:
+        from kafka import TopicPartition
+
+        self.consumer.resume(TopicPartition(*tp))
+
+    def assigned(self) -> set[TP]:
+        return set(self.tps)
+
+    def lag(self) -> dict[TP, int]:
+        from kafka import TopicPartition
+
+        parts = [TopicPartition(*tp) for tp in self.tps]
+        try:
+            ends = self.consumer.end_offsets(parts)
+            return {
+                (p.topic, p.partition): max(0, ends[p] - self.consumer.position(p)) for p in parts
+            }
+        except Exception:  # not assigned any more, or the broker is away
+            return {}
+
+
+class _TaskLedger:
+    """The task's ledger: a :class:`KafkaLedger` on the task's partition of the ledger topic."""
+
+    def __init__(self, ledger: KafkaLedger):
+        self.ledger = ledger
+        self.repaired_bytes = 0
+
+    def append(self, record) -> bool:
+        return self.ledger.append(record)
+
+    def records(self):
+        return self.ledger.records()
+
+    def close(self) -> None:
+        return None
+
+
+class TaskService(Service):
+    """The service of one task (partition index) inside a :class:`GroupService`.
+
+    Parameters
+    ----------
+    settings
+        The replica's settings (the task keeps only the bandits of its partition).
+    partition
+        The task's partition index.
+    producer
+        The task's transactional producer, after ``init_transactions()``.
+    consumer
+        The replica's consumer (shared by its tasks).
+    metrics
+        The replica's collectors.
+    """
+
+    def __init__(self, settings: ServiceSettings, partition: int, producer, consumer, metrics):
+        self.partition = partition
+        self.producer = producer
+        self.consumer = consumer
+        topics = settings.kafka.topics
+        self.tps = [(topics.contexts, partition), (topics.feedback, partition)]
+        transport = _TaskTransport(producer, consumer, self.tps, settings.kafka.client_id)
+        super().__init__(settings, transport, metrics)
+
+    @property
+    def name(self) -> str:
+        return f"task-{self.partition}"
+
+    def _send_to_partition(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        try:
+            self.producer.send(topic, key=key, value=value, partition=self.partition)
+        except Exception as err:
+            raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
+
+    def open_task(self, n_partitions: int, state_topic: str, ledger_topic: str) -> dict[TP, int]:
+        """Restore the task's last committed snapshot; returns the offsets to seek to."""
+        mine = {
+            name: b
+            for name, b in self.settings.bandits.items()
+            if partition_of(name, n_partitions) == self.partition
+        }
+        self.all_bandits = self.settings.bandits
+        self.n_partitions = n_partitions
+        self.settings = self.settings.model_copy(update={"bandits": mine})
+        self._build_bandits()
+        boot = self.settings.kafka.bootstrap_servers
+        extra = {k: v for k, v in _common(self.settings.kafka).items() if k != "bootstrap_servers"}
+        self.store = KafkaChangelogStore(
+            boot, state_topic, self._send_to_partition, extra, [self.partition]
+        )
+        self.ledger = _TaskLedger(
+            KafkaLedger(boot, ledger_topic, self._send_to_partition, extra, [self.partition]).open()
+        )
+        snap = self.store.load(self.name)
+        self.producer.begin_transaction()
+        offsets = self._restore(snap)  # unledgered releases go into this first transaction
+        self.dirty = True
+        self.last_snapshot = time.monotonic()
+        self.started = time.monotonic()
+        self._stop = False
+        return offsets
+
+    def _missing_bandit(self, bandit_id: str) -> tuple[str, str]:
+        if bandit_id in self.all_bandits:
+            p = partition_of(bandit_id, self.n_partitions)
+            return (
+                "wrong_partition",
+                f"bandit {bandit_id!r} belongs to partition {p}, not {self.partition}: "
+                "key contexts and feedback by bandit_id",
+            )
+        return super()._missing_bandit(bandit_id)
+
+    def _save_state(self, state: dict) -> int:
+        return self.store.save(self.name, state)
+
+    def snapshot(self, reason: str) -> None:
+        """Snapshot, ledger records and input offsets, committed in one transaction."""
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        try:
+            super().snapshot(reason)
+            for rt in self.bandits.values():
+                self._ledger_append(rt)
+            offsets = {}
+            for tp in self.tps:
+                q = self.queues.get(tp)
+                off = q[0][0].offset if q else self.offsets.get(tp)
+                if off is not None:
+                    offsets[TopicPartition(*tp)] = OffsetAndMetadata(off, "", -1)
+            if offsets:  # for monitoring tools (consumer-group lag); the snapshot rules
+                self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
+            self.producer.commit_transaction()
+            self.producer.begin_transaction()
+        except Exception as err:
+            raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
+        self.dirty = False
+
+    def commit(self) -> None:
+        """Commit the open transaction when anything happened since the last commit."""
+        if self.dirty:
+            self.snapshot("interval")
+
+    def close_task(self, reason: str) -> None:
+        """Commit a final snapshot and close the producer (the task moves elsewhere)."""
+        try:
+            self.snapshot(reason)
+        finally:
+            self.producer.close(timeout=5)
+
+    def abandon(self) -> None:
+        """Drop the task without committing (it was fenced or its transaction broke)."""
+        try:
+            self.producer.close(timeout=0)
+        except Exception:  # the producer may be in any state
+            pass
+
+
+class GroupService:
+    """One ``dpbandit serve`` replica in a consumer group (``scaling.mode: group``).
+
+    Parameters
+    ----------
+    settings
+        Validated settings with a ``kafka`` section.
+    metrics
+        Collectors (a fresh registry by default).
+    """
+
+    def __init__(self, settings: ServiceSettings, metrics=None):
+        self.settings = settings
+        self.metrics = metrics or ServiceMetrics()
+
+    # -- set-up -----------------------------------------------------------------------------
+    @property
+    def state_topic(self) -> str:
+        return self.settings.scaling.state_topic or f"{self.settings.kafka.group_id}.state"
+
+    @property
+    def ledger_topic(self) -> str:
+        return self.settings.scaling.ledger_topic or f"{self.settings.kafka.group_id}.ledger"
+
+    def _prepare_topics(self) -> int:
+        """Create the topics when allowed; check co-partitioning; returns the partition count."""
+        from kafka.admin import KafkaAdminClient, NewTopic
+        from kafka.errors import TopicAlreadyExistsError
+
+        k = self.settings.kafka
+        t = k.topics
+        admin = KafkaAdminClient(**_common(k))
+        try:
+            existing = set(admin.list_topics())
+            if k.create_topics:
+                new = [
+                    NewTopic(n, k.partitions, k.replication_factor)
+                    for n in (t.contexts, t.feedback, t.decisions, t.dead_letter)
+                    if n not in existing
+                ]
+                if new:
+                    try:
+                        admin.create_topics(new)
+                    except TopicAlreadyExistsError:
+                        pass
+            c, f = t.contexts, t.feedback
+            counts = {name: _partition_count(admin, name) for name in (c, f)}
+            for name, n in counts.items():
+                if n == 0:
+                    raise ServiceStartError(f"input topic {name} does not exist")
+            if counts[c] != counts[f]:
+                raise ServiceStartError(
+                    f"contexts ({counts[c]} partitions) and feedback ({counts[f]}) must have "
+                    "the same number of partitions"
+                )
+            n = counts[c]
+            for topic in (self.state_topic, self.ledger_topic):
+                if topic not in existing:
+                    if not k.create_topics:
+                        raise ServiceStartError(f"topic {topic} does not exist")
+                    KafkaChangelogStore.ensure_topic(admin, topic, n, k.replication_factor)
+                have = _partition_count(admin, topic)
+                if have != n:
+                    raise ServiceStartError(
+                        f"topic {topic} has {have} partitions; the input topics have {n}: "
+                        "one state and ledger partition per task"
+                    )
+            return n
+        finally:
+            admin.close()
+
+    def open(self) -> None:
+        """Check the topics and join the consumer group (tasks arrive with the assignment)."""
+        from kafka import KafkaConsumer
+        from kafka.consumer.subscription_state import ConsumerRebalanceListener
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        k = self.settings.kafka
+        try:
+            self.n_partitions = self._prepare_topics()
+            self.consumer = KafkaConsumer(
+                **_common(k),
+                group_id=k.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_records=k.max_poll_records,
+                fetch_max_bytes=64 * 1024 * 1024,
+                # the same indices of both input topics: a replica owns whole tasks
+                partition_assignment_strategy=[RangePartitionAssignor],
+                session_timeout_ms=self.settings.scaling.session_timeout_ms,
+                heartbeat_interval_ms=max(300, self.settings.scaling.session_timeout_ms // 5),
+            )
+        except ServiceStartError:
+            raise
+        except Exception as err:
+            raise ServiceStartError(f"cannot reach Kafka: {type(err).__name__}: {err}") from None
+        self.tasks: dict[int, TaskService] = {}
+        self.rebalances: list[dict] = []
+        self.lost: list[str] = []
+        group = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                group._revoke({p.partition for p in revoked})
+
+            def on_partitions_assigned(self, assigned):
+                group._assign(sorted({p.partition for p in assigned}))
+
+        self._listener = Listener()
+        self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
+        self.started = time.monotonic()
+        self._stop = False
+        self._rejoin = False
+        self._fatal: Exception | None = None
+
+    def _producer(self, partition: int):
+        from kafka import KafkaProducer
+
+        k = self.settings.kafka
+        return KafkaProducer(
+            **_common(k),
+            transactional_id=f"{k.group_id}-task-{partition}",
+            transaction_timeout_ms=self.settings.scaling.transaction_timeout_ms,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=k.linger_ms,
+            max_request_size=4 * 1024 * 1024,
+        )
+
+    # -- rebalances -------------------------------------------------------------------------
+    def _revoke(self, partitions: set[int]) -> None:
+        t0 = time.monotonic()
+        for p in sorted(partitions):
+            task = self.tasks.pop(p, None)
+            if task is None:
+                continue
+            try:
+                task.close_task("rebalance")
+            except TaskLost as err:
+                log.warning("task %d lost while handing it over: %s", p, err)
+                self.lost.append(str(err))
+        self.rebalances.append({"revoked": sorted(partitions), "s": time.monotonic() - t0})
+        log.info("revoked tasks %s in %.2f s", sorted(partitions), time.monotonic() - t0)
+
+    def _assign(self, partitions: list[int]) -> None:
+        try:
+            self._open_tasks(partitions)
+        except Exception as err:  # kafka-python would only log a listener's exception
+            self._fatal = err
+
+    def _open_tasks(self, partitions: list[int]) -> None:
+        from kafka import TopicPartition
+
+        t0 = time.monotonic()
+        for p in partitions:
+            if p in self.tasks:
+                continue
+            producer = self._producer(p)
+            producer.init_transactions()  # fences the previous owner, aborts its transaction
+            task = TaskService(self.settings, p, producer, self.consumer, self.metrics)
+            offsets = task.open_task(self.n_partitions, self.state_topic, self.ledger_topic)
+            for tp in task.tps:
+                part = TopicPartition(*tp)
+                off = offsets.get(tp)
+                if off is None:
+                    self.consumer.seek_to_beginning(part)
+                else:
+                    self.consumer.seek(part, off)
+            self.tasks[p] = task
+        self.rebalances.append({"assigned": partitions, "s": time.monotonic() - t0})
+        log.info("assigned tasks %s in %.2f s", partitions, time.monotonic() - t0)
+
+    def _drop(self, p: int, err: Exception) -> None:
+        """A task's producer failed: forget the task and rejoin the group."""
+        task = self.tasks.pop(p, None)
+        if task is not None:
+            task.abandon()
+        log.warning("task %d dropped (%s); rejoining the consumer group", p, err)
+        self.lost.append(str(err))
+        self._rejoin = True
+
+    # -- the loop ---------------------------------------------------------------------------
+    def request_stop(self, *_args) -> None:
+        self._stop = True
+
+    def install_signal_handlers(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    def run(self, progress=None) -> dict:
+        """Serve until a stop is requested; returns the summary of the tasks owned at the end."""
+        k = self.settings.kafka
+        last_commit = time.monotonic()
+        while not self._stop:
+            if self._rejoin:
+                self._rejoin = False
+                self.consumer.unsubscribe()
+                self.consumer.subscribe(
+                    [k.topics.contexts, k.topics.feedback], listener=self._listener
+                )
+            batches = self.consumer.poll(
+                timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
+            )
+            if self._fatal is not None:
+                err, self._fatal = self._fatal, None
+                self.consumer.close()
+                if isinstance(err, ServiceStartError):
+                    raise err
+                raise ServiceStartError(
+                    f"cannot take over a task: {type(err).__name__}: {err}"
+                ) from err
+            now = time.perf_counter()
+            for tp, msgs in batches.items():
+                task = self.tasks.get(tp.partition)
+                if task is None:  # dropped: its new owner reads these from its snapshot
+                    continue
+                q = task.queues[(tp.topic, tp.partition)]
+                for m in msgs:
+                    q.append((Record(tp.topic, tp.partition, m.offset, m.key, m.value), now))
+            for p in list(self.tasks):
+                task = self.tasks[p]
+                try:
+                    if any(task.queues.values()):
+                        task.process()
+                        task.dirty = True
+                    elif task.blocked:
+                        task._idle_check()
+                except TaskLost as err:
+                    self._drop(p, err)
+            if time.monotonic() - last_commit >= self.settings.scaling.commit_interval_s:
+                for p in list(self.tasks):
+                    try:
+                        self.tasks[p].commit()
+                    except TaskLost as err:
+                        self._drop(p, err)
+                last_commit = time.monotonic()
+                for task in self.tasks.values():
+                    task._export_metrics()
+            if progress is not None:
+                progress(self)
+        return self.finish()
+
+    def finish(self) -> dict:
+        """Commit and close every task, leave the group; returns the summary."""
+        summary = self.summary()
+        for p in list(self.tasks):
+            task = self.tasks.pop(p)
+            try:
+                task.close_task("shutdown")
+            except TaskLost as err:
+                log.warning("task %d: final commit failed: %s", p, err)
+        self.consumer.close()
+        return summary
+
+    def summary(self) -> dict:
+        out = {
+            "elapsed_s": time.monotonic() - self.started,
+            "tasks": sorted(self.tasks),
+            "bandits": {},
+            "dead_letters": {},
+            "rebalances": len(self.rebalances),
+            "tasks_lost": len(self.lost),
+        }
+        decided = 0
+        for task in self.tasks.values():
+            s = task.summary()
+            out["bandits"].update(s["bandits"])
+            for reason, n in s["dead_letters"].items():
+                out["dead_letters"][reason] = out["dead_letters"].get(reason, 0) + n
+            decided += s["decisions"]
+        out["decisions"] = decided
+        out["events_per_s"] = decided / out["elapsed_s"] if out["elapsed_s"] > 0 else 0.0
+        return out
+
+    @property
+    def bandits(self) -> dict:
+        """The bandit runtimes of the tasks this replica owns now."""
+        out = {}
+        for task in self.tasks.values():
+            out.update(task.bandits)
+        return out
+
+    def offsets(self) -> dict[str, int]:
+        return {_tp_key(tp): off for t in self.tasks.values() for tp, off in t.offsets.items()}

@@ -1,0 +1,385 @@
+"""Several `dpbandit serve` replicas in one consumer group, against the real broker
+(docs/scaling.md, pattern 1).
+
+* three replicas, 12 partitions, 100 bandits, 100,000 events with delayed feedback; one replica
+  is killed with SIGKILL mid-stream and another started later: every bandit's final state equals
+  the single-process run on the same stream, every event has exactly one committed decision (the
+  same as the single-process run's), and the ledger has every release exactly once;
+* a replica paused with SIGSTOP, whose tasks moved while it slept, cannot commit anything for
+  them after SIGCONT: it is fenced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from stream_helpers import D, bandit_config
+
+from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.envs import FliphatPaperEnv
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.privacy.ledger import ReleaseRecord, read_ledger
+from streaming_dpbandit.stream.partitioning import partition_of
+from streaming_dpbandit.stream.service import Service, learned_state_bytes
+from streaming_dpbandit.stream.sources import END_OF_STREAM, FileSource
+from streaming_dpbandit.stream.state_store import KafkaChangelogStore
+from streaming_dpbandit.stream.transport import InProcessTransport
+
+pytestmark = pytest.mark.kafka
+
+K = 3
+
+
+# -- the stream ---------------------------------------------------------------------------------
+def make_stream(path: Path, bandits: list[str], events_per_bandit: int, seed: int = 0) -> dict:
+    """Contexts of every bandit interleaved in event time, each rewarded (95%) after an
+    exponential delay, per-bandit heartbeat watermarks and an end-of-stream watermark."""
+    rng = np.random.default_rng(seed)
+    env = FliphatPaperEnv(d=D, K=K, s_star=3)
+    dt, start = 0.01, 1_700_000_000.0
+    items = []  # (time, order, topic, value)
+    order = 0
+    for b in bandits:
+        X = np.round(env.contexts(rng, events_per_bandit), 6)
+        mu = env.mean_rewards(X).max(axis=1)
+        noise = np.asarray(env.reward_noise(rng, events_per_bandit)).reshape(events_per_bandit, -1)[
+            :, 0
+        ]
+        delay = rng.exponential(0.2, events_per_bandit)
+        got = rng.random(events_per_bandit) < 0.95
+        offset = rng.uniform(0, dt)
+        for i in range(events_per_bandit):
+            t = start + offset + i * dt
+            arms = [{"arm_id": f"arm-{k}", "features": X[i, k].tolist()} for k in range(K)]
+            ctx = {"v": 1, "event_id": f"{b}-{i}", "bandit_id": b, "event_time": t, "arms": arms}
+            items.append((t, order, "contexts", ctx))
+            order += 1
+            if got[i]:
+                fb = {
+                    "v": 1,
+                    "event_id": f"{b}-{i}",
+                    "bandit_id": b,
+                    "reward": float(mu[i] + noise[i]),
+                    "event_time": t + delay[i],
+                }
+                items.append((t + delay[i], order, "feedback", fb))
+                order += 1
+            if i % 50 == 49:  # a heartbeat a little behind the clock
+                wm = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": t - 1.0}
+                items.append((t, order, "feedback", wm))
+                order += 1
+        end = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": END_OF_STREAM}
+        items.append((END_OF_STREAM, order, "feedback", end))
+        order += 1
+    items.sort(key=lambda x: (x[0], x[1]))
+    counts = {"contexts": 0, "feedback": 0}
+    with path.open("w") as f:
+        for _, _, topic, value in items:
+            f.write(json.dumps({"topic": topic, "value": value}) + "\n")
+            counts[topic] += 1
+    return counts
+
+
+def produce(bootstrap: str, path: Path, topics: dict) -> None:
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024
+    )
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        v = rec["value"]
+        producer.send(
+            topics[rec["topic"]], key=v["bandit_id"].encode(), value=json.dumps(v).encode()
+        )
+    producer.flush()
+    producer.close()
+
+
+def bandits_config(names: list[str]) -> dict:
+    return {name: bandit_config() | {"seed": 1000 + i} for i, name in enumerate(names)}
+
+
+def reference(tmp: Path, path: Path, names: list[str]) -> dict:
+    """The single-process run over the same stream (in-process, one partition per topic)."""
+    st = ServiceSettings.model_validate(
+        {
+            "mode": "service",
+            "bandits": bandits_config(names),
+            "snapshots": {"directory": str(tmp / "ref"), "interval_s": 3600},
+            "metrics": {"enabled": False},
+            "progress": False,
+            "max_batch": 256,
+            "idle_timeout_s": 3600,
+        }
+    )
+    transport = InProcessTransport(
+        FileSource(path, ("dpbandit.contexts", "dpbandit.feedback")), keep_outputs=True
+    )
+    svc = Service(st, transport, ServiceMetrics())
+    svc.open()
+    svc.run()
+    decisions = {}
+    for v in transport.outputs["dpbandit.decisions"]:
+        d = json.loads(v)
+        decisions[d["event_id"]] = (d["arm_id"], d["model_version"])
+    states = {name: rt.state_dict() for name, rt in svc.bandits.items()}
+    recs, torn = read_ledger(tmp / "ref" / "ledger.jsonl")
+    assert torn == 0
+    ledger = {r.release_id: r.content_digest() for r in recs}
+    return {"decisions": decisions, "states": states, "ledger": ledger}
+
+
+# -- Kafka helpers -------------------------------------------------------------------------------
+def topic_names(prefix: str) -> dict:
+    return {
+        "contexts": f"{prefix}.contexts",
+        "feedback": f"{prefix}.feedback",
+        "decisions": f"{prefix}.decisions",
+        "dead_letter": f"{prefix}.dead-letter",
+    }
+
+
+def read_committed(bootstrap: str, topic: str, headers: bool = False) -> list:
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    )
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
+        c.assign(parts)
+        c.seek_to_beginning(*parts)
+        ends = c.end_offsets(parts)
+        out = []
+        while any(c.position(p) < ends[p] for p in parts):
+            for msgs in c.poll(timeout_ms=500).values():
+                out.extend(msgs)
+        return out
+    finally:
+        c.close()
+
+
+def committed_decisions(bootstrap: str, topic: str) -> dict[str, list]:
+    seen: dict[str, list] = {}
+    for m in read_committed(bootstrap, topic):
+        d = json.loads(m.value)
+        replica = dict(m.headers or []).get("replica", b"").decode()
+        seen.setdefault(d["event_id"], []).append((d["arm_id"], d["model_version"], replica))
+    return seen
+
+
+def group_lag(bootstrap: str, group: str, topics: dict) -> int | None:
+    """Input records not yet committed by the group (None while a partition has no commit)."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        parts = [
+            TopicPartition(t, p)
+            for t in (topics["contexts"], topics["feedback"])
+            for p in sorted(c.partitions_for_topic(t) or [])
+        ]
+        ends = c.end_offsets(parts)
+        lag = 0
+        for tp in parts:
+            off = c.committed(tp)
+            if off is None:
+                if ends[tp] == 0:  # an empty partition (no bandit hashes there)
+                    continue
+                return None
+            lag += ends[tp] - off
+        return lag
+    finally:
+        c.close()
+
+
+def write_config(tmp: Path, name: str, bootstrap: str, topics: dict, group: str, names, **scaling):
+    cfg = {
+        "mode": "service",
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "group_id": group,
+            "client_id": name,
+            "topics": topics,
+            "create_topics": True,
+            "max_poll_records": 2000,
+            "poll_timeout_ms": 50,
+        },
+        "scaling": {"mode": "group", "session_timeout_ms": 6000, **scaling},
+        "bandits": bandits_config(names),
+        "metrics": {"enabled": False},
+        "progress": False,
+        "max_batch": 256,
+        "idle_timeout_s": 3600,
+        "log_level": "INFO",
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(cfg))))
+    return path
+
+
+class Replica:
+    def __init__(self, tmp: Path, name: str, config: Path):
+        self.name = name
+        self.log_path = tmp / f"{name}.log"
+        self.log = self.log_path.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streaming_dpbandit.cli", "serve", "--config", str(config)],
+            stdout=self.log,
+            stderr=self.log,
+        )
+
+    def signal(self, sig) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 120) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=timeout)
+        self.log.close()
+        return rc
+
+    def text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()
+
+
+def wait_for(cond, timeout: float, what: str, replicas=()):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for r in replicas:
+            assert r.proc.poll() is None, f"replica {r.name} exited:\n{r.text()[-3000:]}"
+        if cond():
+            return
+        time.sleep(1.0)
+    logs = "\n".join(f"--- {r.name}\n{r.text()[-2000:]}" for r in replicas)
+    pytest.fail(f"timed out waiting for {what}\n{logs}")
+
+
+def final_states(bootstrap: str, state_topic: str, partitions: int) -> dict:
+    store = KafkaChangelogStore(bootstrap, state_topic)
+    out = {}
+    for p in range(partitions):
+        snap = store.load(f"task-{p}")
+        if snap is not None:
+            out.update(snap["bandits"])
+    return out
+
+
+def ledger_records(bootstrap: str, topic: str) -> list[ReleaseRecord]:
+    return [ReleaseRecord.from_dict(json.loads(m.value)) for m in read_committed(bootstrap, topic)]
+
+
+def check_against_reference(bootstrap, topics, group, ref, partitions):
+    states = final_states(bootstrap, f"{group}.state", partitions)
+    assert set(states) == set(ref["states"])
+    for name, st in states.items():  # nothing lost or counted twice, bandit by bandit
+        assert learned_state_bytes({name: st}) == learned_state_bytes(
+            {name: ref["states"][name]}
+        ), name
+    seen = committed_decisions(bootstrap, topics["decisions"])
+    assert set(seen) == set(ref["decisions"])  # no event without a decision
+    dup = {k: v for k, v in seen.items() if len(v) != 1}
+    assert not dup, (
+        f"{len(dup)} events with several committed decisions, e.g. {next(iter(dup.items()))}"
+    )
+    assert {k: v[0][:2] for k, v in seen.items()} == ref["decisions"]
+    recs = ledger_records(bootstrap, f"{group}.ledger")
+    ids = [r.release_id for r in recs]
+    assert len(ids) == len(set(ids)), "a release was recorded twice"
+    assert {r.release_id: r.content_digest() for r in recs} == ref["ledger"]
+    return seen
+
+
+# -- tests ----------------------------------------------------------------------------------------
+BANDITS = [f"b{i:03d}" for i in range(100)]
+PARTITIONS = 12
+EVENTS_PER_BANDIT = 1000
+
+
+@pytest.fixture(scope="module")
+def big_stream(tmp_path_factory):
+    d = tmp_path_factory.mktemp("group-stream")
+    path = d / "stream.jsonl"
+    counts = make_stream(path, BANDITS, EVENTS_PER_BANDIT, seed=11)
+    assert counts["contexts"] == len(BANDITS) * EVENTS_PER_BANDIT
+    return {"path": path, "counts": counts, "ref": reference(d, path, BANDITS)}
+
+
+def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
+    kafka_broker, big_stream, tmp_path
+):
+    assert len({partition_of(b, PARTITIONS) for b in BANDITS}) == PARTITIONS
+    group = f"grp{os.getpid()}"
+    topics = topic_names(group)
+    for t in (topics["contexts"], topics["feedback"]):
+        kafka_broker.create_topic(t, PARTITIONS)
+    produce(kafka_broker.bootstrap, big_stream["path"], topics)
+    boot = kafka_broker.bootstrap
+    total = len(BANDITS) * EVENTS_PER_BANDIT
+
+    def cfg(name):
+        return write_config(tmp_path, name, boot, topics, group, BANDITS)
+
+    replicas = [Replica(tmp_path, f"r{i}", cfg(f"r{i}")) for i in range(3)]
+
+    def decided() -> int:
+        return len(committed_decisions(boot, topics["decisions"]))
+
+    wait_for(lambda: decided() >= total // 4, 600, "a quarter of the decisions", replicas)
+    replicas[1].signal(signal.SIGKILL)  # mid-stream, with an open transaction
+    replicas[1].proc.wait()
+    alive = [replicas[0], replicas[2]]
+    wait_for(lambda: decided() >= total // 2, 600, "half of the decisions", alive)
+    late = Replica(tmp_path, "r3", cfg("r3"))
+    alive.append(late)
+    wait_for(lambda: group_lag(boot, group, topics) == 0, 900, "the end of the stream", alive)
+    for r in alive:
+        assert r.stop() == 0, r.text()[-3000:]
+    seen = check_against_reference(boot, topics, group, big_stream["ref"], PARTITIONS)
+    by = {}
+    for v in seen.values():
+        by[v[0][2]] = by.get(v[0][2], 0) + 1
+    assert by.get("r3", 0) > 0 and by.get("r1", 0) > 0, by  # the work really was shared
+    assert "assigned tasks" in late.text()
+
+
+def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
+    names = [f"p{i:02d}" for i in range(8)]
+    parts = 4
+    path = tmp_path / "stream.jsonl"
+    make_stream(path, names, 1500, seed=3)
+    ref = reference(tmp_path, path, names)
+    group = f"pause{os.getpid()}"
+    topics = topic_names(group)
+    for t in (topics["contexts"], topics["feedback"]):
+        kafka_broker.create_topic(t, parts)
+    boot = kafka_broker.bootstrap
+    # the sleeper commits rarely: when paused it certainly holds uncommitted work
+    a = Replica(
+        tmp_path, "a", write_config(tmp_path, "a", boot, topics, group, names, commit_interval_s=30)
+    )
+    wait_for(lambda: "assigned tasks [0, 1, 2, 3]" in a.text(), 120, "a owns every task", [a])
+    produce(boot, path, topics)
+    wait_for(lambda: "release" in a.text(), 300, "a's first releases", [a])
+    a.signal(signal.SIGSTOP)
+    paused_at = time.time()
+    b = Replica(tmp_path, "b", write_config(tmp_path, "b", boot, topics, group, names))
+    try:
+        wait_for(lambda: group_lag(boot, group, topics) == 0, 600, "b to finish the stream", [b])
+        pre = committed_decisions(boot, topics["decisions"])
+        assert set(pre) == set(ref["decisions"])
+    finally:
+        a.signal(signal.SIGCONT)
+    resumed_at = time.time()
+    wait_for(lambda: "fenced" in a.text().lower() or "lost" in a.text(), 120, "a to notice", [a, b])
+    time.sleep(5)  # a rejoins the group; anything it still tried to write stays aborted
+    assert b.stop() == 0 and a.stop() == 0
+    seen = check_against_reference(boot, topics, group, ref, parts)
+    assert seen == pre  # nothing a wrote after it resumed became visible
+    assert resumed_at - paused_at > 6  # longer than the session: its tasks had moved
