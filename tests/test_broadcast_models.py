@@ -201,6 +201,9 @@ def test_model_message_schema():
 
 
 # -- configuration -----------------------------------------------------------------------------
+FL4 = {"policy": "fliphat", "d": 4, "s": 2}
+
+
 def _broadcast_settings(policy: dict, **broadcast) -> ServiceSettings:
     return ServiceSettings.model_validate(
         {
@@ -217,8 +220,8 @@ def _broadcast_settings(policy: dict, **broadcast) -> ServiceSettings:
     [
         ({"policy": "random", "d": 4}, {}, True, "cannot be served from a released model"),
         ({"policy": "linucb", "d": 4}, {}, True, "cannot be served from a released model"),
-        ({"policy": "fliphat", "d": 4, "s": 2}, {"models_topic": "dpbandit.decisions"}, True, "differ"),
-        ({"policy": "fliphat", "d": 4, "s": 2}, {}, False, "needs the kafka section"),
+        (FL4, {"models_topic": "dpbandit.decisions"}, True, "differ"),
+        (FL4, {}, False, "needs the kafka section"),
     ],
 )
 def test_invalid_broadcast_configurations(policy, broadcast, kafka, match):
@@ -227,7 +230,7 @@ def test_invalid_broadcast_configurations(policy, broadcast, kafka, match):
         st = st.model_copy(update={"kafka": None})
     with pytest.raises(ConfigError, match=match):
         check_broadcast(st)
-    check_broadcast(_broadcast_settings({"policy": "fliphat", "d": 4, "s": 2}))  # valid
+    check_broadcast(_broadcast_settings(FL4))  # valid
 
 
 def test_cli_refuses_a_decider_for_an_unsupported_policy(tmp_path, capsys):
