@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from ..config import ConfigError, ServiceSettings
 from ..metrics import ServiceMetrics
 from .bandit import BadInput, BanditRuntime, Pending
+from .join import EarlyFeedback, JoinStore
 from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
 from .schemas import ContextEvent, DeadLetter, Decision
 from .service import DLQ_PAYLOAD_BYTES, Service, ServiceStartError, _first_error, _reason
@@ -112,8 +113,32 @@ def _ensure_topics(settings: ServiceSettings) -> None:
 
 
 # -- the learner ------------------------------------------------------------------------------
+class ReorderingJoin(JoinStore):
+    """The reward join of a learner: decisions of several replicas interleave on the decisions
+    partition, so their event times are only roughly ordered. The contexts watermark trails
+    the largest decision event time by ``allowance`` seconds; feedback for a decision that
+    arrives up to that much out of order is held, not declared an orphan, whatever the
+    interleaving of the two topics."""
+
+    def __init__(self, d: int, window: float, capacity: int, retention: float, allowance: float):
+        super().__init__(d, window, capacity, retention)
+        self.allowance = allowance
+
+    def advance_context_watermark(self, t: float) -> list[EarlyFeedback]:
+        return super().advance_context_watermark(t - self.allowance)
+
+
 class LearnerRuntime(BanditRuntime):
-    """A bandit runtime whose decisions were made elsewhere: it numbers and joins them."""
+    """A bandit runtime whose decisions were made elsewhere: it numbers and joins them.
+
+    Its join tolerates decisions out of event-time order by up to one feedback window
+    (:class:`ReorderingJoin`).
+    """
+
+    def __init__(self, bandit_id: str, settings, policy, metrics=None):
+        super().__init__(bandit_id, settings, policy, metrics)
+        j = self.join
+        self.join = ReorderingJoin(j.d, j.window, j.capacity, j.retention, j.window)
 
     def record(self, batch: list[Pending]) -> None:
         """Register decisions read from the decisions topic as the next rounds.
@@ -256,7 +281,6 @@ class DecisionReplica:
     # -- set-up -------------------------------------------------------------------------------
     def open(self) -> None:
         from kafka import KafkaConsumer, KafkaProducer
-        from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
         from .kafka_transport import _common
 
@@ -295,19 +319,48 @@ class DecisionReplica:
             raise ServiceStartError(
                 f"cannot open the transport: {type(err).__name__}: {err}"
             ) from None
-        replica = self
-
-        class Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                replica._commit()  # every polled record is decided: hand over exactly there
-
-            def on_partitions_assigned(self, assigned):
-                log.info("contexts partitions assigned: %s", sorted(p.partition for p in assigned))
-
-        self.consumer.subscribe([k.topics.contexts], listener=Listener())
+        self.consumer.subscribe([k.topics.contexts], listener=self._listener())
         self.last_refresh = self.last_commit = time.monotonic()
         self.started = time.monotonic()
         self._stop = False
+
+    def _listener(self):
+        """On revocation: flush the decisions, commit the offsets of every polled context (all
+        of them are decided when poll runs), so the next owner resumes exactly there."""
+        import kafka.consumer.subscription_state as subs
+
+        replica = self
+
+        def assigned(parts) -> None:
+            log.info("contexts partitions assigned: %s", sorted(p.partition for p in parts))
+
+        if hasattr(subs, "AsyncConsumerRebalanceListener"):  # kafka-python >= 3
+
+            class AsyncListener(subs.AsyncConsumerRebalanceListener):
+                # listeners run on the consumer's IO loop, where the blocking commit() is
+                # refused: await the coordinator's commit instead
+                async def on_partitions_revoked(self, revoked):
+                    replica.producer.flush()
+                    c = replica.consumer
+                    offsets = c._subscription.all_consumed_offsets()
+                    try:
+                        await c._coordinator._commit_offsets_sync_async(offsets)
+                    except Exception as err:
+                        log.warning("offset commit at revocation failed: %s", err)
+
+                async def on_partitions_assigned(self, parts):
+                    assigned(parts)
+
+            return AsyncListener()
+
+        class Listener(subs.ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                replica._commit()
+
+            def on_partitions_assigned(self, parts):
+                assigned(parts)
+
+        return Listener()
 
     def request_stop(self, *_args) -> None:
         self._stop = True
