@@ -36,7 +36,6 @@ pytestmark = pytest.mark.kafka
 
 EVENTS = 6000
 RATE = 600.0  # contexts per second (wall clock)
-DT = 1 / RATE  # event time between contexts (s): event time ≈ wall time
 PARTITIONS = 3
 REFRESH_MS = 100
 POLL_MS = 50
@@ -92,9 +91,11 @@ def read_partition(bootstrap: str, topic: str) -> list:
 class Client:
     """Produces paced contexts (keyed by event id) and answers each decision with feedback."""
 
-    def __init__(self, bootstrap: str, topics: dict):
+    def __init__(self, bootstrap: str, topics: dict, events: int = EVENTS, rate: float = RATE):
         self.bootstrap = bootstrap
         self.topics = topics
+        self.events = events
+        self.rate = rate
         self.env = FliphatPaperEnv(d=D, K=K, s_star=3)
         self.t0 = 1_700_000_000.0
         self.answered = 0
@@ -103,16 +104,16 @@ class Client:
     def produce_contexts(self) -> None:
         rng = np.random.default_rng(1)
         p = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5)
-        X = self.env.contexts(rng, EVENTS)
+        X = self.env.contexts(rng, self.events)
         start = time.monotonic()
-        for i in range(EVENTS):
-            ahead = start + i / RATE - time.monotonic()
+        for i in range(self.events):
+            ahead = start + i / self.rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
             ctx = {
                 "event_id": f"e{i}",
                 "bandit_id": BANDIT,
-                "event_time": self.t0 + i * DT,
+                "event_time": self.t0 + i / self.rate,
                 "arms": [{"arm_id": f"a{k}", "features": X[i, k].tolist()} for k in range(K)],
             }
             p.send(self.topics["contexts"], key=f"e{i}".encode(), value=json.dumps(ctx).encode())
