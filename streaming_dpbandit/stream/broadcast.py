@@ -57,6 +57,9 @@ __all__ = [
 
 log = logging.getLogger("streaming_dpbandit.broadcast")
 
+#: Decisions per chunk of a decision replica; the models topic is checked between chunks.
+REFRESH_CHUNK = 256
+
 
 class BroadcastDecision(Decision):
     """A decision replica's answer (topic ``decisions``, key = bandit_id).
@@ -443,7 +446,7 @@ class DecisionReplica:
             if parsed is None:
                 continue
             rt, pend = parsed
-            if rt is not rt_run or len(run) >= self.settings.max_batch:
+            if rt is not rt_run or len(run) >= min(self.settings.max_batch, REFRESH_CHUNK):
                 self._decide(rt_run, run)
                 run, rt_run = [], rt
             run.append(pend)
@@ -470,6 +473,9 @@ class DecisionReplica:
     def _decide(self, rt: BanditRuntime | None, batch: list[Pending]) -> None:
         if not batch:
             return
+        # a long poll batch (a backlog) must not delay a new model: check between chunks
+        if time.monotonic() - self.last_refresh >= self.settings.broadcast.model_refresh_ms / 1000:
+            self.refresh_models()
         B = len(batch)
         K = max(p.X.shape[0] for p in batch)
         X = np.zeros((B, K, rt.d))
