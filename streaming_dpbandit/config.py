@@ -612,6 +612,22 @@ class MetricsSettings(_Section):
     port: int = Field(9464, ge=0, le=65535)
 
 
+class BroadcastSettings(_Section):
+    """Model broadcast (docs/scaling.md, pattern 2): this process is the bandit's single
+    ``learner`` or one of its decision replicas (``decider``)."""
+
+    role: Literal["learner", "decider"]
+    models_topic: str = Field("dpbandit.models", min_length=1)
+    learner_group_id: str | None = Field(
+        None, description="consumer group of the learner (default: '<kafka.group_id>.learner')"
+    )
+    replica_id: str | None = Field(
+        None, max_length=200, description="decider's name in its decisions (default host-pid)"
+    )
+    model_refresh_ms: int = Field(100, ge=0, description="decider: how often it checks models")
+    commit_interval_s: float = Field(1.0, gt=0, description="decider: flush + offset commit")
+
+
 class ServiceSettings(BaseSettings):
     """Configuration of ``dpbandit serve``.
 
@@ -640,6 +656,7 @@ class ServiceSettings(BaseSettings):
     idle_timeout_s: float = Field(
         30.0, gt=0, description="force-expire joins of a blocked bandit after this long idle"
     )
+    broadcast: BroadcastSettings | None = None
 
     _yaml_file: Path | None = None
 
@@ -674,6 +691,11 @@ class ServiceSettings(BaseSettings):
             raise ValueError("the four topics must have different names")
         if self.scaling.mode == "group" and self.kafka is None:
             raise ValueError("scaling.mode 'group' needs the kafka section (replicas share topics)")
+        if self.scaling.mode == "group" and self.broadcast is not None:
+            raise ValueError(
+                "scaling.mode 'group' (many bandits over replicas) and broadcast (one bandit, "
+                "a learner and decision replicas) are different patterns: choose one"
+            )
         return self
 
 

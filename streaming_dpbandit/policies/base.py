@@ -24,6 +24,18 @@ drive it — but its fast path is vectorised:
 
 Policies expose ``privacy`` (a :class:`PrivacyStatement`), ``state_dict`` /
 ``load_state_dict`` (complete state) and ``explain()`` (public calibration constants).
+
+Model broadcast (``docs/scaling.md``, pattern 2), for policies with
+``supports_released_model``:
+
+``released_model()``
+    The model in force, exactly as it was privately released (nothing else: no sums, counts
+    or noise state), or ``None`` while the initial, data-independent model is in force.
+``load_released_model(model)`` / ``from_released_model(model, **params)``
+    Turn a fresh policy into a *decide-only* one that decides (``decide_frozen``) with a
+    broadcast released model; it refuses to learn or release.
+``record_rounds(n)``
+    The learner's side: count n rounds decided elsewhere, as ``decide`` would have.
 """
 
 from __future__ import annotations
@@ -139,6 +151,9 @@ class Policy(ContextualPolicy, abc.ABC):
     #: Otherwise the next update reads every row learned before it, and the caller feeds rows
     #: in round order (see ``stream/bandit.py``, ``feedback_lag_rounds``).
     routes_rows_by_round: bool = False
+    #: True when the policy implements the model-broadcast methods (``released_model``,
+    #: ``load_released_model``, ``record_rounds``).
+    supports_released_model: bool = False
 
     # River's Policy.__init__ sets reward bookkeeping we do not use; subclasses store their own
     # parameters only (River idiom) and build state lazily.
@@ -219,6 +234,44 @@ class Policy(ContextualPolicy, abc.ABC):
         next refit. Default: every round decided so far.
         """
         return self.t
+
+    # -- model broadcast (docs/scaling.md, pattern 2) ---------------------------------------
+    def released_model(self) -> dict | None:
+        """The model in force as privately released, or ``None`` (initial model).
+
+        A dict ``{"model_version": int, "release_ids": [str], "payload": dict}`` whose payload
+        holds released (already private) values only, equal to the ``release`` field of the
+        ledger records named by ``release_ids``.
+        """
+        return None
+
+    def load_released_model(self, model: dict) -> Policy:
+        """Decide from now on with a broadcast released model (see :meth:`released_model`).
+
+        Only for a fresh policy, which becomes decide-only: ``learn``, ``refit`` and
+        ``record_rounds`` raise. Raises ``ValueError`` for a malformed model.
+        """
+        raise NotImplementedError(f"policy {self.name!r} cannot decide from a released model")
+
+    @classmethod
+    def from_released_model(cls, model: dict | None, **params) -> Policy:
+        """A decide-only policy built from its parameters and a released model.
+
+        ``model=None`` gives the policy's initial (data-independent) model.
+        """
+        pol = cls(**params)
+        if not cls.supports_released_model:
+            raise NotImplementedError(f"policy {cls.name!r} cannot decide from a released model")
+        return pol if model is None else pol.load_released_model(model)
+
+    def record_rounds(self, n: int) -> np.ndarray:
+        """Count ``n`` rounds decided elsewhere (by decision replicas); returns their rounds.
+
+        The learner of a model broadcast calls this instead of ``decide``: the round counter and
+        the schedule advance exactly as ``decide`` would advance them (at most
+        ``max_decide_batch()`` rounds, never across a due model update).
+        """
+        raise NotImplementedError(f"policy {self.name!r} has no model-broadcast learner")
 
     @property
     def t(self) -> int:

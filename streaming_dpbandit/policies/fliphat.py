@@ -105,6 +105,7 @@ class FLIPHAT(Policy):
     name = "fliphat"
     private = True
     routes_rows_by_round = True
+    supports_released_model = True
 
     def __init__(
         self,
@@ -324,6 +325,7 @@ class FLIPHAT(Policy):
     # -- learning -------------------------------------------------------------------------------
     def learn(self, contexts, rewards, rounds, ids=None) -> None:
         self._state()
+        self._check_learner("learn")
         contexts = np.asarray(contexts, dtype=np.float64)
         rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
         rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
@@ -376,9 +378,17 @@ class FLIPHAT(Policy):
             self._counters["rows_learned"] += int(sel.sum())
 
     # -- the private release ---------------------------------------------------------------------
+    def _release_id(self, k: int) -> str:
+        return f"{self.bandit_id}/fliphat/fit/episode={k}"
+
+    def _check_learner(self, what: str) -> None:
+        if getattr(self, "_decide_only", False):
+            raise RuntimeError(f"{what}: this policy is decide-only (built from a released model)")
+
     def refit(self) -> list[ReleaseRecord]:
         """Release β̂ for the next episode from the previous episode's rows, then forget them."""
         self._state()
+        self._check_learner("refit")
         if not self.refit_due():
             return []
         k = self._model_episode + 1
@@ -397,7 +407,7 @@ class FLIPHAT(Policy):
         self._beta_idx, self._beta_val = fit.indices, fit.values
         self._model_episode = k
         record = ReleaseRecord(
-            release_id=f"{self.bandit_id}/fliphat/fit/episode={k}",
+            release_id=self._release_id(k),
             bandit_id=self.bandit_id,
             mechanism="n-iht+peeling",
             calibration=self.calibration,
@@ -443,6 +453,68 @@ class FLIPHAT(Policy):
             neighbouring=NEIGHBOURING,
         )
         return [record]
+
+    # -- model broadcast (docs/scaling.md, pattern 2) -----------------------------------------
+    def released_model(self) -> dict | None:
+        """β̂ in force, exactly as released by N-IHT (the ledger record's ``release``).
+
+        >>> import numpy as np
+        >>> pol = FLIPHAT(d=5, s=1, epsilon=1.0, delta=0.01, seed=0)
+        >>> pol.released_model() is None  # the initial model (β̂ = 0) was never released
+        True
+        >>> _ = pol.decide(np.ones((1, 2, 5)))
+        >>> rec = pol.refit()[0]
+        >>> m = pol.released_model()
+        >>> m["payload"] == rec.release, m["release_ids"] == [rec.release_id], m["model_version"]
+        (True, True, 1)
+        """
+        self._state()
+        k = self._model_episode
+        if k == 0:
+            return None
+        return {
+            "model_version": k,
+            "release_ids": [self._release_id(k)],
+            "payload": {"indices": self._beta_idx.tolist(), "values": self._beta_val.tolist()},
+        }
+
+    def load_released_model(self, model: dict) -> FLIPHAT:
+        """Decide with a released β̂ (decide-only from now on; see ``Policy``)."""
+        self._state()
+        if self._t or self._acc or self._counters["rows_learned"]:
+            raise RuntimeError("load_released_model needs a fresh policy (this one has learned)")
+        try:
+            version = int(model["model_version"])
+            payload = model["payload"]
+            if set(payload) != {"indices", "values"}:
+                raise ValueError(f"payload keys {sorted(payload)}, expected indices and values")
+            idx = np.asarray(payload["indices"], dtype=np.int64)
+            val = np.asarray(payload["values"], dtype=np.float64)
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"malformed released model: {err}") from None
+        if version < 1:
+            raise ValueError("a released model has model_version >= 1")
+        if idx.ndim != 1 or idx.shape != val.shape or idx.size > self.d:
+            raise ValueError("indices and values must be two vectors of one length <= d")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.d or np.unique(idx).size != idx.size):
+            raise ValueError(f"indices must be distinct and in [0, {self.d})")
+        if not np.isfinite(val).all():
+            raise ValueError("values must be finite")
+        self._beta_idx, self._beta_val, self._model_episode = idx, val, version
+        self._decide_only = True
+        return self
+
+    def record_rounds(self, n: int) -> np.ndarray:
+        """Count n rounds decided by decision replicas (the learner's ``decide``)."""
+        self._state()
+        self._check_learner("record_rounds")
+        if n > self.max_decide_batch():
+            raise ValueError(
+                f"{n} rounds cross a model update (at most {self.max_decide_batch()} now)"
+            )
+        rounds = np.arange(self._t + 1, self._t + n + 1, dtype=np.int64)
+        self._t += n
+        return rounds
 
     # -- privacy and explanation --------------------------------------------------------------
     @property

@@ -64,6 +64,10 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
 def run_service(settings: ServiceSettings, transport: Transport | None = None, out=None) -> dict:
     """Run until the input ends or SIGTERM/SIGINT; print and return the summary."""
     out = sys.stdout if out is None else out
+    if settings.broadcast is not None:  # model broadcast: learner or decision replica
+        from .broadcast import run_broadcast
+
+        return run_broadcast(settings, out)
     group = settings.scaling.mode == "group" and transport is None
     transport = None if group else (transport or build_transport(settings))
     metrics = ServiceMetrics()
