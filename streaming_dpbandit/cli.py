@@ -300,7 +300,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", metavar="FILE", help="write the end-of-run summary as JSON")
 
     p = sub.add_parser("budget", help="print a ledger's privacy spend and statement")
-    p.add_argument("ledger", help="path of a ledger file")
+    p.add_argument(
+        "ledger",
+        help="path of a ledger file, or the ledger topic of a replica group "
+        "(scaling.mode group, default <group_id>.ledger) with --kafka",
+    )
+    p.add_argument(
+        "--kafka", metavar="HOST:PORT", help="read LEDGER as a Kafka topic from this broker"
+    )
     p.add_argument(
         "--delta",
         type=_delta,
@@ -724,6 +731,23 @@ def _cmd_reproduce_private_lasso(args) -> int:
 
 
 # -- budget ------------------------------------------------------------------------------------
+def _kafka_ledger(bootstrap: str, topic: str) -> list:
+    """Committed records of a ledger topic (a replica group's ledger)."""
+    from .stream.kafka_ledger import KafkaLedger
+
+    try:
+        from kafka import KafkaConsumer
+
+        probe = KafkaConsumer(bootstrap_servers=bootstrap.split(","))
+        exists = probe.partitions_for_topic(topic) is not None
+        probe.close()
+    except Exception as err:  # NoBrokersAvailable and friends
+        raise ConfigError(f"cannot reach Kafka at {bootstrap}: {type(err).__name__}") from None
+    if not exists:
+        raise ConfigError(f"no ledger topic {topic!r} at {bootstrap}")
+    return KafkaLedger(bootstrap.split(","), topic).open().records()
+
+
 def _cmd_budget(args) -> int:
     from .experiments.report import format_table
     from .privacy.accountant import Accountant
@@ -731,12 +755,16 @@ def _cmd_budget(args) -> int:
     from .privacy.statement import PrivacyStatement
 
     path = Path(args.ledger)
-    if not path.is_file():
+    if args.kafka:
+        records, torn = _kafka_ledger(args.kafka, args.ledger), 0
+        path = f"{args.ledger} at {args.kafka}"
+    elif not path.is_file():
         raise ConfigError(f"no ledger at {path}")
-    try:
-        records, torn = read_ledger(path)
-    except LedgerCorruptError as err:
-        raise ConfigError(f"{path}: {err}") from None
+    else:
+        try:
+            records, torn = read_ledger(path)
+        except LedgerCorruptError as err:
+            raise ConfigError(f"{path}: {err}") from None
     acc = Accountant(records)
     out = {"ledger": str(path), "records": len(records), "torn_tail_bytes": torn, "bandits": []}
     for b in acc.bandits():

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -31,65 +30,18 @@ from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import ReleaseRecord, read_ledger
 from streaming_dpbandit.stream.partitioning import partition_of
 from streaming_dpbandit.stream.service import Service, learned_state_bytes
-from streaming_dpbandit.stream.sources import END_OF_STREAM, FileSource
+from streaming_dpbandit.stream.sources import FileSource
 from streaming_dpbandit.stream.state_store import KafkaChangelogStore
+from streaming_dpbandit.stream.synthetic import write_multi_bandit_stream
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 pytestmark = pytest.mark.kafka
 
 K = 3
+ENV = FliphatPaperEnv(d=D, K=K, s_star=3)
 
 
 # -- the stream ---------------------------------------------------------------------------------
-def make_stream(path: Path, bandits: list[str], events_per_bandit: int, seed: int = 0) -> dict:
-    """Contexts of every bandit interleaved in event time, each rewarded (95%) after an
-    exponential delay, per-bandit heartbeat watermarks and an end-of-stream watermark."""
-    rng = np.random.default_rng(seed)
-    env = FliphatPaperEnv(d=D, K=K, s_star=3)
-    dt, start = 0.01, 1_700_000_000.0
-    items = []  # (time, order, topic, value)
-    order = 0
-    for b in bandits:
-        X = np.round(env.contexts(rng, events_per_bandit), 6)
-        mu = env.mean_rewards(X).max(axis=1)
-        noise = np.asarray(env.reward_noise(rng, events_per_bandit)).reshape(events_per_bandit, -1)[
-            :, 0
-        ]
-        delay = rng.exponential(0.2, events_per_bandit)
-        got = rng.random(events_per_bandit) < 0.95
-        offset = rng.uniform(0, dt)
-        for i in range(events_per_bandit):
-            t = start + offset + i * dt
-            arms = [{"arm_id": f"arm-{k}", "features": X[i, k].tolist()} for k in range(K)]
-            ctx = {"v": 1, "event_id": f"{b}-{i}", "bandit_id": b, "event_time": t, "arms": arms}
-            items.append((t, order, "contexts", ctx))
-            order += 1
-            if got[i]:
-                fb = {
-                    "v": 1,
-                    "event_id": f"{b}-{i}",
-                    "bandit_id": b,
-                    "reward": float(mu[i] + noise[i]),
-                    "event_time": t + delay[i],
-                }
-                items.append((t + delay[i], order, "feedback", fb))
-                order += 1
-            if i % 50 == 49:  # a heartbeat a little behind the clock
-                wm = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": t - 1.0}
-                items.append((t, order, "feedback", wm))
-                order += 1
-        end = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": END_OF_STREAM}
-        items.append((END_OF_STREAM, order, "feedback", end))
-        order += 1
-    items.sort(key=lambda x: (x[0], x[1]))
-    counts = {"contexts": 0, "feedback": 0}
-    with path.open("w") as f:
-        for _, _, topic, value in items:
-            f.write(json.dumps({"topic": topic, "value": value}) + "\n")
-            counts[topic] += 1
-    return counts
-
-
 def produce(bootstrap: str, path: Path, topics: dict) -> None:
     producer = KafkaProducer(
         bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024
@@ -154,6 +106,8 @@ def read_committed(bootstrap: str, topic: str, headers: bool = False) -> list:
     )
     try:
         parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
+        if not parts:  # not created yet
+            return []
         c.assign(parts)
         c.seek_to_beginning(*parts)
         ends = c.end_offsets(parts)
@@ -210,7 +164,7 @@ def write_config(tmp: Path, name: str, bootstrap: str, topics: dict, group: str,
             "max_poll_records": 2000,
             "poll_timeout_ms": 50,
         },
-        "scaling": {"mode": "group", "session_timeout_ms": 6000, **scaling},
+        "scaling": {"mode": "group", "session_timeout_ms": 10_000, **scaling},
         "bandits": bandits_config(names),
         "metrics": {"enabled": False},
         "progress": False,
@@ -223,8 +177,22 @@ def write_config(tmp: Path, name: str, bootstrap: str, topics: dict, group: str,
     return path
 
 
+LIVE: list[Replica] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_orphan_replicas():
+    yield
+    while LIVE:
+        r = LIVE.pop()
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.wait()
+
+
 class Replica:
     def __init__(self, tmp: Path, name: str, config: Path):
+        LIVE.append(self)
         self.name = name
         self.log_path = tmp / f"{name}.log"
         self.log = self.log_path.open("a")
@@ -306,7 +274,9 @@ EVENTS_PER_BANDIT = 1000
 def big_stream(tmp_path_factory):
     d = tmp_path_factory.mktemp("group-stream")
     path = d / "stream.jsonl"
-    counts = make_stream(path, BANDITS, EVENTS_PER_BANDIT, seed=11)
+    counts = write_multi_bandit_stream(
+        path, BANDITS, EVENTS_PER_BANDIT, FliphatPaperEnv(d=D, K=K, s_star=3), seed=11
+    )
     assert counts["contexts"] == len(BANDITS) * EVENTS_PER_BANDIT
     return {"path": path, "counts": counts, "ref": reference(d, path, BANDITS)}
 
@@ -353,7 +323,7 @@ def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
     names = [f"p{i:02d}" for i in range(8)]
     parts = 4
     path = tmp_path / "stream.jsonl"
-    make_stream(path, names, 1500, seed=3)
+    write_multi_bandit_stream(path, names, 1500, ENV, seed=3)
     ref = reference(tmp_path, path, names)
     group = f"pause{os.getpid()}"
     topics = topic_names(group)
@@ -382,4 +352,21 @@ def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
     assert b.stop() == 0 and a.stop() == 0
     seen = check_against_reference(boot, topics, group, ref, parts)
     assert seen == pre  # nothing a wrote after it resumed became visible
-    assert resumed_at - paused_at > 6  # longer than the session: its tasks had moved
+    assert resumed_at - paused_at > 10  # longer than the session: its tasks had moved
+    # the group's privacy spend, from the ledger topic
+    cli = [sys.executable, "-m", "streaming_dpbandit.cli", "budget", "--kafka", boot]
+    out = subprocess.run(
+        [*cli, f"{group}.ledger", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    budget = json.loads(out.stdout)
+    assert budget["records"] == len(ref["ledger"])
+    assert sorted(b["spend"]["bandit_id"] for b in budget["bandits"]) == names
+    missing = subprocess.run(
+        [*cli, "no-such.ledger"],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and "no ledger topic 'no-such.ledger'" in missing.stderr

@@ -36,6 +36,9 @@ __all__ = ["GroupService", "TaskLost", "TaskService"]
 log = logging.getLogger("streaming_dpbandit.group")
 
 
+_FENCED = {"ProducerFencedError", "InvalidProducerEpochError", "CommitFailedError"}
+
+
 def _partition_count(admin, topic: str, wait_s: float = 30.0) -> int:
     """Partitions of ``topic`` (0 if it does not exist); waits for a just-created topic."""
     deadline = time.monotonic() + wait_s
@@ -52,6 +55,18 @@ def _partition_count(admin, topic: str, wait_s: float = 30.0) -> int:
 
 class TaskLost(RuntimeError):
     """A task's producer failed (fenced by a newer owner, or a broken transaction)."""
+
+    @property
+    def fenced(self) -> bool:
+        """True when another producer of the task's transactional id took over."""
+        err = self.__cause__
+        while err is not None:
+            if type(err).__name__ in _FENCED:
+                return True
+            err = err.__cause__ or (err.args[1] if len(err.args) > 1 else None)
+            if not isinstance(err, BaseException):
+                return False
+        return "Fenced" in str(self)
 
 
 class _TaskTransport(Transport):
@@ -109,14 +124,16 @@ class _TaskTransport(Transport):
 
 
 class _TaskLedger:
-    """The task's ledger: a :class:`KafkaLedger` on the task's partition of the ledger topic."""
+    """The task's ledger: the replica's :class:`KafkaLedger` (the partitions of its tasks),
+    written with the task's producer to the task's partition."""
 
-    def __init__(self, ledger: KafkaLedger):
+    def __init__(self, ledger: KafkaLedger, send):
         self.ledger = ledger
+        self.send = send
         self.repaired_bytes = 0
 
     def append(self, record) -> bool:
-        return self.ledger.append(record)
+        return self.ledger.append(record, self.send)
 
     def records(self):
         return self.ledger.records()
@@ -161,8 +178,11 @@ class TaskService(Service):
         except Exception as err:
             raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
 
-    def open_task(self, n_partitions: int, state_topic: str, ledger_topic: str) -> dict[TP, int]:
-        """Restore the task's last committed snapshot; returns the offsets to seek to."""
+    def open_task(
+        self, n_partitions: int, store: KafkaChangelogStore, ledger: KafkaLedger
+    ) -> dict[TP, int]:
+        """Restore the task's last committed snapshot from ``store`` (already read up to date
+        for this task's partition); returns the offsets to seek to."""
         mine = {
             name: b
             for name, b in self.settings.bandits.items()
@@ -172,15 +192,9 @@ class TaskService(Service):
         self.n_partitions = n_partitions
         self.settings = self.settings.model_copy(update={"bandits": mine})
         self._build_bandits()
-        boot = self.settings.kafka.bootstrap_servers
-        extra = {k: v for k, v in _common(self.settings.kafka).items() if k != "bootstrap_servers"}
-        self.store = KafkaChangelogStore(
-            boot, state_topic, self._send_to_partition, extra, [self.partition]
-        )
-        self.ledger = _TaskLedger(
-            KafkaLedger(boot, ledger_topic, self._send_to_partition, extra, [self.partition]).open()
-        )
-        snap = self.store.load(self.name)
+        self.store = store
+        self.ledger = _TaskLedger(ledger, self._send_to_partition)
+        snap = self.store.load(self.name, refresh=False)
         self.producer.begin_transaction()
         offsets = self._restore(snap)  # unledgered releases go into this first transaction
         self.dirty = True
@@ -200,7 +214,7 @@ class TaskService(Service):
         return super()._missing_bandit(bandit_id)
 
     def _save_state(self, state: dict) -> int:
-        return self.store.save(self.name, state)
+        return self.store.save(self.name, state, self._send_to_partition)
 
     def snapshot(self, reason: str) -> None:
         """Snapshot, ledger records and input offsets, committed in one transaction."""
@@ -346,18 +360,21 @@ class GroupService:
         group = self
 
         class Listener(ConsumerRebalanceListener):
+            # kafka-python 3 runs these on the client's event loop: blocking here would stop
+            # the heartbeats, so they only take note; the loop acts after poll() returns
             def on_partitions_revoked(self, revoked):
-                group._revoke({p.partition for p in revoked})
+                group._revoked |= {p.partition for p in revoked}
 
             def on_partitions_assigned(self, assigned):
-                group._assign(sorted({p.partition for p in assigned}))
+                group._assigned = sorted({p.partition for p in assigned})
 
         self._listener = Listener()
         self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
         self.started = time.monotonic()
         self._stop = False
         self._rejoin = False
-        self._fatal: Exception | None = None
+        self._revoked: set[int] = set()
+        self._assigned: list[int] | None = None
 
     def _producer(self, partition: int):
         from kafka import KafkaProducer
@@ -388,23 +405,47 @@ class GroupService:
         self.rebalances.append({"revoked": sorted(partitions), "s": time.monotonic() - t0})
         log.info("revoked tasks %s in %.2f s", sorted(partitions), time.monotonic() - t0)
 
-    def _assign(self, partitions: list[int]) -> None:
+    def _rebalanced(self) -> set[int]:
+        """Act on what the listener noted during the last poll: hand over the revoked tasks
+        (a commit; fenced if their new owner was faster), then open the assigned ones. Returns
+        the partitions whose records of that poll must be dropped (they are re-read)."""
+        revoked, self._revoked = self._revoked, set()
+        assigned, self._assigned = self._assigned, None
+        if revoked:
+            self._revoke(revoked)
+        if assigned is None:
+            return revoked
         try:
-            self._open_tasks(partitions)
-        except Exception as err:  # kafka-python would only log a listener's exception
-            self._fatal = err
+            self._open_tasks(assigned)
+        except ServiceStartError:
+            raise
+        except Exception as err:
+            raise ServiceStartError(
+                f"cannot take over a task: {type(err).__name__}: {err}"
+            ) from err
+        return revoked | set(assigned)
 
     def _open_tasks(self, partitions: list[int]) -> None:
         from kafka import TopicPartition
 
         t0 = time.monotonic()
-        for p in partitions:
-            if p in self.tasks:
-                continue
-            producer = self._producer(p)
-            producer.init_transactions()  # fences the previous owner, aborts its transaction
-            task = TaskService(self.settings, p, producer, self.consumer, self.metrics)
-            offsets = task.open_task(self.n_partitions, self.state_topic, self.ledger_topic)
+        new = [p for p in partitions if p not in self.tasks]
+        if not new:
+            return
+        producers = {}
+        for p in new:  # fence every previous owner first: their open transactions are aborted
+            producers[p] = self._producer(p)
+            producers[p].init_transactions()
+        # then read the committed state and ledger of all the new tasks at once
+        k = self.settings.kafka
+        extra = {key: v for key, v in _common(k).items() if key != "bootstrap_servers"}
+        boot = k.bootstrap_servers.split(",")
+        store = KafkaChangelogStore(boot, self.state_topic, None, extra, new)
+        store.refresh()
+        ledger = KafkaLedger(boot, self.ledger_topic, None, extra, new).open()
+        for p in new:
+            task = TaskService(self.settings, p, producers[p], self.consumer, self.metrics)
+            offsets = task.open_task(self.n_partitions, store, ledger)
             for tp in task.tps:
                 part = TopicPartition(*tp)
                 off = offsets.get(tp)
@@ -416,14 +457,26 @@ class GroupService:
         self.rebalances.append({"assigned": partitions, "s": time.monotonic() - t0})
         log.info("assigned tasks %s in %.2f s", partitions, time.monotonic() - t0)
 
-    def _drop(self, p: int, err: Exception) -> None:
-        """A task's producer failed: forget the task and rejoin the group."""
+    def _drop(self, p: int, err: TaskLost) -> None:
+        """A task's producer failed: forget the task (its new owner resumes it from the last
+        commit). Fenced: another replica owns it now and the group protocol will tell our
+        consumer; anything else: rejoin the group so that the task is reopened cleanly."""
+        from kafka import TopicPartition
+
         task = self.tasks.pop(p, None)
         if task is not None:
             task.abandon()
-        log.warning("task %d dropped (%s); rejoining the consumer group", p, err)
+            for tp in task.tps:
+                try:
+                    self.consumer.pause(TopicPartition(*tp))
+                except Exception:  # already unassigned
+                    pass
         self.lost.append(str(err))
-        self._rejoin = True
+        if err.fenced:
+            log.warning("task %d dropped: fenced by a newer owner (%s)", p, err)
+        else:
+            log.warning("task %d dropped (%s); rejoining the consumer group", p, err)
+            self._rejoin = True
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self, *_args) -> None:
@@ -449,18 +502,17 @@ class GroupService:
             batches = self.consumer.poll(
                 timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
             )
-            if self._fatal is not None:
-                err, self._fatal = self._fatal, None
-                self.consumer.close()
-                if isinstance(err, ServiceStartError):
-                    raise err
-                raise ServiceStartError(
-                    f"cannot take over a task: {type(err).__name__}: {err}"
-                ) from err
+            skip = set()
+            if self._revoked or self._assigned is not None:
+                try:
+                    skip = self._rebalanced()
+                except ServiceStartError:
+                    self.consumer.close()
+                    raise
             now = time.perf_counter()
             for tp, msgs in batches.items():
                 task = self.tasks.get(tp.partition)
-                if task is None:  # dropped: its new owner reads these from its snapshot
+                if task is None or tp.partition in skip:  # re-read from the task's offsets
                     continue
                 q = task.queues[(tp.topic, tp.partition)]
                 for m in msgs:

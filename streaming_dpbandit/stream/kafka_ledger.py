@@ -85,7 +85,8 @@ class KafkaLedger:
     def get(self, release_id: str) -> ReleaseRecord | None:
         return self._records.get(release_id)
 
-    def append(self, record: ReleaseRecord) -> bool:
+    def append(self, record: ReleaseRecord, send=None) -> bool:
+        """Append ``record`` with ``send`` (default: the ledger's); False if already there."""
         existing = self.get(record.release_id)
         if existing is not None:
             if existing.content_digest() == record.content_digest():
@@ -94,7 +95,9 @@ class KafkaLedger:
                 f"release {record.release_id!r} is already in the ledger with different content; "
                 "refusing to record a re-drawn release"
             )
-        self.send(self.topic, record.release_id.encode(), json.dumps(record.to_dict()).encode())
+        (send or self.send)(
+            self.topic, record.release_id.encode(), json.dumps(record.to_dict()).encode()
+        )
         self._remember(record)
         return True
 

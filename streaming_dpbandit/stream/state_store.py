@@ -112,8 +112,9 @@ class KafkaChangelogStore(StateStore):
             self.partitions,
         )
 
-    def load(self, task: str) -> dict | None:
-        self.refresh()
+    def load(self, task: str, refresh: bool = True) -> dict | None:
+        if refresh:
+            self.refresh()
         head = self._values.get(f"{task}/head")
         if head is None:
             return None
@@ -131,8 +132,10 @@ class KafkaChangelogStore(StateStore):
         return loads(payload)
 
     # -- writing ----------------------------------------------------------------------------
-    def save(self, task: str, state: dict) -> int:
-        if self.send is None:
+    def save(self, task: str, state: dict, send=None) -> int:
+        """Write ``state`` as ``task``'s next snapshot with ``send`` (default: the store's)."""
+        send = send or self.send
+        if send is None:
             raise RuntimeError("KafkaChangelogStore.save needs a producer (send=...)")
         payload = dumps(state)
         seq = self._seq.get(task, 0) + 1
@@ -140,15 +143,15 @@ class KafkaChangelogStore(StateStore):
             b""
         ]
         for i, part in enumerate(chunks):
-            self.send(self.topic, f"{task}/{seq}/{i}".encode(), part)
+            send(self.topic, f"{task}/{seq}/{i}".encode(), part)
         head = {"seq": seq, "chunks": len(chunks), "sha256": hashlib.sha256(payload).hexdigest()}
-        self.send(self.topic, f"{task}/head".encode(), json.dumps(head).encode())
+        send(self.topic, f"{task}/head".encode(), json.dumps(head).encode())
         old = self._seq.get(task)
         if old is not None:  # tombstones for the previous snapshot's chunks
             prev = self._values.get(f"{task}/head")
             n = json.loads(prev)["chunks"] if prev else 0
             for i in range(n):
-                self.send(self.topic, f"{task}/{old}/{i}".encode(), None)
+                send(self.topic, f"{task}/{old}/{i}".encode(), None)
         self._seq[task] = seq
         self._values[f"{task}/head"] = json.dumps(head).encode()
         return len(payload)

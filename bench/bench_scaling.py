@@ -1,0 +1,268 @@
+"""Scaling pattern 1 (replicas in a consumer group) on this machine; prints JSON.
+
+* throughput with 1, 2 and 3 ``dpbandit serve`` replicas (``scaling.mode: group``) over the same
+  recorded stream (many FLIPHAT bandits, 12 partitions): contexts per second from the moment
+  every replica holds its tasks to the moment the group has committed the whole input;
+* the rebalance pause when a replica joins a running group (from the first revocation to the
+  last task restored, from the replicas' logs);
+* recovery after ``kill -9`` of a replica: from the kill to its tasks running elsewhere.
+
+Needs a broker: ``DPBANDIT_BENCH_KAFKA=host:port`` (e.g. one started with scripts/kafka.sh).
+
+    python bench/bench_scaling.py [--bandits 48] [--events 500] [--replicas 1,2,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from streaming_dpbandit.envs import FliphatPaperEnv
+from streaming_dpbandit.stream.synthetic import write_multi_bandit_stream
+
+PARTITIONS = 12
+LOG_TIME = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?(revoked|assigned) tasks (\[.*?\])"
+)
+
+
+def bandit(seed: int) -> dict:
+    return {
+        "policy": {
+            "policy": "fliphat",
+            "d": 20,
+            "s": 4,
+            "epsilon": 5.0,
+            "delta": 1e-4,
+            "b_max": 3.5,
+            "first_episode_len": 256,
+            "swap_delay": 250,
+        },
+        "feedback_window": 2.0,
+        "seed": seed,
+        "reward_bounds": [-50, 50],
+    }
+
+
+def produce(bootstrap: str, path: Path, topics: dict) -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=1 << 19)
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        v = rec["value"]
+        p.send(topics[rec["topic"]], key=v["bandit_id"].encode(), value=json.dumps(v).encode())
+    p.flush()
+    p.close()
+
+
+def group_lag(bootstrap: str, group: str, topics: dict) -> int | None:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        parts = [
+            TopicPartition(topics[t], p)
+            for t in ("contexts", "feedback")
+            for p in range(PARTITIONS)
+        ]
+        ends = c.end_offsets(parts)
+        lag = 0
+        for tp in parts:
+            off = c.committed(tp)
+            if off is None:
+                if ends[tp]:
+                    return None
+                continue
+            lag += ends[tp] - off
+        return lag
+    finally:
+        c.close()
+
+
+class Replica:
+    def __init__(self, tmp: Path, name: str, cfg: dict):
+        self.name = name
+        path = tmp / f"{name}.yaml"
+        cfg = json.loads(json.dumps(cfg))
+        cfg["kafka"]["client_id"] = name
+        path.write_text(yaml.safe_dump(cfg))
+        self.log_path = tmp / f"{name}.log"
+        self.log = self.log_path.open("w")
+        cmd = [sys.executable, "-m", "streaming_dpbandit.cli", "serve", "--config", str(path)]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
+
+    def events(self) -> list[tuple[float, str, list]]:
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            m = LOG_TIME.match(line)
+            if m:
+                t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                out.append((t, m.group(2), json.loads(m.group(3))))
+        return out
+
+    def tasks(self) -> list:
+        ev = [e for e in self.events() if e[1] == "assigned"]
+        return ev[-1][2] if ev else []
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=120)
+        self.log.close()
+
+
+def setup(bootstrap: str, prefix: str, path: Path) -> dict:
+    topics = {
+        "contexts": f"{prefix}.contexts",
+        "feedback": f"{prefix}.feedback",
+        "decisions": f"{prefix}.decisions",
+        "dead_letter": f"{prefix}.dead-letter",
+    }
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topics[t], PARTITIONS, 1) for t in ("contexts", "feedback")])
+    admin.close()
+    time.sleep(1.0)
+    produce(bootstrap, path, topics)
+    return topics
+
+
+def config(bootstrap: str, group: str, topics: dict, names: list[str]) -> dict:
+    return {
+        "mode": "service",
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "group_id": group,
+            "topics": topics,
+            "create_topics": True,
+            "partitions": PARTITIONS,
+        },
+        "scaling": {"mode": "group", "session_timeout_ms": 6000},
+        "bandits": {n: bandit(100 + i) for i, n in enumerate(names)},
+        "metrics": {"enabled": False},
+        "progress": False,
+        "idle_timeout_s": 3600,
+    }
+
+
+def wait(cond, timeout: float, replicas) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for r in replicas:
+            if r.proc.poll() is not None:
+                raise RuntimeError(f"{r.name} exited: {r.log_path.read_text()[-2000:]}")
+        if cond():
+            return
+        time.sleep(0.5)
+    raise TimeoutError
+
+
+def throughput(boot, tmp, path, names, n_replicas, contexts) -> dict:
+    group = f"bs{os.getpid()}x{n_replicas}"
+    topics = setup(boot, group, path)
+    cfg = config(boot, group, topics, names)
+    replicas = [Replica(tmp, f"{group}-r{i}", cfg) for i in range(n_replicas)]
+    t_launch = time.time()
+    # ready: the tasks are spread over all replicas (the last rebalance is over)
+    wait(
+        lambda: (
+            sum(len(r.tasks()) for r in replicas) == PARTITIONS and all(r.tasks() for r in replicas)
+        ),
+        300,
+        replicas,
+    )
+    t_ready = max(e[0] for r in replicas for e in r.events())
+    wait(lambda: group_lag(boot, group, topics) == 0, 1800, replicas)
+    t_done = time.time()
+    for r in replicas:
+        r.stop()
+    return {
+        "replicas": n_replicas,
+        "contexts": contexts,
+        "startup_s": round(t_ready - t_launch, 2),
+        "processing_s": round(t_done - t_ready, 2),
+        "contexts_per_s": round(contexts / (t_done - t_ready), 1),
+    }
+
+
+def rebalance_and_recovery(boot, tmp, path, names) -> dict:
+    group = f"bsr{os.getpid()}"
+    topics = setup(boot, group, path)
+    cfg = config(boot, group, topics, names)
+    r = [Replica(tmp, f"{group}-r{i}", cfg) for i in range(2)]
+    wait(lambda: all(x.tasks() for x in r) and sum(len(x.tasks()) for x in r) == PARTITIONS, 300, r)
+    time.sleep(3)
+    # a third replica joins a running group
+    t_join = time.time()
+    r.append(Replica(tmp, f"{group}-r2", cfg))
+    wait(lambda: all(x.tasks() for x in r) and sum(len(x.tasks()) for x in r) == PARTITIONS, 300, r)
+    ev = [e for x in r for e in x.events() if e[0] >= t_join]
+    first_revoke = min(e[0] for e in ev if e[1] == "revoked")
+    last_assign = max(e[0] for e in ev if e[1] == "assigned")
+    pause = last_assign - first_revoke
+    time.sleep(3)
+    # kill -9 one replica: its tasks move after the session timeout
+    victim = r[1]
+    lost = victim.tasks()
+    t_kill = time.time()
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait()
+    alive = [r[0], r[2]]
+    wait(lambda: sorted(alive[0].tasks() + alive[1].tasks()) == list(range(PARTITIONS)), 300, alive)
+    ev = [e for x in alive for e in x.events() if e[0] >= t_kill]
+    recovered = max(e[0] for e in ev if e[1] == "assigned")
+    for x in alive:
+        x.stop()
+    victim.log.close()
+    return {
+        "rebalance_pause_s": round(pause, 2),
+        "rebalance_join_to_done_s": round(last_assign - t_join, 2),
+        "killed_tasks": lost,
+        "recovery_s": round(recovered - t_kill, 2),
+        "session_timeout_s": 6.0,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bandits", type=int, default=48)
+    ap.add_argument("--events", type=int, default=500, help="contexts per bandit")
+    ap.add_argument("--replicas", default="1,2,3")
+    args = ap.parse_args()
+    boot = os.environ.get("DPBANDIT_BENCH_KAFKA")
+    if not boot:
+        sys.exit("set DPBANDIT_BENCH_KAFKA=host:port (a running broker)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
+    names = [f"b{i:03d}" for i in range(args.bandits)]
+    path = tmp / "stream.jsonl"
+    counts = write_multi_bandit_stream(
+        path, names, args.events, FliphatPaperEnv(d=20, K=3, s_star=3)
+    )
+    out = {
+        "bench": "scaling",
+        "bandits": args.bandits,
+        "events_per_bandit": args.events,
+        "partitions": PARTITIONS,
+        "cpus": os.cpu_count(),
+        "loadavg_start": os.getloadavg()[0],
+        "throughput": [],
+    }
+    for n in [int(x) for x in args.replicas.split(",")]:
+        out["throughput"].append(throughput(boot, tmp, path, names, n, counts["contexts"]))
+        print(json.dumps(out["throughput"][-1]), file=sys.stderr)
+    out.update(rebalance_and_recovery(boot, tmp, path, names))
+    out["loadavg_end"] = os.getloadavg()[0]
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

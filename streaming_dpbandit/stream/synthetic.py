@@ -1,0 +1,84 @@
+"""A recorded synthetic stream of many bandits, for scaling tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .sources import END_OF_STREAM
+
+__all__ = ["write_multi_bandit_stream"]
+
+
+def write_multi_bandit_stream(
+    path: Path,
+    bandits: list[str],
+    events_per_bandit: int,
+    env,
+    seed: int = 0,
+    dt: float = 0.01,
+    delay_mean: float = 0.2,
+    feedback_probability: float = 0.95,
+    start_time: float = 1_700_000_000.0,
+) -> dict[str, int]:
+    """Write the input of many bandits as JSONL (``{"topic", "value"}`` lines, the format of
+    :class:`~streaming_dpbandit.stream.sources.FileSource`).
+
+    Every bandit gets ``events_per_bandit`` contexts ``dt`` seconds apart (bandits interleaved in
+    event time), a reward for each with probability ``feedback_probability`` after an
+    exponential delay (the best arm's mean plus noise: the stream is recorded, not answered), a
+    heartbeat watermark every 50 events and an end-of-stream watermark. Returns the number of
+    records per topic.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from streaming_dpbandit.envs import FliphatPaperEnv
+    >>> p = Path(tempfile.mkdtemp()) / "s.jsonl"
+    >>> n = write_multi_bandit_stream(p, ["a", "b"], 100, FliphatPaperEnv(d=5, K=2, s_star=2))
+    >>> n["contexts"]
+    200
+    """
+    rng = np.random.default_rng(seed)
+    items = []  # (time, order, topic, value)
+    order = 0
+    n = events_per_bandit
+    for b in bandits:
+        X = np.round(env.contexts(rng, n), 6)
+        mu = env.mean_rewards(X).max(axis=1)
+        noise = np.asarray(env.reward_noise(rng, n)).reshape(n, -1)[:, 0]
+        delay = rng.exponential(delay_mean, n)
+        rewarded = rng.random(n) < feedback_probability
+        offset = rng.uniform(0, dt)
+        for i in range(n):
+            t = start_time + offset + i * dt
+            arms = [{"arm_id": f"arm-{k}", "features": X[i, k].tolist()} for k in range(X.shape[1])]
+            ctx = {"v": 1, "event_id": f"{b}-{i}", "bandit_id": b, "event_time": t, "arms": arms}
+            items.append((t, order, "contexts", ctx))
+            order += 1
+            if rewarded[i]:
+                fb = {
+                    "v": 1,
+                    "event_id": f"{b}-{i}",
+                    "bandit_id": b,
+                    "reward": float(mu[i] + noise[i]),
+                    "event_time": t + delay[i],
+                }
+                items.append((t + delay[i], order, "feedback", fb))
+                order += 1
+            if i % 50 == 49:  # a heartbeat a little behind the clock
+                wm = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": t - 1.0}
+                items.append((t, order, "feedback", wm))
+                order += 1
+        end = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": END_OF_STREAM}
+        items.append((END_OF_STREAM, order, "feedback", end))
+        order += 1
+    items.sort(key=lambda x: (x[0], x[1]))
+    counts = {"contexts": 0, "feedback": 0}
+    with Path(path).open("w") as f:
+        for _, _, topic, value in items:
+            f.write(json.dumps({"topic": topic, "value": value}) + "\n")
+            counts[topic] += 1
+    return counts
