@@ -248,8 +248,16 @@ def test_greedy_returns_a_maximum_key_basis(m, data):
         PartitionMatroid(np.arange(60) % 6, [2, 1, 0, 3, 1, 5]),
         PartitionMatroid(np.r_[np.zeros(3, int), np.ones(20, int), 2 * np.ones(7, int)], [5, 2, 1]),
         PartitionMatroid(np.arange(40) // 10, [1, 1, 1, 1]),
+        PartitionMatroid(np.arange(12) // 4, [2, 0, 1]),
     ],
-    ids=["uniform", "uniform-full", "partition", "partition-uneven", "partition-contiguous"],
+    ids=[
+        "uniform",
+        "uniform-full",
+        "partition",
+        "partition-uneven",
+        "partition-contiguous",
+        "partition-with-loops",
+    ],
 )
 def test_fast_paths_equal_the_reference_scan(m):
     """Untied rows: the vectorised path returns the reference's slate; tied rows go to it."""

@@ -50,7 +50,11 @@ def greedy_basis(matroid: Matroid, key, rng: np.random.Generator) -> np.ndarray:
     if np.isnan(key).any():
         raise ValueError("a greedy key is NaN")
     perm = rng.permutation(matroid.candidates)
-    order = perm[np.argsort(-key[perm], kind="stable")]
+    return _scan(matroid, perm[np.argsort(-key[perm], kind="stable")])
+
+
+def _scan(matroid: Matroid, order: np.ndarray) -> np.ndarray:
+    """Accept, in ``order``, every item that keeps the set independent, until K are taken."""
     b = matroid.builder()
     out = []
     K = matroid.rank
@@ -65,13 +69,28 @@ def greedy_basis(matroid: Matroid, key, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def _untied_order(matroid: Matroid, key: np.ndarray) -> np.ndarray | None:
+    """The candidates by key, descending, when no two candidate keys are equal (else None):
+    without ties the shuffle of the reference scan cannot change the result."""
+    cand = matroid.candidates
+    kc = key[cand]
+    if np.isnan(kc).any():
+        raise ValueError("a greedy key is NaN")
+    order = np.argsort(-kc, kind="stable")
+    ks = kc[order]
+    if (ks[1:] == ks[:-1]).any():
+        return None
+    return cand[order]
+
+
 def greedy_many(
     matroid: Matroid, keys: np.ndarray, tie_rng: Callable[[int], np.random.Generator]
 ) -> np.ndarray:
     """Greedy slates (B, K) for a batch of key rows (B, L).
 
     ``tie_rng(row)`` returns the tie-breaking generator of one row; it is called only for rows
-    that need the reference scan, so a decision's slate depends on its own row alone.
+    whose candidate keys have ties, so a decision's slate depends on its own row alone (rows
+    without ties have one greedy answer, found by the same scan without the shuffle).
 
     >>> from streaming_dpbandit.matroids import UniformMatroid
     >>> keys = np.array([[0.1, 0.7, 0.3], [np.inf, np.inf, 0.0]])
@@ -91,7 +110,11 @@ def greedy_many(
         slates = np.array(slates, dtype=np.int64)
         rows = np.flatnonzero(slow).tolist()
     for r in rows:
-        slates[r] = greedy_basis(matroid, keys[r], tie_rng(r))
+        order = _untied_order(matroid, keys[r])
+        if order is None:
+            slates[r] = greedy_basis(matroid, keys[r], tie_rng(r))
+        else:
+            slates[r] = _scan(matroid, order)
     return slates
 
 

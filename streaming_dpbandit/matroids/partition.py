@@ -112,7 +112,11 @@ class PartitionMatroid(Matroid):
             pad[r, : idx.size] = idx
             padmask[r, : idx.size] = False
         self._pad, self._padmask, self._eff, self._m = pad, padmask, eff, m
-        self._reshape = bool(not padmask.any() and np.array_equal(pad.ravel(), np.arange(pad.size)))
+        self._reshape = bool(
+            not padmask.any()
+            and pad.size == self.n_items
+            and np.array_equal(pad.ravel(), np.arange(pad.size))
+        )
         self._cmax = int(eff.max())
         # positions (category row, rank within category) of the K selected items
         self._jj = np.repeat(np.arange(live.size), eff)

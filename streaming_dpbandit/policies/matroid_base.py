@@ -230,7 +230,8 @@ class MatroidPolicy(Policy):
 
     @abc.abstractmethod
     def _update(self) -> list:
-        """Model update at ``refit``: returns ledger records (private policies)."""
+        """Model update at ``refit`` (then :meth:`_refresh` if anything changed): returns the
+        ledger records (private policies)."""
 
     @abc.abstractmethod
     def _refresh(self) -> None:
@@ -258,7 +259,6 @@ class MatroidPolicy(Policy):
         if not self.refit_due():
             return []
         records = self._update()
-        self._refresh()
         self._since = 0
         return records
 

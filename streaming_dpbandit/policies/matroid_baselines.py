@@ -33,6 +33,7 @@ class _CumulativeMatroidPolicy(MatroidPolicy):
         if self._fresh:
             self._version += 1
             self._fresh = False
+            self._refresh()
         return []
 
     def public_params(self) -> dict:

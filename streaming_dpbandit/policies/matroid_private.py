@@ -160,6 +160,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
         if not rels:
             return []
         self._version += 1
+        self._refresh()
         records = []
         if not self._registered:
             records.append(self._registration_record())
