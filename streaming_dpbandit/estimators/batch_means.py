@@ -123,28 +123,39 @@ class DoublingBatchMeans:
             raise ValueError("items, rewards and rounds must have the same length")
         if items.size == 0:
             return 0
-        if items.min() < 0 or items.max() >= self.n_items:
-            raise ValueError("item index out of range")
         if not (rewards.min() >= 0.0 and rewards.max() <= 1.0):  # NaN fails too
             raise ValueError("rewards must be finite, mapped into [0, 1] and clipped")
-        units = np.rint(rewards * UNIT).astype(np.int64)
-        self.observations += int(items.size)
+        if items.min() < 0:
+            raise ValueError("item index out of range")
         add = np.bincount(items, minlength=self.n_items)
+        if add.size != self.n_items:
+            raise ValueError("item index out of range")
+        units = np.rint(rewards * UNIT)  # integers < 2³³: float64 sums below are exact
+        self.observations += int(items.size)
         need = (np.int64(1) << (self.s + 1)) - self.cnt  # rewards until the open batch closes
         closing = np.flatnonzero(add >= need)
         if closing.size == 0:  # common case: no batch completes, exact vectorised sums
-            np.add.at(self.buf, items, units)
+            self.buf += self._sums(items, units)
             self.cnt += add
             return 0
         quiet = add < need
         sel = quiet[items]
-        np.add.at(self.buf, items[sel], units[sel])
+        self.buf += self._sums(items[sel], units[sel])
         self.cnt[quiet] += add[quiet]
+        units = units.astype(np.int64)
         before = len(self._sealed)
         for e in closing.tolist():  # few items per update cross a batch boundary
             pos = np.flatnonzero(items == e)
             self._observe_item(e, units[pos].tolist(), rounds[pos].tolist())
         return len(self._sealed) - before
+
+    def _sums(self, items: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """Exact per-item sums of integer units (float64 bincount is exact below 2⁵³)."""
+        if items.size < (1 << 20):
+            return np.bincount(items, weights=units, minlength=self.n_items).astype(np.int64)
+        out = np.zeros(self.n_items, dtype=np.int64)
+        np.add.at(out, items, units.astype(np.int64))
+        return out
 
     def _observe_item(self, e: int, units: list[int], rounds: list[int]) -> None:
         s, cnt, buf = int(self.s[e]), int(self.cnt[e]), int(self.buf[e])

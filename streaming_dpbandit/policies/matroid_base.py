@@ -310,12 +310,13 @@ class MatroidPolicy(Policy):
         r = np.asarray(rewards, dtype=np.float64)
         if lo != 0.0 or hi != 1.0:
             r = (r - lo) / (hi - lo)
-        bad = ~np.isfinite(r)
-        if bad.any():
+        if not np.isfinite(r.sum()):
+            bad = ~np.isfinite(r)
             r = np.where(bad, float(self.default_reward), r)
             self._counters["default_filled"] += int(bad.sum())
         out = np.clip(r, 0.0, 1.0)
-        self._counters["clipped_rewards"] += int(np.count_nonzero(out != r))
+        if r.min() < 0.0 or r.max() > 1.0:
+            self._counters["clipped_rewards"] += int(np.count_nonzero(out != r))
         return out
 
     def learn(self, slates, rewards, rounds, ids=None) -> None:
@@ -329,13 +330,11 @@ class MatroidPolicy(Policy):
             raise ValueError(f"learn expects slates and rewards of shape (B, {self.K})")
         if B == 0:
             return
-        if rounds.max() > self._t:
+        if rounds[-1] > self._t:
             raise ValueError("learn() got a round that was never decided")
         if rounds[0] <= self._last_learned or (B > 1 and np.any(np.diff(rounds) <= 0)):
             raise ValueError("rounds must be learned once each, in increasing order")
-        if slates.min() < 0 or slates.max() >= self.L:
-            raise ValueError("slate item out of range")
-        r = self.intake(rewards)
+        r = self.intake(rewards)  # item indices are checked by the statistics
         self._observe(slates.reshape(-1), r.reshape(-1), np.repeat(rounds, self.K))
         self._last_learned = int(rounds[-1])
         self._counters["rows_learned"] += B

@@ -25,6 +25,8 @@ class _CumulativeMatroidPolicy(MatroidPolicy):
         self._fresh = False
 
     def _observe(self, items, rewards, rounds) -> None:
+        if items.min() < 0 or items.max() >= self.L:
+            raise ValueError("slate item out of range")
         self._N += np.bincount(items, minlength=self.L)
         self._S += np.bincount(items, weights=rewards, minlength=self.L)
         self._fresh = True
