@@ -100,7 +100,7 @@ def _add_sim_options(p: argparse.ArgumentParser, reproduce: bool = False) -> Non
         type=_positive_int,
         default=None if reproduce else 5,
         help="number of independent repetitions (reproduce: fliphat 20; dp-linucb 35; "
-        "private-lasso: its profile's per-section counts)",
+        "private-lasso and dp-matroid: their profiles' per-section counts)",
     )
     p.add_argument("--seed", type=int, default=0, help="base seed of the repetitions")
     p.add_argument(
@@ -152,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
     p.add_argument(
-        "name", choices=["fliphat", "dp-linucb", "private-lasso"], help="which reproduction"
+        "name",
+        choices=["fliphat", "dp-linucb", "private-lasso", "dp-matroid"],
+        help="which reproduction",
     )
     p.add_argument(
         "--batch-size",
@@ -164,7 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="private-lasso: the reduced configuration (minutes instead of hours)",
+        help="private-lasso, dp-matroid: the reduced configuration (minutes instead of hours)",
+    )
+    p.add_argument(
+        "--movielens",
+        metavar="DIR",
+        help="dp-matroid: directory with the user-supplied MovieLens-1M ratings.dat and "
+        "movies.dat (default: $DPBANDIT_MOVIELENS_DIR; skipped when absent, never downloaded)",
     )
 
     p = sub.add_parser(
@@ -321,6 +329,8 @@ def _cmd_reproduce(args) -> int:
         return _reproduce_dp_linucb(args)
     if args.name == "private-lasso":
         return _cmd_reproduce_private_lasso(args)
+    if args.name == "dp-matroid":
+        return _cmd_reproduce_dp_matroid(args)
     from .experiments.fliphat import CURVE_HORIZON, PAPER_EPSILONS, checks_table, run_reproduction
     from .experiments.report import plot_curves, simulation_table
     from .privacy.statement import PAPER_LABEL
@@ -442,6 +452,37 @@ def _cmd_reproduce_private_lasso(args) -> int:
         quick=args.quick,
         jobs=args.jobs,
         base_seed=args.seed,
+        progress=not args.no_progress,
+    )
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(args.plot)
+        print(f"wrote {args.plot}")
+    failed = [c for c in report.checks if c.passed is False]
+    return EXIT_TARGET_FAILED if failed else 0
+
+
+def _cmd_reproduce_dp_matroid(args) -> int:
+    from .experiments.dp_matroid import FULL, MOVIELENS_ENV, QUICK, run_reproduction
+
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    if args.env_param:
+        raise ConfigError("reproduce dp-matroid takes no --env-param (the instances are fixed)")
+    ml = args.movielens or os.environ.get(MOVIELENS_ENV)
+    if ml and not (Path(ml, "ratings.dat").is_file() and Path(ml, "movies.dat").is_file()):
+        raise ConfigError(f"--movielens: no ratings.dat and movies.dat in {ml}")
+    report = run_reproduction(
+        QUICK if args.quick else FULL,
+        seeds=args.seeds,
+        horizon=args.horizon,
+        epsilons=args.epsilon,
+        jobs=args.jobs,
+        base_seed=args.seed,
+        movielens_dir=ml,
         progress=not args.no_progress,
     )
     print(report.text())
