@@ -647,6 +647,12 @@ def build_service_settings(args):
     embedded = not data.get("kafka") and not data.get("file")
     notes = []
     if embedded and not data.get("bandits"):
+        from .envs import MATROID_REGISTRY
+
+        if data["simulation"]["env"] in MATROID_REGISTRY:
+            data["bandits"], note = _embedded_slate_bandit(data["simulation"])
+            notes.append(note)
+    if embedded and not data.get("bandits"):
         from .envs import REGISTRY as ENVS
 
         sim = data["simulation"]
@@ -679,6 +685,29 @@ def build_service_settings(args):
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, "invalid configuration: ")) from None
     return settings, notes
+
+
+def _embedded_slate_bandit(sim: dict) -> tuple[dict, str]:
+    """Default bandit of the embedded simulation on a slate environment: DPTS-MAT, certified."""
+    from .stream.runner import slate_environment
+
+    env = slate_environment(sim["env"], sim["env_params"])
+    policy = {
+        "policy": "dpts-mat",
+        "matroid": env.matroid.describe(),
+        "epsilon": 1.0,
+        "update_every": 64,
+    }
+    window = 2.0
+    # rows of rounds ≤ t − lag are read at round t: cover the window and the source's
+    # 256-event polls, so the service rarely waits for feedback
+    lag = int((window + 256 * sim["seconds_between_events"]) / sim["seconds_between_events"]) + 64
+    bandit = {"policy": policy, "feedback_window": window, "feedback_lag_rounds": lag}
+    note = (
+        f"embedded default: bandit {sim['bandit_id']!r} runs DPTS-MAT (certified, ε=1) on "
+        f"{env.name} (L={env.n_items}, K={env.K}), slates with per-item feedback"
+    )
+    return {sim["bandit_id"]: bandit}, note
 
 
 def _cmd_serve(args) -> int:

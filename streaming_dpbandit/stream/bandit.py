@@ -80,6 +80,8 @@ class BanditRuntime:
     # -- contexts ---------------------------------------------------------------------------
     def encode(self, ev: ContextEvent) -> tuple[np.ndarray, list[str]]:
         """Per-arm feature matrix (K, d) of a validated event, or :class:`BadInput`."""
+        if ev.slate_size is not None:
+            raise BadInput("slate_unsupported", f"bandit {self.bandit_id!r} serves single arms")
         ids = ev.candidate_ids()
         if ev.arms is not None:
             width = len(ev.arms[0].features)
@@ -201,6 +203,10 @@ class BanditRuntime:
     # -- feedback ---------------------------------------------------------------------------
     def on_feedback(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
         self.last_feedback_wall = time.monotonic()
+        if not isinstance(fb, Feedback):  # per-item slate rewards
+            self.stats["fb_slate_unsupported"] += 1
+            dead(source, "slate_unsupported", f"bandit {self.bandit_id!r} serves single arms")
+            return
         bounds = self.settings.reward_bounds
         if bounds is not None and not bounds[0] <= fb.reward <= bounds[1]:
             self.stats["fb_out_of_range"] += 1
