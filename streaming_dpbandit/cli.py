@@ -18,6 +18,8 @@ from .config import ConfigError, parse_kv, policy_config
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+#: Policies that serve slates over a matroid (no per-arm contexts, no dimension d).
+SLATE_POLICIES = ("dpucb-mat", "dpts-mat")
 EXIT_TARGET_FAILED = 1
 
 
@@ -232,6 +234,11 @@ def _cmd_simulate(args) -> int:
     for name in names:
         if name not in _CONFIGS:
             raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(_CONFIGS))}")
+        if name in SLATE_POLICIES:
+            raise ConfigError(
+                f"{name} serves slates over a matroid: use `dpbandit reproduce dp-matroid`, or "
+                "`dpbandit serve` with a slate bandit (docs/dp-matroid.md)"
+            )
     user = parse_kv(args.policy_param)
     epsilons = args.epsilon or [1.0]
     specs = []
@@ -586,7 +593,7 @@ def _cmd_budget(args) -> int:
 # -- explain -----------------------------------------------------------------------------------
 def _cmd_explain(args) -> int:
     params = parse_kv(args.policy_param)
-    if args.policy != "random" and "d" not in params:
+    if args.policy not in ("random", *SLATE_POLICIES) and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
     cfg = policy_config(args.policy, params)
     policy = cfg.build()

@@ -116,3 +116,27 @@ def test_reproduction_runs_the_movielens_section_on_user_data(tmp_path):
     setup = next(c for c in rep.checks if c.cell == "MovieLens-1M setup")
     assert setup.passed is False  # a toy file is not MovieLens-1M: rank and Table 6.2 differ
     assert "MovieLens-1M:" in rep.text()
+
+
+def test_cli_explain_and_simulate_for_slate_policies(capsys):
+    rc = main(
+        [
+            "explain",
+            "--policy",
+            "dpucb-mat",
+            "--policy-param",
+            'matroid={"type": "uniform", "n_items": 100, "k": 17}',
+            "--policy-param",
+            "epsilon=2",
+            "--policy-param",
+            "calibration=paper",
+            "--horizon",
+            "20000",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["epsilon0"] == pytest.approx(2 / 17) and out["epsilon_certified"] == 4
+    assert out["privacy_bonus_at_t"]["by_T"]["1"] == pytest.approx(325, abs=0.5)  # spec §6.5
+    assert "2ε-DP" in out["label"]
+    assert main(["simulate", "--policy", "dpts-mat"]) == 2
+    assert "reproduce dp-matroid" in capsys.readouterr().err
