@@ -741,15 +741,10 @@ class ServiceSettings(BaseSettings):
 
 def _check_slate_bandit(name: str, b: BanditSettings) -> None:
     """A slate bandit finalizes every served item at the deadline (DP-matroid spec §7.2): a
-    missing reward becomes the policy's ``default_reward``; dropping it would make the batch
-    composition depend on which feedback arrived."""
-    explicit = b.model_fields_set
-    if "on_expiry" in explicit and b.on_expiry == "drop":
-        raise ValueError(
-            f"bandit {name}: a slate bandit fills missing per-item rewards with the policy's "
-            "default_reward at the deadline; on_expiry: drop is not allowed"
-        )
-    if "default_reward" in explicit and b.default_reward != b.policy.default_reward:
+    missing reward becomes the *policy's* ``default_reward`` — dropping it would make the batch
+    composition depend on which feedback arrived — so the bandit-level ``on_expiry`` does not
+    apply and a bandit-level ``default_reward`` other than 0 must agree with the policy's."""
+    if b.default_reward != 0.0 and b.default_reward != b.policy.default_reward:
         raise ValueError(
             f"bandit {name}: set the default reward of a slate bandit in its policy "
             "(policy.default_reward)"

@@ -261,7 +261,6 @@ def test_single_arm_bandits_refuse_slate_messages():
     "bandit, message",
     [
         ({"calibration": "paper"}, "refused outside mode=simulation"),
-        ({"on_expiry": "drop"}, "on_expiry: drop is not allowed"),
         ({"default_reward": 0.5}, "policy.default_reward"),
         ({"arms": ["a", "b"]}, "catalogue is its policy's 'items'"),
         ({"items": ["a", "b"]}, "items must be 4 distinct ids"),
