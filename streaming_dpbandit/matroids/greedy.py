@@ -128,7 +128,7 @@ def greedy_many(
         rows = range(keys.shape[0])
     else:
         slates, slow = fast
-        slates = np.array(slates, dtype=np.int64)
+        slates = np.asarray(slates, dtype=np.int64)  # a fresh array of the fast path
         rows = np.flatnonzero(slow).tolist()
     for r in rows:
         order = _untied_order(matroid, keys[r])

@@ -132,14 +132,18 @@ class PartitionMatroid(Matroid):
             kp = keys[:, self._pad]
             if self._padmask.any():
                 kp[:, self._padmask] = -np.inf
-        if c == m:
-            top = np.broadcast_to(np.arange(m), (B, J, m))
+        if c == 1:  # one item per category: an argmax, nothing to order inside a category
+            top = kp.argmax(axis=2)[:, :, None]
+            tv = np.take_along_axis(kp, top, axis=2)
         else:
-            top = np.argpartition(kp, m - c, axis=2)[:, :, m - c :]
-        tv = np.take_along_axis(kp, top, axis=2)
-        o = np.argsort(tv, axis=2)[:, :, ::-1]
-        top = np.take_along_axis(top, o, axis=2)
-        tv = np.take_along_axis(tv, o, axis=2)
+            if c == m:
+                top = np.broadcast_to(np.arange(m), (B, J, m))
+            else:
+                top = np.argpartition(kp, m - c, axis=2)[:, :, m - c :]
+            tv = np.take_along_axis(kp, top, axis=2)
+            o = np.argsort(tv, axis=2)[:, :, ::-1]
+            top = np.take_along_axis(top, o, axis=2)
+            tv = np.take_along_axis(tv, o, axis=2)
         vals = tv[:, self._jj, self._pp]
         if np.isnan(vals).any():
             raise ValueError("a greedy key is NaN")

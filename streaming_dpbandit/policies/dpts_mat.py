@@ -50,8 +50,8 @@ class DPTSMAT(PrivateMatroidPolicy):
 
     def _keys(self, rounds: np.ndarray) -> np.ndarray:
         keys = np.empty((rounds.size, self.L))
-        self._normals.fill(int(rounds[0]), keys)
-        keys *= self._a  # standard deviation 1/√T (0 for never-played: their base is +∞)
+        # standard deviation 1/√T (0 for never-played items: their base is +∞)
+        self._normals.fill(int(rounds[0]), keys, scale=self._a)
         keys += self._base
         keys += np.multiply.outer(self._bonus_log(rounds), self._b)
         return keys

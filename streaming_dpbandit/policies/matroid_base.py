@@ -101,15 +101,22 @@ class RoundNormals:
             self._cached = (b, Z)
         return self._cached[1]
 
-    def fill(self, first_round: int, out: np.ndarray) -> np.ndarray:
-        """Write the draws of rounds first_round, first_round + 1, … into the rows of ``out``."""
+    def fill(
+        self, first_round: int, out: np.ndarray, scale: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Write the draws of rounds first_round, first_round + 1, … into the rows of ``out``
+        (multiplied by the per-item ``scale`` when given, in the same pass)."""
         R = self.block
         i, n = 0, out.shape[0]
         while i < n:
             t = first_round + i
             b, off = divmod(t - 1, R)
             m = min(n - i, R - off)
-            out[i : i + m] = self._draws(b)[off : off + m]
+            Z = self._draws(b)[off : off + m]
+            if scale is None:
+                out[i : i + m] = Z
+            else:
+                np.multiply(Z, scale, out=out[i : i + m])
             i += m
         return out
 

@@ -103,8 +103,7 @@ class CTSGaussian(_CumulativeMatroidPolicy):
 
     def _keys(self, rounds: np.ndarray) -> np.ndarray:
         keys = np.empty((rounds.size, self.L))
-        self._normals.fill(int(rounds[0]), keys)
-        keys *= self._a
+        self._normals.fill(int(rounds[0]), keys, scale=self._a)
         keys += self._base
         return keys
 
