@@ -241,7 +241,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
             model="central",
             unit=PRIVACY_UNIT,
             neighbouring=NEIGHBOURING,
-            epsilon=self.epsilon_certified if hasattr(self, "_t") else None,
+            epsilon=self.epsilon_certified,
             delta=0.0,
             calibration=self.calibration,
             scope=(
