@@ -58,10 +58,8 @@ class BanditRuntime:
         self.settings = settings
         self.policy = policy
         self.metrics = metrics
-        d = int(policy.d)
-        self.d = d
-        retention = settings.retention or 10 * settings.feedback_window
-        self.join = JoinStore(d, settings.feedback_window, settings.max_pending, retention)
+        self.d = self._row_width(policy)
+        self.join = self._new_join(settings.retention or 10 * settings.feedback_window)
         self.unledgered: list[ReleaseRecord] = []
         self._learn_X: list[np.ndarray] = []
         self._learn_y: list[float] = []
@@ -76,6 +74,15 @@ class BanditRuntime:
         self.catalogue = (
             None if settings.arms is None else {a: i for i, a in enumerate(settings.arms)}
         )
+
+    def _row_width(self, policy) -> int:
+        """Width of a stored row: the chosen context (d)."""
+        return int(policy.d)
+
+    def _new_join(self, retention: float) -> JoinStore:
+        """The pending-decision store (rows of width ``self.d``)."""
+        s = self.settings
+        return JoinStore(self.d, s.feedback_window, s.max_pending, retention)
 
     # -- contexts ---------------------------------------------------------------------------
     def encode(self, ev: ContextEvent) -> tuple[np.ndarray, list[str]]:

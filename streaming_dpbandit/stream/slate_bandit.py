@@ -17,15 +17,13 @@ same. What differs:
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 
 import numpy as np
 
 from ..config import BanditSettings
-from ..privacy.ledger import ReleaseRecord
-from .bandit import WINDOW, BadInput, BanditRuntime, Pending
+from .bandit import BadInput, BanditRuntime, Pending
 from .join import EarlyFeedback, Resolution
 from .schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
 from .slate_join import SlateJoinStore
@@ -45,28 +43,8 @@ class SlateBanditRuntime(BanditRuntime):
     """
 
     def __init__(self, bandit_id: str, settings: BanditSettings, policy, metrics=None):
-        self.bandit_id = bandit_id
-        self.settings = settings
-        self.policy = policy
-        self.metrics = metrics
         self.K = int(policy.K)
-        self.d = 2 * self.K  # width of a join row: items | values
-        retention = settings.retention or 10 * settings.feedback_window
-        self.join = SlateJoinStore(
-            self.K, settings.feedback_window, settings.max_pending, retention
-        )
-        self.unledgered: list[ReleaseRecord] = []
-        self._learn_X: list[np.ndarray] = []  # rows [items | values], NaN = no feedback
-        self._learn_y: list[float] = []  # the slate's received reward (diagnostic order key)
-        self._learn_r: list[int] = []
-        self.stats = collections.Counter()
-        self.window = collections.deque(maxlen=WINDOW)
-        self.best_window = float("-inf")
-        self.reward_sum = 0.0
-        self._clipped_seen = {}
-        self.last_feedback_wall = time.monotonic()
-        self.last_refit_round = 0
-        self.catalogue = None
+        super().__init__(bandit_id, settings, policy, metrics)
         self.item_ids = list(policy.item_ids or [f"item-{i}" for i in range(policy.L)])
         self.item_index = {a: i for i, a in enumerate(self.item_ids)}
         self.default_reward = float(policy.default_reward)
@@ -91,6 +69,13 @@ class SlateBanditRuntime(BanditRuntime):
         if metrics is not None and hasattr(metrics, "slate_items"):
             metrics.slate_items.labels(bandit_id, "reachable").set(policy.L - len(loops))
             metrics.slate_items.labels(bandit_id, "unreachable").set(len(loops))
+
+    def _row_width(self, policy) -> int:
+        return 2 * self.K  # a join row: the slate's items | their rewards (no contexts)
+
+    def _new_join(self, retention: float) -> SlateJoinStore:
+        s = self.settings
+        return SlateJoinStore(self.K, s.feedback_window, s.max_pending, retention)
 
     # -- contexts ---------------------------------------------------------------------------
     def encode(self, ev: ContextEvent):
