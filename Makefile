@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_fliphat.py
 	$(BIN)/python bench/bench_linucb.py
 	$(BIN)/python bench/bench_matroid.py
+	$(BIN)/python bench/bench_replay.py
 
 reproduce: $(STAMP)
 	$(BIN)/dpbandit reproduce fliphat --seeds 20 --plot fliphat-reproduction.png

@@ -31,6 +31,7 @@ from .policies import (
     PrivateLASSO,
     RandomPolicy,
     SALassoBandit,
+    TablePolicy,
     THLassoBandit,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "SALassoConfig",
     "ServiceSettings",
     "THLassoConfig",
+    "TableConfig",
     "format_validation_error",
     "load_service_settings",
     "parse_kv",
@@ -130,6 +132,26 @@ class RandomConfig(_PolicyConfig):
 
     def build(self, seed: int | None = None, **overrides) -> RandomPolicy:
         return RandomPolicy(**{"d": self.d, **overrides}, seed=seed)
+
+
+class TableConfig(_PolicyConfig):
+    """A fixed, context-free stochastic policy: action probabilities per slate position."""
+
+    policy: Literal["table"] = "table"
+    probabilities: list[list[float]] | list[float]
+    d: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        try:
+            TablePolicy(self.probabilities)._table()
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> TablePolicy:
+        params = {"probabilities": self.probabilities, "d": self.d, **overrides}
+        return TablePolicy(**params, seed=seed)
 
 
 class LassoBanditConfig(_PolicyConfig):
@@ -472,7 +494,8 @@ PolicyConfig = Annotated[
     | THLassoConfig
     | SALassoConfig
     | DPUCBMatConfig
-    | DPTSMatConfig,
+    | DPTSMatConfig
+    | TableConfig,
     Field(discriminator="policy"),
 ]
 
@@ -489,6 +512,7 @@ _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "sa-lasso": SALassoConfig,
     "dpucb-mat": DPUCBMatConfig,
     "dpts-mat": DPTSMatConfig,
+    "table": TableConfig,
 }
 
 

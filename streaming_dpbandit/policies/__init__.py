@@ -16,6 +16,7 @@ from .private_lasso import PrivateLASSO
 from .private_lasso_paper import PrivateLASSOPaper
 from .random import RandomPolicy
 from .sa_lasso import SALassoBandit
+from .table import TablePolicy
 from .th_lasso import THLassoBandit
 
 #: Policies by registry name (the CLI's ``--policy``).
@@ -30,6 +31,7 @@ REGISTRY: dict[str, type[Policy]] = {
     PrivateLASSO.name: PrivateLASSO,
     THLassoBandit.name: THLassoBandit,
     SALassoBandit.name: SALassoBandit,
+    TablePolicy.name: TablePolicy,
 }
 
 #: Slate (matroid) policies by registry name: they decide with ``decide_slates``, not
@@ -64,4 +66,5 @@ __all__ = [
     "SALassoBandit",
     "SlateBatch",
     "THLassoBandit",
+    "TablePolicy",
 ]
