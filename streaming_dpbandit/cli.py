@@ -18,6 +18,8 @@ from .config import ConfigError, parse_kv, policy_config
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+#: Policies that serve slates over a matroid (no per-arm contexts, no dimension d).
+SLATE_POLICIES = ("dpucb-mat", "dpts-mat")
 EXIT_TARGET_FAILED = 1
 
 
@@ -120,7 +122,7 @@ def _add_sim_options(p: argparse.ArgumentParser, reproduce: bool = False) -> Non
         type=_positive_int,
         default=None if reproduce else 5,
         help="number of independent repetitions (reproduce: fliphat 20; dp-linucb 35; "
-        "private-lasso: its profile's per-section counts)",
+        "private-lasso and dp-matroid: their profiles' per-section counts)",
     )
     p.add_argument("--seed", type=int, default=0, help="base seed of the repetitions")
     p.add_argument(
@@ -177,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the policy learns online from the matched events of a uniformly logged stream) and "
         "IPS, SNIPS, DM and DR estimates of the policy frozen, each with normal and bootstrap "
         "intervals, weight diagnostics, per-position values, and the privacy the policy's "
-        "releases would have spent (an in-memory ledger composed by the accountant).",
+        "releases would have spent (an in-memory ledger composed by the accountant). Slate "
+        "policies (dpucb-mat, dpts-mat) are replayed by the queue method on the log's per-item "
+        "rewards (service-jsonl or csv; docs/replay.md).",
     )
     p.add_argument(
         "--log",
@@ -264,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
     p.add_argument(
-        "name", choices=["fliphat", "dp-linucb", "private-lasso"], help="which reproduction"
+        "name",
+        choices=["fliphat", "dp-linucb", "private-lasso", "dp-matroid"],
+        help="which reproduction",
     )
     p.add_argument(
         "--batch-size",
@@ -276,7 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="private-lasso: the reduced configuration (minutes instead of hours)",
+        help="private-lasso, dp-matroid: the reduced configuration (minutes instead of hours)",
+    )
+    p.add_argument(
+        "--movielens",
+        metavar="DIR",
+        help="dp-matroid: directory with the user-supplied MovieLens-1M ratings.dat and "
+        "movies.dat (default: $DPBANDIT_MOVIELENS_DIR; skipped when absent, never downloaded)",
     )
 
     p = sub.add_parser(
@@ -343,6 +355,11 @@ def _cmd_simulate(args) -> int:
     for name in names:
         if name not in _CONFIGS:
             raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(_CONFIGS))}")
+        if name in SLATE_POLICIES:
+            raise ConfigError(
+                f"{name} serves slates over a matroid: use `dpbandit reproduce dp-matroid`, or "
+                "`dpbandit serve` with a slate bandit (docs/dp-matroid.md)"
+            )
     user = parse_kv(args.policy_param)
     epsilons = args.epsilon or [1.0]
     specs = []
@@ -539,6 +556,15 @@ def _cmd_replay(args) -> int:
             f"unknown estimator {', '.join(bad) or repr(args.estimator)}; "
             f"choose from {', '.join(allowed)}"
         )
+    names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
+    slate = [n for n in names if n in SLATE_POLICIES]
+    if slate:
+        if len(slate) != len(names):
+            raise ConfigError(
+                "slate policies (dpucb-mat, dpts-mat) and single-arm policies read different "
+                "logs: replay them separately"
+            )
+        return _cmd_replay_slates(args, names, wanted)
     try:
         reader = make_reader(
             args.log,
@@ -590,12 +616,161 @@ def _cmd_replay(args) -> int:
     return 0
 
 
+def _cmd_replay_slates(args, names: list[str], wanted: list[str]) -> int:
+    """Slate policies: the queue method on per-item reward tapes (replay/slates.py)."""
+    import numpy as np
+
+    from .replay.errors import LogFormatError
+    from .replay.ledger import InMemoryLedger
+    from .replay.slates import queue_replay, read_slate_log
+
+    if [e for e in wanted if e != "replay"] and args.estimator != "replay,ips,snips,dr":
+        raise ConfigError(
+            "slate policies are evaluated by the queue replay only: IPS/SNIPS/DM/DR need slate "
+            "propensities, which the service does not publish (docs/events.md)"
+        )
+    if args.format not in (None, "service-jsonl", "csv") or args.start or args.end:
+        raise ConfigError("slate replay reads service-jsonl or csv files (no kafka ranges yet)")
+    if args.warmup:
+        raise ConfigError("--warmup does not apply to slate replay (policies learn throughout)")
+    user = parse_kv(args.policy_param)
+    unknown = set(user) - set().union(*(_fields(n) for n in names))
+    if unknown:
+        raise ConfigError(
+            f"--policy-param {', '.join(sorted(unknown))} is not a parameter of {', '.join(names)}"
+        )
+    if "matroid" not in user:
+        raise ConfigError(
+            'slate policies need --policy-param \'matroid={"type": "uniform", '
+            '"n_items": L, "k": K}\' (or a partition, graphic or linear matroid)'
+        )
+    if args.calibration not in ("certified", "paper"):
+        raise ConfigError(f"{names[0]}: calibration must be certified or paper")
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    log_params = parse_kv(args.log_param, "--log-param")
+    bad = set(log_params) - {"bandit", "bandit_id", "feedback_window", "default_reward"}
+    if bad:
+        raise ConfigError(f"--log-param {', '.join(sorted(bad))} does not apply to slate logs")
+    runs = []
+    for name in names:
+        for eps in args.epsilon or [user.get("epsilon", 1.0)]:
+            params = {**_known(name, user), "epsilon": eps, "calibration": args.calibration}
+            pol = policy_config(name, params).build(seed=args.seed)
+            runs.append((f"{name} ε={float(eps):g}", pol))
+    L = runs[0][1].L
+    if any(pol.L != L for _, pol in runs):
+        raise ConfigError("the policies' matroids have different catalogues")
+    try:
+        log = read_slate_log(
+            args.log,
+            args.format,
+            n_items=L,
+            mapping=parse_kv(args.map, "--map") if args.map else None,
+            item_ids=user.get("items"),
+            bandit_id=log_params.get("bandit_id", log_params.get("bandit")),
+            feedback_window=float(log_params.get("feedback_window", 60.0)),
+            default_reward=float(log_params.get("default_reward", runs[0][1].default_reward)),
+        )
+    except LogFormatError as err:
+        raise ConfigError(str(err)) from None
+    info = log.info
+    print(
+        f"{info['format']} slate log {info['path']}: {log.decisions:,} decisions, "
+        f"{info['served_items']:,} served items (L = {L}); rewards per item: min "
+        f"{int(log.tapes.lengths.min())}, median {float(np.median(log.tapes.lengths)):g}, "
+        f"max {int(log.tapes.lengths.max())}"
+    )
+    extra = {k: v for k, v in info.items() if k not in ("format", "path", "served_items")}
+    print("read: " + ", ".join(f"{k} {v}" for k, v in sorted(extra.items())))
+    results = []
+    for label, pol in runs:
+        log.tapes.rewind()
+        results.append(
+            queue_replay(
+                pol,
+                log.tapes,
+                label=label,
+                max_rounds=args.max_events,
+                ledger=InMemoryLedger(),
+                curve_points=np.unique(np.geomspace(10, max(10, log.decisions), 40).astype(int)),
+            )
+        )
+    rows = [["policy", "rounds", "return/round", "± se", "ε certified", "releases", "stopped"]]
+    for r in results:
+        p = r.privacy
+        rows.append(
+            [
+                r.label,
+                f"{r.rounds:,}",
+                f"{r.mean_return:.4f}",
+                f"{r.se:.4f}",
+                f"{p.get('epsilon_certified', 0):g}",
+                str(p.get("releases", 0)),
+                r.stop,
+            ]
+        )
+    rows.append(
+        [
+            "log (on-policy)",
+            f"{log.decisions:,}",
+            f"{log.on_policy_return:.4f}",
+            f"{log.on_policy_se:.4f}",
+            "",
+            "",
+            "",
+        ]
+    )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    print(
+        "queue replay: each item's logged rewards are read in decision order; the estimate is "
+        "the policy's online per-round return (learning included) under the matroid bandit "
+        "model (items independent, i.i.d. over rounds); se is per round, a scale, not an interval"
+    )
+    if args.json:
+        out = {
+            "log": {
+                **info,
+                "decisions": log.decisions,
+                "on_policy_return": log.on_policy_return,
+                "on_policy_se": log.on_policy_se,
+                "rewards_per_item": log.tapes.lengths.tolist(),
+            },
+            "results": [r.to_json() for r in results],
+        }
+        Path(args.json).write_text(json.dumps(out, indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for r in results:
+            ax.plot(r.curve_rounds, r.curve_return, label=r.label)
+        ax.axhline(log.on_policy_return, color="grey", ls="--", label="log (on-policy)")
+        ax.set_xscale("log")
+        ax.set_xlabel("replayed rounds")
+        ax.set_ylabel("mean return per round")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        plt.close(fig)
+        print(f"wrote {args.plot}")
+    return 0
+
+
 # -- reproduce ---------------------------------------------------------------------------------
 def _cmd_reproduce(args) -> int:
     if args.name == "dp-linucb":
         return _reproduce_dp_linucb(args)
     if args.name == "private-lasso":
         return _cmd_reproduce_private_lasso(args)
+    if args.name == "dp-matroid":
+        return _cmd_reproduce_dp_matroid(args)
     from .experiments.fliphat import CURVE_HORIZON, PAPER_EPSILONS, checks_table, run_reproduction
     from .experiments.report import plot_curves, simulation_table
     from .privacy.statement import PAPER_LABEL
@@ -730,6 +905,37 @@ def _cmd_reproduce_private_lasso(args) -> int:
     return EXIT_TARGET_FAILED if failed else 0
 
 
+def _cmd_reproduce_dp_matroid(args) -> int:
+    from .experiments.dp_matroid import FULL, MOVIELENS_ENV, QUICK, run_reproduction
+
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    if args.env_param:
+        raise ConfigError("reproduce dp-matroid takes no --env-param (the instances are fixed)")
+    ml = args.movielens or os.environ.get(MOVIELENS_ENV)
+    if ml and not (Path(ml, "ratings.dat").is_file() and Path(ml, "movies.dat").is_file()):
+        raise ConfigError(f"--movielens: no ratings.dat and movies.dat in {ml}")
+    report = run_reproduction(
+        QUICK if args.quick else FULL,
+        seeds=args.seeds,
+        horizon=args.horizon,
+        epsilons=args.epsilon,
+        jobs=args.jobs,
+        base_seed=args.seed,
+        movielens_dir=ml,
+        progress=not args.no_progress,
+    )
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(args.plot)
+        print(f"wrote {args.plot}")
+    failed = [c for c in report.checks if c.passed is False]
+    return EXIT_TARGET_FAILED if failed else 0
+
+
 # -- budget ------------------------------------------------------------------------------------
 def _kafka_ledger(bootstrap: str, topic: str) -> list:
     """Committed records of a ledger topic (a replica group's ledger)."""
@@ -841,7 +1047,7 @@ def _cmd_budget(args) -> int:
 # -- explain -----------------------------------------------------------------------------------
 def _cmd_explain(args) -> int:
     params = parse_kv(args.policy_param)
-    if args.policy != "random" and "d" not in params:
+    if args.policy not in ("random", *SLATE_POLICIES) and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
     cfg = policy_config(args.policy, params)
     policy = cfg.build()
@@ -902,6 +1108,12 @@ def build_service_settings(args):
     embedded = not data.get("kafka") and not data.get("file")
     notes = []
     if embedded and not data.get("bandits"):
+        from .envs import MATROID_REGISTRY
+
+        if data["simulation"]["env"] in MATROID_REGISTRY:
+            data["bandits"], note = _embedded_slate_bandit(data["simulation"])
+            notes.append(note)
+    if embedded and not data.get("bandits"):
         from .envs import REGISTRY as ENVS
 
         sim = data["simulation"]
@@ -934,6 +1146,29 @@ def build_service_settings(args):
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, "invalid configuration: ")) from None
     return settings, notes
+
+
+def _embedded_slate_bandit(sim: dict) -> tuple[dict, str]:
+    """Default bandit of the embedded simulation on a slate environment: DPTS-MAT, certified."""
+    from .stream.runner import slate_environment
+
+    env = slate_environment(sim["env"], sim["env_params"])
+    policy = {
+        "policy": "dpts-mat",
+        "matroid": env.matroid.describe(),
+        "epsilon": 1.0,
+        "update_every": 64,
+    }
+    window = 2.0
+    # rows of rounds ≤ t − lag are read at round t: cover the window and the source's
+    # 256-event polls, so the service rarely waits for feedback
+    lag = int((window + 256 * sim["seconds_between_events"]) / sim["seconds_between_events"]) + 64
+    bandit = {"policy": policy, "feedback_window": window, "feedback_lag_rounds": lag}
+    note = (
+        f"embedded default: bandit {sim['bandit_id']!r} runs DPTS-MAT (certified, ε=1) on "
+        f"{env.name} (L={env.n_items}, K={env.K}), slates with per-item feedback"
+    )
+    return {sim["bandit_id"]: bandit}, note
 
 
 def _cmd_serve(args) -> int:

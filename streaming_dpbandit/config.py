@@ -19,6 +19,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .policies import (
+    DPTSMAT,
+    DPUCBMAT,
     FLIPHAT,
     DPLinUCB,
     GreedyRidge,
@@ -36,6 +38,9 @@ from .policies import (
 __all__ = [
     "ConfigError",
     "DPLinUCBConfig",
+    "DPMatroidConfig",
+    "DPTSMatConfig",
+    "DPUCBMatConfig",
     "FliphatConfig",
     "GreedyConfig",
     "LassoBanditConfig",
@@ -376,6 +381,108 @@ class SALassoConfig(_LassoBaselineConfig):
         return SALassoBandit(**params, seed=seed)
 
 
+class _Matroid(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    expected_rank: int | None = Field(None, ge=1, description="assertion on the computed rank")
+
+
+class UniformMatroidConfig(_Matroid):
+    """Any K of L items."""
+
+    type: Literal["uniform"] = "uniform"
+    n_items: int = Field(ge=1)
+    k: int = Field(ge=1)
+
+
+class PartitionMatroidConfig(_Matroid):
+    """At most ``capacities[j]`` items of category j; ``categories[e]`` is item e's category."""
+
+    type: Literal["partition"] = "partition"
+    categories: list[int] = Field(min_length=1)
+    capacities: list[int] = Field(min_length=1)
+
+
+class GraphicMatroidConfig(_Matroid):
+    """Items are the edges (u, v) of a multigraph; a slate is a spanning forest."""
+
+    type: Literal["graphic"] = "graphic"
+    edges: list[tuple[int, int]] = Field(min_length=1)
+    n_vertices: int | None = Field(None, ge=1)
+
+
+class LinearMatroidConfig(_Matroid):
+    """Items are vectors; a slate is a basis of their span over the reals."""
+
+    type: Literal["linear"] = "linear"
+    vectors: list[list[float]] = Field(min_length=1)
+    exact: bool = False
+    tol: float = Field(1e-9, gt=0, lt=1)
+
+
+MatroidConfig = Annotated[
+    UniformMatroidConfig | PartitionMatroidConfig | GraphicMatroidConfig | LinearMatroidConfig,
+    Field(discriminator="type"),
+]
+
+
+class DPMatroidConfig(_PolicyConfig):
+    """DPUCB-MAT / DPTS-MAT: private slates over a matroid (DP-matroid spec §10).
+
+    ``items`` names the L items (the bandit's catalogue; default ``item-0`` … ``item-{L−1}``).
+    ``calibration="paper"`` (ε0 = ε/K, certified as 2ε-DP only) is refused outside
+    ``mode: simulation``.
+    """
+
+    private: bool = True
+    matroid: MatroidConfig
+    epsilon: float = Field(gt=0)
+    calibration: Literal["certified", "paper"] = "certified"
+    update_every: int = Field(1, ge=1)
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    default_reward: float = Field(0.0, ge=0, le=1)
+    items: list[str] | None = None
+    bandit_id: str = "default"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.reward_range[0] < self.reward_range[1]:
+            raise ValueError("reward_range must be (lo, hi) with lo < hi")
+        from .matroids import from_description
+
+        m = from_description(self.matroid.model_dump())  # validates; computes rank and loops
+        if self.items is not None and (
+            len(self.items) != m.n_items or len(set(self.items)) != len(self.items)
+        ):
+            raise ValueError(f"items must be {m.n_items} distinct ids (one per matroid item)")
+        return self
+
+    def item_ids(self) -> list[str]:
+        if self.items is not None:
+            return list(self.items)
+        from .matroids import from_description
+
+        return [f"item-{i}" for i in range(from_description(self.matroid.model_dump()).n_items)]
+
+    def build(self, seed: int | None = None, **overrides):
+        params = self.model_dump(exclude={"policy", "private", "items"})
+        params["item_ids"] = self.item_ids()
+        params.update(overrides)
+        cls = DPUCBMAT if self.policy == "dpucb-mat" else DPTSMAT
+        return cls(**params, seed=seed)
+
+
+class DPUCBMatConfig(DPMatroidConfig):
+    """DPUCB-MAT (thesis Alg. 2)."""
+
+    policy: Literal["dpucb-mat"] = "dpucb-mat"
+
+
+class DPTSMatConfig(DPMatroidConfig):
+    """DPTS-MAT (thesis Alg. 5)."""
+
+    policy: Literal["dpts-mat"] = "dpts-mat"
+
+
 PolicyConfig = Annotated[
     FliphatConfig
     | RandomConfig
@@ -387,6 +494,8 @@ PolicyConfig = Annotated[
     | PrivateLassoConfig
     | THLassoConfig
     | SALassoConfig
+    | DPUCBMatConfig
+    | DPTSMatConfig
     | TableConfig,
     Field(discriminator="policy"),
 ]
@@ -402,6 +511,8 @@ _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "private-lasso": PrivateLassoConfig,
     "th-lasso": THLassoConfig,
     "sa-lasso": SALassoConfig,
+    "dpucb-mat": DPUCBMatConfig,
+    "dpts-mat": DPTSMatConfig,
     "table": TableConfig,
 }
 
@@ -679,6 +790,8 @@ class ServiceSettings(BaseSettings):
     def _check(self):
         for name, b in self.bandits.items():
             validate_for_mode(b.policy, self.mode)
+            if isinstance(b.policy, DPMatroidConfig):
+                _check_slate_bandit(name, b)
             if b.reward_bounds is not None and not b.reward_bounds[0] < b.reward_bounds[1]:
                 raise ValueError(
                     f"bandit {name}: reward_bounds must be (low, high) with low < high"
@@ -697,6 +810,20 @@ class ServiceSettings(BaseSettings):
                 "a learner and decision replicas) are different patterns: choose one"
             )
         return self
+
+
+def _check_slate_bandit(name: str, b: BanditSettings) -> None:
+    """A slate bandit finalizes every served item at the deadline (DP-matroid spec §7.2): a
+    missing reward becomes the *policy's* ``default_reward`` — dropping it would make the batch
+    composition depend on which feedback arrived — so the bandit-level ``on_expiry`` does not
+    apply and a bandit-level ``default_reward`` other than 0 must agree with the policy's."""
+    if b.default_reward != 0.0 and b.default_reward != b.policy.default_reward:
+        raise ValueError(
+            f"bandit {name}: set the default reward of a slate bandit in its policy "
+            "(policy.default_reward)"
+        )
+    if b.arms is not None:
+        raise ValueError(f"bandit {name}: a slate bandit's catalogue is its policy's 'items'")
 
 
 _YAML_FILE: dict = {}

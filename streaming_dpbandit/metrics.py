@@ -140,6 +140,13 @@ class ServiceMetrics:
             ["bandit"],
             registry=r,
         )
+        self.slate_items = Gauge(
+            "dpbandit_slate_items",
+            "Items of a slate bandit's catalogue: status=reachable, or unreachable (matroid "
+            "loops: never in any slate)",
+            ["bandit", "status"],
+            registry=r,
+        )
         self.calibration = Gauge(
             "dpbandit_calibration_info",
             "1 for the bandit's calibration; dp_valid=false marks the paper calibration",

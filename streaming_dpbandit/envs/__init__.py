@@ -1,7 +1,10 @@
 """Simulation environments of the source papers (exactly as their specs describe)."""
 
 from .base import Environment
+from .dp_matroid import MatroidSyntheticEnv
 from .fliphat_paper import FliphatPaperEnv
+from .matroid_env import MatroidEnvironment
+from .movielens import MovieLensMatroidEnv, load_movielens_1m
 from .private_lasso import MarginEnv, NoMarginEnv
 from .shariff_sheffet import ShariffSheffetEnv
 
@@ -13,11 +16,22 @@ REGISTRY: dict[str, type[Environment]] = {
     NoMarginEnv.name: NoMarginEnv,
 }
 
+#: Semi-bandit (slate) environments over a matroid; the MovieLens instance is built from
+#: user-supplied files (``MovieLensMatroidEnv``) and is not constructible by name.
+MATROID_REGISTRY: dict[str, type[MatroidEnvironment]] = {
+    MatroidSyntheticEnv.name: MatroidSyntheticEnv,
+}
+
 __all__ = [
+    "MATROID_REGISTRY",
     "REGISTRY",
     "Environment",
     "FliphatPaperEnv",
     "MarginEnv",
+    "MatroidEnvironment",
+    "MatroidSyntheticEnv",
+    "MovieLensMatroidEnv",
     "NoMarginEnv",
     "ShariffSheffetEnv",
+    "load_movielens_1m",
 ]

@@ -2,11 +2,15 @@
 
 from .base import DecisionBatch, Policy
 from .dp_linucb import DPLinUCB
+from .dpts_mat import DPTSMAT
+from .dpucb_mat import DPUCBMAT
 from .fliphat import FLIPHAT
 from .greedy import GreedyRidge
 from .lasso_bandit import LassoBandit
 from .linucb import LinUCB
 from .linucb_disjoint import LinUCBDisjoint
+from .matroid_base import MatroidPolicy, SlateBatch
+from .matroid_baselines import OMM, CTSGaussian
 from .multi_armed import OneHotArms
 from .private_lasso import PrivateLASSO
 from .private_lasso_paper import PrivateLASSOPaper
@@ -30,21 +34,37 @@ REGISTRY: dict[str, type[Policy]] = {
     TablePolicy.name: TablePolicy,
 }
 
+#: Slate (matroid) policies by registry name: they decide with ``decide_slates``, not
+#: ``decide``; OMM and CTS-Gaussian are non-private, simulation-only baselines.
+SLATE_REGISTRY: dict[str, type[MatroidPolicy]] = {
+    DPUCBMAT.name: DPUCBMAT,
+    DPTSMAT.name: DPTSMAT,
+    OMM.name: OMM,
+    CTSGaussian.name: CTSGaussian,
+}
+
 __all__ = [
+    "DPTSMAT",
+    "DPUCBMAT",
     "FLIPHAT",
+    "OMM",
     "REGISTRY",
+    "SLATE_REGISTRY",
+    "CTSGaussian",
     "DPLinUCB",
     "DecisionBatch",
     "GreedyRidge",
     "LassoBandit",
     "LinUCB",
     "LinUCBDisjoint",
+    "MatroidPolicy",
     "OneHotArms",
     "Policy",
     "PrivateLASSO",
     "PrivateLASSOPaper",
     "RandomPolicy",
     "SALassoBandit",
+    "SlateBatch",
     "THLassoBandit",
     "TablePolicy",
 ]

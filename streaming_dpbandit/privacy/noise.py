@@ -92,23 +92,29 @@ class NoiseSource:
             self._issued = issued
         return issued
 
-    def generator(self, *labels: int | str) -> np.random.Generator:
+    def generator(self, *labels: int | str, track: bool = True) -> np.random.Generator:
         """Return the generator of the stream named by ``labels``.
 
         Each label tuple may be issued once per source object: asking twice means a release
         is about to reuse noise, which is a bug (spec §8.1.2). After a restart the source is
         rebuilt from the snapshot and the same label yields the same stream again, on purpose.
+
+        ``track=False`` skips the issued-set bookkeeping (which grows with every label and is
+        part of the snapshot). Only for callers that enforce issue-once structurally with O(1)
+        persisted state, e.g. the DP-matroid batch means, whose label (item, batch index) is
+        issued exactly when the item's persisted batch counter advances past it.
         """
         if not labels:
             raise ValueError("a noise stream needs at least one label")
-        key = tuple(labels)
-        issued = self._issued_set()
-        if key in issued:
-            raise RuntimeError(
-                f"noise stream {key!r} was already issued by this source; "
-                "reusing noise would break the privacy guarantee"
-            )
-        issued.add(key)
+        if track:
+            key = tuple(labels)
+            issued = self._issued_set()
+            if key in issued:
+                raise RuntimeError(
+                    f"noise stream {key!r} was already issued by this source; "
+                    "reusing noise would break the privacy guarantee"
+                )
+            issued.add(key)
         seq = np.random.SeedSequence(
             entropy=self._master(), spawn_key=tuple(label_to_int(lbl) for lbl in labels)
         )

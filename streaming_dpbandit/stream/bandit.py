@@ -58,10 +58,8 @@ class BanditRuntime:
         self.settings = settings
         self.policy = policy
         self.metrics = metrics
-        d = int(policy.d)
-        self.d = d
-        retention = settings.retention or 10 * settings.feedback_window
-        self.join = JoinStore(d, settings.feedback_window, settings.max_pending, retention)
+        self.d = self._row_width(policy)
+        self.join = self._new_join(settings.retention or 10 * settings.feedback_window)
         self.unledgered: list[ReleaseRecord] = []
         self._learn_X: list[np.ndarray] = []
         self._learn_y: list[float] = []
@@ -77,9 +75,20 @@ class BanditRuntime:
             None if settings.arms is None else {a: i for i, a in enumerate(settings.arms)}
         )
 
+    def _row_width(self, policy) -> int:
+        """Width of a stored row: the chosen context (d)."""
+        return int(policy.d)
+
+    def _new_join(self, retention: float) -> JoinStore:
+        """The pending-decision store (rows of width ``self.d``)."""
+        s = self.settings
+        return JoinStore(self.d, s.feedback_window, s.max_pending, retention)
+
     # -- contexts ---------------------------------------------------------------------------
     def encode(self, ev: ContextEvent) -> tuple[np.ndarray, list[str]]:
         """Per-arm feature matrix (K, d) of a validated event, or :class:`BadInput`."""
+        if ev.slate_size is not None:
+            raise BadInput("slate_unsupported", f"bandit {self.bandit_id!r} serves single arms")
         ids = ev.candidate_ids()
         if ev.arms is not None:
             width = len(ev.arms[0].features)
@@ -201,6 +210,10 @@ class BanditRuntime:
     # -- feedback ---------------------------------------------------------------------------
     def on_feedback(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
         self.last_feedback_wall = time.monotonic()
+        if not isinstance(fb, Feedback):  # per-item slate rewards
+            self.stats["fb_slate_unsupported"] += 1
+            dead(source, "slate_unsupported", f"bandit {self.bandit_id!r} serves single arms")
+            return
         bounds = self.settings.reward_bounds
         if bounds is not None and not bounds[0] <= fb.reward <= bounds[1]:
             self.stats["fb_out_of_range"] += 1

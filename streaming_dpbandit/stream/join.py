@@ -287,7 +287,7 @@ class JoinStore:
         }
 
     def load_state_dict(self, state: dict) -> JoinStore:
-        self.__init__(self.d, self.window, self.capacity, self.retention)
+        JoinStore.__init__(self, self.d, self.window, self.capacity, self.retention)
         for eid, r, t, ctx in zip(
             state["pending_ids"],
             state["pending_rounds"],
@@ -296,7 +296,8 @@ class JoinStore:
         ):
             self.add(eid, int(r), float(t), np.asarray(ctx))
         for eid, reward, t, src, wm in state["early"]:
-            self.hold_early(EarlyFeedback(eid, float(reward), float(t), tuple(src), float(wm)))
+            reward = reward if isinstance(reward, dict) else float(reward)  # slates: per item
+            self.hold_early(EarlyFeedback(eid, reward, float(t), tuple(src), float(wm)))
         for eid, out, t in zip(
             state["resolved_ids"], state["resolved_outcomes"], state["resolved_times"]
         ):

@@ -10,9 +10,22 @@ from ..metrics import ServiceMetrics
 from .service import Service
 from .transport import InProcessTransport, Transport
 
-__all__ = ["build_transport", "run_service", "start_metrics_server"]
+__all__ = ["build_transport", "run_service", "slate_environment", "start_metrics_server"]
 
 log = logging.getLogger("streaming_dpbandit.service")
+
+
+def slate_environment(name: str, env_params: dict):
+    """A slate (matroid) environment of the embedded simulation; the simulation section's
+    default ``env_params`` belong to the default contextual environment and are not passed."""
+    from ..config import ConfigError, SimulationSource
+    from ..envs import MATROID_REGISTRY
+
+    params = {} if env_params == SimulationSource().env_params else env_params
+    try:
+        return MATROID_REGISTRY[name](**params)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"simulation.env_params: {err}") from None
 
 
 def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Transport:
@@ -31,10 +44,28 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
         return InProcessTransport(
             FileSource(settings.file.path, (t.contexts, t.feedback)), keep_outputs
         )
-    from ..envs import REGISTRY
+    from ..envs import MATROID_REGISTRY, REGISTRY
     from .sources import SimulatedSource
 
     sim = settings.simulation
+    if sim.env in MATROID_REGISTRY:  # slate requests with per-item feedback
+        from .slate_sources import SlateSimulatedSource
+
+        env = slate_environment(sim.env, sim.env_params)
+        bandit = settings.bandits.get(sim.bandit_id)
+        items = bandit.policy.item_ids() if bandit and hasattr(bandit.policy, "item_ids") else None
+        source = SlateSimulatedSource(
+            env,
+            sim.events,
+            sim.bandit_id,
+            sim.seconds_between_events,
+            sim.feedback_delay_mean,
+            sim.feedback_probability,
+            sim.seed,
+            (t.contexts, t.feedback),
+            item_ids=items,
+        )
+        return InProcessTransport(source, keep_outputs)
     env = REGISTRY[sim.env](**sim.env_params)
     source = SimulatedSource(
         env,
@@ -144,7 +175,13 @@ def print_summary(summary: dict, out) -> None:
                 f"{st.get('expired', 0) + st.get('expired_forced', 0):,}",
                 "-" if b["mean_reward_window"] is None else f"{b['mean_reward_window']:.3f}",
                 "-" if not pr else f"{pr.get('releases', 0)}",
-                "-" if eps is None else f"ε={eps:.3g}, δ={pr.get('target_delta'):.2g}",
+                f"ε={eps:.3g}, δ={pr.get('target_delta'):.2g}"
+                if eps is not None
+                else (
+                    f"ε={pr['pure_epsilon']:.3g} (pure)"
+                    if pr.get("pure_epsilon") is not None
+                    else "-"
+                ),
             ]
         )
     print(

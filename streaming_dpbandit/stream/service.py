@@ -34,6 +34,7 @@ from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
 from .bandit import BadInput, BanditRuntime, Pending
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
+from .slate_bandit import SlateBanditRuntime
 from .snapshot import SnapshotCorruptError, SnapshotStore
 from .transport import TP, Record, Transport
 
@@ -95,7 +96,8 @@ class Service:
         for name, b in self.settings.bandits.items():
             overrides = {"bandit_id": name} if "bandit_id" in type(b.policy).model_fields else {}
             policy = b.policy.build(seed=b.seed, **overrides)
-            self.bandits[name] = BanditRuntime(name, b, policy, self.metrics)
+            runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
+            self.bandits[name] = runtime(name, b, policy, self.metrics)
             dp_valid = (
                 getattr(policy, "calibration", "certified") == "certified" or not policy.private
             )
@@ -405,6 +407,10 @@ class Service:
             ("fb_unknown", "unknown_event"),
             ("fb_before_decision", "feedback_before_decision"),
             ("fb_out_of_range", "reward_out_of_range"),
+            ("fb_slate_unsupported", "slate_unsupported"),
+            ("fb_slate_required", "slate_required"),
+            ("fb_unknown_item", "unknown_item"),
+            ("fb_not_in_slate", "item_not_in_slate"),
         ):
             diff = rt.stats.get(key, 0) - before.get(key, 0)
             if diff:

@@ -1,0 +1,222 @@
+"""Private doubling-batch means (DP-matroid spec §5; thesis Alg. 2 lines 9–14, Alg. 5 lines 10–14).
+
+Every item keeps a private mean computed from its *latest completed batch* only. An item's
+batches hold 1, 2, 4, 8, … of its observations, in the order the observations are finalized.
+When a batch completes, its exact sum is sealed; the next release draws one Laplace variable Z
+of scale 1/ε0 and publishes ``(sum + Z) / size`` once; the raw rewards are then gone. Every
+reward enters exactly one release, so the privacy cost does not grow with the horizon.
+
+State per item (spec §5.1), O(1) each:
+
+=========  =====================================================  ===================
+``s``      index of the last completed batch (−1 at first)       public (slates)
+``T``      size of the last *released* batch (0, 1, 2, 4, …)      public (slates)
+``mean``   w̃, the noisy mean of that batch (unclipped)           DP release
+``buf``    exact sum of the open batch, in units of 2⁻³²          **raw data**
+``cnt``    rewards in the open batch                             public (slates)
+=========  =====================================================  ===================
+
+Exact sums. Rewards must already be mapped into [0, 1] and clipped (the caller's job; spec
+§5.3). They are rounded to the grid 2⁻³² and summed as int64, so a batch's sum does not depend
+on the order of its rewards: a service that crashed and re-consumed its input reseals the same
+integer and — with the labelled noise stream (bandit, "dp-matroid", item, batch) — recomputes a
+lost release bit for bit instead of drawing a second noisy copy (spec §7.3). The int64 sum is
+exact while a batch holds fewer than 2³¹ rewards.
+
+Nothing here logs, and :class:`Release` carries no raw sum and no noise value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["DoublingBatchMeans", "Release"]
+
+UNIT_BITS = 32
+UNIT = float(1 << UNIT_BITS)
+MAX_BATCH_INDEX = 30  # batch 2^30 is the largest whose int64 sum of 2⁻³² units is exact
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One released batch mean (public: item, batch index, size, closing round, noisy mean)."""
+
+    item: int
+    batch: int
+    size: int
+    closed_at: int
+    noisy_mean: float
+
+
+class DoublingBatchMeans:
+    """Per-item doubling batches with one Laplace release per completed batch.
+
+    Parameters
+    ----------
+    n_items
+        L, the number of items.
+    epsilon0
+        Per-release budget ε0: the Laplace scale is 1/ε0 (a batch sum of rewards in [0, 1]
+        has sensitivity 1 for a fixed batch membership).
+    scale_multiplier
+        Multiplies the Laplace scale. Must stay 1; exists for the privacy audit only.
+
+    Examples
+    --------
+    >>> from streaming_dpbandit.privacy.noise import NoiseSource
+    >>> est = DoublingBatchMeans(n_items=2, epsilon0=1.0)
+    >>> for t in range(1, 4):                      # item 0 observed at rounds 1, 2, 3
+    ...     _ = est.learn_many(np.array([0]), np.array([1.0]), np.array([t]))
+    >>> [(r.item, r.batch, r.size, r.closed_at) for r in est.release(NoiseSource(0), "b")]
+    [(0, 0, 1, 1), (0, 1, 2, 3)]
+    >>> est.T.tolist(), est.cnt.tolist()          # T is the last batch's size, not the count
+    ([2, 0], [0, 0])
+
+    """
+
+    def __init__(self, n_items: int, epsilon0: float, scale_multiplier: float = 1.0):
+        self.n_items = n_items
+        self.epsilon0 = epsilon0
+        self.scale_multiplier = scale_multiplier
+
+    # -- state ---------------------------------------------------------------------------
+    def _state(self) -> DoublingBatchMeans:
+        if not hasattr(self, "s"):
+            if not self.epsilon0 > 0:
+                raise ValueError("epsilon0 must be > 0")
+            L = int(self.n_items)
+            self.s = np.full(L, -1, dtype=np.int64)
+            self.T = np.zeros(L, dtype=np.int64)
+            self.mean = np.zeros(L, dtype=np.float64)
+            self.buf = np.zeros(L, dtype=np.int64)
+            self.cnt = np.zeros(L, dtype=np.int64)
+            # sealed batches awaiting their release: item, batch, size, exact sum, closing round
+            self._sealed: list[tuple[int, int, int, int, int]] = []
+            self.observations = 0
+            self.releases = 0
+        return self
+
+    @property
+    def laplace_scale(self) -> float:
+        """Scale b = multiplier/ε0 of each release's Laplace noise (on the sum)."""
+        return float(self.scale_multiplier) / float(self.epsilon0)
+
+    @property
+    def pending(self) -> int:
+        """Completed batches whose release has not been drawn yet."""
+        return len(self._state()._sealed)
+
+    # -- intake --------------------------------------------------------------------------
+    def learn_many(self, items: np.ndarray, rewards: np.ndarray, rounds: np.ndarray) -> int:
+        """Observe rewards in [0, 1] of ``items`` served at ``rounds``, in the order given.
+
+        Callers feed finalized decisions in increasing round (spec §7.2). Returns the number of
+        batches that completed (sealed; released by :meth:`release`).
+        """
+        self._state()
+        items = np.asarray(items, dtype=np.int64).reshape(-1)
+        rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if not items.size == rewards.size == rounds.size:
+            raise ValueError("items, rewards and rounds must have the same length")
+        if items.size == 0:
+            return 0
+        if not (rewards.min() >= 0.0 and rewards.max() <= 1.0):  # NaN fails too
+            raise ValueError("rewards must be finite, mapped into [0, 1] and clipped")
+        if items.min() < 0:
+            raise ValueError("item index out of range")
+        add = np.bincount(items, minlength=self.n_items)
+        if add.size != self.n_items:
+            raise ValueError("item index out of range")
+        units = np.rint(rewards * UNIT)  # integers < 2³³: float64 sums below are exact
+        self.observations += int(items.size)
+        need = (np.int64(1) << (self.s + 1)) - self.cnt  # rewards until the open batch closes
+        closing = np.flatnonzero(add >= need)
+        if closing.size == 0:  # common case: no batch completes, exact vectorised sums
+            self.buf += self._sums(items, units)
+            self.cnt += add
+            return 0
+        quiet = add < need
+        sel = quiet[items]
+        self.buf += self._sums(items[sel], units[sel])
+        self.cnt[quiet] += add[quiet]
+        units = units.astype(np.int64)
+        before = len(self._sealed)
+        for e in closing.tolist():  # few items per update cross a batch boundary
+            pos = np.flatnonzero(items == e)
+            self._observe_item(e, units[pos].tolist(), rounds[pos].tolist())
+        return len(self._sealed) - before
+
+    def _sums(self, items: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """Exact per-item sums of integer units (float64 bincount is exact below 2⁵³)."""
+        if items.size < (1 << 20):
+            return np.bincount(items, weights=units, minlength=self.n_items).astype(np.int64)
+        out = np.zeros(self.n_items, dtype=np.int64)
+        np.add.at(out, items, units.astype(np.int64))
+        return out
+
+    def _observe_item(self, e: int, units: list[int], rounds: list[int]) -> None:
+        s, cnt, buf = int(self.s[e]), int(self.cnt[e]), int(self.buf[e])
+        for u, t in zip(units, rounds):
+            buf += u
+            cnt += 1
+            if cnt == 1 << (s + 1):  # batch sizes 1, 2, 4, 8, …
+                s += 1
+                if s > MAX_BATCH_INDEX:
+                    raise OverflowError(f"item {e}: batch {s} exceeds the exact-sum range")
+                self._sealed.append((e, s, cnt, buf, int(t)))
+                buf, cnt = 0, 0  # forget: these rewards are never used again
+        self.s[e], self.cnt[e], self.buf[e] = s, cnt, buf
+
+    # -- releases ------------------------------------------------------------------------
+    def release(self, noise, *label_prefix: int | str) -> list[Release]:
+        """Draw the Laplace noise of every sealed batch and publish its noisy mean.
+
+        Releases come in canonical order (closing round, item, batch), whatever the batching.
+
+        ``noise.generator(*label_prefix, item, batch, track=False)`` supplies each release's
+        own stream (a :class:`~streaming_dpbandit.privacy.noise.NoiseSource`); the raw sum is
+        dropped as soon as the mean is formed.
+        """
+        self._state()
+        out = []
+        scale = self.laplace_scale
+        for e, s, size, total, t in sorted(self._sealed, key=lambda x: (x[4], x[0], x[1])):
+            z = float(noise.generator(*label_prefix, e, s, track=False).laplace(0.0, scale))
+            m = (total / UNIT + z) / size
+            self.T[e] = size
+            self.mean[e] = m
+            out.append(Release(e, s, size, t, m))
+        self.releases += len(out)
+        self._sealed = []
+        return out
+
+    # -- persistence ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Complete state, raw sums included (snapshot-only; never log it)."""
+        self._state()
+        sealed = np.asarray(self._sealed, dtype=np.int64).reshape(-1, 5)
+        return {
+            "s": self.s.copy(),
+            "T": self.T.copy(),
+            "mean": self.mean.copy(),
+            "buf": self.buf.copy(),
+            "cnt": self.cnt.copy(),
+            "sealed": sealed,
+            "observations": self.observations,
+            "releases": self.releases,
+        }
+
+    def load_state_dict(self, state: dict) -> DoublingBatchMeans:
+        self._state()
+        self.s = np.asarray(state["s"], dtype=np.int64).copy()
+        self.T = np.asarray(state["T"], dtype=np.int64).copy()
+        self.mean = np.asarray(state["mean"], dtype=np.float64).copy()
+        self.buf = np.asarray(state["buf"], dtype=np.int64).copy()
+        self.cnt = np.asarray(state["cnt"], dtype=np.int64).copy()
+        self._sealed = [tuple(int(x) for x in row) for row in np.asarray(state["sealed"])]
+        self.observations = int(state["observations"])
+        self.releases = int(state["releases"])
+        return self

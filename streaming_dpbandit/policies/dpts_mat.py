@@ -1,0 +1,68 @@
+"""DPTS-MAT: differentially private Thompson sampling for matroid bandits (thesis Alg. 5; §6.2).
+
+For decision t with the released batch statistics (T_e, w̃_e):
+
+    θ_e(t) = +∞                                                      if T_e = 0
+    θ_e(t) ~ Normal(mean = w̃_e + 3·ln(K·t)/(ε0·T_e), variance = 1/T_e)   otherwise
+
+then the matroid greedy on θ (never-played items first). The variance is 1/T_e; there is no
+√(ln t / T) term, no prior pseudo-count and no clipping of θ. A fresh sample is drawn for every
+item at every decision, from a non-private key and the round (safe to log).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .matroid_base import RoundNormals, _key
+from .matroid_private import PrivateMatroidPolicy
+
+__all__ = ["DPTSMAT"]
+
+
+class DPTSMAT(PrivateMatroidPolicy):
+    """DPTS-MAT (see :class:`~.matroid_private.PrivateMatroidPolicy` for every parameter).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pol = DPTSMAT({"type": "uniform", "n_items": 20, "k": 4}, epsilon=5.0, seed=3)
+    >>> means = np.r_[np.full(16, 0.1), np.full(4, 0.9)]
+    >>> rng, returns = np.random.default_rng(1), []
+    >>> for _ in range(3000):
+    ...     if pol.refit_due():
+    ...         _ = pol.refit()
+    ...     dec = pol.decide_slates(1)
+    ...     w = (rng.random((1, 20)) < means).astype(float)
+    ...     pol.learn(dec.slates, np.take_along_axis(w, dec.slates, 1), dec.rounds)
+    ...     returns.append(means[dec.slates[0]].sum())
+    >>> round(float(np.mean(returns[-500:])), 1)   # optimum 3.6, uniformly random slates 1.04
+    3.0
+
+    """
+
+    name = "dpts-mat"
+
+    def _init_stats(self) -> None:
+        super()._init_stats()
+        self._ts_key = _key(self.seed, 0x75)
+        self._normals = RoundNormals(self._ts_key, self.L)
+
+    def _keys(self, rounds: np.ndarray) -> np.ndarray:
+        keys = np.empty((rounds.size, self.L))
+        # standard deviation 1/√T (0 for never-played items: their base is +∞)
+        self._normals.fill(int(rounds[0]), keys, scale=self._a)
+        keys += self._base
+        keys += np.multiply.outer(self._bonus_log(rounds), self._b)
+        return keys
+
+    def state_dict(self) -> dict:
+        out = super().state_dict()
+        out["ts_key"] = self._ts_key
+        return out
+
+    def load_state_dict(self, state: dict):
+        super().load_state_dict(state)
+        self._ts_key = int(state["ts_key"])
+        self._normals = RoundNormals(self._ts_key, self.L)
+        return self
