@@ -1,7 +1,7 @@
 """The ``dpbandit`` command line.
 
-Subcommands: ``simulate``, ``reproduce``, ``budget``, ``explain``. Bad options and configs give
-one clear error line and exit status 2, never a traceback.
+Subcommands: ``serve``, ``simulate``, ``reproduce``, ``budget``, ``explain``. Bad options and
+configs give one clear error line and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -47,6 +47,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return v
 
 
@@ -178,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-json", action="store_true", help="JSON log lines")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--summary-json", metavar="FILE", help="write the end-of-run summary as JSON")
+    p.add_argument(
+        "--linger",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="after a finite input (simulation or --file) ends, keep serving /metrics this long "
+        "so Prometheus scrapes the final values (SIGTERM/SIGINT stops it; default 0)",
+    )
 
     p = sub.add_parser("budget", help="print a ledger's privacy spend and statement")
     p.add_argument("ledger", help="path of a ledger file")
@@ -601,7 +619,7 @@ def _cmd_serve(args) -> int:
     setup_logging(settings.log_level, settings.log_json)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    summary = run_service(settings)
+    summary = run_service(settings, linger_s=args.linger)
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=1, default=_json_default))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
@@ -62,14 +63,29 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
 
 
 def run_service(
-    settings: ServiceSettings, transport: Transport | None = None, out=sys.stdout
+    settings: ServiceSettings,
+    transport: Transport | None = None,
+    out=sys.stdout,
+    linger_s: float = 0.0,
 ) -> dict:
-    """Run until the input ends or SIGTERM/SIGINT; print and return the summary."""
+    """Run until the input ends or SIGTERM/SIGINT; print and return the summary.
+
+    ``linger_s``: after a finite input ends, keep serving ``/metrics`` this many seconds (or
+    until SIGTERM/SIGINT), so a scraper such as Prometheus records the final values.
+    """
     transport = transport or build_transport(settings)
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)
     if port:
         print(f"metrics: http://{settings.metrics.host}:{port}/metrics", file=sys.stderr)
+    try:
+        return _run(settings, transport, metrics, server, out, linger_s)
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def _run(settings, transport, metrics, server, out, linger_s: float) -> dict:
     service = Service(settings, transport, metrics)
     service.open()
     service.install_signal_handlers()
@@ -104,13 +120,20 @@ def run_service(
     finally:
         if bar is not None:
             bar.close()
-        if server is not None:
-            server.shutdown()
     source = getattr(transport, "source", None)
     if source is not None and hasattr(source, "summary"):
         summary["source"] = source.summary()
     summary["state_directory"] = str(settings.snapshots.directory)
     print_summary(summary, out)
+    out.flush()
+    if linger_s > 0 and server is not None and not service._stop:
+        print(
+            f"input finished; serving /metrics for {linger_s:g} s more (SIGTERM/SIGINT stops)",
+            file=sys.stderr,
+        )
+        deadline = time.monotonic() + linger_s
+        while not service._stop and time.monotonic() < deadline:
+            time.sleep(0.1)
     return summary
 
 
