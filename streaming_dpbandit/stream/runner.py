@@ -106,8 +106,15 @@ def _run(settings, transport, metrics, server, out, linger_s: float) -> dict:
             dynamic_ncols=True,
         )
     seen = [0]
+    from .sources import SimulatedSource
+
+    simulated = getattr(transport, "source", None)
+    if not isinstance(simulated, SimulatedSource):
+        simulated = None
 
     def progress(svc):
+        if simulated is not None:  # the stream knows the true mean rewards
+            metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
         if bar is None:
             return
         done = sum(rt.stats["decided"] for rt in svc.bandits.values())
@@ -120,6 +127,8 @@ def _run(settings, transport, metrics, server, out, linger_s: float) -> dict:
     finally:
         if bar is not None:
             bar.close()
+    if simulated is not None:
+        metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
     source = getattr(transport, "source", None)
     if source is not None and hasattr(source, "summary"):
         summary["source"] = source.summary()
