@@ -4,6 +4,7 @@ and label references, the repository's deployment files."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import yaml
@@ -14,6 +15,7 @@ from streaming_dpbandit.metrics import ServiceMetrics
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 DOCKER = REPO / "docker"
+DOCKERFILE = DOCKER / "Dockerfile"
 
 #: labels Prometheus attaches to every scraped series (static configs, Kubernetes SD)
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
@@ -124,3 +126,48 @@ def rule_groups() -> list[dict]:
     for f in sorted((DEPLOY / "prometheus" / "rules").glob("*.rules.yml")):
         groups += load_yaml(f)["groups"]
     return groups
+
+
+# -- the Dockerfile ---------------------------------------------------------------------------
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, buf = [], ""
+    for line in DOCKERFILE.read_text().splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        buf += line
+        instr, _, args = buf.strip().partition(" ")
+        out.append((instr.upper(), args.strip()))
+        buf = ""
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    out = []
+    for instr, args in dockerfile():
+        if instr == "FROM":
+            out.append([])
+        if out:
+            out[-1].append((instr, args))
+    return out
+
+
+def image_env() -> dict[str, str]:
+    """The ENV of the final stage: the container's environment (PATH included)."""
+    env = {}
+    for instr, args in stages()[-1]:
+        if instr == "ENV":
+            for item in shlex.split(args):
+                k, _, v = item.partition("=")
+                env[k] = v
+    return env
+
+
+def args_default(name: str) -> str:
+    for instr, args in dockerfile():
+        if instr == "ARG" and args.startswith(name + "="):
+            return args.split("=", 1)[1]
+    raise AssertionError(f"no ARG {name}")

