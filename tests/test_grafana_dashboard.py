@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from deploy_helpers import DEPLOY, check_promql, promql_metric_names, service_metrics
+from deploy_helpers import DEPLOY, REPO, check_promql, promql_metric_names, service_metrics
 
 DASHBOARD = DEPLOY / "grafana" / "dpbandit-dashboard.json"
 PANEL_TYPES = {"row", "timeseries", "stat", "gauge", "bargauge", "table", "text", "state-timeline"}
@@ -139,3 +139,27 @@ def test_dashboard_checks_catch_a_wrong_metric(dash):
     for where, expr in queries(broken):
         problems += check_promql(expr, service_metrics(), where)
     assert any("dpbandit_eps_spent" in p for p in problems)
+
+
+def test_metrics_doc_lists_exactly_what_the_service_exports():
+    """docs/metrics.md — what dashboards and rules are written against — matches the registry:
+    names, types and labels."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    from streaming_dpbandit.metrics import ServiceMetrics
+
+    exported = {}
+    for c in vars(ServiceMetrics()).values():
+        for cls, kind, suffix in ((Counter, "counter", "_total"), (Histogram, "histogram", "")):
+            if isinstance(c, cls):
+                exported[c._name + suffix] = (kind, set(c._labelnames))
+                break
+        else:
+            if isinstance(c, Gauge):
+                exported[c._name] = ("gauge", set(c._labelnames))
+    documented = {}
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    for m in re.finditer(r"^\| `(dpbandit_\w+)` \| (\w+) \| ([^|]*) \|", doc, flags=re.M):
+        labels = {x.strip() for x in m.group(3).split(",")} - {"—", ""}
+        documented[m.group(1)] = (m.group(2), labels)
+    assert documented == exported

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 import yaml
-from deploy_helpers import DEPLOY, check_promql, load_yaml, rule_groups, service_metrics
+from deploy_helpers import DEPLOY, REPO, check_promql, load_yaml, rule_groups, service_metrics
 
 PROM = DEPLOY / "prometheus"
 RULE_TEST = PROM / "tests" / "dpbandit-rules.test.yml"
@@ -134,10 +134,12 @@ def test_rule_unit_tests_catch_a_broken_rule(prometheus_bin, tmp_path, name, fil
     assert name in report, report  # and the failure is about the broken rule
 
 
-def test_every_alert_is_labelled_and_tested_both_ways():
+def test_every_alert_is_documented_labelled_and_tested_both_ways():
     names = [a["alert"] for a in alerts()]
     assert len(names) == len(set(names))
     assert set(names) >= REQUIRED_ALERTS
+    ops = (REPO / "docs" / "operations.md").read_text()
+    headings = set(re.findall(r"^#{2,4} (DPBandit\w+)\s*$", ops, flags=re.M))
     tests = load_yaml(RULE_TEST)["tests"]
     cases = [c for t in tests for c in t.get("alert_rule_test", [])]
     for a in alerts():
@@ -146,9 +148,11 @@ def test_every_alert_is_labelled_and_tested_both_ways():
         ann = a["annotations"]
         assert ann["summary"] and ann["description"], n
         assert ann["runbook"] == f"docs/operations.md#{n.lower()}", n
+        assert n in headings, f"docs/operations.md has no section for {n}"
         mine = [c for c in cases if c["alertname"] == n]
         assert any(c["exp_alerts"] for c in mine), f"no test where {n} fires"
         assert any(not c["exp_alerts"] for c in mine), f"no test where {n} stays quiet"
+    assert set(headings) == set(names), "docs/operations.md documents alerts that do not exist"
 
 
 def test_rules_use_only_exported_metrics_and_labels():
