@@ -6,12 +6,14 @@ error, never a traceback. ``validate_for_mode`` enforces the spec's deployment r
 (FLIPHAT spec §5.3, §6); so are DP-LinUCB's ``zcdp`` (pending review, DP-LinUCB spec §3.2) and
 ``authors_code_2018`` (reproduction only, §3.4) calibrations and its simulation-only
 ``track_bounds`` diagnostics (§9). DP-LinUCB's ``paper`` calibration is a valid (conservative)
-guarantee and stays available, labelled.
+guarantee and stays available, labelled. So are PrivateLASSO's ``paper`` calibration and its
+``support="oracle"`` diagnostic (PrivateLASSO spec §4, §10 P1, §12.3 T7).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,7 +26,11 @@ from .policies import (
     LinUCB,
     LinUCBDisjoint,
     Policy,
+    PrivateLASSO,
     RandomPolicy,
+    SALassoBandit,
+    TablePolicy,
+    THLassoBandit,
 )
 
 __all__ = [
@@ -36,8 +42,12 @@ __all__ = [
     "LinUCBConfig",
     "LinUCBDisjointConfig",
     "PolicyConfig",
+    "PrivateLassoConfig",
     "RandomConfig",
+    "SALassoConfig",
     "ServiceSettings",
+    "THLassoConfig",
+    "TableConfig",
     "format_validation_error",
     "load_service_settings",
     "parse_kv",
@@ -117,6 +127,26 @@ class RandomConfig(_PolicyConfig):
 
     def build(self, seed: int | None = None, **overrides) -> RandomPolicy:
         return RandomPolicy(**{"d": self.d, **overrides}, seed=seed)
+
+
+class TableConfig(_PolicyConfig):
+    """A fixed, context-free stochastic policy: action probabilities per slate position."""
+
+    policy: Literal["table"] = "table"
+    probabilities: list[list[float]] | list[float]
+    d: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        try:
+            TablePolicy(self.probabilities)._table()
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> TablePolicy:
+        params = {"probabilities": self.probabilities, "d": self.d, **overrides}
+        return TablePolicy(**params, seed=seed)
 
 
 class LassoBanditConfig(_PolicyConfig):
@@ -230,6 +260,121 @@ class DPLinUCBConfig(_PolicyConfig):
         return DPLinUCB(**params, seed=seed)
 
 
+class PrivateLassoConfig(_PolicyConfig):
+    """PrivateLASSO-R (and, in simulation only, the paper's literal PrivateLASSO).
+
+    See :class:`streaming_dpbandit.policies.PrivateLASSO` for every parameter. ``clip_l2`` and
+    ``reward_bound`` are public bounds without defaults; ``calibration="repaired"`` is the spec's
+    name for the default ``"certified"``.
+    """
+
+    policy: Literal["private-lasso"] = "private-lasso"
+    private: bool = True
+    d: int = Field(gt=1)
+    s0: int = Field(gt=0)
+    horizon: int = Field(ge=2)
+    epsilon: float = Field(1.0, gt=0)
+    delta: float = Field(1e-8, gt=0, lt=1)
+    mode: Literal["forgetful", "episodic"] = "forgetful"
+    clip_coord: float = Field(1.0, gt=0)
+    clip_l2: float = Field(gt=0)
+    reward_bound: float = Field(gt=0)
+    theta_bound: float = Field(1.0, gt=0)
+    support_cap: int | None = Field(None, gt=0)
+    l_min: int | None = Field(None, ge=1)
+    lambda0: float | None = Field(None, gt=0)
+    sbar_pub: float = Field(1.0, gt=0)
+    ridge: float = Field(1.0, gt=0)
+    solver_slack: float = Field(0.05, gt=0)
+    rho_split: dict[str, float] | None = None
+    shift_beta: float = Field(0.05, gt=0, lt=1)
+    shift_mult: float = Field(1.0, ge=0)
+    refresh_every: int = Field(1, ge=1)
+    support: Literal["svt", "oracle", "full"] = "svt"
+    oracle_support: list[int] | None = None
+    calibration: Literal["certified", "repaired", "paper"] = "certified"
+    allow_invalid_privacy: bool = False
+    allow_large: bool = False
+    phi2: float = Field(0.5, gt=0)
+    c_x: float = Field(1.0, gt=0)
+    self_check: bool = False
+    bandit_id: str = "default"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.s0 >= self.d:
+            raise ValueError(f"s0={self.s0} must be below d={self.d}")
+        if self.calibration == "paper":
+            if not self.allow_invalid_privacy:
+                raise ValueError(
+                    "calibration=paper has no valid privacy guarantee; it needs "
+                    "allow_invalid_privacy=true (simulation only)"
+                )
+            return self
+        cap = self.support_cap if self.support_cap is not None else 2 * self.s0
+        if self.support == "svt" and not self.s0 < cap < self.d:
+            raise ValueError(f"need s0 < support_cap < d, got support_cap={cap}")
+        if self.support == "oracle" and not self.oracle_support:
+            raise ValueError("support=oracle needs oracle_support")
+        if self.oracle_support and not all(0 <= i < self.d for i in self.oracle_support):
+            raise ValueError("oracle_support indices must lie in [0, d)")
+        if self.rho_split is not None:
+            need = {"sel", "ls"} if self.mode == "forgetful" else {"sel", "snap", "tree"}
+            if set(self.rho_split) != need or abs(sum(self.rho_split.values()) - 1) > 1e-12:
+                raise ValueError(f"rho_split needs keys {sorted(need)} summing to 1")
+            if min(self.rho_split.values()) <= 0:
+                raise ValueError("rho_split fractions must be positive")
+        lmin = self.l_min
+        if lmin is None:
+            lmin = max(8, math.ceil(math.log2(10.0 * self.s0 * math.log(self.d))))
+        if (self.horizon - 1).bit_length() - 1 < lmin:
+            raise ValueError(
+                f"horizon={self.horizon} leaves no boundary after the burn-in 2^{lmin}"
+            )
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> PrivateLASSO:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return PrivateLASSO(**params, seed=seed)
+
+
+class _LassoBaselineConfig(_PolicyConfig):
+    clip_coord: float | None = Field(None, gt=0)
+    clip_l2: float | None = Field(None, gt=0)
+    reward_bound: float | None = Field(None, gt=0)
+    tol: float = Field(1e-6, gt=0)
+
+
+class THLassoConfig(_LassoBaselineConfig):
+    """Thresholded Lasso bandit (non-private ε = ∞ reference)."""
+
+    policy: Literal["th-lasso"] = "th-lasso"
+    d: int = Field(gt=1)
+    lambda0: float = Field(0.02, gt=0)
+    refit_every: int = Field(1, ge=1)
+    first_refit: int = Field(2, ge=1)
+
+    def build(self, seed: int | None = None, **overrides) -> THLassoBandit:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return THLassoBandit(**params, seed=seed)
+
+
+class SALassoConfig(_LassoBaselineConfig):
+    """Sparsity-agnostic Lasso bandit, spec §6 profile (non-private ε = ∞ reference)."""
+
+    policy: Literal["sa-lasso"] = "sa-lasso"
+    d: int = Field(gt=1)
+    lambda0: float = Field(0.1, gt=0)
+    refit_every: int = Field(200, ge=1)
+
+    def build(self, seed: int | None = None, **overrides) -> SALassoBandit:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return SALassoBandit(**params, seed=seed)
+
+
 PolicyConfig = Annotated[
     FliphatConfig
     | RandomConfig
@@ -237,7 +382,11 @@ PolicyConfig = Annotated[
     | LinUCBConfig
     | LinUCBDisjointConfig
     | GreedyConfig
-    | DPLinUCBConfig,
+    | DPLinUCBConfig
+    | PrivateLassoConfig
+    | THLassoConfig
+    | SALassoConfig
+    | TableConfig,
     Field(discriminator="policy"),
 ]
 
@@ -249,6 +398,10 @@ _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "linucb-disjoint": LinUCBDisjointConfig,
     "greedy": GreedyConfig,
     "dp-linucb": DPLinUCBConfig,
+    "private-lasso": PrivateLassoConfig,
+    "th-lasso": THLassoConfig,
+    "sa-lasso": SALassoConfig,
+    "table": TableConfig,
 }
 
 
@@ -328,6 +481,13 @@ def validate_for_mode(cfg: _PolicyConfig, mode: str) -> None:
             raise ConfigError("iterations > 1 with eta < 1e-2 adds noise without progress; refused")
     if isinstance(cfg, FliphatConfig) and cfg.m_schedule == "log" and cfg.eta < 1e-2:
         raise ConfigError("m_schedule=log with eta < 1e-2 is refused outside mode=simulation")
+    if isinstance(cfg, PrivateLassoConfig):
+        if cfg.support == "oracle":
+            raise ConfigError(
+                "support=oracle uses the true support and is refused outside mode=simulation"
+            )
+        if cfg.allow_invalid_privacy:
+            raise ConfigError("allow_invalid_privacy is refused outside mode=simulation")
 
 
 # -- the service ------------------------------------------------------------------------------

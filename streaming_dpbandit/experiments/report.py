@@ -34,8 +34,11 @@ def simulation_table(result: SimulationResult) -> str:
     for row in result.summary():
         pr = row["privacy"]
         f = row["final_regret"]
+        if pr["private"] and pr.get("epsilon_zcdp") is not None:
+            spent = f"ρ={pr['rho']:.4g} ⇒ ε={pr['epsilon_zcdp']:.4g}, δ={pr['delta']:g}"
         if pr["private"]:
-            spent = f"ε={pr['epsilon']:g}, δ={pr['delta']:g}"
+            if pr.get("epsilon_zcdp") is None:
+                spent = f"ε={pr['epsilon']:g}, δ={pr['delta']:g}"
             calib = pr["calibration"] + ("" if pr["dp_valid"] else " (not DP-valid)")
             rel = str(pr["releases"])
         else:

@@ -29,6 +29,15 @@ from ..privacy.ledger import ReleaseRecord
 __all__ = ["RunSpec", "SimulationResult", "make_grid", "run_repetition", "simulate"]
 
 CHUNK = 2048
+#: Context draws per chunk are capped at this many floats (n·K·d), so that large-d environments
+#: (e.g. d = 10⁴ with K = 10) stream in small chunks instead of multi-GB arrays.
+CHUNK_FLOATS = 1 << 22
+
+
+def chunk_rows(env: Environment) -> int:
+    """Rounds per chunk: CHUNK, or fewer when n·K·d would exceed CHUNK_FLOATS."""
+    per_round = int(getattr(env, "K", 1)) * int(getattr(env, "d", 1))
+    return max(1, min(CHUNK, CHUNK_FLOATS // max(1, per_round)))
 
 
 @dataclasses.dataclass
@@ -110,8 +119,9 @@ def run_repetition(
     records: dict[str, list[ReleaseRecord]] = {s.key: [] for s in specs}
     chunk_regret = np.zeros(CHUNK)
     t0 = 0
+    chunk = chunk_rows(env)
     while t0 < horizon:
-        n = min(CHUNK, horizon - t0)
+        n = min(chunk, horizon - t0)
         X = env.contexts(ctx_rng, n)
         mu = env.mean_rewards(X)
         eps = env.reward_noise(noise_rng, n)
@@ -183,6 +193,9 @@ class SimulationResult:
     seeds: int
     base_seed: int
     elapsed_s: float
+    #: key -> per-repetition releases and counters (all repetitions; ``records`` is repetition 0)
+    records_by_rep: dict[str, list[list[ReleaseRecord]]] | None = None
+    counters_by_rep: dict[str, list[dict]] | None = None
 
     def grid_of(self, key: str) -> np.ndarray:
         spec = next(s for s in self.specs if s.key == key)
@@ -217,6 +230,11 @@ class SimulationResult:
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }
+        if sp.rho is not None and spec.delta:
+            from ..privacy.zcdp import epsilon_from_rho
+
+            out["rho"] = sp.rho
+            out["epsilon_zcdp"] = epsilon_from_rho(sp.rho, spec.delta)
         labels = sorted({r.note for r in recs if r.note})
         if labels:
             out["label"] = "; ".join(labels)
@@ -343,6 +361,13 @@ def simulate(
         s.key: [ReleaseRecord.from_dict(d) for d in results[0][s.key]["records"]] for s in specs
     }
     counters = {s.key: results[0][s.key]["counters"] for s in specs}
+    records_by_rep = {
+        s.key: [
+            [ReleaseRecord.from_dict(d) for d in results[r][s.key]["records"]] for r in range(seeds)
+        ]
+        for s in specs
+    }
+    counters_by_rep = {s.key: [results[r][s.key]["counters"] for r in range(seeds)] for s in specs}
     return SimulationResult(
         env=env.describe(),
         specs=specs,
@@ -354,4 +379,6 @@ def simulate(
         seeds=seeds,
         base_seed=base_seed,
         elapsed_s=time.perf_counter() - start,
+        records_by_rep=records_by_rep,
+        counters_by_rep=counters_by_rep,
     )

@@ -8,7 +8,12 @@ from .lasso_bandit import LassoBandit
 from .linucb import LinUCB
 from .linucb_disjoint import LinUCBDisjoint
 from .multi_armed import OneHotArms
+from .private_lasso import PrivateLASSO
+from .private_lasso_paper import PrivateLASSOPaper
 from .random import RandomPolicy
+from .sa_lasso import SALassoBandit
+from .table import TablePolicy
+from .th_lasso import THLassoBandit
 
 #: Policies by registry name (the CLI's ``--policy``).
 REGISTRY: dict[str, type[Policy]] = {
@@ -19,6 +24,10 @@ REGISTRY: dict[str, type[Policy]] = {
     LinUCBDisjoint.name: LinUCBDisjoint,
     GreedyRidge.name: GreedyRidge,
     DPLinUCB.name: DPLinUCB,
+    PrivateLASSO.name: PrivateLASSO,
+    THLassoBandit.name: THLassoBandit,
+    SALassoBandit.name: SALassoBandit,
+    TablePolicy.name: TablePolicy,
 }
 
 __all__ = [
@@ -32,5 +41,10 @@ __all__ = [
     "LinUCBDisjoint",
     "OneHotArms",
     "Policy",
+    "PrivateLASSO",
+    "PrivateLASSOPaper",
     "RandomPolicy",
+    "SALassoBandit",
+    "THLassoBandit",
+    "TablePolicy",
 ]

@@ -65,7 +65,7 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
 def run_service(
     settings: ServiceSettings,
     transport: Transport | None = None,
-    out=sys.stdout,
+    out=None,
     linger_s: float = 0.0,
 ) -> dict:
     """Run until the input ends or SIGTERM/SIGINT; print and return the summary.
@@ -73,6 +73,7 @@ def run_service(
     ``linger_s``: after a finite input ends, keep serving ``/metrics`` this many seconds (or
     until SIGTERM/SIGINT), so a scraper such as Prometheus records the final values.
     """
+    out = sys.stdout if out is None else out
     transport = transport or build_transport(settings)
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)

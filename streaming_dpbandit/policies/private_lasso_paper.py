@@ -1,0 +1,510 @@
+"""The literal PrivateLASSO of Shukla (2024), Algorithms 1–2 — **no valid privacy guarantee**.
+
+PrivateLASSO spec §4. Simulation only: ``PrivateLASSO(calibration="paper")`` raises unless
+``allow_invalid_privacy=True``, every release is recorded with ``dp_valid=False`` and the label
+:data:`~streaming_dpbandit.privacy.statement.PAPER_LABEL`, and the configuration layer refuses it
+outside ``mode="simulation"``. It exists so that users can observe what the paper's constants do
+(``docs/private-lasso.md`` has the worked example):
+
+* the SVT noise ξ ≈ 5×10⁵/ε (no sensitivity factor, D1) swamps coefficients of order 1, so
+  every queried coordinate passes with probability ≈ 1/2 (golden table, spec §4.3);
+* the threshold noise is redrawn for every query, the comparison is signed and the non-private
+  pre-filter S0 leaks (D2);
+* the Wishart noise of the (d+1)-dimensional tree has mean k_W·s̃·I with k_W ≈ 4×10⁹ (D3), so θ̂
+  points in a noise direction and the regret matches uniform play.
+
+Literal resolutions (spec §4.1): ⌈log T⌉ = ⌈log2 T⌉, other logs natural; C_X = 1, φ² = 0.5,
+λ0 = 1, s̃ = B_x² + C_r²; SVT in ascending index order; S1 = ∅ and c = 0 initially; θ̂_t uses
+records 1..t−1; S_1 = ∅. The clipping of spec §2 is applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..estimators.lasso import lasso_gram
+from ..estimators.trs import trs
+from ..privacy.ledger import ReleaseRecord
+from ..privacy.noise import NoiseSource
+from ..privacy.statement import PAPER_LABEL, PrivacyStatement
+from ..privacy.tree_aggregator import TreeAggregator
+from .base import DecisionBatch
+from .private_lasso import NEIGHBOURING, PRIVACY_UNIT, PrivateLASSO, clip_rows, random_argmax
+
+__all__ = [
+    "PaperConstants",
+    "PrivateLASSOPaper",
+    "paper_constants",
+    "paper_svt",
+    "sparse_estimation",
+    "wishart",
+]
+
+
+@dataclasses.dataclass
+class PaperConstants:
+    """The public constants of Algorithm 1–2 at one (T, δ, d, s0, ε) (spec §4.2 ``init``)."""
+
+    Lg: int
+    delta1: float
+    epsilon1: float
+    sbar: float
+    cap: float
+    epsilon_prime: float
+    xi: float
+    gamma: float
+    k_w: int
+    s_tilde: float
+
+    def threshold(self, lam: float) -> float:
+        """The SVT threshold 4·λ_t·Γ·√s̄."""
+        return 4.0 * lam * self.gamma * math.sqrt(self.sbar)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def paper_constants(
+    horizon: int,
+    delta: float,
+    d: int,
+    s0: int,
+    epsilon: float,
+    reward_bound: float = 1.0,
+    c_x: float = 1.0,
+    theta_bound: float = 1.0,
+    phi2: float = 0.5,
+    clip_l2: float = 1.0,
+) -> PaperConstants:
+    """Algorithm 1 line 2 and Algorithm 2 line 1, literally (spec §4.2).
+
+    The §4.3 golden configuration (T = 2^16, δ = 1e−5, d = 1000, s0 = 5, ε = 1):
+
+    >>> k = paper_constants(2**16, 1e-5, 1000, 5, 1.0)
+    >>> f"{k.epsilon1:.4g} {k.xi:.4g} {k.gamma:.4g} {k.sbar:.4g} {k.cap:.4g}"
+    '0.002086 4.992e+05 -0.3876 18.89 9.346'
+    >>> f"{k.threshold(0.06621):.4f} {k.k_w:.2g}"
+    '-0.4462 4.1e+09'
+    """
+    Lg = (int(horizon) - 1).bit_length()  # ⌈log2 T⌉
+    delta1 = delta2 = delta / (2 * Lg)
+    epsilon1 = epsilon / (2 * Lg * math.log(1.0 / delta2))
+    sbar = 1.0 + 4.0 * reward_bound * c_x * math.sqrt(s0) / phi2
+    cap = s0 + math.sqrt(sbar)
+    eps_p = epsilon1 / math.sqrt(8.0 * sbar * math.log(1.0 / delta1))
+    xi = math.sqrt(32.0 * math.log(1.0 / delta1)) / eps_p
+    gamma = (
+        (xi * math.log((1.0 - delta) / epsilon) - theta_bound)
+        / math.sqrt(math.log(d) * math.log(horizon))
+        - 1.0
+    ) / math.sqrt(sbar)
+    k_w = math.ceil(d * epsilon**-2 * math.log(8.0 * d / delta) * (2.0 / delta))
+    return PaperConstants(
+        Lg=Lg,
+        delta1=delta1,
+        epsilon1=epsilon1,
+        sbar=sbar,
+        cap=cap,
+        epsilon_prime=eps_p,
+        xi=xi,
+        gamma=gamma,
+        k_w=k_w,
+        s_tilde=clip_l2**2 + reward_bound**2,
+    )
+
+
+def wishart(p: int, scale: float, dof: int, rng: np.random.Generator) -> np.ndarray:
+    """Wishart_p(scale·I, dof) by the Bartlett decomposition (never dof outer products; P14).
+
+    >>> W = wishart(3, 2.0, 10**9, np.random.default_rng(0))
+    >>> bool(abs(W[0, 0] / (2.0 * 10**9) - 1) < 1e-3), bool(np.allclose(W, W.T))
+    (True, True)
+    """
+    A = np.tril(rng.standard_normal((p, p)), k=-1)
+    A[np.diag_indices(p)] = np.sqrt(rng.chisquare(dof - np.arange(p)))
+    return scale * (A @ A.T)
+
+
+def sparse_estimation(
+    G: np.ndarray,
+    n: int,
+    lam: float,
+    k: PaperConstants,
+    s0: int,
+    rng: np.random.Generator,
+    tol: float = 1e-4,
+) -> dict:
+    """Algorithm 2 on the (d+1)² Gram G = Σ wwᵀ (w = [x; r]) of n records, literally.
+
+    Returns the selected S1 and simulation-only diagnostics (the non-private θ̂, S0, and the
+    per-query pass record — all secret in a deployment).
+    """
+    d = G.shape[0] - 1
+    if n < 1:
+        return {
+            "S": np.zeros(0, np.int64),
+            "S0": np.zeros(0, np.int64),
+            "theta": np.zeros(d),
+            "queried": np.zeros(0, np.int64),
+            "passed": np.zeros(0, bool),
+        }
+    # ‖Y − Zθ‖² + λ‖θ‖₁ = 2n·[(1/(2n))‖Y − Zθ‖² + (λ/(2n))‖θ‖₁]: scikit-learn alpha = λ/(2n)
+    theta = lasso_gram(G[:d, :d], G[:d, d], float(G[d, d]), n, lam / (2.0 * n), tol=tol)
+    S0 = np.nonzero(np.abs(theta) > 4.0 * lam)[0]
+    S1, queried, passed = paper_svt(theta, S0, k.threshold(lam), k.xi, k.cap, rng)
+    return {"S": S1, "S0": S0, "theta": theta, "queried": queried, "passed": passed}
+
+
+def paper_svt(
+    theta: np.ndarray,
+    S0: np.ndarray,
+    threshold: float,
+    xi: float,
+    cap: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Alg. 2 lines 4–14 as written: (S1, queried coordinates, their ⊤/⊥).
+
+    The threshold noise is redrawn for every query, the comparison is signed and the loop
+    returns once c ≥ s0 + √s̄ (spec D2).
+
+    >>> S1, q, ok = paper_svt(np.array([5.0, -5.0, 5.0]), np.array([0, 1, 2]), 0.0, 1e-3, 9.3,
+    ...                       np.random.default_rng(0))
+    >>> S1.tolist(), q.tolist(), ok.tolist()
+    ([0, 2], [0, 1, 2], [True, False, True])
+    """
+    S1, queried, passed = [], [], []
+    for i in np.asarray(S0, dtype=np.int64).tolist():
+        lam_tilde = threshold + rng.laplace(0.0, xi)  # redrawn at every query, as written
+        ok = bool(theta[i] + rng.laplace(0.0, 2.0 * xi) > lam_tilde)  # signed, as written
+        queried.append(i)
+        passed.append(ok)
+        if ok:
+            S1.append(i)
+        if len(S1) >= cap:
+            break
+    return (
+        np.array(S1, dtype=np.int64),
+        np.array(queried, dtype=np.int64),
+        np.array(passed, dtype=bool),
+    )
+
+
+class PrivateLASSOPaper(PrivateLASSO):
+    """Algorithms 1–2 of the paper with its own constants (simulation only, not DP).
+
+    Built by ``PrivateLASSO(..., calibration="paper", allow_invalid_privacy=True)``; takes the
+    same parameters (``d``, ``s0``, ``horizon``, ``epsilon``, ``delta``, ``clip_coord``,
+    ``clip_l2``, ``reward_bound``, ``theta_bound``, ``lambda0`` (default 1), ``phi2``, ``c_x``,
+    ``allow_large``, ``bandit_id``, ``seed``); the others are ignored.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streaming_dpbandit.policies import PrivateLASSO
+    >>> PrivateLASSO(d=20, s0=2, horizon=64, calibration="paper", clip_l2=4.5, reward_bound=2.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: calibration='paper' has no valid privacy guarantee; ...
+    >>> pol = PrivateLASSO(d=20, s0=2, horizon=64, calibration="paper", clip_l2=4.5,
+    ...                    reward_bound=2.0, allow_invalid_privacy=True, seed=0)
+    >>> type(pol).__name__, pol.privacy.calibration
+    ('PrivateLASSOPaper', 'paper')
+    >>> rng = np.random.default_rng(0)
+    >>> while pol.t < 64:
+    ...     if pol.refit_due():
+    ...         _ = pol.refit()
+    ...     X = rng.uniform(-1, 1, size=(1, 3, 20))
+    ...     dec = pol.decide(X)
+    ...     pol.learn(X[0, dec.arms], X[0, dec.arms, 0], dec.rounds)
+    >>> pol.model_version, pol.explain()["dp_valid"]
+    (63, False)
+
+    """
+
+    name = "private-lasso"
+
+    # -- constants ---------------------------------------------------------------------------
+    @property
+    def constants(self) -> PaperConstants:
+        return paper_constants(
+            self.horizon,
+            self.delta,
+            self.d,
+            self.s0,
+            self.epsilon,
+            reward_bound=self.reward_bound,
+            c_x=self.c_x,
+            theta_bound=self.theta_bound,
+            phi2=self.phi2,
+            clip_l2=self.clip_l2,
+        )
+
+    @property
+    def lambda_0(self) -> float:
+        return float(self.lambda0) if self.lambda0 is not None else 1.0
+
+    def lambda_t(self, t: int) -> float:
+        """λ_t = λ0·√(2·ln t·ln d/t) (Alg. 1 line 7)."""
+        return self.lambda_0 * math.sqrt(2.0 * math.log(t) * math.log(self.d) / t)
+
+    def _validate(self) -> None:
+        if self.clip_l2 is None or self.reward_bound is None:
+            raise ValueError("clip_l2 (B_x) and reward_bound (C_r) are required public bounds")
+        if not (self.epsilon > 0 and 0 < self.delta < 1 and 1 <= self.s0 <= self.d):
+            raise ValueError("need epsilon > 0, 0 < delta < 1 and 1 <= s0 <= d")
+        if self.horizon < 2:
+            raise ValueError("need horizon >= 2")
+
+    # -- state -------------------------------------------------------------------------------
+    def _state(self):
+        if not hasattr(self, "_noise"):
+            self._validate()
+            self._t = 0
+            self._version = 0
+            self._model_for = 1  # slot whose θ̂ is current (θ̂_1 = 0, S_1 = ∅)
+            self._S = np.zeros(0, dtype=np.int64)
+            self._theta = np.zeros(0)
+            self._G = np.zeros((self.d + 1, self.d + 1))  # exact history Gram (secret)
+            self._n = 0
+            self._noise = NoiseSource(self.seed)
+            self._coin_key()
+            self._tree = self._make_tree()
+            self._diagnostics: list[dict] = []
+            self._counters = {
+                "clipped_coords": 0,
+                "clipped_norms": 0,
+                "clipped_rewards": 0,
+                "rows_learned": 0,
+                "boundaries": 0,
+            }
+        return self
+
+    def _make_tree(self) -> TreeAggregator:
+        k = self.constants
+        p = self.d + 1
+        noise, bid = self._noise, self.bandit_id
+
+        def node_noise(j: int):
+            return wishart(
+                p, k.s_tilde, k.k_w, noise.generator(bid, "private-lasso-paper", "tree", j)
+            )
+
+        return TreeAggregator((p, p), node_noise)
+
+    @property
+    def diagnostics(self) -> list[dict]:
+        """Simulation-only boundary diagnostics (|S0|, queried, passed); secret in a deployment."""
+        return list(self._state()._diagnostics)
+
+    def refit_due(self) -> bool:
+        self._state()
+        return self._model_for != self._t + 1
+
+    def max_decide_batch(self) -> int:
+        return 0 if self.refit_due() else 1
+
+    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+        self._state()
+        X = self._check_batch(X, self.d)
+        B, K, _ = X.shape
+        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
+        if self._S.size:
+            Xc, _, _ = clip_rows(X, self.clip_coord, self.clip_l2)
+            scores = Xc[:, :, self._S] @ self._theta
+        else:
+            scores = np.zeros((B, K))
+        if mask is not None:
+            scores = np.where(np.asarray(mask, dtype=bool), scores, -np.inf)
+        arms, prop = random_argmax(scores, self._coins(rounds, event_ids))
+        self._t += B
+        return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
+
+    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+        self._state()
+        contexts = np.asarray(contexts, dtype=np.float64)
+        rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if contexts.shape != (rounds.size, self.d) or rewards.shape != rounds.shape:
+            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        order = np.argsort(rounds)
+        for i in order.tolist():
+            if int(rounds[i]) != self._tree.count + 1:
+                raise ValueError("the paper variant needs every reward, in slot order")
+            Xc, yc = self._clip_records(contexts[i : i + 1], rewards[i : i + 1])
+            w = np.append(Xc[0], yc[0])
+            leaf = np.outer(w, w)
+            self._G += leaf
+            self._n += 1
+            self._tree.insert(leaf)
+            self._counters["rows_learned"] += 1
+
+    def refit(self) -> list[ReleaseRecord]:
+        """Compute θ̂_{t+1} (and S_{t+1} when t+1 ∈ L) from records 1..t."""
+        self._state()
+        if not self.refit_due():
+            return []
+        t = self._t + 1
+        if self._tree.count != t - 1:
+            raise RuntimeError(f"θ̂_{t} needs the rewards of slots 1..{t - 1}")
+        records = [self._tree_record()] if self._version == 0 else []
+        if t & (t - 1) == 0:  # t ∈ L = {1, 2, 4, …}
+            records.append(self._sparse_estimation(t))
+        if self._S.size:
+            Gt = self._tree.prefix()
+            S = self._S
+            self._theta = trs(Gt[np.ix_(S, S)], Gt[S, self.d], self.theta_bound)
+        self._model_for = t
+        self._version += 1
+        return records
+
+    def _tree_record(self) -> ReleaseRecord:
+        """The paper's tree (TBAP) over all T slots, with the half of (ε, δ) it claims."""
+        k = self.constants
+        eps, dl = self.epsilon / 2.0, self.delta / 2.0
+        return ReleaseRecord(
+            release_id=f"{self.bandit_id}/private-lasso-paper/tree",
+            bandit_id=self.bandit_id,
+            mechanism="paper-wishart-tree",
+            calibration="paper",
+            formula="paper",
+            dp_valid=False,
+            epsilon=eps,
+            delta=dl,
+            accounting=[{"type": "eps_delta", "epsilon": eps, "delta": dl}],
+            event_range=(1, int(self.horizon)),
+            model_version=1,
+            params={"k_w": k.k_w, "s_tilde": k.s_tilde, "dimension": self.d + 1},
+            note=PAPER_LABEL,
+            privacy_model="joint",
+            privacy_unit=PRIVACY_UNIT,
+            neighbouring=NEIGHBOURING,
+        )
+
+    def _sparse_estimation(self, t: int) -> ReleaseRecord:
+        k = self.constants
+        lam = self.lambda_t(t)
+        rng = self._noise.generator(self.bandit_id, "private-lasso-paper", "svt", t)
+        est = sparse_estimation(self._G, self._n, lam, k, self.s0, rng)
+        self._S = np.sort(est["S"])
+        self._theta = np.zeros(self._S.size)
+        self._counters["boundaries"] += 1
+        self._diagnostics.append(
+            {
+                "t": t,
+                "lambda_t": lam,
+                "threshold": k.threshold(lam),
+                "S0_size": int(est["S0"].size),
+                "queried": int(est["queried"].size),
+                "passed": int(est["passed"].sum()),
+                "support": self._S.tolist(),
+            }
+        )
+        return ReleaseRecord(
+            release_id=f"{self.bandit_id}/private-lasso-paper/boundary={t}",
+            bandit_id=self.bandit_id,
+            mechanism="paper-sparse-estimation",
+            calibration="paper",
+            formula="paper",
+            dp_valid=False,
+            epsilon=k.epsilon1,
+            delta=k.delta1,
+            accounting=[{"type": "eps_delta", "epsilon": k.epsilon1, "delta": k.delta1}],
+            event_range=(1, t - 1) if t > 1 else None,
+            rows_used=self._n,
+            model_version=self._version + 1,
+            params={
+                "t": t,
+                "lambda_t": lam,
+                "threshold": k.threshold(lam),
+                "xi": k.xi,
+                "cap": k.cap,
+                **{f"paper_{key}": v for key, v in k.to_dict().items()},
+            },
+            release={"support": self._S.tolist()},
+            note=PAPER_LABEL,
+            privacy_model="joint",
+            privacy_unit=PRIVACY_UNIT,
+            neighbouring=NEIGHBOURING,
+        )
+
+    @property
+    def privacy(self) -> PrivacyStatement:
+        return PrivacyStatement(
+            model="joint",
+            unit=PRIVACY_UNIT,
+            neighbouring=NEIGHBOURING,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            calibration="paper",
+            scope=(
+                "claimed by the paper; NOT valid: the SVT noise has no sensitivity factor, the "
+                "pre-filter S0 is not private and the tree's Wishart degrees of freedom are "
+                "garbled (PrivateLASSO spec §1, D1–D3)."
+            ),
+        )
+
+    def explain(self, horizon: int | None = None) -> dict:
+        self._validate()
+        k = self.constants
+        T = int(horizon or self.horizon)
+        return {
+            "policy": self.name,
+            "private": True,
+            "calibration": "paper",
+            "formula": "paper",
+            "dp_valid": False,
+            "valid": False,
+            "claimed": [self.epsilon, self.delta],
+            "label": PAPER_LABEL,
+            "params": self.public_params(),
+            "constants": k.to_dict(),
+            "boundaries": [
+                {
+                    "t": 1 << j,
+                    "lambda_t": self.lambda_t(1 << j) if j else 0.0,
+                    "threshold": k.threshold(self.lambda_t(1 << j)) if j else 0.0,
+                }
+                for j in range(T.bit_length())
+                if (1 << j) <= T
+            ],
+            "privacy_statement": self.privacy.text(),
+        }
+
+    def state_dict(self) -> dict:
+        self._state()
+        return {
+            "policy": self.name,
+            "params": self._get_params(),
+            "t": self._t,
+            "version": self._version,
+            "model_for": self._model_for,
+            "S": self._S,
+            "theta": self._theta,
+            "G": self._G,
+            "n": self._n,
+            "tree": self._tree.state_dict(),
+            "noise": self._noise.state_dict(),
+            "tie_key": self._tie_key,
+            "counters": dict(self._counters),
+            "diagnostics": list(self._diagnostics),
+        }
+
+    def load_state_dict(self, state: dict) -> PrivateLASSOPaper:
+        self._state()
+        self._t = int(state["t"])
+        self._version = int(state["version"])
+        self._model_for = int(state["model_for"])
+        self._S = np.asarray(state["S"], dtype=np.int64)
+        self._theta = np.asarray(state["theta"], dtype=np.float64)
+        self._G = np.asarray(state["G"], dtype=np.float64)
+        self._n = int(state["n"])
+        self._noise = NoiseSource(self.seed).load_state_dict(state["noise"])
+        self._tree = self._make_tree().load_state_dict(state["tree"])
+        self._tie_key = int(state["tie_key"])
+        self._counters = dict(state["counters"])
+        self._diagnostics = list(state.get("diagnostics", []))
+        return self

@@ -1,0 +1,99 @@
+"""Gaussian release of a Gram matrix restricted to a public support (PrivateLASSO spec M3).
+
+Records are v_s = [x_{s,S}; r_s] ∈ R^{p+1} (p = |S| ≤ c); absent slots contribute v = 0. With the
+per-coordinate clip |x_i| ≤ b_x and |r| ≤ C_r, ‖v‖² ≤ L̃² := b_x²·c + C_r², which does not depend
+on d. The release is V + SymGauss(p+1, σ), V = Σ v vᵀ.
+
+SymGauss(p, σ) = (Z′ + Z′ᵀ)/√2 with Z′ i.i.d. N(0, σ²): off-diagonal variance σ², diagonal 2σ².
+It is therefore a Gaussian release of u(V) = (V_ij for i < j; V_ii/√2) with N(0, σ²I) noise, and
+
+    ‖u(vvᵀ − v′v′ᵀ)‖₂² = ‖vvᵀ − v′v′ᵀ‖_F²/2 = (‖v‖⁴ + ‖v′‖⁴ − 2⟨v,v′⟩²)/2 ≤ L̃⁴,
+
+so one participation costs **ρ = L̃⁴/(2σ²)** (attained by orthogonal records of norm L̃).
+Derivation and audit: ``docs/privacy/private-lasso.md``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "gram_bound",
+    "gram_rho",
+    "gram_sigma",
+    "sym_gauss",
+    "u_distance",
+    "u_vector",
+]
+
+
+def gram_bound(clip_coord: float, cap: int, reward_bound: float) -> float:
+    """L̃² = b_x²·c + C_r², the bound on ‖v‖² (spec §5.1 "Derived").
+
+    >>> round(gram_bound(1.0, 10, 2.4093), 3)
+    15.805
+    """
+    return clip_coord * clip_coord * cap + reward_bound * reward_bound
+
+
+def gram_sigma(l2sq: float, rho: float) -> float:
+    """σ = L̃²/√(2ρ) for a per-release budget ρ.
+
+    >>> round(gram_sigma(15.805, 0.25 * 0.015047), 1)
+    182.2
+    """
+    if not (l2sq > 0 and rho > 0):
+        raise ValueError("need a positive bound and rho")
+    return l2sq / math.sqrt(2.0 * rho)
+
+
+def gram_rho(l2sq: float, sigma: float) -> float:
+    """zCDP cost L̃⁴/(2σ²) of one participation.
+
+    >>> gram_rho(2.0, 2.0)
+    0.5
+    """
+    return l2sq * l2sq / (2.0 * sigma * sigma)
+
+
+def sym_gauss(
+    p: int, sigma: float, rng: np.random.Generator, size: int | None = None
+) -> np.ndarray:
+    """SymGauss(p, σ): symmetric p×p noise, off-diagonal variance σ², diagonal 2σ².
+
+    ``size`` draws a batch (size, p, p) of independent matrices (audits and tests).
+
+    >>> Z = sym_gauss(3, 1.0, np.random.default_rng(0))
+    >>> bool(np.array_equal(Z, Z.T)), sym_gauss(2, 1.0, np.random.default_rng(0), size=5).shape
+    (True, (5, 2, 2))
+    """
+    shape = (p, p) if size is None else (size, p, p)
+    Zp = rng.normal(0.0, sigma, size=shape)
+    return (Zp + np.swapaxes(Zp, -1, -2)) / math.sqrt(2.0)
+
+
+def u_vector(M: np.ndarray) -> np.ndarray:
+    """u(M) = (M_ij for i < j; M_ii/√2): the coordinates in which SymGauss is isotropic.
+
+    >>> u_vector(np.array([[2.0, 1.0], [1.0, 4.0]])).round(4).tolist()
+    [1.0, 1.4142, 2.8284]
+    """
+    M = np.asarray(M, dtype=np.float64)
+    iu = np.triu_indices(M.shape[-1], k=1)
+    return np.concatenate(
+        [M[..., iu[0], iu[1]], np.diagonal(M, axis1=-2, axis2=-1) / math.sqrt(2)], axis=-1
+    )
+
+
+def u_distance(v: np.ndarray, w: np.ndarray) -> float:
+    """‖u(vvᵀ − wwᵀ)‖₂ for two records (the per-participation sensitivity).
+
+    >>> u_distance(np.array([1.0, 1.0, 2 ** 0.5]), np.array([-1.0, -1.0, 2 ** 0.5]))
+    4.0
+    """
+    v = np.asarray(v, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    sq = (np.dot(v, v) ** 2 + np.dot(w, w) ** 2 - 2.0 * np.dot(v, w) ** 2) / 2.0
+    return math.sqrt(max(sq, 0.0))
