@@ -10,6 +10,7 @@ import fnmatch
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -321,3 +322,59 @@ def test_prometheus_and_grafana_are_wired_to_each_other(compose):
 def test_every_compose_file_is_valid_yaml():
     for p in [COMPOSE, DOCKER / "serve.yaml", *sorted((DOCKER / "grafana").rglob("*.yml"))]:
         assert yaml.safe_load(p.read_text()), p
+
+
+# -- the compose file through Docker Compose's own loader ----------------------------------------
+COMPOSE_CONFIG = REPO / "scripts" / "compose-config.sh"
+needs_go = pytest.mark.skipif(
+    shutil.which("go") is None,
+    reason="needs Go 1.24+ to build scripts/compose-check (compose-go, as `docker compose config`)",
+)
+
+
+def compose_config(path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "LOADGEN_", "GF_"))}
+    return subprocess.run(
+        ["bash", str(COMPOSE_CONFIG), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in env.items() if not k.endswith("_IMAGE")},
+    )
+
+
+@needs_go
+def test_compose_file_loads_as_docker_compose_config_would():
+    res = compose_config(COMPOSE)
+    assert res.returncode == 0, res.stderr
+    project = yaml.safe_load(res.stdout)
+    services = project["services"]
+    assert set(services) == SERVICES
+    # interpolation resolved the defaults; every published port stays on loopback
+    assert services["dpbandit"]["image"] == "dpbandit:0.1.0"
+    for name, svc in services.items():
+        for port in svc.get("ports", []):
+            assert port["host_ip"] == "127.0.0.1", (name, port)
+    assert services["loadgen"]["depends_on"]["dpbandit"]["condition"] == "service_healthy"
+    for name in ("dpbandit", "loadgen"):
+        assert Path(services[name]["build"]["context"]).resolve() == REPO
+
+
+@needs_go
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("condition: service_healthy", "condition: healthy"),  # not a compose condition
+        ("127.0.0.1:9090:9090", "127.0.0.1:9090:prometheus"),  # not a container port
+        ("stop_grace_period: 60s", "stop_grace_period: a minute"),  # not a duration
+        ("services:", "servics:"),  # no services at all, an unknown top-level key
+    ],
+)
+def test_compose_config_check_rejects_a_broken_file(tmp_path, old, new):
+    text = COMPOSE.read_text()
+    assert old in text
+    broken = tmp_path / "docker" / "docker-compose.yml"
+    broken.parent.mkdir()
+    broken.write_text(text.replace(old, new, 1))
+    res = compose_config(broken)
+    assert res.returncode != 0 and res.stderr.strip(), res.stdout
