@@ -18,7 +18,13 @@ PARAMS = {
     "lasso-bandit": {"refit_every": 20},
     "random": {},
     "table": {"probabilities": [[0.2, 0.5, 0.3]]},
-    "private-lasso": {"s0": 2, "horizon": 512, "support_cap": 3, "clip_l2": 4.0, "reward_bound": 4.0},
+    "private-lasso": {
+        "s0": 2,
+        "horizon": 512,
+        "support_cap": 3,
+        "clip_l2": 4.0,
+        "reward_bound": 4.0,
+    },
     "th-lasso": {"refit_every": 5},
     "sa-lasso": {"refit_every": 20},
 }
