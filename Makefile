@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run simulate test lint bench reproduce clean
+.PHONY: setup run simulate test lint bench reproduce clean image compose-up compose-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,3 +43,16 @@ reproduce: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis regret.png regret.json
+
+# Deployment (docs/operations.md); these need a Docker engine with the compose plugin.
+IMAGE ?= dpbandit:0.1.0
+COMPOSE := docker compose -f docker/docker-compose.yml
+
+image:
+	docker build -f docker/Dockerfile -t $(IMAGE) .
+
+compose-up:
+	$(COMPOSE) up --build
+
+compose-down:
+	$(COMPOSE) down

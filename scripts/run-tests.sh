@@ -6,10 +6,22 @@
 # DPBANDIT_TEST_KAFKA (and its run dir, so tests can restart it), runs pytest and always stops
 # the broker again. If DPBANDIT_TEST_KAFKA is already set, that broker is used as is.
 #
+# The Prometheus tests (promtool rule tests, a real Prometheus scraping the service) need
+# Debian's prometheus package: scripts/prometheus.sh gets it with apt into .cache/ (first run
+# only) and DPBANDIT_PROMETHEUS_BIN_DIR points the tests at it. Without apt the run fails and
+# says why (set DPBANDIT_PROMETHEUS_BIN_DIR to a directory with prometheus and promtool).
+#
 #   scripts/run-tests.sh [PYTHON] [pytest args...]
 set -uo pipefail
 PY=${1:-python3}
 cd "$(dirname "$0")/.." || exit 1
+
+if ! prom_bin=$(scripts/prometheus.sh fetch); then
+  echo "run-tests: FAILURE — could not get Prometheus and promtool (see the messages above)" >&2
+  exit 1
+fi
+export DPBANDIT_PROMETHEUS_BIN_DIR=$prom_bin
+echo "run-tests: $("$prom_bin/promtool" --version 2>&1 | head -1) from $prom_bin" >&2
 
 KAFKA_RUN_DIR=""
 stop_kafka() {

@@ -1,7 +1,8 @@
 """The ``dpbandit`` command line.
 
-Subcommands: ``serve``, ``simulate``, ``replay``, ``reproduce``, ``budget``, ``explain``. Bad
-options, configs and logs give one clear error line and exit status 2, never a traceback.
+Subcommands: ``serve``, ``loadgen``, ``simulate``, ``replay``, ``reproduce``, ``budget``,
+``explain``. Bad options, configs and logs give one clear error line and exit status 2, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -49,6 +50,26 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return v
 
 
@@ -310,6 +331,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-json", action="store_true", help="JSON log lines")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--summary-json", metavar="FILE", help="write the end-of-run summary as JSON")
+    p.add_argument(
+        "--linger",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="after a finite input (simulation or --file) ends, keep serving /metrics this long "
+        "so Prometheus scrapes the final values (SIGTERM/SIGINT stops it; default 0)",
+    )
+
+    p = sub.add_parser(
+        "loadgen",
+        help="publish a simulated stream to Kafka in real time, with rewards for the service's "
+        "decisions",
+        description="Closed-loop load generator: publishes the contexts of the simulation "
+        "section's environment to the contexts topic at --rate events/s, reads the decisions and "
+        "publishes each one's reward (after a random delay) to the feedback topic. Reads the "
+        "same settings as serve (--config, DPBANDIT_* variables): kafka and simulation.",
+    )
+    p.add_argument("--config", metavar="FILE.yaml", help="YAML settings file (as for serve)")
+    p.add_argument("--kafka", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.add_argument(
+        "--rate", type=_positive_float, default=100.0, help="events per second (default 100)"
+    )
+    p.add_argument(
+        "--events", type=_positive_int, help="stop after this many events (default: unlimited)"
+    )
+    p.add_argument(
+        "--duration", type=_positive_float, metavar="SECONDS", help="stop after this long"
+    )
+    p.add_argument("--log-json", action="store_true", help="JSON log lines")
 
     p = sub.add_parser("budget", help="print a ledger's privacy spend and statement")
     p.add_argument(
@@ -1182,7 +1233,7 @@ def _cmd_serve(args) -> int:
     from .stream.service import ServiceStartError
 
     try:
-        summary = run_service(settings)
+        summary = run_service(settings, linger_s=args.linger)
     except ServiceStartError as err:
         raise ConfigError(str(err)) from None
     if args.summary_json:
@@ -1190,7 +1241,30 @@ def _cmd_serve(args) -> int:
     return 0
 
 
+def _cmd_loadgen(args) -> int:
+    from .config import load_service_settings
+    from .logs import setup_logging
+    from .stream.loadgen import run_loadgen
+
+    over = {"kafka": {"bootstrap_servers": args.kafka}} if args.kafka else {}
+    base = load_service_settings(args.config)
+    if over:
+        from pydantic import ValidationError
+
+        from .config import ServiceSettings, format_validation_error
+
+        data = _deep_merge(base.model_dump(exclude_unset=False), over)
+        try:
+            base = ServiceSettings.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(format_validation_error(err, "invalid configuration: ")) from None
+    setup_logging(base.log_level, args.log_json or base.log_json)
+    run_loadgen(base, rate=args.rate, events=args.events, duration_s=args.duration)
+    return 0
+
+
 COMMANDS = {
+    "loadgen": _cmd_loadgen,
     "simulate": _cmd_simulate,
     "replay": _cmd_replay,
     "reproduce": _cmd_reproduce,

@@ -42,6 +42,13 @@ class ServiceMetrics:
             ["bandit"],
             registry=r,
         )
+        self.refit_failures = Counter(
+            "dpbandit_refit_failures_total",
+            "Model updates (private releases) that raised an error. The service stops after one; "
+            "the count is kept in the state directory, so the restarted process still shows it",
+            ["bandit"],
+            registry=r,
+        )
         self.episode = Gauge(
             "dpbandit_episode", "Current model version (episode) per bandit", ["bandit"], registry=r
         )
@@ -154,7 +161,14 @@ class ServiceMetrics:
             registry=r,
         )
         self.checkpoint_age = Gauge(
-            "dpbandit_checkpoint_age_seconds", "Seconds since the last snapshot", registry=r
+            "dpbandit_checkpoint_age_seconds",
+            "Seconds since the last snapshot (computed when scraped)",
+            registry=r,
+        )
+        self.checkpoint_interval = Gauge(
+            "dpbandit_checkpoint_interval_seconds",
+            "Configured snapshot interval (snapshots.interval_s)",
+            registry=r,
         )
         self.checkpoints = Counter(
             "dpbandit_checkpoints_total", "Snapshots written", ["reason"], registry=r

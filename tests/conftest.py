@@ -54,3 +54,25 @@ def kafka_topic(kafka_broker, request):
         return kafka_broker.create_topic(name, partitions, configs=configs)
 
     return create
+
+
+# ---------------------------------------------------------------------------------------------
+# Debian's Prometheus and promtool (scripts/prometheus.sh). Never skips: when they cannot be had,
+# the fixture fails with the script's reason.
+import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> Path:
+    """Directory holding ``prometheus`` and ``promtool``: ``$DPBANDIT_PROMETHEUS_BIN_DIR``
+    (``scripts/run-tests.sh`` sets it) or fetched here with ``scripts/prometheus.sh fetch``."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "prometheus.sh"
+    out = subprocess.run([str(script), "fetch"], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0 or not out.stdout.strip():
+        pytest.fail(
+            "Prometheus/promtool unavailable for the tests (scripts/prometheus.sh fetch): "
+            + (out.stderr.strip() or f"exit status {out.returncode}"),
+            pytrace=False,
+        )
+    return Path(out.stdout.strip().splitlines()[-1])

@@ -194,6 +194,7 @@ class TaskService(Service):
         self._build_bandits()
         self.store = store
         self.ledger = _TaskLedger(ledger, self._send_to_partition)
+        self.refit_failures: dict[str, int] = {}
         snap = self.store.load(self.name, refresh=False)
         self.producer.begin_transaction()
         offsets = self._restore(snap)  # unledgered releases go into this first transaction

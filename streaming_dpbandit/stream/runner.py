@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
@@ -92,8 +93,17 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
     return server, server.server_port
 
 
-def run_service(settings: ServiceSettings, transport: Transport | None = None, out=None) -> dict:
-    """Run until the input ends or SIGTERM/SIGINT; print and return the summary."""
+def run_service(
+    settings: ServiceSettings,
+    transport: Transport | None = None,
+    out=None,
+    linger_s: float = 0.0,
+) -> dict:
+    """Run until the input ends or SIGTERM/SIGINT; print and return the summary.
+
+    ``linger_s``: after a finite input ends, keep serving ``/metrics`` this many seconds (or
+    until SIGTERM/SIGINT), so a scraper such as Prometheus records the final values.
+    """
     out = sys.stdout if out is None else out
     if settings.broadcast is not None:  # model broadcast: learner or decision replica
         from .broadcast import run_broadcast
@@ -105,6 +115,14 @@ def run_service(settings: ServiceSettings, transport: Transport | None = None, o
     server, port = start_metrics_server(settings, metrics)
     if port:
         print(f"metrics: http://{settings.metrics.host}:{port}/metrics", file=sys.stderr)
+    try:
+        return _run(settings, transport, metrics, server, out, linger_s, group)
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def _run(settings, transport, metrics, server, out, linger_s: float, group: bool) -> dict:
     if group:
         from .group import GroupService
 
@@ -130,8 +148,15 @@ def run_service(settings: ServiceSettings, transport: Transport | None = None, o
             dynamic_ncols=True,
         )
     seen = [0]
+    from .sources import SimulatedSource
+
+    simulated = getattr(transport, "source", None)
+    if not isinstance(simulated, SimulatedSource):
+        simulated = None
 
     def progress(svc):
+        if simulated is not None:  # the stream knows the true mean rewards
+            metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
         if bar is None:
             return
         done = sum(rt.stats["decided"] for rt in svc.bandits.values())
@@ -144,8 +169,8 @@ def run_service(settings: ServiceSettings, transport: Transport | None = None, o
     finally:
         if bar is not None:
             bar.close()
-        if server is not None:
-            server.shutdown()
+    if simulated is not None:
+        metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
     source = getattr(transport, "source", None)
     if source is not None and hasattr(source, "summary"):
         summary["source"] = source.summary()
@@ -154,6 +179,15 @@ def run_service(settings: ServiceSettings, transport: Transport | None = None, o
     else:
         summary["state_directory"] = str(settings.snapshots.directory)
     print_summary(summary, out)
+    out.flush()
+    if linger_s > 0 and server is not None and not service._stop:
+        print(
+            f"input finished; serving /metrics for {linger_s:g} s more (SIGTERM/SIGINT stops)",
+            file=sys.stderr,
+        )
+        deadline = time.monotonic() + linger_s
+        while not service._stop and time.monotonic() < deadline:
+            time.sleep(0.1)
     return summary
 
 

@@ -20,7 +20,9 @@ re-processed after a crash get the same decisions (decisions are at-least-once a
 from __future__ import annotations
 
 import collections
+import json
 import logging
+import os
 import signal
 import time
 from pathlib import Path
@@ -49,6 +51,8 @@ log = logging.getLogger("streaming_dpbandit.service")
 
 DLQ_PAYLOAD_BYTES = 2048
 QUEUE_PAUSE = 50_000
+#: Failed model updates per bandit, kept across restarts for ``dpbandit_refit_failures_total``.
+REFIT_FAILURES_FILE = "refit-failures.json"
 
 
 def _tp_key(tp: TP) -> str:
@@ -131,6 +135,10 @@ class Service:
                 "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
                 self.ledger.repaired_bytes,
             )
+        self.refit_failures = self._load_refit_failures(state_dir)
+        for name in self.bandits:  # 0 from the start, so a first failure is an increase
+            self.metrics.refit_failures.labels(name).inc(self.refit_failures.get(name, 0))
+        self.metrics.checkpoint_interval.set(self.settings.snapshots.interval_s)
         offsets = self._restore(snap)
         try:
             self.transport.open(offsets)
@@ -140,6 +148,8 @@ class Service:
                 f"cannot open the transport: {type(err).__name__}: {err}"
             ) from None
         self.last_snapshot = time.monotonic()
+        # computed at scrape time: the age keeps growing even if the loop hangs
+        self.metrics.checkpoint_age.set_function(lambda: time.monotonic() - self.last_snapshot)
         self.started = time.monotonic()
         self._stop = False
 
@@ -452,7 +462,19 @@ class Service:
 
     # -- releases, snapshots, ledger --------------------------------------------------------
     def _release(self, rt: BanditRuntime) -> None:
-        records = rt.refit()
+        try:
+            records = rt.refit()
+        except Exception as err:
+            # The policy may be half-updated: stop without a snapshot; a restart resumes from
+            # the last one. Only the error's type is logged (messages could carry values).
+            self._count_refit_failure(rt.bandit_id)
+            log.error(
+                "bandit %s: model update failed (%s); stopping, a restart resumes from the "
+                "last snapshot",
+                rt.bandit_id,
+                type(err).__name__,
+            )
+            raise
         if not records:
             return
         self.snapshot("release")  # the release is durable before anything uses it
@@ -466,6 +488,35 @@ class Service:
                 rec.calibration,
                 rec.model_version,
             )
+
+    @staticmethod
+    def _load_refit_failures(state_dir: Path) -> dict[str, int]:
+        path = state_dir / REFIT_FAILURES_FILE
+        if not path.exists():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+            return {str(k): int(v) for k, v in data.items() if int(v) >= 0}
+        except (OSError, ValueError, TypeError, AttributeError) as err:
+            log.warning("ignoring unreadable %s (%s)", path, type(err).__name__)
+            return {}
+
+    def _count_refit_failure(self, bandit: str) -> None:
+        self.refit_failures[bandit] = self.refit_failures.get(bandit, 0) + 1
+        self.metrics.refit_failures.labels(bandit).inc()
+        state_dir = Path(self.settings.snapshots.directory)
+        path = state_dir / REFIT_FAILURES_FILE
+        tmp = path.with_suffix(".tmp")
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(self.refit_failures, fh, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except OSError as err:  # monitoring only: never mask the refit error
+            log.warning("could not record the refit failure in %s (%s)", path, err)
 
     def _ledger_append(self, rt: BanditRuntime) -> None:
         if not rt.unledgered:
@@ -530,7 +581,6 @@ class Service:
         for name, rt in self.bandits.items():
             rt.export_metrics()
             self.metrics.blocked.labels(name).set(1 if name in blocked else 0)
-        self.metrics.checkpoint_age.set(time.monotonic() - self.last_snapshot)
         for (topic, part), lag in self.transport.lag().items():
             self.metrics.lag.labels(topic, str(part)).set(lag)
 
