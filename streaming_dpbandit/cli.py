@@ -993,11 +993,11 @@ def _kafka_ledger(bootstrap: str, topic: str) -> list:
     from .stream.kafka_ledger import KafkaLedger
 
     try:
-        from kafka import KafkaConsumer
+        from kafka.admin import KafkaAdminClient
 
-        probe = KafkaConsumer(bootstrap_servers=bootstrap.split(","))
-        exists = probe.partitions_for_topic(topic) is not None
-        probe.close()
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+        exists = topic in set(admin.list_topics())  # a metadata request could create it
+        admin.close()
     except Exception as err:  # NoBrokersAvailable and friends
         raise ConfigError(f"cannot reach Kafka at {bootstrap}: {type(err).__name__}") from None
     if not exists:

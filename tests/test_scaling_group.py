@@ -213,7 +213,8 @@ class Replica:
         return rc
 
     def text(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text()
 
 

@@ -437,6 +437,7 @@ class GroupService:
         for p in new:  # fence every previous owner first: their open transactions are aborted
             producers[p] = self._producer(p)
             producers[p].init_transactions()
+        t_fenced = time.monotonic()
         # then read the committed state and ledger of all the new tasks at once
         k = self.settings.kafka
         extra = {key: v for key, v in _common(k).items() if key != "bootstrap_servers"}
@@ -444,6 +445,7 @@ class GroupService:
         store = KafkaChangelogStore(boot, self.state_topic, None, extra, new)
         store.refresh()
         ledger = KafkaLedger(boot, self.ledger_topic, None, extra, new).open()
+        t_read = time.monotonic()
         for p in new:
             task = TaskService(self.settings, p, producers[p], self.consumer, self.metrics)
             offsets = task.open_task(self.n_partitions, store, ledger)
@@ -455,8 +457,16 @@ class GroupService:
                 else:
                     self.consumer.seek(part, off)
             self.tasks[p] = task
-        self.rebalances.append({"assigned": partitions, "s": time.monotonic() - t0})
-        log.info("assigned tasks %s in %.2f s", partitions, time.monotonic() - t0)
+        t1 = time.monotonic()
+        self.rebalances.append({"assigned": partitions, "s": t1 - t0})
+        log.info(
+            "assigned tasks %s in %.2f s (fencing %.2f s, reading state %.2f s, restoring %.2f s)",
+            partitions,
+            t1 - t0,
+            t_fenced - t0,
+            t_read - t_fenced,
+            t1 - t_read,
+        )
 
     def _drop(self, p: int, err: TaskLost) -> None:
         """A task's producer failed: forget the task (its new owner resumes it from the last
