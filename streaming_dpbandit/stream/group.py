@@ -36,6 +36,8 @@ __all__ = ["GroupService", "TaskLost", "TaskService"]
 log = logging.getLogger("streaming_dpbandit.group")
 
 
+SNAPSHOT_AT = "dpbandit-snapshot-at="
+
 _FENCED = {"ProducerFencedError", "InvalidProducerEpochError", "CommitFailedError"}
 
 
@@ -172,9 +174,9 @@ class TaskService(Service):
     def name(self) -> str:
         return f"task-{self.partition}"
 
-    def _send_to_partition(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+    def _send_to_partition(self, topic: str, key: bytes | None, value: bytes | None):
         try:
-            self.producer.send(topic, key=key, value=value, partition=self.partition)
+            return self.producer.send(topic, key=key, value=value, partition=self.partition)
         except Exception as err:
             raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
 
@@ -225,12 +227,17 @@ class TaskService(Service):
             super().snapshot(reason)
             for rt in self.bandits.values():
                 self._ledger_append(rt)
+            # the committed input offsets carry where this snapshot starts in the state topic:
+            # a new owner reads the task's state from there, not from the beginning
+            self.producer.flush()
+            start = self.store.last_start.get(self.name)
+            meta = f"{SNAPSHOT_AT}{start.get(timeout=30).offset}" if start is not None else ""
             offsets = {}
             for tp in self.tps:
                 q = self.queues.get(tp)
                 off = q[0][0].offset if q else self.offsets.get(tp)
                 if off is not None:
-                    offsets[TopicPartition(*tp)] = OffsetAndMetadata(off, "", -1)
+                    offsets[TopicPartition(*tp)] = OffsetAndMetadata(off, meta, -1)
             if offsets:  # for monitoring tools (consumer-group lag); the snapshot rules
                 self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
             self.producer.commit_transaction()
@@ -443,6 +450,10 @@ class GroupService:
         extra = {key: v for key, v in _common(k).items() if key != "bootstrap_servers"}
         boot = k.bootstrap_servers.split(",")
         store = KafkaChangelogStore(boot, self.state_topic, None, extra, new)
+        for p in new:
+            start = self._snapshot_start(p)
+            if start is not None:
+                store.start_reading_at(p, start)
         store.refresh()
         ledger = KafkaLedger(boot, self.ledger_topic, None, extra, new).open()
         t_read = time.monotonic()
@@ -467,6 +478,25 @@ class GroupService:
             t_read - t_fenced,
             t1 - t_read,
         )
+
+    def _snapshot_start(self, p: int) -> int | None:
+        """Offset of task p's last committed snapshot in the state topic, from the metadata of
+        the group's committed offsets (written in the same transaction), if any."""
+        from kafka import TopicPartition
+
+        tp = TopicPartition(self.settings.kafka.topics.contexts, p)
+        try:
+            committed = self.consumer.committed(tp, metadata=True)
+        except Exception as err:  # read the whole partition instead
+            log.debug("no committed offset for %s: %s", tp, err)
+            return None
+        meta = getattr(committed, "metadata", None) or ""
+        if not meta.startswith(SNAPSHOT_AT):
+            return None
+        try:
+            return int(meta[len(SNAPSHOT_AT) :])
+        except ValueError:
+            return None
 
     def _drop(self, p: int, err: TaskLost) -> None:
         """A task's producer failed: forget the task (its new owner resumes it from the last

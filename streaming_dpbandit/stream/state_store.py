@@ -26,6 +26,14 @@ log = logging.getLogger("streaming_dpbandit.state")
 
 CHUNK_BYTES = 900_000
 
+#: Topic settings of the state and ledger topics: compacted, with segments rolled every ten
+#: minutes and cleaned early, so that a partition keeps about one snapshot per task on disk.
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.ms": "600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+
 
 class StateStore(abc.ABC):
     """Snapshots by task name."""
@@ -91,6 +99,12 @@ class KafkaChangelogStore(StateStore):
         self._values: dict[str, bytes] = {}
         self._read_to: dict[int, int] = {}
         self._seq: dict[str, int] = {}
+        self.last_start: dict[str, object] = {}
+
+    def start_reading_at(self, partition: int, offset: int) -> None:
+        """Skip what lies before ``offset`` in ``partition`` (known to hold only snapshots
+        older than the one starting there: e.g. the offset recorded with the last commit)."""
+        self._read_to[partition] = max(self._read_to.get(partition, 0), int(offset))
 
     # -- reading ----------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -143,7 +157,9 @@ class KafkaChangelogStore(StateStore):
             b""
         ]
         for i, part in enumerate(chunks):
-            send(self.topic, f"{task}/{seq}/{i}".encode(), part)
+            fut = send(self.topic, f"{task}/{seq}/{i}".encode(), part)
+            if i == 0:  # where this snapshot starts (a producer future, when send gives one)
+                self.last_start[task] = fut
         head = {"seq": seq, "chunks": len(chunks), "sha256": hashlib.sha256(payload).hexdigest()}
         send(self.topic, f"{task}/head".encode(), json.dumps(head).encode())
         old = self._seq.get(task)
@@ -165,12 +181,6 @@ class KafkaChangelogStore(StateStore):
         if topic in set(admin.list_topics()):
             return
         try:
-            admin.create_topics(
-                [
-                    NewTopic(
-                        topic, partitions, replication, topic_configs={"cleanup.policy": "compact"}
-                    )
-                ]
-            )
+            admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=COMPACTED)])
         except TopicAlreadyExistsError:
             pass
