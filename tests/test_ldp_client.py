@@ -122,8 +122,9 @@ def test_synthetic_blocks_average_to_zero_and_the_pulled_block_to_the_gradient()
 
 
 def test_gradients_are_clipped_to_R_and_poisson_never_overflows():
-    spec = ModelSpec(variant="sgd", setting="single", d=3, K=2, epsilon=1.0, link="poisson",
-                     R=1.5, c_r=3.0)
+    spec = ModelSpec(
+        variant="sgd", setting="single", d=3, K=2, epsilon=1.0, link="poisson", R=1.5, c_r=3.0
+    )
     rng = np.random.default_rng(0)
     X = rng.normal(size=(1000, 3))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
@@ -139,18 +140,27 @@ def test_client_refuses_snapshots_above_its_privacy_level_and_authors_code():
     with pytest.raises(SnapshotError):
         LDPClient(snap(ols), max_epsilon=1.0)  # δ > 0 needs max_delta
     LDPClient(snap(ols), max_epsilon=1.0, max_delta=0.01)
-    code = ModelSpec(variant="sgd", setting="single", d=2, K=2, epsilon=1.0, profile="authors_code",
-                     score_clip=20.0)
+    code = ModelSpec(
+        variant="sgd",
+        setting="single",
+        d=2,
+        K=2,
+        epsilon=1.0,
+        profile="authors_code",
+        score_clip=20.0,
+    )
     with pytest.raises(SnapshotError, match="authors' experiment code"):
         LDPClient(snap(code), max_epsilon=1.0)
     LDPClient(snap(code), max_epsilon=1.0, allow_authors_code=True)
 
 
 def test_snapshot_roundtrip_and_tampered_constants_are_refused():
-    spec = ModelSpec(variant="ols", setting="multi", d=3, K=2, epsilon=1.0, delta=0.01,
-                     warmup_rounds=10, h=0.3)
-    s = snap(spec, theta=np.arange(6.0).reshape(2, 3) / 10, phase="main",
-             theta_w=np.ones((2, 3)) / 4)
+    spec = ModelSpec(
+        variant="ols", setting="multi", d=3, K=2, epsilon=1.0, delta=0.01, warmup_rounds=10, h=0.3
+    )
+    s = snap(
+        spec, theta=np.arange(6.0).reshape(2, 3) / 10, phase="main", theta_w=np.ones((2, 3)) / 4
+    )
     back = ModelSnapshot.from_json(s.to_json())
     assert back.spec == spec and np.array_equal(back.theta, s.theta) and back.phase == "main"
     d = json.loads(s.to_json())
@@ -207,8 +217,16 @@ def test_budget_is_charged_per_report():
 
 
 def test_ols_report_is_the_gaussian_mechanism_on_normalised_inputs():
-    spec = ModelSpec(variant="ols", setting="single", d=2, K=1, epsilon=1.0, delta=0.01,
-                     context_scale=10.0, c_r=1.0)
+    spec = ModelSpec(
+        variant="ols",
+        setting="single",
+        d=2,
+        K=1,
+        epsilon=1.0,
+        delta=0.01,
+        context_scale=10.0,
+        c_r=1.0,
+    )
     client = LDPClient(snap(spec), max_epsilon=1.0, max_delta=0.01, rng=np.random.default_rng(2))
     n = 40_000
     P = np.array([client.report(client.decide([[30.0, 40.0]]), 7.0).payload for _ in range(n)])

@@ -166,8 +166,10 @@ class LDPClient:
         if spec.setting == "multi" and X.ndim == 1:
             X = np.broadcast_to(X, (spec.K, spec.d))
         if X.ndim != 2 or X.shape[1] != spec.d:
-            raise ValueError(f"contexts must be (K, {spec.d})" + (
-                f" or the shared ({spec.d},)" if spec.setting == "multi" else ""))
+            raise ValueError(
+                f"contexts must be (K, {spec.d})"
+                + (f" or the shared ({spec.d},)" if spec.setting == "multi" else "")
+            )
         if spec.setting == "multi" and X.shape[0] != spec.K:
             raise ValueError(f"this model has K = {spec.K} arms")
         if spec.normalise:

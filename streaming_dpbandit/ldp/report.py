@@ -75,9 +75,7 @@ class Report:
         return out
 
     def to_json(self, encoding: str = "json") -> bytes:
-        return json.dumps(
-            self.to_dict(encoding), separators=(",", ":"), allow_nan=False
-        ).encode()
+        return json.dumps(self.to_dict(encoding), separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
     def from_dict(cls, data: dict) -> Report:
