@@ -2,6 +2,7 @@
 
 from .base import Environment
 from .fliphat_paper import FliphatPaperEnv
+from .ldp_glb import LDPMultiParamEnv, LDPSingleParamEnv
 from .private_lasso import MarginEnv, NoMarginEnv
 from .shariff_sheffet import ShariffSheffetEnv
 
@@ -11,12 +12,16 @@ REGISTRY: dict[str, type[Environment]] = {
     ShariffSheffetEnv.name: ShariffSheffetEnv,
     MarginEnv.name: MarginEnv,
     NoMarginEnv.name: NoMarginEnv,
+    LDPSingleParamEnv.name: LDPSingleParamEnv,
+    LDPMultiParamEnv.name: LDPMultiParamEnv,
 }
 
 __all__ = [
     "REGISTRY",
     "Environment",
     "FliphatPaperEnv",
+    "LDPMultiParamEnv",
+    "LDPSingleParamEnv",
     "MarginEnv",
     "NoMarginEnv",
     "ShariffSheffetEnv",

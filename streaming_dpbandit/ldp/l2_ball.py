@@ -75,32 +75,34 @@ class L2BallMechanism:
         """
         G = np.asarray(g, dtype=np.float64)
         single = G.ndim == 1
-        G = np.atleast_2d(G)
+        if single:
+            G = G[None, :]
         n, d = G.shape
         if d != self.d:
             raise ValueError(f"expected vectors of dimension {self.d}, got {d}")
-        if not np.all(np.isfinite(G)):
-            raise ValueError("input contains NaN or infinite values")
         norms = np.sqrt(np.einsum("ij,ij->i", G, G))
-        if np.any(norms > self.R * (1.0 + 1e-12)):
+        top = norms.max() if n else 0.0
+        if not top <= self.R * (1.0 + 1e-12):  # also catches NaN and infinity
+            if not np.all(np.isfinite(G)):
+                raise ValueError("input contains NaN or infinite values")
             raise ValueError("input outside the ball of radius R: clip before privatising")
         # step 1: the direction u, with the sign coin; uniform for g = 0 (spec A2)
         zero = norms == 0.0
-        safe = np.where(zero, 1.0, norms)
-        u = G / safe[:, None]
-        if zero.any():
+        anyzero = not norms.all()
+        u = G / (np.where(zero, 1.0, norms) if anyzero else norms)[:, None]
+        if anyzero:
             w = rng.standard_normal((int(zero.sum()), d))
             u[zero] = w / np.linalg.norm(w, axis=1, keepdims=True)
-        keep = rng.random(n) < 0.5 + norms / (2.0 * self.R)
-        u *= np.where(keep, 1.0, -1.0)[:, None]
+        coins = rng.random((2, n))
+        u *= np.where(coins[0] < 0.5 + norms / (2.0 * self.R), 1.0, -1.0)[:, None]
         # step 2: a uniform direction, reflected onto the hemisphere the coin chose
         z = rng.standard_normal((n, d))
         zn = np.sqrt(np.einsum("ij,ij->i", z, z))
-        z /= np.where(zn > 0, zn, 1.0)[:, None]
-        same_side = rng.random(n) >= self.flip_probability
-        dots = np.einsum("ij,ij->i", z, u)
-        wrong = (dots > 0.0) != same_side
+        dots = np.einsum("ij,ij->i", z, u) / zn
+        # same side with probability e^ε/(1 + e^ε); reflect when the draw is on the other side
+        wrong = (dots > 0.0) != (coins[1] >= self.flip_probability)
+        scale = self.radius / zn
+        z *= scale[:, None]
         if wrong.any():
-            z[wrong] -= 2.0 * dots[wrong, None] * u[wrong]
-        z *= self.radius
+            z[wrong] -= (2.0 * self.radius * dots[wrong])[:, None] * u[wrong]
         return z[0] if single else z

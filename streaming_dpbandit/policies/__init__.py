@@ -5,6 +5,9 @@ from .dp_linucb import DPLinUCB
 from .fliphat import FLIPHAT
 from .greedy import GreedyRidge
 from .lasso_bandit import LassoBandit
+from .ldp_glb import LDPGLB
+from .ldp_gloc import LDPGLOC
+from .ldp_ucb import LDPUCB
 from .linucb import LinUCB
 from .linucb_disjoint import LinUCBDisjoint
 from .multi_armed import OneHotArms
@@ -26,10 +29,16 @@ REGISTRY: dict[str, type[Policy]] = {
     PrivateLASSO.name: PrivateLASSO,
     THLassoBandit.name: THLassoBandit,
     SALassoBandit.name: SALassoBandit,
+    LDPGLB.name: LDPGLB,
+    LDPUCB.name: LDPUCB,
+    LDPGLOC.name: LDPGLOC,
 }
 
 __all__ = [
     "FLIPHAT",
+    "LDPGLB",
+    "LDPGLOC",
+    "LDPUCB",
     "REGISTRY",
     "DPLinUCB",
     "DecisionBatch",
