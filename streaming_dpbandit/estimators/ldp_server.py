@@ -141,6 +141,8 @@ class LDPServer:
             )
         self.phase = "warmup" if "warmup" in s.phases() else "main"
         self._published = t0.copy()
+        self._published_reports = 0
+        self._published_phase = self.phase
 
     # -- absorbing -----------------------------------------------------------------------------
     def accepts(self, model_version: int, max_staleness: int) -> str | None:
@@ -245,20 +247,24 @@ class LDPServer:
     def publish(self) -> ModelSnapshot:
         """The next version: refresh the estimates and return their snapshot."""
         self._published = self.current_theta()
+        self._published_reports = self.reports
+        self._published_phase = self.phase
         self.version += 1
         return self.snapshot()
 
     def snapshot(self) -> ModelSnapshot:
-        """The current published version (version 0: the initial θ̂₀)."""
+        """The current published version (version 0: the initial θ̂₀) — as it was published,
+        whatever was absorbed since."""
+        phase = self._published_phase
         return ModelSnapshot(
             bandit_id=self.bandit_id,
             model_id=self.model_id,
             model_version=self.version,
             spec=self.spec,
             theta=self._published,
-            phase=self.phase,
-            theta_warmup=self.theta_warmup,
-            reports=self.reports,
+            phase=phase,
+            theta_warmup=self.theta_warmup if phase == "main" else None,
+            reports=self._published_reports,
         )
 
     @property
@@ -280,6 +286,8 @@ class LDPServer:
             "phase": self.phase,
             "theta_warmup": self.theta_warmup,
             "published": self._published.copy(),
+            "published_reports": self._published_reports,
+            "published_phase": self._published_phase,
             "arms": [e.state_dict() for e in self._arms],
             "warm": None if self._warm is None else [e.state_dict() for e in self._warm],
         }
@@ -292,6 +300,8 @@ class LDPServer:
         tw = state["theta_warmup"]
         self.theta_warmup = None if tw is None else np.array(tw, dtype=np.float64)
         self._published = np.array(state["published"], dtype=np.float64)
+        self._published_reports = int(state["published_reports"])
+        self._published_phase = str(state["published_phase"])
         for est, st in zip(self._arms, state["arms"]):
             est.load_state_dict(st)
         if self._warm is not None:

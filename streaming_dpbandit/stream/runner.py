@@ -35,6 +35,22 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     from .sources import SimulatedSource
 
     sim = settings.simulation
+    local = settings.bandits.get(sim.bandit_id)
+    if local is not None and local.privacy == "local":  # devices with the SDK send reports
+        from .ldp_clients import SimulatedLDPClients
+
+        env = REGISTRY[sim.env](**sim.env_params)
+        return InProcessTransport(
+            SimulatedLDPClients(
+                env,
+                sim.events,
+                sim.bandit_id,
+                sim.seed,
+                (t.contexts, t.feedback),
+                t.models,
+            ),
+            keep_outputs,
+        )
     env = REGISTRY[sim.env](**sim.env_params)
     source = SimulatedSource(
         env,
@@ -73,6 +89,14 @@ def run_service(
     service = Service(settings, transport, metrics)
     service.open()
     service.install_signal_handlers()
+    model_server = None
+    if service.local and settings.model_server.enabled:  # models of privacy=local bandits
+        from .model_publisher import start_model_server
+
+        model_server, mport = start_model_server(
+            settings.model_server.host, settings.model_server.port, service.local.store
+        )
+        print(f"models: http://{settings.model_server.host}:{mport}/v1/models", file=sys.stderr)
     bar = None
     total = None
     if isinstance(transport, InProcessTransport) and settings.file is None:
@@ -94,7 +118,9 @@ def run_service(
     def progress(svc):
         if bar is None:
             return
-        done = sum(rt.stats["decided"] for rt in svc.bandits.values())
+        done = sum(rt.stats["decided"] for rt in svc.bandits.values()) + sum(
+            rt.server.reports for rt in svc.local.runtimes.values()
+        )
         if done > seen[0]:
             bar.update(done - seen[0])
             seen[0] = done
@@ -106,6 +132,8 @@ def run_service(
             bar.close()
         if server is not None:
             server.shutdown()
+        if model_server is not None:
+            model_server.shutdown()
     source = getattr(transport, "source", None)
     if source is not None and hasattr(source, "summary"):
         summary["source"] = source.summary()
@@ -135,28 +163,49 @@ def print_summary(summary: dict, out) -> None:
                 "-" if eps is None else f"ε={eps:.3g}, δ={pr.get('target_delta'):.2g}",
             ]
         )
-    print(
-        f"served {summary['decisions']:,} decisions in {summary['elapsed_s']:.1f} s "
-        f"({summary['events_per_s']:,.0f} events/s); state in {summary['state_directory']}",
-        file=out,
-    )
-    print(
-        format_table(
-            [
-                "bandit",
-                "policy",
-                "rounds",
-                "model",
-                "rewards joined",
-                "expired",
-                "mean reward (last 1000)",
-                "releases",
-                "privacy spent",
-            ],
-            rows,
-        ),
-        file=out,
-    )
+    local = summary.get("local_bandits", {})
+    if local and not summary["bandits"]:
+        n = sum(b["reports_absorbed"] for b in local.values())
+        el = summary["elapsed_s"]
+        print(
+            f"absorbed {n:,} LDP reports in {el:.1f} s ({n / el if el > 0 else 0:,.0f} "
+            f"reports/s); state in {summary['state_directory']}",
+            file=out,
+        )
+    else:
+        print(
+            f"served {summary['decisions']:,} decisions in {summary['elapsed_s']:.1f} s "
+            f"({summary['events_per_s']:,.0f} events/s); state in {summary['state_directory']}",
+            file=out,
+        )
+    if summary["bandits"] or not local:
+        print(
+            format_table(
+                [
+                    "bandit",
+                    "policy",
+                    "rounds",
+                    "model",
+                    "rewards joined",
+                    "expired",
+                    "mean reward (last 1000)",
+                    "releases",
+                    "privacy spent",
+                ],
+                rows,
+            ),
+            file=out,
+        )
+    for name, b in summary.get("local_bandits", {}).items():
+        pr = b["privacy"]
+        print(
+            f"local bandit {name}: ldp-glb {b['variant']}/{b['setting']}, model "
+            f"{b['model_id']} version {b['model_version']} ({b['phase']} phase), "
+            f"{b['reports_absorbed']:,} reports absorbed; every report "
+            f"(ε={pr['epsilon_per_report']:g}, δ={pr['delta_per_report']:g})-LDP "
+            f"({pr['calibration']})",
+            file=out,
+        )
     if summary["dead_letters"]:
         dl = ", ".join(f"{k}: {v}" for k, v in sorted(summary["dead_letters"].items()))
         print(f"dead letters: {dl}", file=out)

@@ -33,6 +33,7 @@ from ..privacy.accountant import Accountant
 from ..privacy.ledger import Ledger
 from ..utils.serialization import dumps
 from .bandit import BadInput, BanditRuntime, Pending
+from .local_hook import LocalBandits
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
 from .snapshot import SnapshotStore
 from .transport import TP, Record, Transport
@@ -87,7 +88,11 @@ class Service:
     # -- set-up -----------------------------------------------------------------------------
     def _build_bandits(self) -> None:
         self.bandits: dict[str, BanditRuntime] = {}
+        # privacy=local bandits (devices privatise, the server only sees reports): stream/local.py
+        self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
         for name, b in self.settings.bandits.items():
+            if b.privacy == "local":
+                continue
             overrides = {"bandit_id": name} if "bandit_id" in type(b.policy).model_fields else {}
             policy = b.policy.build(seed=b.seed, **overrides)
             self.bandits[name] = BanditRuntime(name, b, policy, self.metrics)
@@ -121,6 +126,7 @@ class Service:
         snap = self.store.load()
         offsets: dict[TP, int] = {}
         if snap is not None:
+            self.local.load(snap, self._fingerprint)
             for name, st in snap["bandits"].items():
                 if name not in self.bandits:
                     raise RuntimeError(
@@ -151,6 +157,7 @@ class Service:
             self._ledger_append(rt)
         self._export_spend()
         self.transport.open(offsets)
+        self.local.open(self.ledger)  # ledger records not yet appended; publish current models
         self.last_snapshot = time.monotonic()
         self.started = time.monotonic()
         self._stop = False
@@ -248,6 +255,11 @@ class Service:
             except ValidationError as err:
                 raise BadInput(_reason(err, "invalid_event"), _first_error(err)) from None
             rt = self.bandits.get(ev.bandit_id)
+            if rt is None and ev.bandit_id in self.local:
+                raise BadInput(
+                    "raw_data_for_local_bandit",
+                    f"bandit {ev.bandit_id!r} is privacy=local: contexts stay on the devices",
+                )
             if rt is None:
                 raise BadInput("unknown_bandit", f"bandit {ev.bandit_id!r} is not configured")
             X, ids = rt.encode(ev)
@@ -343,8 +355,12 @@ class Service:
     def _process_feedback(self, tp: TP, q: collections.deque) -> None:
         while q:
             r, _ = q[0]
-            self._feedback_one(r)
+            if self.local.claims(r):  # an LDP report (privacy=local bandits)
+                self.local.on_record(r, self._dead)
+            else:
+                self._feedback_one(r)
             self._pop(tp, q)
+        self.local.after_batch()
 
     def _feedback_one(self, r: Record) -> None:
         if len(r.value) > self.settings.max_message_bytes:
@@ -359,6 +375,8 @@ class Service:
             self.metrics.feedback.labels("unknown", reason).inc()
             return
         rt = self.bandits.get(msg.bandit_id)
+        if rt is None and self.local.raw_for_local(msg.bandit_id, r, self._dead, msg):
+            return  # a raw reward or heartbeat for a privacy=local bandit: never used
         if rt is None:
             self._dead(r, "unknown_bandit", f"bandit {msg.bandit_id!r} is not configured")
             self.metrics.feedback.labels("unknown", "unknown_bandit").inc()
@@ -386,6 +404,8 @@ class Service:
     # -- dead letters -----------------------------------------------------------------------
     def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
         payload = r.value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
+        if reason == "raw_data_for_local_bandit":
+            payload = ""  # raw contexts/rewards of a privacy=local bandit are not copied
         dl = DeadLetter(
             source_topic=r.topic,
             partition=r.partition,
@@ -445,6 +465,7 @@ class Service:
     def snapshot(self, reason: str) -> None:
         for rt in self.bandits.values():
             rt.flush_learning()
+        self.local.after_batch()
         self.transport.flush()  # decisions and dead letters before the offsets that imply them
         offsets = {_tp_key(tp): off for tp, off in self.offsets.items()}
         # partitions with queued but unprocessed records resume at the first of them
@@ -461,6 +482,7 @@ class Service:
                 name: self._fingerprint(self.settings.bandits[name]) for name in self.bandits
             },
         }
+        self.local.add_to_snapshot(state, self._fingerprint)
         size = self.store.save(state)
         commit = getattr(self.transport, "commit", None)
         if commit is not None:  # for monitoring tools; the snapshot is authoritative
@@ -495,6 +517,7 @@ class Service:
         self.metrics.checkpoint_age.set(time.monotonic() - self.last_snapshot)
         for (topic, part), lag in self.transport.lag().items():
             self.metrics.lag.labels(topic, str(part)).set(lag)
+        self.local.export_metrics()
 
     # -- the end ----------------------------------------------------------------------------
     def finish(self) -> dict:
@@ -524,6 +547,8 @@ class Service:
                 "mean_reward_window": (sum(rt.window) / len(rt.window)) if rt.window else None,
                 "privacy": None if sp is None else sp.to_dict(),
             }
+        if self.local:
+            out["local_bandits"] = self.local.summary()
         decided = sum(rt.stats["decided"] for rt in self.bandits.values())
         out["decisions"] = decided
         out["events_per_s"] = decided / elapsed if elapsed > 0 else 0.0
@@ -534,7 +559,8 @@ class Service:
         exactly. Two runs over the same input must agree on it byte for byte, whatever the
         batching, interleaving or crashes. (Diagnostics such as the reward window are excluded:
         they depend on arrival order by design.)"""
-        return learned_state_bytes({name: rt.state_dict() for name, rt in self.bandits.items()})
+        central = learned_state_bytes({name: rt.state_dict() for name, rt in self.bandits.items()})
+        return central + self.local.state_bytes() if self.local else central
 
 
 def learned_state_bytes(bandit_states: dict) -> bytes:
