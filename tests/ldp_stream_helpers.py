@@ -96,13 +96,30 @@ def raw_values(samples) -> np.ndarray:
     return np.array([v for v in vals if v != 0.0 and math.isfinite(v)])
 
 
+def _key(v: float, digits: int = 12) -> str | None:
+    """The start of repr(|v|) up to its ``digits``-th significant digit (None if too short)."""
+    s = repr(abs(float(v)))
+    if "e" in s or "." not in s:
+        return None
+    sig = 0
+    for i, ch in enumerate(s):
+        if ch.isdigit() and (sig or ch != "0"):
+            sig += 1
+            if sig == digits:
+                return s[: i + 1]
+    return None
+
+
 def text_leaks(text: str, raw: np.ndarray) -> list[float]:
-    """Raw values whose repr (first 10 characters, ≈ 8 significant digits) occurs in text."""
+    """Raw values whose first 12 significant digits (as printed by repr) occur in ``text``.
+
+    12 digits keep chance matches negligible (≈ 10⁻¹⁰ per pair of numbers) while catching a
+    value printed at full or slightly reduced precision.
+    """
     out = []
     for v in raw:
-        s = repr(float(v))
-        key = s[:10] if len(s) >= 10 else s
-        if len(key) >= 8 and key in text:
+        key = _key(v)
+        if key is not None and key in text:
             out.append(float(v))
     return out
 

@@ -118,6 +118,11 @@ class LocalBandits:
     def open(self, ledger: Ledger) -> None:
         """Append records the ledger misses, then publish every bandit's current model."""
         self.ledger = ledger
+        kafka = self.settings.kafka
+        if self.runtimes and kafka is not None and kafka.create_topics:
+            from .model_publisher import ensure_models_topic
+
+            ensure_models_topic(kafka, self.topics.models)
         for rec in ledger.records():
             if rec.bandit_id in self.runtimes:
                 self._ledger_count[rec.bandit_id] = self._ledger_count.get(rec.bandit_id, 0) + 1
