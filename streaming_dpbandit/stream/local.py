@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
+import math
 import time
 
 import numpy as np
@@ -226,10 +227,10 @@ class LocalBanditRuntime:
             return bool(np.abs(payload).max() <= MAX_ABS)
         r = self._radius[phase]
         if spec.setting == "multi" and phase == "main" and not spec.joint(phase):
-            norms = np.linalg.norm(payload.reshape(spec.K, spec.d), axis=1)
-        else:
-            norms = np.array([np.linalg.norm(payload)])
-        return bool(np.all(np.abs(norms / r - 1.0) <= RADIUS_RTOL))
+            B = payload.reshape(spec.K, spec.d)
+            norms = np.sqrt(np.einsum("ij,ij->i", B, B))
+            return bool(np.abs(norms / r - 1.0).max() <= RADIUS_RTOL)
+        return abs(math.sqrt(float(payload @ payload)) / r - 1.0) <= RADIUS_RTOL
 
     def handle(self, msg: LDPReportMessage) -> str | None:
         """Validate and accept one report; returns the dead-letter reason, or None."""

@@ -67,6 +67,7 @@ class LocalBandits:
         self.local_metrics = None
         self.ledger: Ledger | None = None
         self._ledger_count: dict[str, int] = {}
+        self._children: dict[tuple[str, str], object] = {}
         for name, b in settings.bandits.items():
             if b.privacy != "local":
                 continue
@@ -173,8 +174,13 @@ class LocalBandits:
         return True
 
     def _count(self, bandit: str | None, outcome: str) -> None:
-        if self.local_metrics is not None:
-            self.local_metrics.reports.labels(bandit or "unknown", outcome).inc()
+        if self.local_metrics is None:
+            return
+        key = (bandit or "unknown", outcome)
+        child = self._children.get(key)
+        if child is None:  # label lookups cost more than the increment: cache the children
+            child = self._children[key] = self.local_metrics.reports.labels(*key)
+        child.inc()
 
     def after_batch(self) -> None:
         """Absorb accepted reports and send what was published."""
