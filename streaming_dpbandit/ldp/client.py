@@ -21,6 +21,7 @@ refused, so a misconfigured or malicious server cannot weaken the guarantee.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 
 import numpy as np
 
@@ -90,8 +91,10 @@ class LDPClient:
     max_epsilon, max_delta
         The highest per-report (ε, δ) this app accepts; snapshots asking for more are refused.
     rng
-        Source of the client's randomness (tie-breaks and noise). Default: a numpy generator
-        seeded from the operating system's entropy.
+        Source of the client's randomness (tie-breaks and noise), for tests and simulations.
+        Default (``None``): every decision and every report uses a numpy generator freshly
+        seeded with 128 bits from the operating system's CSPRNG (``secrets``), so no generator
+        state links two reports of a device.
     budget
         Optional :class:`~.budget.ClientBudget`; every report is charged to it first.
     allow_authors_code
@@ -129,12 +132,17 @@ class LDPClient:
     ):
         self.max_epsilon = float(max_epsilon)
         self.max_delta = float(max_delta)
-        self.rng = rng if rng is not None else np.random.default_rng()
+        self.rng = rng
         self.budget = budget
         self.allow_authors_code = allow_authors_code
         self._mechs: dict = {}
         self.snapshot: ModelSnapshot | None = None
         self.update(snapshot)
+
+    def _gen(self) -> np.random.Generator:
+        if self.rng is not None:
+            return self.rng
+        return np.random.default_rng(secrets.randbits(128))
 
     # -- the model --------------------------------------------------------------------------
     def update(self, snapshot: ModelSnapshot) -> None:
@@ -186,7 +194,7 @@ class LDPClient:
         snap = self.snapshot
         spec = snap.spec
         X = self._contexts(contexts)
-        coin = self.rng.random(1)
+        coin = self._gen().random(1)
         if spec.setting == "multi" and snap.phase == "warmup":
             if spec.warmup_arm == "ticket" and ticket is not None:
                 arm = int(ticket) % spec.K
@@ -221,7 +229,7 @@ class LDPClient:
             np.array([choice.arm]),
             choice._context[None, :],
             np.array([r]),
-            self.rng,
+            self._gen(),
             self._mechs,
         )[0]
         return Report(
