@@ -1,0 +1,51 @@
+"""``dpbandit reproduce ldp-glb`` reduced for CI (spec §12): the issue's Tier-1 claims on the
+product profile — LDP-SGD and LDP-OLS beat LDP-UCB and LDP-GLOC, sublinear curves — and every
+target of the report (gates below their judging horizon are reported, not gated)."""
+
+import json
+
+from streaming_dpbandit.cli import main
+
+
+def test_reduced_reproduction_shows_the_tier1_claims(tmp_path, capsys):
+    out = tmp_path / "ldp.json"
+    rc = main(
+        [
+            "reproduce",
+            "ldp-glb",
+            "--quick",
+            "--experiments",
+            "E1",
+            "--seeds",
+            "3",
+            "--horizon",
+            "8000",
+            "--jobs",
+            "1",
+            "--no-progress",
+            "--json",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert "E3 skipped" not in text  # E3 was not asked for
+    data = json.loads(out.read_text())
+    checks = data["targets"]
+    t1 = [c for c in checks if c["target"] == "T1"]
+    assert len(t1) == 2 and all(c["passed"] for c in t1), t1  # both ε
+    q3 = [c for c in checks if c["target"] == "Q3" and c["passed"] is not None]
+    assert len(q3) == 8 and all(c["passed"] for c in q3), q3  # SGD, OLS × 2 ε × 2 profiles
+    gates = [c for c in checks if c["target"].startswith("gate")]
+    assert gates and all(c["passed"] is None and "judging horizon" in c["note"] for c in gates)
+    assert {c["target"] for c in checks} >= {"Q1", "Q4", "T1", "Q3", "gate (i)", "gate (ii)"}
+    assert rc == 0
+    rows = {(r["cell"], r["method"], r["epsilon"]): r for r in data["rows"]}
+    assert len(rows) == 12 and all(r["seeds"] == 3 and r["T"] == 8000 for r in rows.values())
+    assert "authors_code profile" in text and "Reductions" in text
+
+
+def test_reproduce_ldp_glb_refuses_bad_options(capsys):
+    assert main(["reproduce", "ldp-glb", "--experiments", "E7"]) == 2
+    assert main(["reproduce", "ldp-glb", "--env-param", "d=3"]) == 2
+    assert main(["reproduce", "ldp-glb", "--data", "/nonexistent.csv"]) == 2
+    assert "error" in capsys.readouterr().err
