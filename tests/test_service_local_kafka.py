@@ -191,3 +191,22 @@ def test_local_mode_end_to_end_with_crashes_and_no_raw_data_anywhere(kafka_broke
         learned_local_bytes(snap["local"])
     )
     assert Path(tmp_path / "state").stat().st_mode & 0o777 == 0o700
+
+
+def test_the_models_topic_is_created_compacted(kafka_broker):
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    from streaming_dpbandit.config import KafkaSettings
+    from streaming_dpbandit.stream.model_publisher import ensure_models_topic
+
+    name = f"ldp{os.getpid()}.models-created"
+    settings = KafkaSettings(bootstrap_servers=kafka_broker.bootstrap)
+    assert ensure_models_topic(settings, name) is True
+    assert ensure_models_topic(settings, name) is False  # idempotent
+    admin = kafka_broker.admin()
+    try:
+        res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+        text = repr(res)
+    finally:
+        admin.close()
+    assert "cleanup.policy" in text and "compact" in text
