@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/bench_fliphat.py
 	$(BIN)/python bench/bench_linucb.py
+	$(BIN)/python bench/bench_replay.py
 
 reproduce: $(STAMP)
 	$(BIN)/dpbandit reproduce fliphat --seeds 20 --plot fliphat-reproduction.png

@@ -103,9 +103,11 @@ def bench_inprocess(path: Path, events: int) -> dict:
 
 # -- Kafka ---------------------------------------------------------------------------------------
 def start_broker() -> tuple[str, dict]:
+    run_dir = tempfile.mkdtemp(prefix="bench-kafka-")
     env = dict(
         os.environ,
-        DPBANDIT_KAFKA_DATA=tempfile.mkdtemp(prefix="bench-kafka-"),
+        DPBANDIT_KAFKA_DATA=os.path.join(run_dir, "data"),
+        DPBANDIT_KAFKA_RUN_DIR=run_dir,
         DPBANDIT_KAFKA_PORT="auto",
     )
     out = subprocess.run(

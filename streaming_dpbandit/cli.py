@@ -1,7 +1,7 @@
 """The ``dpbandit`` command line.
 
-Subcommands: ``simulate``, ``reproduce``, ``budget``, ``explain``. Bad options and configs give
-one clear error line and exit status 2, never a traceback.
+Subcommands: ``serve``, ``simulate``, ``replay``, ``reproduce``, ``budget``, ``explain``. Bad
+options, configs and logs give one clear error line and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -57,6 +57,26 @@ def _delta(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
     if not 0 < v < 1:
         raise argparse.ArgumentTypeError(f"δ must be in (0, 1), got {text!r}")
+    return v
+
+
+def _level(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"the level must be in (0, 1), got {text!r}")
+    return v
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return v
 
 
@@ -149,6 +169,98 @@ def build_parser() -> argparse.ArgumentParser:
         "see dpbandit explain)",
     )
     _add_sim_options(p)
+
+    p = sub.add_parser(
+        "replay",
+        help="replay a logged stream through policies: off-policy estimates with intervals",
+        description="Evaluate policies on a logged stream: the replay method (Li et al. 2011; "
+        "the policy learns online from the matched events of a uniformly logged stream) and "
+        "IPS, SNIPS, DM and DR estimates of the policy frozen, each with normal and bootstrap "
+        "intervals, weight diagnostics, per-position values, and the privacy the policy's "
+        "releases would have spent (an in-memory ledger composed by the accountant).",
+    )
+    p.add_argument(
+        "--log",
+        required=True,
+        help="the log: a JSONL file of the service's topics, a CSV/Parquet file, an Open Bandit "
+        "Dataset campaign directory, or kafka://HOST:PORT",
+    )
+    p.add_argument(
+        "--format",
+        choices=["service-jsonl", "csv", "parquet", "obd", "kafka"],
+        help="log format (default: from the path)",
+    )
+    p.add_argument(
+        "--map",
+        action="append",
+        metavar="KEY=VALUE",
+        help="csv/parquet column mapping (repeatable): action=, reward=, propensity= "
+        "(required), context= (columns or globs, comma-separated), position=, event_id=, "
+        "arms= or n_arms=, position_base=, intercept=",
+    )
+    p.add_argument(
+        "--log-param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="reader option (repeatable): bandit=, arms=, feedback_window=, missing_reward=, "
+        "default_reward= (service logs), topics= or topic_prefix= (kafka), features= (obd)",
+    )
+    p.add_argument("--start", help="kafka: first offset, partition offsets or time of the range")
+    p.add_argument("--end", help="kafka: end (exclusive) of the range, same forms as --start")
+    p.add_argument(
+        "--policy",
+        required=True,
+        action="append",
+        help="policy name; repeat or comma-separate to compare several",
+    )
+    p.add_argument(
+        "--policy-param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="policy parameter (repeatable); table: probabilities=[[...]] or from_log=PATH "
+        "[from_format=...]",
+    )
+    p.add_argument(
+        "--epsilon",
+        type=_epsilons,
+        default=None,
+        help="comma-separated ε values (one run per ε for private policies)",
+    )
+    p.add_argument("--delta", type=_delta, default=None, help="δ of private policies")
+    p.add_argument(
+        "--calibration",
+        choices=["certified", "paper", "zcdp", "authors_code_2018"],
+        default="certified",
+        help="noise calibration of private policies (default certified; others are labelled)",
+    )
+    p.add_argument(
+        "--estimator",
+        default="replay,ips,snips,dr",
+        help="comma-separated: replay (the replay method), ips, snips, dm, dr "
+        "(default replay,ips,snips,dr)",
+    )
+    p.add_argument("--level", type=_level, default=0.95, help="interval level (default 0.95)")
+    p.add_argument(
+        "--bootstrap",
+        type=_non_negative_int,
+        default=1000,
+        help="bootstrap replicates (0: no bootstrap interval)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seeds policies and the bootstrap")
+    p.add_argument(
+        "--warmup",
+        type=_non_negative_int,
+        default=0,
+        help="events the policy learns from (replay method) before it is frozen for "
+        "ips/snips/dm/dr",
+    )
+    p.add_argument("--chunk-size", type=_positive_int, help="events per chunk (default: 32 MiB)")
+    p.add_argument("--max-events", type=_positive_int, help="read at most this many events")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="plot the running estimates with their intervals"
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
     p.add_argument(
@@ -331,6 +443,162 @@ def _known(name: str, params: dict) -> dict:
     """The subset of ``params`` that policy ``name`` accepts (others may belong to siblings)."""
     fields = _fields(name)
     return {k: v for k, v in params.items() if k in fields}
+
+
+# -- replay ------------------------------------------------------------------------------------
+_NEEDS_D = ("fliphat", "lasso-bandit", "linucb", "linucb-disjoint", "greedy", "dp-linucb")
+
+
+def _replay_specs(args, reader) -> list:
+    """One PolicySpec per policy (and per ε for private policies), validated."""
+    from .config import _CONFIGS
+    from .replay.build import action_table, make_reader
+    from .replay.evaluate import PolicySpec
+
+    names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
+    for name in names:
+        if name not in _CONFIGS:
+            raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(_CONFIGS))}")
+    user = parse_kv(args.policy_param)
+    table_keys = {"from_log", "from_format", "from_param"}
+    unknown = set(user) - set().union(*(_fields(n) for n in names)) - table_keys
+    if unknown:
+        raise ConfigError(
+            f"--policy-param {', '.join(sorted(unknown))} is not a parameter of {', '.join(names)}"
+        )
+    specs = []
+    for name in names:
+        base = {
+            "d": reader.d,
+            "n_arms": reader.n_arms,
+            "calibration": args.calibration,
+            "n_cap": args.max_events or 1 << 20,
+        }
+        if args.delta is not None:
+            base["delta"] = args.delta
+        params = {**_known(name, base), **_known(name, user)}
+        note = None
+        source = None
+        if name == "table":
+            if "from_log" in user:
+                if "probabilities" in user:
+                    raise ConfigError("table: give probabilities or from_log, not both")
+                src = make_reader(
+                    str(user["from_log"]),
+                    user.get("from_format"),
+                    params=parse_kv(_as_list(user.get("from_param")), "from_param"),
+                )
+                tab, source = action_table(src, args.level)
+                source["log"] = str(user["from_log"])
+                params["probabilities"] = tab.tolist()
+                note = (
+                    f"action frequencies of {user['from_log']} ({source['events']:,} events); "
+                    f"that log's on-policy value {source['value']:.4g} "
+                    f"[{source['ci_normal'][0]:.4g}, {source['ci_normal'][1]:.4g}]"
+                )
+                source["label"] = "source log (on-policy)"
+            elif "probabilities" not in user:
+                raise ConfigError(
+                    "table needs --policy-param probabilities=[[...]] or from_log=PATH"
+                )
+        cfg0 = policy_config(name, params)
+        if cfg0.private:
+            for eps in args.epsilon or [params.get("epsilon", 1.0)]:
+                cfg = policy_config(name, {**params, "epsilon": eps})
+                pol = cfg.build()
+                label = pol.privacy.effective_label
+                specs.append(
+                    PolicySpec(
+                        f"{name} ε={eps:g}",
+                        name,
+                        pol.public_params(),
+                        float(eps),
+                        cfg.delta,
+                        note=f"calibration '{cfg.calibration}' is {label}" if label else note,
+                    )
+                )
+        else:
+            spec = PolicySpec(name, name, cfg0.build().public_params(), note=note, reference=source)
+            specs.append(spec)
+    for spec in specs:
+        spec.params.pop("seed", None)
+    keys = [s.key for s in specs]
+    if len(set(keys)) != len(keys):
+        raise ConfigError("the same policy configuration is given twice")
+    return specs
+
+
+def _as_list(v):
+    if v is None:
+        return None
+    return [x for x in str(v).split(";") if x]
+
+
+def _cmd_replay(args) -> int:
+    from .replay.build import make_reader
+    from .replay.errors import LogFormatError
+    from .replay.evaluate import replay_log
+    from .replay.report import plot_replay, replay_table
+
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    wanted = [e.strip() for e in args.estimator.split(",") if e.strip()]
+    allowed = ("replay", "ips", "snips", "dm", "dr")
+    bad = [e for e in wanted if e not in allowed]
+    if bad or not wanted:
+        raise ConfigError(
+            f"unknown estimator {', '.join(bad) or repr(args.estimator)}; "
+            f"choose from {', '.join(allowed)}"
+        )
+    try:
+        reader = make_reader(
+            args.log,
+            args.format,
+            mapping=parse_kv(args.map, "--map") if args.map else None,
+            params=parse_kv(args.log_param, "--log-param"),
+            start=args.start,
+            end=args.end,
+        ).open()
+        specs = _replay_specs(args, reader)
+        result = replay_log(
+            reader,
+            specs,
+            estimators=[e for e in wanted if e != "replay"],
+            method="replay" in wanted,
+            level=args.level,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+            chunk_size=args.chunk_size,
+            max_events=args.max_events,
+            warmup=args.warmup,
+            progress=not args.no_progress,
+        )
+    except LogFormatError as err:
+        raise ConfigError(str(err)) from None
+    except (ValueError, RuntimeError, OSError) as err:
+        raise ConfigError(
+            f"{type(err).__name__}: {err}" if isinstance(err, OSError) else str(err)
+        ) from None
+    log = result.log
+    where = log.get("path") or f"kafka://{log.get('bootstrap')}"
+    t = result.timing
+    print(
+        f"{log['format']} log {where}: {result.events:,} events, K = {log['n_arms']}, "
+        f"d = {log['d']}, {result.positions} position(s); {t['total_s']:.1f} s "
+        f"({t['events_per_s_evaluation_pass']:,.0f} events/s in the evaluation pass)"
+    )
+    join = log.get("join")
+    if join:
+        print("join: " + ", ".join(f"{k} {v}" for k, v in sorted(join.items())))
+    print(replay_table(result))
+    if args.json:
+        out = result.to_json()
+        Path(args.json).write_text(json.dumps(out, indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot_replay(result, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
 
 
 # -- reproduce ---------------------------------------------------------------------------------
@@ -705,7 +973,12 @@ def _cmd_serve(args) -> int:
     setup_logging(settings.log_level, settings.log_json)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    summary = run_service(settings)
+    from .stream.service import ServiceStartError
+
+    try:
+        summary = run_service(settings)
+    except ServiceStartError as err:
+        raise ConfigError(str(err)) from None
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=1, default=_json_default))
     return 0
@@ -713,6 +986,7 @@ def _cmd_serve(args) -> int:
 
 COMMANDS = {
     "simulate": _cmd_simulate,
+    "replay": _cmd_replay,
     "reproduce": _cmd_reproduce,
     "budget": _cmd_budget,
     "explain": _cmd_explain,
@@ -731,6 +1005,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped early (| head)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

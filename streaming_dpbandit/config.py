@@ -32,6 +32,7 @@ from .policies import (
     PrivateLASSO,
     RandomPolicy,
     SALassoBandit,
+    TablePolicy,
     THLassoBandit,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "SALassoConfig",
     "ServiceSettings",
     "THLassoConfig",
+    "TableConfig",
     "format_validation_error",
     "load_service_settings",
     "parse_kv",
@@ -131,6 +133,26 @@ class RandomConfig(_PolicyConfig):
 
     def build(self, seed: int | None = None, **overrides) -> RandomPolicy:
         return RandomPolicy(**{"d": self.d, **overrides}, seed=seed)
+
+
+class TableConfig(_PolicyConfig):
+    """A fixed, context-free stochastic policy: action probabilities per slate position."""
+
+    policy: Literal["table"] = "table"
+    probabilities: list[list[float]] | list[float]
+    d: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self):
+        try:
+            TablePolicy(self.probabilities)._table()
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> TablePolicy:
+        params = {"probabilities": self.probabilities, "d": self.d, **overrides}
+        return TablePolicy(**params, seed=seed)
 
 
 class LassoBanditConfig(_PolicyConfig):
@@ -487,7 +509,8 @@ PolicyConfig = Annotated[
     | SALassoConfig
     | LDPGLBConfig
     | LDPUCBConfig
-    | LDPGLOCConfig,
+    | LDPGLOCConfig
+    | TableConfig,
     Field(discriminator="policy"),
 ]
 
@@ -505,6 +528,7 @@ _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "ldp-glb": LDPGLBConfig,
     "ldp-ucb": LDPUCBConfig,
     "ldp-gloc": LDPGLOCConfig,
+    "table": TableConfig,
 }
 
 

@@ -263,3 +263,46 @@ def test_simulate_dp_linucb_prints_its_own_label(capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "valid but conservative" in out and "not a valid DP guarantee" not in out
+
+
+SERVE_BAD = [
+    ("bandits: [1, 2", "invalid YAML"),
+    ("bogus: 1", "Extra inputs are not permitted"),
+    (
+        "bandits:\n  b: {policy: {policy: fliphat, d: 40, calibration: paper,"
+        " clip_contexts: false}}",
+        "refused outside mode=simulation",
+    ),
+    ("bandits:\n  b: {policy: {policy: nope, d: 4}}", "does not match any of the expected tags"),
+    ("max_batch: 0", "greater than or equal to 1"),
+    ("kafka: {bootstrap_servers: ''}", "at least 1 character"),
+]
+
+
+@pytest.mark.parametrize("yaml_text, message", SERVE_BAD, ids=[m for _, m in SERVE_BAD])
+def test_serve_bad_configuration_is_one_line(yaml_text, message, tmp_path, capsys):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(yaml_text)
+    assert run(["serve", "--config", str(cfg), "--no-metrics", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_serve_refuses_damaged_state_and_missing_files(tmp_path, capsys):
+    state = tmp_path / "state"
+    assert (
+        run(
+            ["serve", "--events", "300", "--state-dir", str(state), "--no-metrics", "--no-progress"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "served 300 decisions" in out and "pseudo-regret" in out
+    with open(state / "snapshot.json", "ab") as f:
+        f.write(b"x")
+    assert run(["serve", "--state-dir", str(state), "--no-metrics", "--no-progress"]) == 2
+    assert "damaged snapshot" in capsys.readouterr().err
+    assert run(["serve", "--file", str(tmp_path / "nope.jsonl"), "--no-metrics"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert run(["serve", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "no configuration file" in capsys.readouterr().err

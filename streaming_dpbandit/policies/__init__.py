@@ -15,6 +15,7 @@ from .private_lasso import PrivateLASSO
 from .private_lasso_paper import PrivateLASSOPaper
 from .random import RandomPolicy
 from .sa_lasso import SALassoBandit
+from .table import TablePolicy
 from .th_lasso import THLassoBandit
 
 #: Policies by registry name (the CLI's ``--policy``).
@@ -32,6 +33,7 @@ REGISTRY: dict[str, type[Policy]] = {
     LDPGLB.name: LDPGLB,
     LDPUCB.name: LDPUCB,
     LDPGLOC.name: LDPGLOC,
+    TablePolicy.name: TablePolicy,
 }
 
 __all__ = [
@@ -53,4 +55,5 @@ __all__ = [
     "RandomPolicy",
     "SALassoBandit",
     "THLassoBandit",
+    "TablePolicy",
 ]

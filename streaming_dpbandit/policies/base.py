@@ -11,6 +11,10 @@ drive it — but its fast path is vectorised:
     event id with a non-private coin key, so a re-processed event gets the same decision.
 ``learn(contexts, rewards, rounds)``
     Feed back the chosen contexts (B, d) and rewards of earlier decisions (by their rounds).
+``decide_frozen(X)``
+    Decide with the model in force *without* consuming rounds or triggering an update: the
+    frozen policy of off-policy evaluation (``replay/``). Same decisions as ``decide`` for
+    the same (state, event ids); the policy's state is unchanged afterwards.
 ``max_decide_batch()``
     How many upcoming rounds can be decided before the policy needs a model update.
 ``refit_due()`` / ``refit()``
@@ -148,6 +152,54 @@ class Policy(ContextualPolicy, abc.ABC):
     def learn(self, contexts: np.ndarray, rewards: np.ndarray, rounds: np.ndarray, ids=None):
         """Learn from chosen contexts (B, d) and rewards (B,) of the decisions of ``rounds``."""
 
+    #: Attributes that ``decide`` advances (restored by :meth:`decide_frozen`).
+    _DECIDE_STATE: tuple[str, ...] = ("_t", "_since")
+
+    def decide_frozen(self, X: np.ndarray, event_ids=None, mask: np.ndarray | None = None):
+        """Decide B rounds with the model in force, leaving the policy's state unchanged.
+
+        The frozen policy of off-policy evaluation: no rounds are consumed, no update becomes
+        due and the schedule's batch limit does not apply (a due update is simply not made).
+        With event ids, the decisions equal those ``decide`` would make for the same ids
+        (ties are broken by hashing the ids, not the rounds).
+
+        >>> import numpy as np
+        >>> from streaming_dpbandit.policies import RandomPolicy
+        >>> pol = RandomPolicy(d=2, seed=0)
+        >>> frozen = pol.decide_frozen(np.zeros((5, 3, 2)), event_ids=np.arange(5))
+        >>> pol.t, bool((frozen.arms == pol.decide(np.zeros((5, 3, 2)), np.arange(5)).arms).all())
+        (0, True)
+        """
+        init = getattr(self, "_state", None)
+        if init is not None:
+            init()
+        saved = {a: getattr(self, a) for a in self._DECIDE_STATE if hasattr(self, a)}
+        missing = [a for a in self._DECIDE_STATE if a not in saved]
+        counters = getattr(self, "_counters", None)
+        counters_copy = dict(counters) if isinstance(counters, dict) else None
+        extra = self._save_decide_extra()
+        self._frozen_eval = True
+        try:
+            return self.decide(X, event_ids, mask)
+        finally:
+            self._frozen_eval = False
+            for a, v in saved.items():
+                setattr(self, a, v)
+            for a in missing:
+                if hasattr(self, a):
+                    delattr(self, a)
+            if counters_copy is not None:
+                counters.clear()
+                counters.update(counters_copy)
+            self._restore_decide_extra(extra)
+
+    def _save_decide_extra(self):
+        """Hook: state besides ``_DECIDE_STATE`` and ``_counters`` that ``decide`` mutates."""
+        return None
+
+    def _restore_decide_extra(self, saved) -> None:
+        return None
+
     def max_decide_batch(self) -> int:
         """Rounds that can be decided before the next model update is due."""
         return UNBOUNDED
@@ -217,6 +269,8 @@ class Policy(ContextualPolicy, abc.ABC):
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 3 or (d is not None and X.shape[2] != d):
             raise ValueError(f"decide expects X of shape (B, K, {d}), got {X.shape}")
+        if getattr(self, "_frozen_eval", False):
+            return X
         if self.refit_due():
             raise RuntimeError("a model update is due: call refit() before deciding")
         if X.shape[0] > self.max_decide_batch():

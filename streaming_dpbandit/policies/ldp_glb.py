@@ -438,6 +438,10 @@ class LDPGLB(Policy):
                 return self._coins(rounds[rows], None if ids is None else ids[rows])
 
             arms, prop = argmax_ties_by_coins(scores, coins_for)
+        if getattr(self, "_frozen_eval", False):  # decide_frozen: nothing is pending
+            return DecisionBatch(
+                arms, prop, rounds, np.zeros(B, dtype=np.int64), snap.model_version
+            )
         slots = rounds % self.pending_capacity
         lost = self._ring_round[slots] >= 0  # undelivered rounds pushed out of the ring
         if lost.any():

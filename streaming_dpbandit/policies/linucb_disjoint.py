@@ -134,6 +134,12 @@ class LinUCBDisjoint(Policy):
     def counters(self) -> dict:
         return dict(self._state()._counters)
 
+    def _save_decide_extra(self):
+        return self._ring_arm.copy(), self._ring_round.copy()
+
+    def _restore_decide_extra(self, saved) -> None:
+        self._ring_arm, self._ring_round = saved
+
     def refit_due(self) -> bool:
         return self._state()._since >= self.batch_size
 

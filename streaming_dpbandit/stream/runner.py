@@ -77,10 +77,9 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
     return server, server.server_port
 
 
-def run_service(
-    settings: ServiceSettings, transport: Transport | None = None, out=sys.stdout
-) -> dict:
+def run_service(settings: ServiceSettings, transport: Transport | None = None, out=None) -> dict:
     """Run until the input ends or SIGTERM/SIGINT; print and return the summary."""
+    out = sys.stdout if out is None else out
     transport = transport or build_transport(settings)
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)

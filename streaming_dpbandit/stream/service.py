@@ -30,15 +30,20 @@ from pydantic import ValidationError
 from ..config import BanditSettings, ServiceSettings, TopicsSettings
 from ..metrics import ServiceMetrics
 from ..privacy.accountant import Accountant
-from ..privacy.ledger import Ledger
+from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
 from .bandit import BadInput, BanditRuntime, Pending
 from .local_hook import LocalBandits
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
-from .snapshot import SnapshotStore
+from .snapshot import SnapshotCorruptError, SnapshotStore
 from .transport import TP, Record, Transport
 
-__all__ = ["Service"]
+__all__ = ["Service", "ServiceStartError"]
+
+
+class ServiceStartError(RuntimeError):
+    """The service cannot start safely (changed configuration, damaged state, no broker)."""
+
 
 log = logging.getLogger("streaming_dpbandit.service")
 
@@ -117,24 +122,32 @@ class Service:
         self._build_bandits()
         state_dir = Path(self.settings.snapshots.directory)
         self.store = SnapshotStore(state_dir)
-        self.ledger = Ledger(state_dir / "ledger.jsonl").open()
+        try:
+            self.ledger = Ledger(state_dir / "ledger.jsonl").open()
+            snap = self.store.load()
+        except (LedgerCorruptError, SnapshotCorruptError, OSError) as err:
+            raise ServiceStartError(f"state directory {state_dir}: {err}") from None
+        except RuntimeError as err:  # the ledger is locked by another process
+            raise ServiceStartError(str(err)) from None
         if self.ledger.repaired_bytes:
             log.warning(
                 "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
                 self.ledger.repaired_bytes,
             )
-        snap = self.store.load()
         offsets: dict[TP, int] = {}
         if snap is not None:
-            self.local.load(snap, self._fingerprint)
+            try:
+                self.local.load(snap, self._fingerprint)
+            except RuntimeError as err:  # a local bandit's configuration changed, or vanished
+                raise ServiceStartError(str(err)) from None
             for name, st in snap["bandits"].items():
                 if name not in self.bandits:
-                    raise RuntimeError(
+                    raise ServiceStartError(
                         f"snapshot has bandit {name!r} that is not configured; "
                         "refusing to drop its state"
                     )
                 if snap["fingerprints"][name] != self._fingerprint(self.settings.bandits[name]):
-                    raise RuntimeError(
+                    raise ServiceStartError(
                         f"the policy configuration of bandit {name!r} changed since "
                         "the snapshot; restore the old configuration or start a new "
                         "state directory"
@@ -156,7 +169,13 @@ class Service:
         for rt in self.bandits.values():  # releases made but not yet in the ledger
             self._ledger_append(rt)
         self._export_spend()
-        self.transport.open(offsets)
+        try:
+            self.transport.open(offsets)
+        except Exception as err:  # e.g. kafka.errors.NoBrokersAvailable
+            self.ledger.close()
+            raise ServiceStartError(
+                f"cannot open the transport: {type(err).__name__}: {err}"
+            ) from None
         self.local.open(self.ledger)  # ledger records not yet appended; publish current models
         self.last_snapshot = time.monotonic()
         self.started = time.monotonic()

@@ -1,0 +1,350 @@
+"""Join the service's logged topics — contexts, decisions, feedback — back into bandit events.
+
+The service publishes a decision (arm, propensity) for each context and receives rewards on the
+feedback topic (``docs/events.md``). A replay needs all three per event. The join follows the
+service's own rules (``docs/service.md``), so a replayed reward is the reward the service
+learned:
+
+* a decision for a context with event time τ takes the first reward with τ ≤ time ≤ τ + window;
+* it is resolved (reward missing) once the feedback watermark — the largest feedback event time
+  seen, heartbeats included — passes τ + window; a missing reward drops the event (default) or
+  gives it ``default_reward``;
+* events are emitted in decision order; memory is bounded by ``max_pending`` (beyond it the
+  oldest unresolved event is resolved early and counted, the service's overload valve);
+* a repeated decision (the service may repeat one after a crash, never change it) is ignored;
+  a conflicting one is an error.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from ...stream.schemas import ContextEvent, Decision, Feedback, Watermark
+from ..errors import LogFormatError
+
+__all__ = ["EventJoin", "JoinedEvent"]
+
+
+class JoinedEvent:
+    """One event with its context, decision and (maybe) reward."""
+
+    __slots__ = ("X", "arm", "event_id", "propensity", "reward", "time")
+
+    def __init__(self, event_id, X, arm, propensity, time):
+        self.event_id = event_id
+        self.X = X
+        self.arm = arm
+        self.propensity = propensity
+        self.time = time
+        self.reward = None
+
+
+class EventJoin:
+    """Bounded-memory join of the service's topics (see the module docstring).
+
+    Parameters
+    ----------
+    bandit_id
+        Keep this bandit's events; ``None``: the first bandit seen, and a second one is an
+        error (a log of several bandits must name one).
+    arms
+        Arm catalogue for shared contexts (``shared`` + ``arm_ids``), as the bandit's config.
+    feedback_window
+        Seconds of event time a decision waits for its reward (the bandit's setting).
+    missing_reward
+        ``"drop"`` (default) or ``"default"`` (use ``default_reward``).
+    max_pending
+        Bound on held contexts, decisions, rewards and unresolved events.
+
+    Examples
+    --------
+    >>> join = EventJoin(feedback_window=10.0)
+    >>> join.add("contexts", {"event_id": "e1", "bandit_id": "b", "event_time": 0,
+    ...     "arms": [{"arm_id": "x", "features": [1.0]}, {"arm_id": "y", "features": [2.0]}]})
+    >>> join.add("decisions", {"event_id": "e1", "bandit_id": "b", "arm_id": "y",
+    ...     "arm_index": 1, "propensity": 0.5, "model_version": 0, "episode": 0, "round": 1,
+    ...     "calibration": "certified", "policy": "random", "decided_at": 0.1})
+    >>> join.add("feedback", {"event_id": "e1", "bandit_id": "b", "reward": 1, "event_time": 2})
+    >>> [(e.event_id, e.arm, e.reward) for e in join.ready()]
+    [('e1', 1, 1.0)]
+    """
+
+    def __init__(
+        self,
+        bandit_id: str | None = None,
+        arms: list[str] | None = None,
+        feedback_window: float = 60.0,
+        missing_reward: str = "drop",
+        default_reward: float = 0.0,
+        max_pending: int = 200_000,
+    ):
+        if missing_reward not in ("drop", "default"):
+            raise ValueError("missing_reward must be 'drop' or 'default'")
+        if not feedback_window > 0:
+            raise ValueError("feedback_window must be positive")
+        self.bandit_id = bandit_id
+        self.catalogue = None if arms is None else {a: i for i, a in enumerate(arms)}
+        self.feedback_window = float(feedback_window)
+        self.missing_reward = missing_reward
+        self.default_reward = float(default_reward)
+        self.max_pending = max_pending
+        self.d: int | None = None
+        self._ctx: OrderedDict = OrderedDict()  # event_id -> (X, ids, time)
+        self._dec: OrderedDict = OrderedDict()  # event_id -> Decision
+        self._fb: OrderedDict = OrderedDict()  # event_id -> (reward, time)
+        self._queue: OrderedDict[str, JoinedEvent] = OrderedDict()
+        self._done: OrderedDict[str, int] = OrderedDict()  # emitted id -> arm (bounded)
+        self._out: list[JoinedEvent] = []
+        self.watermark = -math.inf
+        self.counters = collections.Counter()
+        self._where = "log"
+
+    # -- input -----------------------------------------------------------------------------
+    def add(self, kind: str, value, where: str = "log") -> None:
+        """Add one message of topic ``kind`` (``contexts``, ``decisions`` or ``feedback``);
+        ``value`` is the JSON object (dict) or its raw text/bytes."""
+        self._where = where
+        try:
+            if kind == "contexts":
+                msg = _parse(ContextEvent, value)
+            elif kind == "decisions":
+                msg = _parse(Decision, value)
+            elif kind == "feedback":
+                if _is_watermark(value):
+                    msg = _parse(Watermark, value)
+                else:
+                    msg = _parse(Feedback, value)
+            else:
+                raise LogFormatError(f"{where}: unknown topic {kind!r}")
+        except ValueError as err:
+            if isinstance(err, LogFormatError):
+                raise
+            raise LogFormatError(f"{where}: invalid {kind} message: {_first_error(err)}") from None
+        if not self._mine(msg.bandit_id, where):
+            return
+        if kind == "contexts":
+            self._context(msg, where)
+        elif kind == "decisions":
+            self._decision(msg, where)
+        elif isinstance(msg, Watermark):
+            self._advance(msg.event_time)
+        else:
+            self._feedback(msg)
+
+    def _mine(self, bandit_id: str, where: str) -> bool:
+        if self.bandit_id is None:
+            self.bandit_id = bandit_id
+            self._first_bandit_where = where
+        if bandit_id != self.bandit_id:
+            if getattr(self, "_first_bandit_where", None) is not None:
+                raise LogFormatError(
+                    f"{where}: the log holds several bandits ({self.bandit_id!r}, "
+                    f"{bandit_id!r}, ...): choose one (--log-param bandit=ID)"
+                )
+            self.counters["other_bandits"] += 1
+            return False
+        return True
+
+    def _encode(self, ev: ContextEvent, where: str) -> np.ndarray:
+        if ev.arms is not None:
+            X = np.array([a.features for a in ev.arms], dtype=np.float64)
+        else:
+            if self.catalogue is None:
+                raise LogFormatError(
+                    f"{where}: event {ev.event_id!r} has a shared context: give the bandit's "
+                    "arm catalogue (--log-param arms=a,b,...)"
+                )
+            width = len(ev.shared)
+            X = np.zeros((len(ev.arm_ids), len(self.catalogue) * width))
+            for row, a in enumerate(ev.arm_ids):
+                k = self.catalogue.get(a)
+                if k is None:
+                    raise LogFormatError(f"{where}: arm {a!r} is not in the catalogue")
+                X[row, k * width : (k + 1) * width] = ev.shared
+        if self.d is None:
+            self.d = int(X.shape[1])
+        elif X.shape[1] != self.d:
+            raise LogFormatError(
+                f"{where}: event {ev.event_id!r}: arms have {X.shape[1]} features, earlier "
+                f"events {self.d} (mismatched dimensions)"
+            )
+        return X
+
+    def _context(self, ev: ContextEvent, where: str) -> None:
+        eid = ev.event_id
+        if eid in self._ctx or eid in self._queue or eid in self._done:
+            self.counters["duplicate_contexts"] += 1
+            return
+        X = self._encode(ev, where)
+        self._ctx[eid] = (X, ev.candidate_ids(), ev.event_time)
+        self._bound(self._ctx, "contexts_without_decision")
+        if eid in self._dec:
+            self._pair(eid, self._dec.pop(eid), where)
+
+    def _decision(self, dec: Decision, where: str) -> None:
+        eid = dec.event_id
+        if not (0 < dec.propensity <= 1):
+            raise LogFormatError(
+                f"{where}: event {eid!r}: propensity {dec.propensity!r} is not in (0, 1]"
+            )
+        prev = self._done.get(eid)
+        if prev is None and eid in self._queue:
+            prev = self._queue[eid].arm
+        if prev is None and eid in self._dec:
+            prev = self._dec[eid].arm_index
+        if prev is not None:
+            if prev != dec.arm_index:
+                raise LogFormatError(
+                    f"{where}: event {eid!r} has conflicting decisions (arm {prev} and "
+                    f"{dec.arm_index})"
+                )
+            self.counters["repeated_decisions"] += 1
+            return
+        if eid in self._ctx:
+            self._pair(eid, dec, where)
+        else:
+            self._dec[eid] = dec
+            self._bound(self._dec, "decisions_without_context")
+
+    def _pair(self, eid: str, dec: Decision, where: str) -> None:
+        X, ids, t = self._ctx.pop(eid)
+        k = dec.arm_index
+        if not 0 <= k < len(ids) or ids[k] != dec.arm_id:
+            raise LogFormatError(
+                f"{where}: event {eid!r}: decision arm {dec.arm_id!r} (index {k}) is not the "
+                "context's candidate at that index"
+            )
+        ev = JoinedEvent(eid, X, k, float(dec.propensity), t)
+        self._queue[eid] = ev
+        held = self._fb.pop(eid, None)
+        if held is not None:
+            self._reward(ev, *held)
+        if len(self._queue) > self.max_pending:  # overload valve
+            self._resolve_front(forced=True)
+        self._drain()
+
+    def _feedback(self, fb: Feedback) -> None:
+        self._advance(fb.event_time)
+        ev = self._queue.get(fb.event_id)
+        if ev is not None:
+            self._reward(ev, fb.reward, fb.event_time)
+        elif fb.event_id in self._done:
+            self.counters["late_or_duplicate_feedback"] += 1
+        elif fb.event_id in self._fb:
+            self.counters["duplicate_feedback"] += 1
+        else:
+            self._fb[fb.event_id] = (fb.reward, fb.event_time)
+            self._bound(self._fb, "feedback_without_decision")
+        self._drain()
+
+    def _reward(self, ev: JoinedEvent, reward: float, t: float) -> None:
+        if ev.reward is not None:
+            self.counters["duplicate_feedback"] += 1
+        elif ev.time <= t <= ev.time + self.feedback_window:
+            ev.reward = float(reward)
+        else:
+            self.counters["feedback_outside_window"] += 1
+
+    def _advance(self, t: float) -> None:
+        if t > self.watermark:
+            self.watermark = t
+            self._drain()
+
+    def _bound(self, store: OrderedDict, counter: str) -> None:
+        while len(store) > self.max_pending:
+            store.popitem(last=False)
+            self.counters[counter] += 1
+
+    # -- output ----------------------------------------------------------------------------
+    def _resolve_front(self, forced: bool = False) -> None:
+        eid, ev = self._queue.popitem(last=False)
+        if ev.reward is None:
+            if forced:
+                self.counters["forced_expiries"] += 1
+            if self.missing_reward == "default":
+                ev.reward = self.default_reward
+                self.counters["default_rewards"] += 1
+            else:
+                self.counters["dropped_without_reward"] += 1
+        if ev.reward is not None:
+            self._out.append(ev)
+        self._done[eid] = ev.arm
+        while len(self._done) > 4 * self.max_pending:
+            self._done.popitem(last=False)
+
+    def _drain(self) -> None:
+        q = self._queue
+        while q:
+            ev = next(iter(q.values()))
+            if ev.reward is None and self.watermark <= ev.time + self.feedback_window:
+                break
+            self._resolve_front()
+
+    def ready(self) -> list[JoinedEvent]:
+        """Events resolved since the last call, in decision order."""
+        out, self._out = self._out, []
+        return out
+
+    def finish(self) -> list[JoinedEvent]:
+        """End of the log: resolve everything still pending."""
+        while self._queue:
+            self._resolve_front()
+        self.counters["contexts_without_decision"] += len(self._ctx)
+        self.counters["decisions_without_context"] += len(self._dec)
+        self.counters["feedback_without_decision"] += len(self._fb)
+        self._ctx.clear()
+        self._dec.clear()
+        self._fb.clear()
+        return self.ready()
+
+
+def _is_watermark(value) -> bool:
+    if isinstance(value, dict):
+        return value.get("type") == "watermark"
+    raw = value if isinstance(value, bytes) else str(value).encode()
+    return b'"watermark"' in raw
+
+
+def _parse(model, value):
+    if isinstance(value, dict):
+        return model.model_validate(value)
+    return model.model_validate_json(value)
+
+
+def _first_error(err: ValueError) -> str:
+    errors = getattr(err, "errors", None)
+    if callable(errors):
+        e = errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        return f"{loc}: {msg}" if loc else msg
+    return str(err).splitlines()[0]
+
+
+def to_batch(events: list[JoinedEvent], d: int):
+    """Turn joined events into a :class:`~..batch.LoggedBatch` (candidate sets padded)."""
+    from ..batch import LoggedBatch
+    from ..contexts import DenseContexts
+
+    B = len(events)
+    K = max(e.X.shape[0] for e in events)
+    X = np.zeros((B, K, d))
+    mask = np.zeros((B, K), dtype=bool)
+    for i, e in enumerate(events):
+        k = e.X.shape[0]
+        X[i, :k] = e.X
+        mask[i, :k] = True
+    return LoggedBatch(
+        event_ids=np.array([e.event_id for e in events], dtype=object),
+        actions=np.array([e.arm for e in events], dtype=np.int64),
+        rewards=np.array([e.reward for e in events], dtype=np.float64),
+        propensities=np.array([e.propensity for e in events], dtype=np.float64),
+        positions=np.zeros(B, dtype=np.int64),
+        contexts=DenseContexts(X),
+        mask=None if mask.all() else mask,
+        times=np.array([e.time for e in events], dtype=np.float64),
+    )

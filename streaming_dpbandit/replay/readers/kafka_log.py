@@ -1,0 +1,329 @@
+"""The service's topics in Kafka, read over a range given by offsets or timestamps.
+
+Reads the ``contexts``, ``decisions`` and ``feedback`` topics (every partition) from ``start``
+to ``end`` and merges their records in timestamp order (a k-way merge over bounded per-partition
+buffers: partitions far ahead are paused), then joins them like the JSONL reader
+(:class:`~.join.EventJoin`). Nothing is committed: the reader has no consumer group.
+
+A bound is ``None`` (the beginning / the end offsets when the read starts), an ``int`` offset
+applied to every partition, a dict ``{"topic:partition": offset}``, or a time — a
+``datetime``, an ISO-8601 string or epoch seconds as a ``float`` — resolved per partition with
+``offsets_for_times`` (``end`` is exclusive).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import time
+from collections.abc import Iterator
+
+from ..batch import LoggedBatch
+from ..errors import LogFormatError
+from .base import LogReader
+from .join import EventJoin, to_batch
+
+__all__ = ["KafkaLogReader", "parse_bound"]
+
+BUFFER = 20_000  # records buffered per partition before it is paused
+
+
+def parse_bound(text: str | None):
+    """A command-line bound: ``None``, an offset (``"1200"``), ``"topic:partition=offset,..."``
+    or a time (ISO-8601, or epoch seconds with a decimal point or an ``s`` suffix).
+
+    >>> parse_bound("1200"), parse_bound("t:0=5,t:1=7"), parse_bound("1700000000.5")
+    (1200, {'t:0': 5, 't:1': 7}, 1700000000.5)
+    >>> parse_bound("2024-01-01T00:00:00Z")
+    1704067200.0
+    """
+    if text is None or text == "":
+        return None
+    text = text.strip()
+    if "=" in text:
+        out = {}
+        for part in text.split(","):
+            key, _, val = part.partition("=")
+            try:
+                out[key.strip()] = int(val)
+            except ValueError:
+                raise LogFormatError(
+                    f"bad offset {part!r}: expected topic:partition=offset"
+                ) from None
+        return out
+    if text.isdigit():
+        return int(text)
+    if text.endswith("s") and text[:-1].replace(".", "", 1).isdigit():
+        return float(text[:-1])
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise LogFormatError(
+            f"bad range bound {text!r}: give an offset, topic:partition=offset pairs, "
+            "epoch seconds or an ISO-8601 time"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=_dt.timezone.utc)
+    return dt.timestamp()
+
+
+class KafkaLogReader(LogReader):
+    """Read the service's topics from a Kafka broker.
+
+    Parameters
+    ----------
+    bootstrap
+        ``host:port[,host:port]``.
+    topics
+        Names of the (contexts, decisions, feedback) topics.
+    start, end
+        Range bounds (see the module docstring).
+    bandit_id, arms, feedback_window, missing_reward, default_reward, max_pending
+        How events are joined (:class:`~.join.EventJoin`).
+    idle_timeout
+        Seconds without any record before an unfinished read fails.
+    consumer_config
+        Extra kafka-python ``KafkaConsumer`` settings (security, ...).
+    """
+
+    format = "kafka"
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: tuple[str, str, str] = (
+            "dpbandit.contexts",
+            "dpbandit.decisions",
+            "dpbandit.feedback",
+        ),
+        start=None,
+        end=None,
+        bandit_id: str | None = None,
+        arms: list[str] | None = None,
+        feedback_window: float = 60.0,
+        missing_reward: str = "drop",
+        default_reward: float = 0.0,
+        max_pending: int = 200_000,
+        idle_timeout: float = 20.0,
+        consumer_config: dict | None = None,
+    ):
+        self.bootstrap = bootstrap
+        self.topics = tuple(topics)
+        self.start = start
+        self.end = end
+        self.bandit_id = bandit_id
+        self.arms = arms
+        self.feedback_window = feedback_window
+        self.missing_reward = missing_reward
+        self.default_reward = default_reward
+        self.max_pending = max_pending
+        self.idle_timeout = idle_timeout
+        self.consumer_config = consumer_config or {}
+        self._done = 0
+        self._total = None
+        self.counters: dict = {}
+
+    def where(self) -> str:
+        return f"kafka://{self.bootstrap}"
+
+    # -- kafka plumbing ----------------------------------------------------------------------
+    def _consumer(self):
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+
+        try:
+            return KafkaConsumer(
+                bootstrap_servers=self.bootstrap.split(","),
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                reconnect_backoff_max_ms=1000,
+                request_timeout_ms=30000,
+                **self.consumer_config,
+            )
+        except KafkaError as err:
+            raise LogFormatError(f"{self.where()}: cannot connect ({err})") from None
+
+    def _partitions(self, consumer):
+        from kafka import TopicPartition
+
+        tps = []
+        for topic in self.topics:
+            parts = consumer.partitions_for_topic(topic)
+            if not parts:
+                raise LogFormatError(f"{self.where()}: no topic {topic!r}")
+            tps += [TopicPartition(topic, p) for p in sorted(parts)]
+        return tps
+
+    def _resolve(self, consumer, tps, bound, default: dict) -> dict:
+        if bound is None:
+            return dict(default)
+        if isinstance(bound, bool):
+            raise LogFormatError("bad range bound")
+        if isinstance(bound, int):  # the same offset in every partition (clamped later)
+            return dict.fromkeys(tps, bound)
+        if isinstance(bound, dict):
+            out = dict(default)
+            names = {f"{tp.topic}:{tp.partition}": tp for tp in tps}
+            for key, off in bound.items():
+                tp = names.get(key)
+                if tp is None:
+                    raise LogFormatError(
+                        f"{self.where()}: {key!r} is not a partition of the log's topics"
+                    )
+                out[tp] = int(off)
+            return out
+        if isinstance(bound, _dt.datetime):
+            bound = bound.timestamp()
+        if isinstance(bound, (float, str)):
+            ts = parse_bound(bound) if isinstance(bound, str) else bound
+            if isinstance(ts, (int, dict)):
+                return self._resolve(consumer, tps, ts, default)
+            found = consumer.offsets_for_times({tp: int(ts * 1000) for tp in tps})
+            return {
+                tp: (found[tp].offset if found.get(tp) is not None else default[tp]) for tp in tps
+            }
+        raise LogFormatError(f"bad range bound {bound!r}")
+
+    def _range(self, consumer):
+        tps = self._partitions(consumer)
+        first = consumer.beginning_offsets(tps)
+        last = consumer.end_offsets(tps)
+        start = self._resolve(consumer, tps, self.start, first)
+        end = self._resolve(consumer, tps, self.end, last)
+        start = {tp: max(start[tp], first[tp]) for tp in tps}
+        end = {tp: min(max(end[tp], start[tp]), last[tp]) for tp in tps}
+        return tps, start, end
+
+    def _records(self) -> Iterator[tuple[str, bytes, str]]:
+        """Records of the range, merged in timestamp order."""
+        consumer = self._consumer()
+        try:
+            tps, start, end = self._range(consumer)
+            self._total = sum(end[tp] - start[tp] for tp in tps)
+            self._done = 0
+            kind_of = dict(zip(self.topics, ("contexts", "decisions", "feedback")))
+            live = [tp for tp in tps if start[tp] < end[tp]]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, start[tp])
+            consumer.pause(*[tp for tp in tps if tp not in live])
+            buf = {tp: collections.deque() for tp in live}
+            fetched = {tp: start[tp] for tp in live}
+            paused: set = set()
+            last_data = time.monotonic()
+            while live:
+                # poll until every live partition has buffered records (or is complete)
+                need = [tp for tp in live if not buf[tp] and fetched[tp] < end[tp]]
+                if need:
+                    batches = consumer.poll(timeout_ms=200, max_records=5000)
+                    got = False
+                    for tp, recs in batches.items():
+                        if tp not in buf:
+                            continue
+                        for rec in recs:
+                            if rec.offset >= end[tp]:
+                                break
+                            buf[tp].append(rec)
+                            fetched[tp] = rec.offset + 1
+                            got = True
+                        if recs and recs[-1].offset + 1 >= end[tp]:
+                            fetched[tp] = max(fetched[tp], end[tp])
+                        if len(buf[tp]) > BUFFER and tp not in paused:
+                            consumer.pause(tp)
+                            paused.add(tp)
+                    if got:
+                        last_data = time.monotonic()
+                    elif time.monotonic() - last_data > self.idle_timeout:
+                        missing = ", ".join(f"{tp.topic}:{tp.partition}" for tp in need)
+                        raise LogFormatError(
+                            f"{self.where()}: no records from {missing} for "
+                            f"{self.idle_timeout:g} s before the end of the range"
+                        )
+                    continue
+                # k-way merge: emit the oldest head while every unfinished partition has one
+                while True:
+                    heads = [tp for tp in live if buf[tp]]
+                    if not heads or any(not buf[tp] and fetched[tp] < end[tp] for tp in live):
+                        break
+                    tp = min(heads, key=lambda p: (buf[p][0].timestamp, p.topic, p.partition))
+                    rec = buf[tp].popleft()
+                    self._done += 1
+                    if tp in paused and len(buf[tp]) < BUFFER // 2:
+                        consumer.resume(tp)
+                        paused.discard(tp)
+                    yield (
+                        kind_of[tp.topic],
+                        rec.value,
+                        f"{self.where()} {tp.topic}:{tp.partition}@{rec.offset}",
+                    )
+                live = [tp for tp in live if buf[tp] or fetched[tp] < end[tp]]
+        finally:
+            consumer.close()
+
+    # -- reader ----------------------------------------------------------------------------
+    def _join(self) -> EventJoin:
+        return EventJoin(
+            bandit_id=self.bandit_id,
+            arms=self.arms,
+            feedback_window=self.feedback_window,
+            missing_reward=self.missing_reward,
+            default_reward=self.default_reward,
+            max_pending=self.max_pending,
+        )
+
+    def _open(self) -> None:
+        join = self._join()
+        for kind, value, where in self._records():
+            if kind != "contexts":
+                continue
+            join.add(kind, value, where)
+            if join.d is not None:
+                X = next(iter(join._ctx.values()))[0]
+                self.d, self.n_arms = join.d, int(X.shape[0])
+                self.first_bandit = join.bandit_id
+                return
+        raise LogFormatError(f"{self.where()}: no context events in the range")
+
+    def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
+        join = self._join()
+        join.d = self.d
+        pending: list = []
+        for kind, value, where in self._records():
+            join.add(kind, value, where)
+            pending += join.ready()
+            while len(pending) >= chunk_size:
+                yield to_batch(pending[:chunk_size], self.d)
+                pending = pending[chunk_size:]
+        pending += join.finish()
+        while pending:
+            yield to_batch(pending[:chunk_size], self.d)
+            pending = pending[chunk_size:]
+        self.counters = {k: v for k, v in join.counters.items() if v}
+
+    def progress(self):
+        return self._done, self._total, "record"
+
+    def describe(self) -> dict:
+        out = super().describe()
+        out.update(
+            {
+                "bootstrap": self.bootstrap,
+                "topics": list(self.topics),
+                "start": _show(self.start),
+                "end": _show(self.end),
+                "bandit_id": self.bandit_id or getattr(self, "first_bandit", None),
+                "join": self.counters,
+            }
+        )
+        return out
+
+
+def _show(bound):
+    if isinstance(bound, _dt.datetime):
+        return bound.isoformat()
+    return bound

@@ -1,0 +1,176 @@
+"""The service's own log as a JSONL file: contexts, decisions and feedback, one message per line.
+
+Each line is ``{"topic": "contexts" | "decisions" | "feedback", "value": {...}}`` — the format
+of ``dpbandit serve --file`` (``stream/sources.py``) plus the service's ``decisions`` — where
+``topic`` may also be a full topic name ending in ``contexts``, ``decisions`` or ``feedback``
+(e.g. ``dpbandit.decisions``) and ``value`` a JSON object or its text. Messages are validated
+with the service's schemas and joined by event id (:class:`~.join.EventJoin`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..batch import LoggedBatch
+from ..errors import LogFormatError
+from .base import LogReader, open_text, require_file
+from .join import EventJoin, to_batch
+
+__all__ = ["ServiceJsonlReader", "topic_kind"]
+
+KINDS = ("contexts", "decisions", "feedback")
+
+
+def topic_kind(topic) -> str | None:
+    """``"contexts"``, ``"decisions"`` or ``"feedback"`` for a topic name, else None.
+
+    >>> topic_kind("dpbandit.decisions"), topic_kind("feedback"), topic_kind("dead-letter")
+    ('decisions', 'feedback', None)
+    """
+    if not isinstance(topic, str):
+        return None
+    for kind in KINDS:
+        if topic == kind or topic.endswith("." + kind) or topic.endswith("-" + kind):
+            return kind
+    return None
+
+
+class ServiceJsonlReader(LogReader):
+    """Read a JSONL log of the service's topics.
+
+    Parameters
+    ----------
+    path
+        The file (``.jsonl`` or ``.jsonl.gz``).
+    bandit_id, arms, feedback_window, missing_reward, default_reward, max_pending
+        How events are joined (see :class:`~.join.EventJoin`).
+
+    Examples
+    --------
+    >>> import json, tempfile, pathlib
+    >>> lines = [
+    ...   {"topic": "contexts", "value": {"event_id": "e1", "bandit_id": "b", "event_time": 0,
+    ...    "arms": [{"arm_id": "x", "features": [1.0]}, {"arm_id": "y", "features": [0.0]}]}},
+    ...   {"topic": "decisions", "value": {"event_id": "e1", "bandit_id": "b", "arm_id": "x",
+    ...    "arm_index": 0, "propensity": 0.5, "model_version": 0, "episode": 0, "round": 1,
+    ...    "calibration": "non-private", "policy": "random", "decided_at": 0.0}},
+    ...   {"topic": "feedback", "value": {"event_id": "e1", "bandit_id": "b", "reward": 1.0,
+    ...    "event_time": 1.0}}]
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.jsonl"
+    >>> _ = p.write_text("\\n".join(json.dumps(x) for x in lines))
+    >>> b = next(ServiceJsonlReader(p).chunks())
+    >>> b.event_ids.tolist(), b.actions.tolist(), b.rewards.tolist(), b.propensities.tolist()
+    (['e1'], [0], [1.0], [0.5])
+    """
+
+    format = "service-jsonl"
+
+    def __init__(
+        self,
+        path: str | Path,
+        bandit_id: str | None = None,
+        arms: list[str] | None = None,
+        feedback_window: float = 60.0,
+        missing_reward: str = "drop",
+        default_reward: float = 0.0,
+        max_pending: int = 200_000,
+    ):
+        self.path = Path(path)
+        self.bandit_id = bandit_id
+        self.arms = arms
+        self.feedback_window = feedback_window
+        self.missing_reward = missing_reward
+        self.default_reward = default_reward
+        self.max_pending = max_pending
+        self._done = 0
+        self.counters: dict = {}
+
+    def where(self) -> str:
+        return str(self.path)
+
+    def _join(self) -> EventJoin:
+        return EventJoin(
+            bandit_id=self.bandit_id,
+            arms=self.arms,
+            feedback_window=self.feedback_window,
+            missing_reward=self.missing_reward,
+            default_reward=self.default_reward,
+            max_pending=self.max_pending,
+        )
+
+    def _messages(self) -> Iterator[tuple[str, object, str]]:
+        total = self.path.stat().st_size
+        with open_text(self.path) as fh:
+            raw = getattr(fh, "buffer", None)
+            for lineno, line in enumerate(fh, 1):
+                where = f"{self.path}: line {lineno}"
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    raise LogFormatError(f"{where}: not JSON") from None
+                if not isinstance(obj, dict) or "topic" not in obj or "value" not in obj:
+                    raise LogFormatError(f'{where}: expected {{"topic": ..., "value": ...}}')
+                kind = topic_kind(obj["topic"])
+                if kind is None:
+                    raise LogFormatError(
+                        f"{where}: unknown topic {obj['topic']!r} "
+                        "(expected contexts, decisions or feedback)"
+                    )
+                if lineno % 1024 == 0 and raw is not None:
+                    try:
+                        pos = raw.fileobj.tell() if hasattr(raw, "fileobj") else raw.tell()
+                        self._done = min(total, pos)
+                    except (OSError, ValueError, AttributeError):
+                        pass
+                yield kind, obj["value"], where
+        self._done = total
+
+    def _open(self) -> None:
+        require_file(self.path, self.format)
+        join = self._join()
+        for kind, value, where in self._messages():  # the first context fixes d and K
+            if kind != "contexts":
+                continue
+            join.add(kind, value, where)
+            if join.d is not None:
+                X = next(iter(join._ctx.values()))[0]
+                self.d, self.n_arms = join.d, int(X.shape[0])
+                self.first_bandit = join.bandit_id
+                return
+        raise LogFormatError(f"{self.path}: no context events in the log")
+
+    def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
+        join = self._join()
+        join.d = self.d
+        pending: list = []
+        for kind, value, where in self._messages():
+            join.add(kind, value, where)
+            pending += join.ready()
+            while len(pending) >= chunk_size:
+                yield to_batch(pending[:chunk_size], self.d)
+                pending = pending[chunk_size:]
+        pending += join.finish()
+        while pending:
+            yield to_batch(pending[:chunk_size], self.d)
+            pending = pending[chunk_size:]
+        self.counters = {k: v for k, v in join.counters.items() if v}
+
+    def progress(self):
+        return self._done, self.path.stat().st_size if self.path.exists() else None, "B"
+
+    def describe(self) -> dict:
+        out = super().describe()
+        out.update(
+            {
+                "path": str(self.path),
+                "bandit_id": self.bandit_id or getattr(self, "first_bandit", None),
+                "feedback_window": self.feedback_window,
+                "missing_reward": self.missing_reward,
+                "join": self.counters,
+            }
+        )
+        return out

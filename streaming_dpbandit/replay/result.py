@@ -1,0 +1,112 @@
+"""The outcome of a replay: every estimate, its diagnostics, the privacy spent, timings."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..privacy.statement import PAPER_LABEL
+from .ope.base import _finite
+
+__all__ = ["ReplayResult"]
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    """Results of :func:`~.evaluate.replay_log` (JSON-ready through :meth:`to_json`).
+
+    Attributes
+    ----------
+    log
+        What was read (format, path or range, arms, dimension, join counters).
+    events, positions
+        Events evaluated and slate positions seen.
+    on_policy
+        The logged policy's own value (mean logged reward) with its intervals.
+    reward_model
+        Out-of-fold fit of the DM/DR reward model (``None`` without DM/DR).
+    runs
+        One dict per policy configuration: its replay-method estimate, its frozen off-policy
+        estimates with weight diagnostics, and the privacy each spent.
+    level, settings, timing
+        Interval level, evaluation settings, seconds per pass and events/s.
+    """
+
+    log: dict
+    events: int
+    positions: int
+    on_policy: dict
+    reward_model: dict | None
+    runs: list[dict]
+    level: float
+    settings: dict
+    timing: dict
+
+    @classmethod
+    def collect(
+        cls, reader, runs, onpolicy, model, events, positions, level, settings, timing
+    ) -> ReplayResult:
+        out_runs = []
+        for run in runs:
+            spec = run["spec"]
+            item = {
+                "key": spec.key,
+                "policy": spec.policy,
+                "params": spec.params,
+                "epsilon": spec.epsilon,
+                "delta": spec.delta,
+                "note": spec.note,
+                "reference": spec.reference,
+                "replay": None,
+                "offpolicy": None,
+            }
+            if run.get("replay_skipped"):
+                item["replay_skipped"] = run["replay_skipped"]
+            rm = run["replay"]
+            if rm is not None:
+                item["replay"] = {
+                    "estimate": rm.estimate().to_dict(),
+                    "privacy": _privacy(spec, rm.ledger, rm.policy),
+                    "events_per_s": _rate(events, run["time"]["replay"]),
+                    "seconds": run["time"]["replay"],
+                }
+            op = run["offpolicy"]
+            if op is not None:
+                res = op.result()
+                res["privacy"] = _privacy(spec, op.ledger, op.policy)
+                res["events_per_s"] = _rate(events, run["time"]["offpolicy"])
+                res["seconds"] = run["time"]["offpolicy"]
+                item["offpolicy"] = res
+            out_runs.append(item)
+        timing = dict(timing)
+        timing["events_per_s_evaluation_pass"] = _rate(events, timing["evaluation_pass_s"])
+        return cls(
+            log=reader.describe(),
+            events=events,
+            positions=positions,
+            on_policy=onpolicy.estimate().to_dict(),
+            reward_model=None if model is None else model.summary(),
+            runs=out_runs,
+            level=level,
+            settings=settings,
+            timing=timing,
+        )
+
+    def to_json(self) -> dict:
+        return _finite(dataclasses.asdict(self))
+
+
+def _rate(events: int, seconds: float) -> float:
+    return events / seconds if seconds > 0 else math.inf
+
+
+def _privacy(spec, ledger, policy) -> dict:
+    if spec.epsilon is None and not getattr(policy, "private", False):
+        return {"private": False, "releases": ledger.releases}
+    out = {"private": True, "configured_epsilon": spec.epsilon, "configured_delta": spec.delta}
+    out.update(ledger.spend(delta=spec.delta))
+    calibration = getattr(policy, "calibration", None)
+    out["calibration"] = calibration
+    if calibration == "paper" and "label" not in out and getattr(policy, "name", "") == "fliphat":
+        out["label"] = PAPER_LABEL
+    return out

@@ -1,0 +1,42 @@
+"""Incremental reading of a (compacted) Kafka topic up to its current end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["read_to_end"]
+
+
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    read_to: dict[int, int],
+    on_message: Callable[[bytes, bytes | None], None],
+    consumer_config: dict | None = None,
+) -> None:
+    """Call ``on_message(key, value)`` for every committed record of ``topic`` after the offsets
+    in ``read_to`` (per partition; updated in place) up to the topic's end right now."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        **(consumer_config or {}),
+    )
+    try:
+        parts = [TopicPartition(topic, p) for p in (c.partitions_for_topic(topic) or [])]
+        if not parts:
+            return
+        c.assign(parts)
+        ends = c.end_offsets(parts)
+        for tp in parts:
+            c.seek(tp, read_to.get(tp.partition, 0))
+        while any(c.position(tp) < ends[tp] for tp in parts):
+            for batch in c.poll(timeout_ms=500).values():
+                for m in batch:
+                    on_message(m.key, m.value)
+        for tp in parts:
+            read_to[tp.partition] = c.position(tp)
+    finally:
+        c.close()

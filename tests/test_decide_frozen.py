@@ -1,0 +1,110 @@
+"""Policy.decide_frozen: the frozen policy of off-policy evaluation, for every policy."""
+
+import numpy as np
+import pytest
+
+from streaming_dpbandit.config import ConfigError, policy_config
+from streaming_dpbandit.policies import REGISTRY, TablePolicy
+from streaming_dpbandit.utils.serialization import dumps
+
+D, K = 4, 3
+
+PARAMS = {
+    "fliphat": {"s": 2, "first_episode_len": 4},
+    "dp-linucb": {"n_cap": 4096, "batch_size": 8},
+    "linucb": {"batch_size": 4},
+    "linucb-disjoint": {"n_arms": K, "batch_size": 4},
+    "greedy": {"batch_size": 2},
+    "lasso-bandit": {"refit_every": 20},
+    "random": {},
+    "table": {"probabilities": [[0.2, 0.5, 0.3]]},
+    "private-lasso": {
+        "s0": 2,
+        "horizon": 512,
+        "support_cap": 3,
+        "clip_l2": 4.0,
+        "reward_bound": 4.0,
+    },
+    "th-lasso": {"refit_every": 5},
+    "sa-lasso": {"refit_every": 20},
+    "ldp-glb": {"n_arms": K, "epsilon": 4.0},
+    "ldp-ucb": {"n_arms": K, "horizon": 1000},
+    "ldp-gloc": {"n_arms": K, "horizon": 1000},
+}
+
+
+def trained(name, rounds=60, seed=0):
+    cls = REGISTRY[name]
+    kw = dict(PARAMS[name])
+    if name != "table":
+        kw["d"] = D
+    pol = cls(**kw, seed=seed)
+    rng = np.random.default_rng(seed)
+    while pol.t < rounds:
+        if pol.refit_due():
+            pol.refit()
+        m = min(pol.max_decide_batch(), rounds - pol.t)
+        X = rng.normal(size=(m, K, D))
+        ids = np.arange(pol.t, pol.t + m) + 10_000
+        dec = pol.decide(X, ids)
+        pol.learn(X[np.arange(m), dec.arms], rng.normal(size=m), dec.rounds, ids)
+    if pol.refit_due():
+        pol.refit()
+    return pol
+
+
+def test_every_policy_is_covered():
+    assert set(PARAMS) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_decide_frozen_leaves_the_state_unchanged_and_agrees_with_decide(name):
+    pol = trained(name)
+    before = dumps(pol.state_dict())
+    counters = dict(getattr(pol, "counters", {}))
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, K, D))
+    ids = np.arange(300) + 10**6
+    frozen = pol.decide_frozen(X, ids)  # more rounds than the schedule allows: not a problem
+    assert dumps(pol.state_dict()) == before
+    assert dict(getattr(pol, "counters", {})) == counters
+    again = pol.decide_frozen(X, ids)
+    assert np.array_equal(frozen.arms, again.arms)
+    m = min(pol.max_decide_batch(), 300)
+    live = pol.decide(X[:m], ids[:m])
+    assert np.array_equal(live.arms, frozen.arms[:m])
+    assert np.allclose(live.propensities, frozen.propensities[:m])
+
+
+def test_decide_frozen_works_when_an_update_is_due():
+    pol = trained("linucb")
+    X = np.random.default_rng(2).normal(size=(4, K, D))
+    pol.decide(X)
+    assert pol.refit_due()
+    with pytest.raises(RuntimeError, match="refit"):
+        pol.decide(X)
+    assert len(pol.decide_frozen(X)) == 4 and pol.refit_due()
+
+
+def test_table_policy_draws_its_distribution_per_position():
+    tab = [[0.6, 0.3, 0.1], [0.0, 0.0, 1.0]]
+    pol = TablePolicy(tab, seed=3)
+    pos = np.array([0] * 20000 + [1] * 100)
+    probs = pol.action_probabilities(3, pos)
+    arms = pol.sample(probs, np.arange(pos.size))
+    freq = np.bincount(arms[:20000], minlength=3) / 20000
+    assert np.allclose(freq, tab[0], atol=4 * np.sqrt(0.25 / 20000))
+    assert (arms[20000:] == 2).all()
+    mask = np.array([[True, True, False]])
+    assert pol.action_probabilities(3, np.array([0]), mask).tolist() == [[2 / 3, 1 / 3, 0.0]]
+    with pytest.raises(ValueError, match="positions"):
+        pol.action_probabilities(3, np.array([2]))
+
+
+@pytest.mark.parametrize(
+    "probs, message",
+    [([[0.5, -0.1]], "non-negative"), ([[0.0, 0.0]], "probability mass"), ([[[1.0]]], "table")],
+)
+def test_table_config_rejects_bad_tables(probs, message):
+    with pytest.raises(ConfigError, match=message):
+        policy_config("table", {"probabilities": probs})

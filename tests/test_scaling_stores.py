@@ -1,0 +1,98 @@
+"""Shared state for several replicas, against the real broker: chunked changelog snapshots that
+are only visible when complete, the Kafka ledger, and partition ownership."""
+
+import numpy as np
+import pytest
+from kafka import KafkaProducer
+
+from streaming_dpbandit.privacy.ledger import LedgerConflictError, ReleaseRecord
+from streaming_dpbandit.stream.kafka_ledger import KafkaLedger
+from streaming_dpbandit.stream.partitioning import partition_of
+from streaming_dpbandit.stream.state_store import CHUNK_BYTES, KafkaChangelogStore
+
+pytestmark = pytest.mark.kafka
+
+
+def tx_producer(bootstrap, tid):
+    p = KafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=tid, max_request_size=2 * 1024 * 1024
+    )
+    p.init_transactions()
+    return p
+
+
+def test_changelog_snapshots_chunk_and_are_visible_only_when_complete(kafka_broker, kafka_topic):
+    topic = kafka_topic(partitions=1, configs={"cleanup.policy": "compact"})
+    prod = tx_producer(kafka_broker.bootstrap, f"{topic}-tx")
+    writer = KafkaChangelogStore(
+        kafka_broker.bootstrap, topic, send=lambda t, k, v: prod.send(t, key=k, value=v)
+    )
+    big = {"x": np.arange(3 * CHUNK_BYTES // 8, dtype=np.float64), "n": 1}
+    prod.begin_transaction()
+    assert writer.save("task-3", big) > 2 * CHUNK_BYTES  # several chunks
+    prod.commit_transaction()
+    reader = KafkaChangelogStore(kafka_broker.bootstrap, topic)
+    got = reader.load("task-3")
+    assert got["n"] == 1 and np.array_equal(got["x"], big["x"])
+    # a newer snapshot in an aborted transaction is never seen
+    prod.begin_transaction()
+    writer.save("task-3", {"x": np.zeros(3), "n": 2})
+    prod.abort_transaction()
+    assert KafkaChangelogStore(kafka_broker.bootstrap, topic).load("task-3")["n"] == 1
+    # a committed newer one replaces it; tombstones drop the old chunks
+    writer2 = KafkaChangelogStore(
+        kafka_broker.bootstrap, topic, send=lambda t, k, v: prod.send(t, key=k, value=v)
+    )
+    assert writer2.load("task-3")["n"] == 1
+    prod.begin_transaction()
+    writer2.save("task-3", {"x": np.zeros(3), "n": 3})
+    prod.commit_transaction()
+    fresh = KafkaChangelogStore(kafka_broker.bootstrap, topic)
+    assert fresh.load("task-3")["n"] == 3 and fresh.load("task-9") is None
+    live_chunks = [k for k in fresh._values if k.startswith("task-3/") and k != "task-3/head"]
+    assert live_chunks == [f"task-3/{fresh._seq['task-3']}/0"]
+    prod.close()
+
+
+def record(i, values=(0.5,)):
+    return ReleaseRecord(
+        f"b/fit/{i}",
+        "b",
+        "n-iht+peeling",
+        "certified",
+        "certified-v1",
+        True,
+        1.0,
+        0.01,
+        [{"type": "eps_delta", "epsilon": 1.0, "delta": 0.01}],
+        release={"values": list(values)},
+    )
+
+
+def test_kafka_ledger_is_idempotent_and_refuses_redraws(kafka_broker, kafka_topic):
+    topic = kafka_topic(partitions=1, configs={"cleanup.policy": "compact"})
+    prod = tx_producer(kafka_broker.bootstrap, f"{topic}-tx")
+    led = KafkaLedger(
+        kafka_broker.bootstrap, topic, send=lambda t, k, v: prod.send(t, key=k, value=v)
+    ).open()
+    prod.begin_transaction()
+    assert led.append(record(1)) and led.append(record(2))
+    assert not led.append(record(1))
+    prod.commit_transaction()
+    other = KafkaLedger(kafka_broker.bootstrap, topic).open()  # another replica
+    assert [r.release_id for r in other.records()] == ["b/fit/1", "b/fit/2"]
+    with pytest.raises(LedgerConflictError):
+        other.send = lambda *a: None
+        other.append(record(2, values=(0.6,)))
+    prod.close()
+
+
+def test_partition_of_matches_kafka(kafka_broker, kafka_topic):
+    topic = kafka_topic(partitions=12)
+    prod = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    names = [f"bandit-{i}" for i in range(40)]
+    futures = {n: prod.send(topic, key=n.encode(), value=b"x") for n in names}
+    prod.flush()
+    for n, f in futures.items():
+        assert f.get(timeout=10).partition == partition_of(n, 12)
+    prod.close()
