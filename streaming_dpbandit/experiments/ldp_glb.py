@@ -455,7 +455,7 @@ def _ordering(res, cell, methods, eps, gate, target) -> TargetCheck:
 
 
 #: Horizon at which the spec judges each acceptance gate (§12); below it they are reported.
-GATE_HORIZON = {"E1": 100_000, "E2": 100_000, "E2 (iv)": 1_000_000}
+GATE_HORIZON = {"E1": 100_000, "E2": 100_000, "E2 (iv)": 1_000_000, "E3": 100_000}
 
 
 def _scale_note(T: int, need: int) -> str:
@@ -469,7 +469,8 @@ def check_targets(cells: dict[str, SimulationResult], edges: dict, horizons: dic
       (:data:`GATE_HORIZON`), reported below it;
     * T1 (the issue's Tier-1 claim on the product): in every ``paper`` cell, the medians of
       LDP-SGD and LDP-OLS below those of LDP-UCB and LDP-GLOC at both ε — gating;
-    * Q3 (sublinear curves): s_late < s_early for SGD and OLS in every cell — gating; the other
+    * Q3 (sublinear curves): s_late < s_early for SGD and OLS in every ``paper`` cell, and in
+      the ``authors_code`` cells at their judging horizon — gating; the other
       methods' ratios are reported;
     * Q1, Q2, Q4, Q5 — reported with their outcome (the spec calls them claims, not gates).
     """
@@ -552,8 +553,14 @@ def check_targets(cells: dict[str, SimulationResult], edges: dict, horizons: dic
                     "holds" if ok else "does not hold",
                 )
             )
-    # Q3: sublinear curves
+    # Q3: sublinear curves. The product's cells gate at any horizon; the authors' code gates at
+    # its judging horizon only: without projection its ε = 0.5 SGD stalls on some seeds for
+    # thousands of rounds after a large first step (spec §12: heavy-tailed), so a reduced run
+    # cannot judge its curve's shape.
     for cell, res in cells.items():
+        exp = cell.split()[0]
+        need = 0 if cell.endswith("paper") else GATE_HORIZON.get(exp, 0)
+        T = horizons.get(cell, need)
         for s in res.specs:
             se, sl = window_slopes(res, s.key, edges[cell])
             ours = s.group in ("LDP-SGD", "LDP-OLS")
@@ -564,7 +571,8 @@ def check_targets(cells: dict[str, SimulationResult], edges: dict, horizons: dic
                     "s_late < s_early" if ours else "(reported)",
                     f"{sl:.3f}/{se:.3f} = {sl / se:.3f}" if se > 0 else "n/a",
                     "seed mean",
-                    (sl < se) if ours else None,
+                    (sl < se) if ours and T >= need else None,
+                    _scale_note(T, need) if ours else "",
                 )
             )
     # Q4: SGD's advantage as privacy tightens (reported)
