@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -189,6 +190,7 @@ def service_bench(variant: str, d: int, n: int, encoding: str) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     svc.run()
     el, cpu = time.perf_counter() - t0, time.process_time() - c0
+    shutil.rmtree(tmp, ignore_errors=True)  # state, ledger: not needed after the run
     rt_ = svc.local.runtimes[BANDIT]
     return {
         "variant": variant,
