@@ -48,6 +48,7 @@ def test_reduced_reproduction_shows_the_tier1_claims(tmp_path, capsys):
     rows = {(r["cell"], r["method"], r["epsilon"]): r for r in data["rows"]}
     assert len(rows) == 12 and all(r["seeds"] == 3 and r["T"] == 8000 for r in rows.values())
     assert "authors_code profile" in text and "Reductions" in text
+    assert data["reductions"] and all(r.startswith("E1") for r in data["reductions"])
 
 
 def test_reproduce_ldp_glb_refuses_bad_options(capsys):
