@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
     p.add_argument(
         "name",
-        choices=["fliphat", "dp-linucb", "private-lasso", "dp-matroid"],
+        choices=["fliphat", "dp-linucb", "private-lasso", "dp-matroid", "ldp-glb"],
         help="which reproduction",
     )
     p.add_argument(
@@ -303,7 +303,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="private-lasso, dp-matroid: the reduced configuration (minutes instead of hours)",
+        help="private-lasso, dp-matroid, ldp-glb: the reduced configuration (minutes instead "
+        "of hours)",
+    )
+    p.add_argument(
+        "--data",
+        metavar="FILE.csv",
+        help="ldp-glb: your copy of the auto-loan CSV (CPRM-12-001) for E3; never downloaded",
+    )
+    p.add_argument(
+        "--experiments",
+        default=None,
+        help="ldp-glb: comma-separated subset of E1,E2,E3 (default: all; --quick: E1, E3; "
+        "E3 needs --data)",
     )
     p.add_argument(
         "--movielens",
@@ -417,7 +429,11 @@ def _cmd_simulate(args) -> int:
     notes = []
     labels: dict[str, str] = {}
     # public facts of the environment that policies may take as constructor parameters
-    env_facts = {"horizon": horizon, "s0": getattr(env, "s0", None)}
+    env_facts = {
+        "horizon": horizon,
+        "s0": getattr(env, "s0", None),
+        "n_arms": getattr(env, "K", None),
+    }
     if hasattr(env, "public_bounds"):
         env_facts.update(env.public_bounds())
     env_facts = {k: v for k, v in env_facts.items() if v is not None}
@@ -445,9 +461,10 @@ def _cmd_simulate(args) -> int:
                 )
             for eps in epsilons:
                 cfg = policy_config(name, {**params, **_known(name, user), "epsilon": eps})
-                label = cfg.build().privacy.effective_label
+                statement = cfg.build().privacy
+                label = statement.effective_label
                 if label:
-                    labels[f"{name} calibration '{cfg.calibration}'"] = label
+                    labels[f"{name} calibration '{statement.calibration}'"] = label
                 specs.append(
                     RunSpec(
                         f"{name} ε={eps:g}",
@@ -822,6 +839,8 @@ def _cmd_reproduce(args) -> int:
         return _cmd_reproduce_private_lasso(args)
     if args.name == "dp-matroid":
         return _cmd_reproduce_dp_matroid(args)
+    if args.name == "ldp-glb":
+        return _cmd_reproduce_ldp_glb(args)
     from .experiments.fliphat import CURVE_HORIZON, PAPER_EPSILONS, checks_table, run_reproduction
     from .experiments.report import plot_curves, simulation_table
     from .privacy.statement import PAPER_LABEL
@@ -974,6 +993,43 @@ def _cmd_reproduce_dp_matroid(args) -> int:
         jobs=args.jobs,
         base_seed=args.seed,
         movielens_dir=ml,
+        progress=not args.no_progress,
+    )
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(args.plot)
+        print(f"wrote {args.plot}")
+    failed = [c for c in report.checks if c.passed is False]
+    return EXIT_TARGET_FAILED if failed else 0
+
+
+def _cmd_reproduce_ldp_glb(args) -> int:
+    from .experiments.ldp_glb import FULL, QUICK, run_reproduction
+
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    if args.env_param:
+        raise ConfigError("reproduce ldp-glb takes no --env-param (its set-ups are fixed)")
+    if args.epsilon:
+        raise ConfigError("reproduce ldp-glb runs the paper's ε ∈ {1, 0.5}; --epsilon is fixed")
+    exps = None
+    if args.experiments is not None:
+        exps = tuple(x.strip().upper() for x in args.experiments.split(",") if x.strip())
+        if not exps or set(exps) - {"E1", "E2", "E3"}:
+            raise ConfigError("--experiments takes a comma-separated subset of E1,E2,E3")
+    if args.data is not None and not Path(args.data).is_file():
+        raise ConfigError(f"--data: no such file {args.data}")
+    report = run_reproduction(
+        QUICK if args.quick else FULL,
+        seeds=args.seeds,
+        horizon=args.horizon,
+        jobs=args.jobs,
+        base_seed=args.seed,
+        data_path=args.data,
+        experiments=exps,
         progress=not args.no_progress,
     )
     print(report.text())

@@ -22,6 +22,9 @@ from .policies import (
     DPTSMAT,
     DPUCBMAT,
     FLIPHAT,
+    LDPGLB,
+    LDPGLOC,
+    LDPUCB,
     DPLinUCB,
     GreedyRidge,
     LassoBandit,
@@ -43,6 +46,9 @@ __all__ = [
     "DPUCBMatConfig",
     "FliphatConfig",
     "GreedyConfig",
+    "LDPGLBConfig",
+    "LDPGLOCConfig",
+    "LDPUCBConfig",
     "LassoBanditConfig",
     "LinUCBConfig",
     "LinUCBDisjointConfig",
@@ -483,6 +489,121 @@ class DPTSMatConfig(DPMatroidConfig):
     policy: Literal["dpts-mat"] = "dpts-mat"
 
 
+class LDPGLBConfig(_PolicyConfig):
+    """LDP-GLB (LDP-SGD / LDP-OLS, local model; see :class:`streaming_dpbandit.policies.LDPGLB`).
+
+    In ``dpbandit serve`` it is the configuration of a ``privacy: local`` bandit: the devices
+    decide and privatise with the client SDK, the service runs the server model. The
+    ``authors_code`` profile and its reproduction switches are simulation-only.
+    """
+
+    policy: Literal["ldp-glb"] = "ldp-glb"
+    private: bool = True
+    d: int = Field(gt=0)
+    n_arms: int = Field(2, gt=0)
+    variant: Literal["sgd", "ols"] = "sgd"
+    setting: Literal["single", "multi"] = "single"
+    link: Literal["linear", "logistic", "poisson"] = "linear"
+    epsilon: float = Field(1.0, gt=0)
+    delta: float = Field(0.01, gt=0, lt=1)
+    gaussian: Literal["classical", "analytic"] = "classical"
+    context_scale: float = Field(1.0, gt=0)
+    c_r: float = Field(1.0, gt=0)
+    R: float | None = Field(None, gt=0)
+    S: float = Field(1.0, gt=0)
+    c0: float = Field(5.0, gt=0)
+    n0: float = Field(1.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    batch_size: int = Field(1, ge=1)
+    alpha: float = Field(0.1, gt=0, lt=1)
+    horizon: int = Field(1_000_000, ge=1, description="T_max inside the OLS shift c̃")
+    ols_shift: bool = True
+    refresh_every: int = Field(1, ge=1)
+    warmup_rounds: int = Field(0, ge=0)
+    warmup_arm: Literal["ticket", "uniform"] = "ticket"
+    h: float | None = Field(None, gt=0)
+    multi_sgd_mechanism: Literal["per_arm", "joint"] = "per_arm"
+    theta0: Literal["zero", "random", "prior"] = "zero"
+    theta_prior: list[float] | None = None
+    profile: Literal["paper", "authors_code"] = "paper"
+    normalise: bool = True
+    clip_reward: bool = True
+    score_clip: float | None = Field(None, gt=0)
+    ols_noise: Literal["certified", "code"] = "certified"
+    code_sigma_factor: float = Field(6.0, gt=0)
+    ball_dim: int | None = Field(None, ge=1)
+    warmup_variant: Literal["same", "ols"] = "same"
+    pending_capacity: int = Field(1 << 16, ge=1)
+    bandit_id: str = "default"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.theta0 == "prior":
+            n = self.d if self.setting == "single" else self.d * self.n_arms
+            if self.theta_prior is None or len(self.theta_prior) != n:
+                raise ValueError(f"theta0=prior needs theta_prior with {n} numbers")
+        if not self.ols_shift and self.profile != "authors_code":
+            raise ValueError("ols_shift=false is a reproduction switch of profile=authors_code")
+        try:  # every rule of the model spec (ε ≤ 1 per Gaussian under classical, ...)
+            self.build().model_spec()
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    def build(self, seed: int | None = None, **overrides) -> LDPGLB:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return LDPGLB(**params, seed=seed)
+
+
+class LDPUCBConfig(_PolicyConfig):
+    """LDP-UCB comparison baseline (simulation only)."""
+
+    policy: Literal["ldp-ucb"] = "ldp-ucb"
+    private: bool = True
+    d: int = Field(gt=0)
+    n_arms: int = Field(2, gt=0)
+    setting: Literal["single", "multi"] = "single"
+    epsilon: float = Field(1.0, gt=0)
+    delta: float = Field(0.01, gt=0, lt=1)
+    alpha: float = Field(0.1, gt=0, lt=1)
+    horizon: int = Field(1_000_000, ge=2)
+    v0: float = Field(1.0, ge=0)
+    sigma_factor: float = Field(6.0, gt=0)
+    refresh_every: int = Field(1, ge=1)
+    bandit_id: str = "default"
+
+    def build(self, seed: int | None = None, **overrides) -> LDPUCB:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return LDPUCB(**params, seed=seed)
+
+
+class LDPGLOCConfig(_PolicyConfig):
+    """LDP-GLOC comparison baseline (simulation only)."""
+
+    policy: Literal["ldp-gloc"] = "ldp-gloc"
+    private: bool = True
+    d: int = Field(gt=0)
+    n_arms: int = Field(2, gt=0)
+    setting: Literal["single", "multi"] = "single"
+    link: Literal["linear", "logistic", "poisson"] = "linear"
+    epsilon: float = Field(1.0, gt=0)
+    delta: float = Field(0.01, gt=0, lt=1)
+    alpha: float = Field(0.1, gt=0, lt=1)
+    horizon: int = Field(1_000_000, ge=2)
+    sigma_factor: float = Field(6.0, gt=0)
+    scalar_gram: bool = False
+    v0: float = Field(0.0, ge=0)
+    refresh_every: int = Field(1, ge=1)
+    bandit_id: str = "default"
+
+    def build(self, seed: int | None = None, **overrides) -> LDPGLOC:
+        params = self.model_dump(exclude={"policy", "private"})
+        params.update(overrides)
+        return LDPGLOC(**params, seed=seed)
+
+
 PolicyConfig = Annotated[
     FliphatConfig
     | RandomConfig
@@ -494,6 +615,9 @@ PolicyConfig = Annotated[
     | PrivateLassoConfig
     | THLassoConfig
     | SALassoConfig
+    | LDPGLBConfig
+    | LDPUCBConfig
+    | LDPGLOCConfig
     | DPUCBMatConfig
     | DPTSMatConfig
     | TableConfig,
@@ -511,6 +635,9 @@ _CONFIGS: dict[str, type[_PolicyConfig]] = {
     "private-lasso": PrivateLassoConfig,
     "th-lasso": THLassoConfig,
     "sa-lasso": SALassoConfig,
+    "ldp-glb": LDPGLBConfig,
+    "ldp-ucb": LDPUCBConfig,
+    "ldp-gloc": LDPGLOCConfig,
     "dpucb-mat": DPUCBMatConfig,
     "dpts-mat": DPTSMatConfig,
     "table": TableConfig,
@@ -565,6 +692,15 @@ def validate_for_mode(cfg: _PolicyConfig, mode: str) -> None:
     """Refuse settings that are only acceptable in simulation (spec §5.3, §6)."""
     if mode == "simulation":
         return
+    if isinstance(cfg, (LDPUCBConfig, LDPGLOCConfig)):
+        raise ConfigError(
+            f"{cfg.policy} is a comparison baseline for simulations only (LDP-GLB spec §7)"
+        )
+    if isinstance(cfg, LDPGLBConfig) and cfg.profile == "authors_code":
+        raise ConfigError(
+            "ldp-glb profile=authors_code reproduces the authors' experiments and is refused "
+            "outside mode=simulation (LDP-GLB spec §0, §15.8)"
+        )
     if isinstance(cfg, DPLinUCBConfig):
         if cfg.calibration in ("zcdp", "authors_code_2018"):
             raise ConfigError(
@@ -623,6 +759,10 @@ class TopicsSettings(_Section):
     feedback: str = "dpbandit.feedback"
     decisions: str = "dpbandit.decisions"
     dead_letter: str = "dpbandit.dead-letter"
+    models: str = Field(
+        "dpbandit.models",
+        description="compacted topic of the published models of privacy=local bandits",
+    )
 
 
 class KafkaSettings(_Section):
@@ -687,10 +827,33 @@ class FileSource(_Section):
     path: Path
 
 
+class LocalBanditSettings(_Section):
+    """Server side of a ``privacy: local`` bandit (LDP-GLB spec §8; ``stream/local.py``).
+
+    Model versions are published every ``refresh_every`` reports (the ldp-glb policy setting).
+    """
+
+    max_staleness: int = Field(
+        100, ge=0, description="reports computed against an older model version are dropped"
+    )
+    dedup_window: int = Field(
+        100_000, ge=1, description="a msg_id seen within the last N accepted reports is dropped"
+    )
+    model_epoch: int = Field(
+        0, ge=0, description="bump to start a new model lineage (a new model id) on purpose"
+    )
+
+
 class BanditSettings(_Section):
     """One bandit: its policy and how its rewards are joined."""
 
     policy: PolicyConfig
+    privacy: Literal["central", "local"] = Field(
+        "central",
+        description="local: devices privatise their own reports (policy ldp-glb); the feedback "
+        "topic carries LDP reports and the service publishes model snapshots",
+    )
+    local: LocalBanditSettings = LocalBanditSettings()
     feedback_window: float = Field(60.0, gt=0, description="seconds of event time")
     on_expiry: Literal["drop", "default"] = "drop"
     default_reward: float = 0.0
@@ -739,6 +902,14 @@ class BroadcastSettings(_Section):
     commit_interval_s: float = Field(1.0, gt=0, description="decider: flush + offset commit")
 
 
+class ModelServerSettings(_Section):
+    """HTTP endpoint of the published models of ``privacy: local`` bandits."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(9465, ge=0, le=65535)
+
+
 class ServiceSettings(BaseSettings):
     """Configuration of ``dpbandit serve``.
 
@@ -759,6 +930,7 @@ class ServiceSettings(BaseSettings):
     bandits: dict[str, BanditSettings] = Field(default_factory=dict)
     snapshots: SnapshotSettings = SnapshotSettings()
     metrics: MetricsSettings = MetricsSettings()
+    model_server: ModelServerSettings = ModelServerSettings()
     max_message_bytes: int = Field(1_000_000, ge=1024)
     max_batch: int = Field(2048, ge=1)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -790,6 +962,14 @@ class ServiceSettings(BaseSettings):
     def _check(self):
         for name, b in self.bandits.items():
             validate_for_mode(b.policy, self.mode)
+            is_ldp = isinstance(b.policy, LDPGLBConfig)
+            if b.privacy == "local" and not is_ldp:
+                raise ValueError(f"bandit {name}: privacy=local needs policy ldp-glb")
+            if is_ldp and b.privacy != "local":
+                raise ValueError(
+                    f"bandit {name}: policy ldp-glb runs with privacy=local (the devices "
+                    "privatise their reports; a central ldp-glb bandit would see raw data)"
+                )
             if isinstance(b.policy, DPMatroidConfig):
                 _check_slate_bandit(name, b)
             if b.reward_bounds is not None and not b.reward_bounds[0] < b.reward_bounds[1]:
@@ -802,8 +982,22 @@ class ServiceSettings(BaseSettings):
             and len({topics.contexts, topics.feedback, topics.decisions, topics.dead_letter}) < 4
         ):
             raise ValueError("the four topics must have different names")
+        if (
+            topics
+            and any(b.privacy == "local" for b in self.bandits.values())
+            and topics.models
+            in {topics.contexts, topics.feedback, topics.decisions, topics.dead_letter}
+        ):
+            raise ValueError("the models topic must differ from the other topics")
         if self.scaling.mode == "group" and self.kafka is None:
             raise ValueError("scaling.mode 'group' needs the kafka section (replicas share topics)")
+        if self.scaling.mode == "group" and any(
+            b.privacy == "local" for b in self.bandits.values()
+        ):
+            raise ValueError(
+                "privacy=local bandits run in scaling.mode 'single' (their server model is "
+                "small; scale the devices, not the server)"
+            )
         if self.scaling.mode == "group" and self.broadcast is not None:
             raise ValueError(
                 "scaling.mode 'group' (many bandits over replicas) and broadcast (one bandit, "

@@ -27,6 +27,9 @@ PARAMS = {
     },
     "th-lasso": {"refit_every": 5},
     "sa-lasso": {"refit_every": 20},
+    "ldp-glb": {"n_arms": K, "epsilon": 4.0},
+    "ldp-ucb": {"n_arms": K, "horizon": 1000},
+    "ldp-gloc": {"n_arms": K, "horizon": 1000},
 }
 
 

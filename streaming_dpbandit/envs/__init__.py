@@ -3,6 +3,7 @@
 from .base import Environment
 from .dp_matroid import MatroidSyntheticEnv
 from .fliphat_paper import FliphatPaperEnv
+from .ldp_glb import LDPMultiParamEnv, LDPSingleParamEnv
 from .matroid_env import MatroidEnvironment
 from .movielens import MovieLensMatroidEnv, load_movielens_1m
 from .private_lasso import MarginEnv, NoMarginEnv
@@ -14,6 +15,8 @@ REGISTRY: dict[str, type[Environment]] = {
     ShariffSheffetEnv.name: ShariffSheffetEnv,
     MarginEnv.name: MarginEnv,
     NoMarginEnv.name: NoMarginEnv,
+    LDPSingleParamEnv.name: LDPSingleParamEnv,
+    LDPMultiParamEnv.name: LDPMultiParamEnv,
 }
 
 #: Semi-bandit (slate) environments over a matroid; the MovieLens instance is built from
@@ -27,6 +30,8 @@ __all__ = [
     "REGISTRY",
     "Environment",
     "FliphatPaperEnv",
+    "LDPMultiParamEnv",
+    "LDPSingleParamEnv",
     "MarginEnv",
     "MatroidEnvironment",
     "MatroidSyntheticEnv",

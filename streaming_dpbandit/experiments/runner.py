@@ -230,7 +230,7 @@ class SimulationResult:
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }
-        if sp.rho is not None and spec.delta:
+        if sp.rho is not None and spec.delta and sp.pure_epsilon is None:  # pure ε: exact already
             from ..privacy.zcdp import epsilon_from_rho
 
             out["rho"] = sp.rho

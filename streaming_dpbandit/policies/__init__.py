@@ -7,6 +7,9 @@ from .dpucb_mat import DPUCBMAT
 from .fliphat import FLIPHAT
 from .greedy import GreedyRidge
 from .lasso_bandit import LassoBandit
+from .ldp_glb import LDPGLB
+from .ldp_gloc import LDPGLOC
+from .ldp_ucb import LDPUCB
 from .linucb import LinUCB
 from .linucb_disjoint import LinUCBDisjoint
 from .matroid_base import MatroidPolicy, SlateBatch
@@ -31,6 +34,9 @@ REGISTRY: dict[str, type[Policy]] = {
     PrivateLASSO.name: PrivateLASSO,
     THLassoBandit.name: THLassoBandit,
     SALassoBandit.name: SALassoBandit,
+    LDPGLB.name: LDPGLB,
+    LDPUCB.name: LDPUCB,
+    LDPGLOC.name: LDPGLOC,
     TablePolicy.name: TablePolicy,
 }
 

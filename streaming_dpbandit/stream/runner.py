@@ -67,6 +67,22 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
             item_ids=items,
         )
         return InProcessTransport(source, keep_outputs)
+    local = settings.bandits.get(sim.bandit_id)
+    if local is not None and local.privacy == "local":  # devices with the SDK send reports
+        from .ldp_clients import SimulatedLDPClients
+
+        env = REGISTRY[sim.env](**sim.env_params)
+        return InProcessTransport(
+            SimulatedLDPClients(
+                env,
+                sim.events,
+                sim.bandit_id,
+                sim.seed,
+                (t.contexts, t.feedback),
+                t.models,
+            ),
+            keep_outputs,
+        )
     env = REGISTRY[sim.env](**sim.env_params)
     source = SimulatedSource(
         env,
@@ -131,6 +147,14 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
         service = Service(settings, transport, metrics)
     service.open()
     service.install_signal_handlers()
+    model_server = None
+    if getattr(service, "local", None) and settings.model_server.enabled:  # local models
+        from .model_publisher import start_model_server
+
+        model_server, mport = start_model_server(
+            settings.model_server.host, settings.model_server.port, service.local.store
+        )
+        print(f"models: http://{settings.model_server.host}:{mport}/v1/models", file=sys.stderr)
     bar = None
     total = None
     if isinstance(transport, InProcessTransport) and settings.file is None:
@@ -159,7 +183,10 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
             metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
         if bar is None:
             return
-        done = sum(rt.stats["decided"] for rt in svc.bandits.values())
+        local = getattr(svc, "local", None)
+        done = sum(rt.stats["decided"] for rt in svc.bandits.values()) + sum(
+            rt.server.reports for rt in (local.runtimes.values() if local else ())
+        )
         if done > seen[0]:
             bar.update(done - seen[0])
             seen[0] = done
@@ -169,6 +196,8 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
     finally:
         if bar is not None:
             bar.close()
+        if model_server is not None:
+            model_server.shutdown()
     if simulated is not None:
         metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
     source = getattr(transport, "source", None)
@@ -218,29 +247,50 @@ def print_summary(summary: dict, out) -> None:
                 ),
             ]
         )
-    print(
-        f"served {summary['decisions']:,} decisions in {summary['elapsed_s']:.1f} s "
-        f"({summary['events_per_s']:,.0f} events/s); state in "
-        f"{summary.get('state_directory') or summary.get('state_topic')}",
-        file=out,
-    )
-    print(
-        format_table(
-            [
-                "bandit",
-                "policy",
-                "rounds",
-                "model",
-                "rewards joined",
-                "expired",
-                "mean reward (last 1000)",
-                "releases",
-                "privacy spent",
-            ],
-            rows,
-        ),
-        file=out,
-    )
+    where = summary.get("state_directory") or summary.get("state_topic")
+    local = summary.get("local_bandits", {})
+    if local and not summary["bandits"]:
+        n = sum(b["reports_absorbed"] for b in local.values())
+        el = summary["elapsed_s"]
+        print(
+            f"absorbed {n:,} LDP reports in {el:.1f} s ({n / el if el > 0 else 0:,.0f} "
+            f"reports/s); state in {where}",
+            file=out,
+        )
+    else:
+        print(
+            f"served {summary['decisions']:,} decisions in {summary['elapsed_s']:.1f} s "
+            f"({summary['events_per_s']:,.0f} events/s); state in {where}",
+            file=out,
+        )
+    if summary["bandits"] or not local:
+        print(
+            format_table(
+                [
+                    "bandit",
+                    "policy",
+                    "rounds",
+                    "model",
+                    "rewards joined",
+                    "expired",
+                    "mean reward (last 1000)",
+                    "releases",
+                    "privacy spent",
+                ],
+                rows,
+            ),
+            file=out,
+        )
+    for name, b in summary.get("local_bandits", {}).items():
+        pr = b["privacy"]
+        print(
+            f"local bandit {name}: ldp-glb {b['variant']}/{b['setting']}, model "
+            f"{b['model_id']} version {b['model_version']} ({b['phase']} phase), "
+            f"{b['reports_absorbed']:,} reports absorbed; every report "
+            f"(ε={pr['epsilon_per_report']:g}, δ={pr['delta_per_report']:g})-LDP "
+            f"({pr['calibration']})",
+            file=out,
+        )
     if summary["dead_letters"]:
         dl = ", ".join(f"{k}: {v}" for k, v in sorted(summary["dead_letters"].items()))
         print(f"dead letters: {dl}", file=out)

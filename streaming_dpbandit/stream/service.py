@@ -35,6 +35,7 @@ from ..privacy.accountant import Accountant
 from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
 from .bandit import BadInput, BanditRuntime, Pending
+from .local_hook import LocalBandits
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
 from .slate_bandit import SlateBanditRuntime
 from .snapshot import SnapshotCorruptError, SnapshotStore
@@ -97,7 +98,11 @@ class Service:
     # -- set-up -----------------------------------------------------------------------------
     def _build_bandits(self) -> None:
         self.bandits: dict[str, BanditRuntime] = {}
+        # privacy=local bandits (devices privatise, the server only sees reports): stream/local.py
+        self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
         for name, b in self.settings.bandits.items():
+            if b.privacy == "local":
+                continue
             overrides = {"bandit_id": name} if "bandit_id" in type(b.policy).model_fields else {}
             policy = b.policy.build(seed=b.seed, **overrides)
             runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
@@ -147,6 +152,7 @@ class Service:
             raise ServiceStartError(
                 f"cannot open the transport: {type(err).__name__}: {err}"
             ) from None
+        self.local.open(self.ledger)  # ledger records not yet appended; publish current models
         self.last_snapshot = time.monotonic()
         # computed at scrape time: the age keeps growing even if the loop hangs
         self.metrics.checkpoint_age.set_function(lambda: time.monotonic() - self.last_snapshot)
@@ -158,6 +164,10 @@ class Service:
         the input offsets to resume at."""
         offsets: dict[TP, int] = {}
         if snap is not None:
+            try:
+                self.local.load(snap, self._fingerprint)
+            except RuntimeError as err:  # a local bandit's configuration changed, or vanished
+                raise ServiceStartError(str(err)) from None
             for name, st in snap["bandits"].items():
                 if name not in self.bandits:
                     raise ServiceStartError(
@@ -282,6 +292,11 @@ class Service:
             except ValidationError as err:
                 raise BadInput(_reason(err, "invalid_event"), _first_error(err)) from None
             rt = self.bandits.get(ev.bandit_id)
+            if rt is None and ev.bandit_id in self.local:
+                raise BadInput(
+                    "raw_data_for_local_bandit",
+                    f"bandit {ev.bandit_id!r} is privacy=local: contexts stay on the devices",
+                )
             if rt is None:
                 raise BadInput(*self._missing_bandit(ev.bandit_id))
             X, ids = rt.encode(ev)
@@ -381,8 +396,12 @@ class Service:
     def _process_feedback(self, tp: TP, q: collections.deque) -> None:
         while q:
             r, _ = q[0]
-            self._feedback_one(r)
+            if self.local.claims(r):  # an LDP report (privacy=local bandits)
+                self.local.on_record(r, self._dead)
+            else:
+                self._feedback_one(r)
             self._pop(tp, q)
+        self.local.after_batch()
 
     def _feedback_one(self, r: Record) -> None:
         if len(r.value) > self.settings.max_message_bytes:
@@ -397,6 +416,8 @@ class Service:
             self.metrics.feedback.labels("unknown", reason).inc()
             return
         rt = self.bandits.get(msg.bandit_id)
+        if rt is None and self.local.raw_for_local(msg.bandit_id, r, self._dead, msg):
+            return  # a raw reward or heartbeat for a privacy=local bandit: never used
         if rt is None:
             reason, detail = self._missing_bandit(msg.bandit_id)
             self._dead(r, reason, detail)
@@ -429,6 +450,8 @@ class Service:
     # -- dead letters -----------------------------------------------------------------------
     def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
         payload = r.value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
+        if reason == "raw_data_for_local_bandit":
+            payload = ""  # raw contexts/rewards of a privacy=local bandit are not copied
         dl = DeadLetter(
             source_topic=r.topic,
             partition=r.partition,
@@ -529,6 +552,7 @@ class Service:
     def snapshot(self, reason: str) -> None:
         for rt in self.bandits.values():
             rt.flush_learning()
+        self.local.after_batch()
         self.transport.flush()  # decisions and dead letters before the offsets that imply them
         offsets = {_tp_key(tp): off for tp, off in self.offsets.items()}
         # partitions with queued but unprocessed records resume at the first of them
@@ -545,6 +569,7 @@ class Service:
                 name: self._fingerprint(self.settings.bandits[name]) for name in self.bandits
             },
         }
+        self.local.add_to_snapshot(state, self._fingerprint)
         size = self._save_state(state)
         self.last_snapshot = time.monotonic()
         self.metrics.checkpoints.labels(reason).inc()
@@ -583,6 +608,7 @@ class Service:
             self.metrics.blocked.labels(name).set(1 if name in blocked else 0)
         for (topic, part), lag in self.transport.lag().items():
             self.metrics.lag.labels(topic, str(part)).set(lag)
+        self.local.export_metrics()
 
     # -- the end ----------------------------------------------------------------------------
     def finish(self) -> dict:
@@ -612,6 +638,8 @@ class Service:
                 "mean_reward_window": (sum(rt.window) / len(rt.window)) if rt.window else None,
                 "privacy": None if sp is None else sp.to_dict(),
             }
+        if self.local:
+            out["local_bandits"] = self.local.summary()
         decided = sum(rt.stats["decided"] for rt in self.bandits.values())
         out["decisions"] = decided
         out["events_per_s"] = decided / elapsed if elapsed > 0 else 0.0
@@ -622,7 +650,8 @@ class Service:
         exactly. Two runs over the same input must agree on it byte for byte, whatever the
         batching, interleaving or crashes. (Diagnostics such as the reward window are excluded:
         they depend on arrival order by design.)"""
-        return learned_state_bytes({name: rt.state_dict() for name, rt in self.bandits.items()})
+        central = learned_state_bytes({name: rt.state_dict() for name, rt in self.bandits.items()})
+        return central + self.local.state_bytes() if self.local else central
 
 
 def learned_state_bytes(bandit_states: dict) -> bytes:

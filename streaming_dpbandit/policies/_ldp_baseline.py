@@ -1,0 +1,176 @@
+"""Shared machinery of the LDP-UCB and LDP-GLOC comparison baselines (LDP-GLB spec §7).
+
+Both come from Zheng et al. 2020 as implemented in the LDP-GLB authors' code, and run in
+simulation only: their decisions need the server's (V + c_t I)⁻¹, which a device would have to
+download (d² floats). Multi-parameter experiments use the stacked context x̃_a = e_a ⊗ X_t ∈
+R^{dK} while υ_t and β_t keep the per-arm d.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import linalg
+
+from ..ldp.model import AUTHORS_CODE_LABEL
+from ..privacy.ledger import ReleaseRecord
+from ..privacy.noise import NoiseSource
+from ..privacy.statement import PrivacyStatement
+from .base import Policy
+
+__all__ = ["LDPBaseline", "code_sigma", "upsilon"]
+
+
+def code_sigma(epsilon: float, delta: float, factor: float = 6.0, offset: float = 2.5) -> float:
+    """σ = factor·√(2 ln(offset/δ))/ε (the authors' constants: 6 and 2.5 for messages, 6 and
+    3.75 for GLOC's σ_s, 3 and 2.5 for the E3 messages).
+
+    >>> round(code_sigma(1.0, 0.01), 2), round(code_sigma(1.0, 0.1), 2)
+    (19.94, 15.22)
+    """
+    return factor * math.sqrt(2.0 * math.log(offset / delta)) / epsilon
+
+
+def upsilon(sigma: float, t: int, d: int, horizon: int, alpha: float) -> float:
+    """υ_t = σ√t(4√d + 2 ln(2T/α))."""
+    return sigma * math.sqrt(t) * (4.0 * math.sqrt(d) + 2.0 * math.log(2.0 * horizon / alpha))
+
+
+class LDPBaseline(Policy):
+    """Common state: stacked dimension, noise stream, per-round model refresh, statement."""
+
+    private = True
+
+    def _dims(self) -> tuple[int, int]:
+        """(per-arm d, model dimension: d single-param, dK stacked multi-param)."""
+        if self.setting == "single":
+            return self.d, self.d
+        return self.d, self.d * self.n_arms
+
+    def _stack(self, X: np.ndarray) -> np.ndarray:
+        """(B, K, d) → (B, K, D): stacked x̃_a = e_a ⊗ x_a in multi-param."""
+        if self.setting == "single":
+            return X
+        B, K, d = X.shape
+        out = np.zeros((B, K, K * d))
+        for a in range(K):
+            out[:, a, a * d : (a + 1) * d] = X[:, a]
+        return out
+
+    def _base_state(self) -> None:
+        if self.setting not in ("single", "multi"):
+            raise ValueError("setting must be 'single' or 'multi'")
+        if self.refresh_every < 1:
+            raise ValueError("refresh_every must be >= 1")
+        self._t = 0
+        self._since = 0
+        self._version = 0
+        self._noise = NoiseSource(self.seed).generator(self.name, "clients")
+        self._coin_key()
+        self._recorded = False
+        self._pending: dict[int, int] = {}  # round → chosen arm (multi-param stacking)
+
+    def refit_due(self) -> bool:
+        self._state()
+        return self._since >= self.refresh_every
+
+    def max_decide_batch(self) -> int:
+        self._state()
+        return max(0, self.refresh_every - self._since)
+
+    def refit(self) -> list[ReleaseRecord]:
+        self._state()
+        if not self.refit_due():
+            return []
+        self._refresh()
+        self._since = 0
+        self._version += 1
+        if self._recorded:
+            return []
+        self._recorded = True
+        return [
+            ReleaseRecord(
+                release_id=f"{self.bandit_id}/{self.name}/per-report",
+                bandit_id=self.bandit_id,
+                mechanism=f"{self.name}/gaussian (authors' constants)",
+                calibration="authors_code",
+                formula="authors-code",
+                dp_valid=False,
+                epsilon=self.epsilon,
+                delta=self.delta,
+                accounting=[{"type": "eps_delta", "epsilon": self.epsilon, "delta": self.delta}],
+                data_slice="reports",
+                composition="parallel",
+                note=AUTHORS_CODE_LABEL,
+                privacy_model="local",
+            )
+        ]
+
+    @property
+    def model_version(self) -> int:
+        return self._state()._version
+
+    @property
+    def privacy(self) -> PrivacyStatement:
+        return PrivacyStatement(
+            model="local",
+            unit="one report (one round's contexts, reward and arm)",
+            neighbouring="any two inputs of one report",
+            epsilon=self.epsilon,
+            delta=self.delta,
+            calibration="authors_code",
+            scope="a comparison baseline in simulation only (decisions need the server's "
+            "inverse Gram matrix); its constants are the authors' code's, not re-derived.",
+            label=AUTHORS_CODE_LABEL,
+        )
+
+    @staticmethod
+    def _inverse(A: np.ndarray, floor: float) -> np.ndarray:
+        """A⁻¹ by Cholesky; if A is not positive definite, eigenvalues floored at ``floor``."""
+        try:
+            c = linalg.cho_factor(A, check_finite=False)
+            return linalg.cho_solve(c, np.eye(A.shape[0]), check_finite=False)
+        except linalg.LinAlgError:
+            lam, Q = np.linalg.eigh(0.5 * (A + A.T))
+            lam = np.maximum(lam, max(floor, 1e-12))
+            return (Q / lam) @ Q.T
+
+    def _remember(self, rounds: np.ndarray, arms: np.ndarray) -> None:
+        if self.setting == "multi":
+            for r, a in zip(rounds.tolist(), arms.tolist()):
+                self._pending[r] = a
+
+    def _chosen_stacked(self, contexts: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+        """Stacked feature of the chosen arm of each round, from the learned (B, d) contexts."""
+        if self.setting == "single":
+            return contexts
+        d, D = self._dims()
+        out = np.zeros((contexts.shape[0], D))
+        for i, r in enumerate(rounds.tolist()):
+            a = self._pending.pop(r)
+            out[i, a * d : (a + 1) * d] = contexts[i]
+        return out
+
+    def _get_params(self) -> dict:
+        return {name: getattr(self, name) for name in self._init_param_names()}
+
+    def _common_state(self) -> dict:
+        return {
+            "t": self._t,
+            "since": self._since,
+            "version": self._version,
+            "noise": self._noise.bit_generator.state,
+            "tie_key": self._coin_key(),
+            "recorded": self._recorded,
+            "pending": {str(k): v for k, v in self._pending.items()},
+        }
+
+    def _load_common(self, state: dict) -> None:
+        self._t = int(state["t"])
+        self._since = int(state["since"])
+        self._version = int(state["version"])
+        self._noise.bit_generator.state = state["noise"]
+        self._tie_key = int(state["tie_key"])
+        self._recorded = bool(state["recorded"])
+        self._pending = {int(k): int(v) for k, v in state["pending"].items()}

@@ -1,0 +1,125 @@
+"""A simulated population of devices running the LDP client SDK (embedded input of local mode).
+
+Each simulated user draws a context from an environment, decides on the "device" with the latest
+model snapshot the service published (read back from the models topic), observes the reward of
+the chosen arm and sends only the privatised report (:class:`~streaming_dpbandit.ldp.Report`)
+to the feedback topic. The raw contexts and rewards stay inside this source — the stand-in for
+the devices — which also tracks the population's true pseudo-regret for the summary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..envs.base import Environment
+from ..ldp.client import LDPClient
+from ..ldp.model import ModelSnapshot
+from .transport import Source
+
+__all__ = ["SimulatedLDPClients"]
+
+
+class SimulatedLDPClients(Source):
+    """Devices with the SDK, one report per simulated user.
+
+    Parameters
+    ----------
+    env
+        Environment of the users (per-arm contexts, known mean rewards).
+    reports
+        Number of users (reports) to simulate.
+    bandit_id
+        The ``privacy: local`` bandit they talk to.
+    seed
+        Seeds the contexts, rewards and the devices' randomness (reproducible tests only; real
+        devices use OS entropy).
+    topics
+        (contexts topic, feedback topic); reports go to the feedback topic.
+    models_topic
+        Where the service publishes snapshots.
+    chunk
+        Users per poll.
+    encoding
+        ``"json"`` or ``"f32"`` report payloads.
+    max_epsilon, max_delta
+        The privacy level the simulated app accepts.
+    """
+
+    def __init__(
+        self,
+        env: Environment,
+        reports: int,
+        bandit_id: str = "default",
+        seed: int = 0,
+        topics: tuple[str, str] = ("contexts", "feedback"),
+        models_topic: str = "dpbandit.models",
+        chunk: int = 256,
+        encoding: str = "json",
+        max_epsilon: float = 8.0,
+        max_delta: float = 0.1,
+    ):
+        self.env = env
+        self.reports = reports
+        self.bandit_id = bandit_id
+        self.seed = seed
+        self.topics = topics
+        self.models_topic = models_topic
+        self.chunk = chunk
+        self.encoding = encoding
+        self.max_epsilon = max_epsilon
+        self.max_delta = max_delta
+        self._rng = np.random.default_rng([seed, 11])
+        self._device_rng = np.random.default_rng([seed, 12])
+        self.client: LDPClient | None = None
+        self._i = 0
+        self.regret = 0.0
+        self.reward = 0.0
+        self.raw_samples: list[tuple[np.ndarray, float]] = []  # a few raw values, for leak tests
+
+    def on_output(self, topic: str, value: bytes) -> None:
+        if topic != self.models_topic:
+            return
+        snap = ModelSnapshot.from_json(value)
+        if snap.bandit_id != self.bandit_id:
+            return
+        if self.client is None:
+            self.client = LDPClient(
+                snap,
+                max_epsilon=self.max_epsilon,
+                max_delta=self.max_delta,
+                rng=self._device_rng,
+                allow_authors_code=True,
+            )
+        else:
+            self.client.update(snap)
+
+    def generate(self, emit, max_new: int) -> bool:
+        if self._i >= self.reports:
+            return False
+        if self.client is None:  # no model published yet
+            return True
+        n = min(self.chunk, max_new, self.reports - self._i)
+        X = self.env.contexts(self._rng, n)
+        mu = self.env.mean_rewards(X)
+        noise = self.env.reward_noise(self._rng, n)
+        multi = self.client.snapshot.spec.setting == "multi"
+        key = self.bandit_id.encode()
+        for j in range(n):
+            choice = self.client.decide(X[j, 0] if multi else X[j])
+            a = choice.arm
+            r = float(self.env.rewards(mu[j, a : a + 1], noise[j, a : a + 1])[0])
+            self.regret += float(mu[j].max() - mu[j, a])
+            self.reward += r
+            if len(self.raw_samples) < 200:
+                self.raw_samples.append((X[j, a].copy(), r))
+            emit(self.topics[1], key, self.client.report(choice, r).to_json(self.encoding))
+        self._i += n
+        return self._i < self.reports
+
+    def summary(self) -> dict:
+        return {
+            "reports": self._i,
+            "pseudo_regret": self.regret,
+            "mean_reward": self.reward / self._i if self._i else 0.0,
+            "decisions": self._i,
+        }
