@@ -147,9 +147,11 @@ def test_metrics_doc_lists_exactly_what_the_service_exports():
     from prometheus_client import Counter, Gauge, Histogram
 
     from streaming_dpbandit.metrics import ServiceMetrics
+    from streaming_dpbandit.stream.local import LocalMetrics
 
+    sm = ServiceMetrics()
     exported = {}
-    for c in vars(ServiceMetrics()).values():
+    for c in [*vars(sm).values(), *vars(LocalMetrics(sm)).values()]:
         for cls, kind, suffix in ((Counter, "counter", "_total"), (Histogram, "histogram", "")):
             if isinstance(c, cls):
                 exported[c._name + suffix] = (kind, set(c._labelnames))
