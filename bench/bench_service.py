@@ -215,7 +215,10 @@ def service_throughput(bootstrap, topics: dict, n_contexts: int, n_feedback: int
 
 
 def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: float) -> dict:
-    """Produce contexts at ``rate``/s (with their rewards later) and time each decision."""
+    """Produce contexts at ``rate``/s and time each decision. Each decision is answered at
+    once with its reward (a closed loop, like a live application): without rewards, the first
+    private release — which waits until every decision of its episode is resolved — would
+    block the bandit until the idle timeout."""
     from kafka import KafkaConsumer, KafkaProducer
 
     from streaming_dpbandit.stream.kafka_transport import KafkaTransport
@@ -247,6 +250,8 @@ def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: flo
     )
     c.poll(timeout_ms=1000)
     stop = threading.Event()
+    event_time: dict[str, float] = {}
+    fb = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
 
     def reader():
         while not stop.is_set():
@@ -256,6 +261,14 @@ def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: flo
                     eid = json.loads(m.value)["event_id"]
                     if eid in sent:
                         got.append(now - sent[eid])
+                        reward = {
+                            "v": 1,
+                            "event_id": eid,
+                            "bandit_id": "shop",
+                            "reward": 0.5,
+                            "event_time": event_time[eid] + 0.01,
+                        }
+                        fb.send(topics["feedback"], key=b"shop", value=json.dumps(reward).encode())
 
     rt = threading.Thread(target=reader, daemon=True)
     rt.start()
@@ -269,6 +282,7 @@ def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: flo
             time.sleep(max(0.0, target - time.perf_counter()) / 2)
         v = json.loads(rec["value"])
         v["event_id"] = f"lat-{i}"
+        event_time[v["event_id"]] = float(v["event_time"])
         sent[v["event_id"]] = time.perf_counter()
         p.send(topics["contexts"], key=b"shop", value=json.dumps(v).encode())
     p.flush()
@@ -276,6 +290,7 @@ def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: flo
     stop.set()
     svc.request_stop()
     th.join(30)
+    fb.close()
     arr = np.array(got) * 1000
     return {
         "rate_events_per_s": rate,

@@ -35,6 +35,7 @@ MAY_BE_EMPTY = {
     "dpbandit_privacy_rho_spent",  # FLIPHAT's releases are pure-ε/approximate DP: no ρ
     "dpbandit_clipped_inputs_total",  # depends on the draws
     'outcome!="decided"',  # contexts that were dead-lettered: the simulation sends none
+    "dpbandit_slate_items",  # the simulated bandit is single-arm: no slate catalogue
 }
 
 
