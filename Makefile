@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_linucb.py
 	$(BIN)/python bench/bench_matroid.py
 	$(BIN)/python bench/bench_replay.py
+	@echo "bench/bench_scaling.py and bench/bench_broadcast.py need a broker: see docs/scaling.md"
 
 reproduce: $(STAMP)
 	$(BIN)/dpbandit reproduce fliphat --seeds 20 --plot fliphat-reproduction.png

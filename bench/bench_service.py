@@ -219,9 +219,9 @@ def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: flo
     once with its reward (a closed loop, like a live application): without rewards, the first
     private release — which waits until every decision of its episode is resolved — would
     block the bandit until the idle timeout."""
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+    from streaming_dpbandit.stream.kafka_transport import KafkaTransport, wait_for_partitions
 
     st = settings(
         tempfile.mkdtemp(),
@@ -241,14 +241,14 @@ def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: flo
     th.start()
     sent: dict[str, float] = {}
     got: list[float] = []
-    c = KafkaConsumer(
-        topics["decisions"],
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="latest",
-        group_id=f"lat-reader-{time.time()}",
-        fetch_max_wait_ms=1,
-    )
-    c.poll(timeout_ms=1000)
+    # no consumer group (a group join on a just-created topic can stall in kafka-python 3.0)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=1)
+    wait_for_partitions(c, [topics["decisions"]])
+    parts = [
+        TopicPartition(topics["decisions"], p) for p in c.partitions_for_topic(topics["decisions"])
+    ]
+    c.assign(parts)
+    c.seek_to_end(*parts)
     stop = threading.Event()
     event_time: dict[str, float] = {}
     fb = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)

@@ -25,7 +25,7 @@ import time
 from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
 from .kafka_ledger import KafkaLedger
-from .kafka_transport import _common
+from .kafka_transport import _common, wait_for_partitions
 from .partitioning import partition_of
 from .service import Service, ServiceStartError, _tp_key
 from .state_store import KafkaChangelogStore
@@ -377,6 +377,7 @@ class GroupService:
                 group._assigned = sorted({p.partition for p in assigned})
 
         self._listener = Listener()
+        wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
         self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
         self.started = time.monotonic()
         self._stop = False

@@ -60,6 +60,23 @@ def ensure_topics(settings: KafkaSettings) -> list[str]:
         admin.close()
 
 
+def wait_for_partitions(consumer, topics, timeout_s: float = 30.0) -> None:
+    """Wait until the consumer's metadata lists partitions of every topic. Joining a group
+    while a just-created topic has no partition metadata yet gives an empty assignment, and
+    kafka-python 3.0 can then stay without partitions (its rejoin stalls)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    missing = list(topics)
+    while missing and time.monotonic() < deadline:
+        missing = [t for t in missing if not consumer.partitions_for_topic(t)]
+        if missing:
+            consumer.poll(timeout_ms=0)  # lets the client refresh its metadata
+            time.sleep(0.2)
+    if missing:
+        log.warning("no partition metadata for %s after %.0f s", ", ".join(missing), timeout_s)
+
+
 class KafkaTransport(Transport):
     """kafka-python consumer (group, manual offsets) and idempotent producer (acks=all).
 
@@ -114,6 +131,7 @@ class KafkaTransport(Transport):
                     "partitions assigned: %s", sorted((p.topic, p.partition) for p in assigned)
                 )
 
+        wait_for_partitions(self.consumer, [s.topics.contexts, s.topics.feedback])
         self.consumer.subscribe([s.topics.contexts, s.topics.feedback], listener=Listener())
         self._tps = {}
 
