@@ -204,6 +204,11 @@ class TaskService(Service):
         self.last_snapshot = time.monotonic()
         self.started = time.monotonic()
         self._stop = False
+        if snap is None:
+            # a new task: commit its fresh state (the bandits' noise keys) before any record is
+            # processed, so that a release re-made after a crash is the same draw — never a
+            # second one (an aborted transaction stays readable to a read_uncommitted client)
+            self.snapshot("open")
         return offsets
 
     def _missing_bandit(self, bandit_id: str) -> tuple[str, str]:
