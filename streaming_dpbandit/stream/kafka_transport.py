@@ -99,6 +99,7 @@ class KafkaTransport(Transport):
             if created:
                 log.info("created topics %s", ", ".join(created))
         self.start_offsets = dict(start_offsets)
+        self.delivered: dict[TP, int] = {}
         self.producer = KafkaProducer(
             **_common(s),
             acks="all",
@@ -122,7 +123,10 @@ class KafkaTransport(Transport):
 
             def on_partitions_assigned(self, assigned):
                 for p in assigned:
-                    off = transport.start_offsets.get((p.topic, p.partition))
+                    # after the first assignment: where this process's deliveries stopped (the
+                    # service has every record before it); else the snapshot's offset
+                    key = (p.topic, p.partition)
+                    off = transport.delivered.get(key, transport.start_offsets.get(key))
                     if off is None:
                         transport.consumer.seek_to_beginning(p)
                     else:
@@ -131,7 +135,6 @@ class KafkaTransport(Transport):
                     "partitions assigned: %s", sorted((p.topic, p.partition) for p in assigned)
                 )
 
-        wait_for_partitions(self.consumer, [s.topics.contexts, s.topics.feedback])
         self.consumer.subscribe([s.topics.contexts, s.topics.feedback], listener=Listener())
         self._tps = {}
 
@@ -149,6 +152,8 @@ class KafkaTransport(Transport):
         for tp, msgs in batches.items():
             for m in msgs:
                 out.append(Record(tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp))
+            if msgs:
+                self.delivered[(tp.topic, tp.partition)] = msgs[-1].offset + 1
         return out
 
     def send(self, topic: str, key: bytes | None, value: bytes) -> None:
