@@ -4,7 +4,8 @@ idempotent producer for the output topics.
 Offsets live in the service's snapshots, not in Kafka: when partitions are assigned, the
 consumer seeks to the snapshot's next offset (or the beginning of a partition it has never
 seen); when they are assigned again later in the same process (a re-join), it seeks to where its
-deliveries stopped, since the service already holds every record before that. Offsets are also committed to Kafka after every snapshot, for monitoring tools only.
+deliveries stopped, since the service already holds every record before that. Offsets are
+also committed to Kafka after every snapshot, for monitoring tools only.
 """
 
 from __future__ import annotations
