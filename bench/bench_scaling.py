@@ -27,11 +27,11 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from streaming_dpbandit.envs import FliphatPaperEnv
-from streaming_dpbandit.stream.synthetic import write_multi_bandit_stream
+from streaming_dpbandit.stream.group import committed_lag
+from streaming_dpbandit.stream.synthetic import publish_jsonl, write_multi_bandit_stream
 
 PARTITIONS = 12
 LOG_TIME = re.compile(
@@ -57,36 +57,8 @@ def bandit(seed: int) -> dict:
     }
 
 
-def produce(bootstrap: str, path: Path, topics: dict) -> None:
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=1 << 19)
-    for line in path.read_text().splitlines():
-        rec = json.loads(line)
-        v = rec["value"]
-        p.send(topics[rec["topic"]], key=v["bandit_id"].encode(), value=json.dumps(v).encode())
-    p.flush()
-    p.close()
-
-
 def group_lag(bootstrap: str, group: str, topics: dict) -> int | None:
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        parts = [
-            TopicPartition(topics[t], p)
-            for t in ("contexts", "feedback")
-            for p in range(PARTITIONS)
-        ]
-        ends = c.end_offsets(parts)
-        lag = 0
-        for tp in parts:
-            off = c.committed(tp)
-            if off is None:
-                if ends[tp]:
-                    return None
-                continue
-            lag += ends[tp] - off
-        return lag
-    finally:
-        c.close()
+    return committed_lag(bootstrap, group, [topics["contexts"], topics["feedback"]])
 
 
 class Replica:
@@ -132,7 +104,7 @@ def setup(bootstrap: str, prefix: str, path: Path) -> dict:
     admin.create_topics([NewTopic(topics[t], PARTITIONS, 1) for t in ("contexts", "feedback")])
     admin.close()
     time.sleep(1.0)
-    produce(bootstrap, path, topics)
+    publish_jsonl(bootstrap, path, topics)
     return topics
 
 

@@ -21,18 +21,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from stream_helpers import D, bandit_config
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import ReleaseRecord, read_ledger
+from streaming_dpbandit.stream.group import committed_lag
 from streaming_dpbandit.stream.partitioning import partition_of
 from streaming_dpbandit.stream.service import Service, learned_state_bytes
 from streaming_dpbandit.stream.sources import FileSource
 from streaming_dpbandit.stream.state_store import KafkaChangelogStore
-from streaming_dpbandit.stream.synthetic import write_multi_bandit_stream
+from streaming_dpbandit.stream.synthetic import publish_jsonl, write_multi_bandit_stream
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 pytestmark = pytest.mark.kafka
@@ -42,20 +43,6 @@ ENV = FliphatPaperEnv(d=D, K=K, s_star=3)
 
 
 # -- the stream ---------------------------------------------------------------------------------
-def produce(bootstrap: str, path: Path, topics: dict) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024
-    )
-    for line in path.read_text().splitlines():
-        rec = json.loads(line)
-        v = rec["value"]
-        producer.send(
-            topics[rec["topic"]], key=v["bandit_id"].encode(), value=json.dumps(v).encode()
-        )
-    producer.flush()
-    producer.close()
-
-
 def bandits_config(names: list[str]) -> dict:
     return {name: bandit_config() | {"seed": 1000 + i} for i, name in enumerate(names)}
 
@@ -130,26 +117,7 @@ def committed_decisions(bootstrap: str, topic: str) -> dict[str, list]:
 
 
 def group_lag(bootstrap: str, group: str, topics: dict) -> int | None:
-    """Input records not yet committed by the group (None while a partition has no commit)."""
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        parts = [
-            TopicPartition(t, p)
-            for t in (topics["contexts"], topics["feedback"])
-            for p in sorted(c.partitions_for_topic(t) or [])
-        ]
-        ends = c.end_offsets(parts)
-        lag = 0
-        for tp in parts:
-            off = c.committed(tp)
-            if off is None:
-                if ends[tp] == 0:  # an empty partition (no bandit hashes there)
-                    continue
-                return None
-            lag += ends[tp] - off
-        return lag
-    finally:
-        c.close()
+    return committed_lag(bootstrap, group, [topics["contexts"], topics["feedback"]])
 
 
 def write_config(tmp: Path, name: str, bootstrap: str, topics: dict, group: str, names, **scaling):
@@ -290,7 +258,7 @@ def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
     topics = topic_names(group)
     for t in (topics["contexts"], topics["feedback"]):
         kafka_broker.create_topic(t, PARTITIONS)
-    produce(kafka_broker.bootstrap, big_stream["path"], topics)
+    publish_jsonl(kafka_broker.bootstrap, big_stream["path"], topics)
     boot = kafka_broker.bootstrap
     total = len(BANDITS) * EVENTS_PER_BANDIT
 
@@ -336,7 +304,7 @@ def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
         tmp_path, "a", write_config(tmp_path, "a", boot, topics, group, names, commit_interval_s=30)
     )
     wait_for(lambda: "assigned tasks [0, 1, 2, 3]" in a.text(), 120, "a owns every task", [a])
-    produce(boot, path, topics)
+    publish_jsonl(boot, path, topics)
     wait_for(lambda: "release" in a.text(), 300, "a's first releases", [a])
     a.signal(signal.SIGSTOP)
     paused_at = time.time()

@@ -31,7 +31,7 @@ from .service import Service, ServiceStartError, _tp_key
 from .state_store import KafkaChangelogStore
 from .transport import TP, Record, Transport
 
-__all__ = ["GroupService", "TaskLost", "TaskService"]
+__all__ = ["GroupService", "TaskLost", "TaskService", "committed_lag"]
 
 log = logging.getLogger("streaming_dpbandit.group")
 
@@ -629,3 +629,28 @@ class GroupService:
 
     def offsets(self) -> dict[str, int]:
         return {_tp_key(tp): off for t in self.tasks.values() for tp, off in t.offsets.items()}
+
+
+def committed_lag(bootstrap: str, group_id: str, topics: list[str]) -> int | None:
+    """Input records a replica group has not committed yet, summed over the partitions of
+    ``topics`` (empty partitions count as done); None while a non-empty partition has no
+    commit. With ``scaling.mode: group`` a commit means processed *and* durable."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
+    try:
+        parts = [
+            TopicPartition(t, p) for t in topics for p in sorted(c.partitions_for_topic(t) or [])
+        ]
+        ends = c.end_offsets(parts)
+        lag = 0
+        for tp in parts:
+            off = c.committed(tp)
+            if off is None:
+                if ends[tp] == 0:
+                    continue
+                return None
+            lag += ends[tp] - off
+        return lag
+    finally:
+        c.close()

@@ -9,7 +9,7 @@ import numpy as np
 
 from .sources import END_OF_STREAM
 
-__all__ = ["write_multi_bandit_stream"]
+__all__ = ["publish_jsonl", "write_multi_bandit_stream"]
 
 
 def write_multi_bandit_stream(
@@ -81,4 +81,30 @@ def write_multi_bandit_stream(
         for _, _, topic, value in items:
             f.write(json.dumps({"topic": topic, "value": value}) + "\n")
             counts[topic] += 1
+    return counts
+
+
+def publish_jsonl(bootstrap: str, path: Path, topics: dict[str, str]) -> dict[str, int]:
+    """Produce a JSONL stream (``{"topic", "value"}`` lines) to Kafka, keyed by ``bandit_id``
+    (so a bandit's records share a partition); ``topics`` maps ``contexts``/``feedback`` to
+    topic names. Returns the number of records per topic."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024
+    )
+    counts = {"contexts": 0, "feedback": 0}
+    try:
+        for line in Path(path).read_text().splitlines():
+            rec = json.loads(line)
+            value = rec["value"]
+            producer.send(
+                topics[rec["topic"]],
+                key=value["bandit_id"].encode(),
+                value=json.dumps(value).encode(),
+            )
+            counts[rec["topic"]] += 1
+        producer.flush()
+    finally:
+        producer.close()
     return counts
