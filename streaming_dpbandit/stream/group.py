@@ -24,6 +24,7 @@ import time
 
 from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
+from ..privacy.ledger import LedgerConflictError
 from .kafka_ledger import KafkaLedger
 from .kafka_transport import _common, wait_for_partitions
 from .partitioning import partition_of
@@ -247,6 +248,8 @@ class TaskService(Service):
                 self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
             self.producer.commit_transaction()
             self.producer.begin_transaction()
+        except LedgerConflictError:  # a re-drawn release: stop loudly, never retry
+            raise
         except Exception as err:
             raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
         self.dirty = False
