@@ -60,3 +60,28 @@ def test_the_multi_bandit_stream_is_reproducible_and_ordered(tmp_path):
     assert 0.9 * 600 < len(fb) < 600  # about 95% rewarded
     ends = [r["value"] for r in recs if r["value"].get("type") == "watermark"][-3:]
     assert {e["bandit_id"] for e in ends} == {"x", "y", "z"}
+
+
+def test_a_ledger_conflict_stops_a_task_instead_of_being_retried(monkeypatch):
+    """A re-drawn release must stop the replica; other producer errors only lose the task."""
+    from streaming_dpbandit.privacy.ledger import LedgerConflictError
+    from streaming_dpbandit.stream.group import TaskService
+    from streaming_dpbandit.stream.service import Service
+
+    task = object.__new__(TaskService)  # only the error handling of snapshot() is exercised
+    task.partition = 3
+
+    def conflict(self, reason):
+        raise LedgerConflictError("release b/fit/1 differs")
+
+    monkeypatch.setattr(Service, "snapshot", conflict)
+    with pytest.raises(LedgerConflictError):
+        task.snapshot("release")
+
+    def broken(self, reason):
+        raise KafkaError("request timed out")
+
+    monkeypatch.setattr(Service, "snapshot", broken)
+    with pytest.raises(TaskLost, match="task-3") as info:
+        task.snapshot("release")
+    assert not info.value.fenced
