@@ -99,8 +99,14 @@ def test_restart_regenerates_identical_noise_and_never_redraws():
     ).load_state_dict(snap)
     restored.insert_many(data[100:])
     np.testing.assert_array_equal(restored.release(), r_full)
-    with pytest.raises(RuntimeError, match="already issued"):
-        restored.noise.generator("b", "tree", 0, 64)  # the node (level 6, s_c = 64): drawn once
+    # the node (level 6, s_c = 64) was drawn once, by the release at s = 100; issue-once is
+    # structural (its persisted identity and the persisted release count), not a growing set
+    again = make_tree(seed=9, n_cap=512).load_state_dict(snap)
+    assert again._node_s[6] == 64 and src_state["issued"] == []
+    again._node_s[6] = -1  # a bug that loses the node's identity ...
+    again.insert_many(data[100:101])
+    with pytest.raises(RuntimeError, match="re-draw"):  # ... cannot make it draw the node again
+        again.release()
 
 
 def test_exact_sums_do_not_depend_on_order_or_batching():
@@ -122,6 +128,21 @@ def test_rows_are_clipped_to_the_bound_and_counted():
     with pytest.raises(ValueError, match="finite"):
         prepare_rows(np.array([[np.nan, 0.0]]), np.array([0.0]), 1.0, 1.0)
 
+
+
+def test_finite_rows_whose_squared_norm_overflows_are_clipped_not_zeroed():
+    """‖x‖² = inf in float64 for x = (1e200, 1e200): the row keeps its direction at norm ≈ L."""
+    X = np.array([[1e200, 1e200], [0.3, 0.4], [-1e300, 0.0]])
+    r, cx, cy = prepare_rows(X, np.array([0.5, 0.5, 0.5]), L=1.0, B_tilde=1.0)
+    assert cx == 2 and cy == 0
+    norms = np.linalg.norm(r[:, :2], axis=1)
+    assert np.all(norms <= 1.0)
+    np.testing.assert_allclose(norms[[0, 2]], 1.0, atol=1e-4)
+    np.testing.assert_allclose(r[0, 0], r[0, 1])  # the direction is kept
+    assert r[2, 0] < 0 and r[2, 1] == 0.0
+    np.testing.assert_allclose(r[1, :2], [0.3, 0.4], atol=2**-16)
+    with pytest.raises(ValueError, match="finite"):
+        prepare_rows(np.array([[1e200, 1e200], [np.inf, 0.0]]), np.zeros(2), 1.0, 1.0)
 
 def test_memory_is_o_m_d2_and_independent_of_rows():
     d = 20

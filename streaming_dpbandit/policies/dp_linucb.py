@@ -467,10 +467,13 @@ class DPLinUCB(Policy):
         sq = np.multiply(flat, flat) @ _ones(d)
         if not math.isfinite(np.add.reduce(sq)):
             raise ValueError("contexts must be finite")
-        over = sq > self.L * self.L
-        if over.any():
-            self._counters["clipped_candidates"] += int(np.count_nonzero(over))
-            scores[over] *= self.L / np.sqrt(sq[over])
+        n_over = int(np.count_nonzero(sq > self.L * self.L))
+        if n_over:
+            self._counters["clipped_candidates"] += n_over
+            f = np.sqrt(sq, out=sq)  # scores ← scores·min(1, L/‖x‖), exactly 1.0 where ‖x‖ ≤ L
+            np.maximum(f, self.L, out=f)
+            np.divide(self.L, f, out=f)
+            scores *= f
         t0 = self._t
         rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores.reshape(B, K), mask, rounds, event_ids)

@@ -161,7 +161,10 @@ class SqrtToeplitzAggregator:
                 grow = np.zeros((min(self.n_steps, 2 * self._Z.shape[0]), self._Z.shape[1]))
                 grow[:i] = self._Z[:i]
                 self._Z = grow
-            self._Z[i] = self.sampler.sample(self.noise.generator(*self.label, i + 1))
+            # issue-once by structure: step i + 1 is drawn exactly when the persisted step
+            # counter passes it (no ever-growing issued-label set)
+            g = self.noise.generator(*self.label, i + 1, track=False)
+            self._Z[i] = self.sampler.sample(g)
             self._draws["node"] += 1
             self._step = i + 1
             self._pending = 0

@@ -35,6 +35,14 @@ def _diag(p: int) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(p), np.arange(p)
 
 
+@functools.lru_cache(maxsize=64)
+def _flat_indices(p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat (row-major) indices of the diagonal, the strict lower triangle and the packing."""
+    r, c = _tril(p)
+    pk = packing(p)
+    return np.arange(p) * (p + 1), r * p + c, pk.rows * p + pk.cols
+
+
 class SymmetricGaussianNoise:
     """Symmetrised Gaussian node noise, packed.
 
@@ -145,13 +153,14 @@ class WishartNoise:
         dof = int(self.dof) * terms
         if dof < p:
             raise ValueError(f"Wishart degrees of freedom {dof} < dimension {p}")
-        pk = packing(p)
+        diag, tril, packed = _flat_indices(p)
         chi = rng.chisquare(dof - np.arange(p))  # same draw order as _bartlett
-        A = np.zeros((p, p))
-        A[_diag(p)] = np.sqrt(chi)
-        A[_tril(p)] = rng.standard_normal(p * (p - 1) // 2)
+        A = np.zeros(p * p)
+        A[diag] = np.sqrt(chi)
+        A[tril] = rng.standard_normal(tril.size)
+        A = A.reshape(p, p)
         W = A @ A.T
-        return W[pk.rows, pk.cols] * (self.scale * self.scale_multiplier)
+        return W.ravel()[packed] * (self.scale * self.scale_multiplier)
 
     def sample_many(self, rng: np.random.Generator, n: int, terms: int = 1) -> np.ndarray:
         return self._bartlett(rng, n, int(self.dof) * terms)

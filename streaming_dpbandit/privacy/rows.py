@@ -61,21 +61,30 @@ def prepare_rows(
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     n, d = X.shape
-    # one reduction each: NaN or ±inf anywhere makes the sum non-finite
-    if not (math.isfinite(np.add.reduce(X, axis=None)) and math.isfinite(np.add.reduce(y))):
-        if not (np.isfinite(X).all() and np.isfinite(y).all()):
-            raise ValueError("contexts and rewards must be finite (NaN/inf rows are rejected)")
     Lq = L - math.sqrt(d) * GRID / 2  # rounding moves x by at most √d·2⁻¹⁷
     if Lq <= 0:
         raise ValueError("L is too small for the 2^-16 grid")
     out = np.empty((n, d + 1))
     xo = out[:, :d]
-    np.copyto(xo, X)
     sq = np.multiply(X, X) @ _ones(d)
+    norms_overflow = None
+    # one reduction each: NaN or ±inf anywhere makes the sum non-finite
+    if not (math.isfinite(np.add.reduce(sq)) and math.isfinite(np.add.reduce(y))):
+        if not (np.isfinite(X).all() and np.isfinite(y).all()):
+            raise ValueError("contexts and rewards must be finite (NaN/inf rows are rejected)")
+        norms_overflow = _overflowing_norms(X, sq)
     big = sq > Lq * Lq
     n_big = int(np.count_nonzero(big))
     if n_big:
-        xo[big] *= (Lq / np.sqrt(sq[big]))[:, None]
+        # x ← x·min(1, Lq/‖x‖) for every row in one pass (factor exactly 1.0 where ‖x‖ ≤ Lq)
+        f = np.sqrt(sq, out=sq)
+        if norms_overflow is not None:
+            f[norms_overflow[0]] = norms_overflow[1]
+        np.maximum(f, Lq, out=f)
+        np.divide(Lq, f, out=f)
+        np.multiply(X, f[:, None], out=xo)
+    else:
+        np.copyto(xo, X)
     Bq = math.floor(B_tilde / GRID) * GRID
     yo = out[:, d]
     np.maximum(y, -Bq, out=yo)  # ufuncs: np.clip's Python wrapper costs more than the work
@@ -83,6 +92,15 @@ def prepare_rows(
     n_y = int(np.count_nonzero(yo != y))
     _round_grid(out)
     return out, n_big, n_y
+
+
+def _overflowing_norms(X: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of finite X whose ‖x‖² overflows float64: their indices and norms, by rescaling."""
+    rows = np.flatnonzero(~np.isfinite(sq))
+    part = X[rows]
+    top = np.abs(part).max(axis=1, keepdims=True)
+    part /= top
+    return rows, top[:, 0] * np.sqrt(np.multiply(part, part).sum(axis=1))
 
 
 def exact_gram_units(rows: np.ndarray, row_norm_sq: float) -> np.ndarray:

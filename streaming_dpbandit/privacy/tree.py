@@ -17,6 +17,11 @@ Implementation choices (equal in law to the spec's pseudo-code, see docs/dp-linu
   batch of b rows costs O(1) draws instead of ≈ 2b. A node's noise is still drawn exactly once,
   from the noise stream named by its identity (label…, s_c) — so after a crash it is *regenerated
   identically*, never re-drawn (spec §5 "Noise identity").
+* **Issue-once by structure.** Node streams are requested with ``track=False``: a live node
+  not yet drawn at a release s always completed after the previous release s′ (it was not live
+  at s′), so every draw has s_c > s′, and s′ (``release_s``) is persisted. The check
+  ``s_c > s′`` replaces the source's issued-label set, which would otherwise grow by one
+  label per release for ever (and be written into every snapshot).
 * **Pads per release.** The pads of one release are one draw of the summed law (m − popcount(s)
   terms) from the stream of (label…, s), after the node completing at s. Pads are independent of
   the data, so drawing them fresh per release costs no privacy; a retired node's noise is never
@@ -168,13 +173,20 @@ class PaddedTree:
         s = self._s
         if self._release_s == s:
             return
+        if s < self._release_s:  # pragma: no cover - s never decreases
+            raise RuntimeError("the tree's row count went backwards")
         g_s = None
         top = s.bit_length()  # stored noise only ever sits on set bits of s, all below this
         for ell in range(top):
             if (s >> ell) & 1:
                 s_c = (s >> ell) << ell  # the live level-ℓ node completed at s_c
                 if self._node_s[ell] != s_c:
-                    g = self.noise.generator(*self.label, s_c)
+                    if s_c <= self._release_s:
+                        raise RuntimeError(
+                            f"tree node completed at {s_c} was not drawn by the release at "
+                            f"{self._release_s}: drawing it now would re-draw noise"
+                        )
+                    g = self.noise.generator(*self.label, s_c, track=False)
                     self._E[ell] = self.sampler.sample(g)
                     self._node_s[ell] = s_c
                     self._draws["node"] += 1
@@ -187,10 +199,11 @@ class PaddedTree:
         if terms > 0:
             if g_s is None:
                 # s = 0 (no node completes at 0), or root_value() already drew the node at s
+                # s > release_s (checked on entry): the pad stream of s is new
                 g_s = (
-                    self.noise.generator(*self.label, s, "pad")
+                    self.noise.generator(*self.label, s, "pad", track=False)
                     if s
-                    else self.noise.generator(*self.label, 0)
+                    else self.noise.generator(*self.label, 0, track=False)
                 )
             self._pad = self.sampler.sample(g_s, terms=terms)
             self._draws["pad"] += 1
@@ -215,7 +228,10 @@ class PaddedTree:
         if s != 1 << top:
             raise RuntimeError("the root node is complete only at s = 2^(m-1)")
         if self._node_s[top] != s:
-            self._E[top] = self.sampler.sample(self.noise.generator(*self.label, s))
+            if s <= self._release_s:
+                raise RuntimeError("the root node was released without its noise")
+            g = self.noise.generator(*self.label, s, track=False)
+            self._E[top] = self.sampler.sample(g)
             self._node_s[top] = s
             self._draws["node"] += 1
         return units_to_float(self._M) + self._E[top]
