@@ -44,7 +44,7 @@ D, K = 100, 3
 TOPICS = ("dpbandit.contexts", "dpbandit.feedback")
 
 
-def settings(state_dir, **over) -> ServiceSettings:
+def settings_data(state_dir, **over) -> dict:
     data = {
         "mode": "service",
         "bandits": {
@@ -68,7 +68,11 @@ def settings(state_dir, **over) -> ServiceSettings:
         "progress": False,
     }
     data.update(over)
-    return ServiceSettings.model_validate(data)
+    return data
+
+
+def settings(state_dir, **over) -> ServiceSettings:
+    return ServiceSettings.model_validate(settings_data(state_dir, **over))
 
 
 def record(path: Path, events: int) -> None:
@@ -214,34 +218,135 @@ def service_throughput(bootstrap, topics: dict, n_contexts: int, n_feedback: int
     return n_contexts / (state["t1"] - state["t0"])
 
 
-def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: float) -> dict:
-    """Produce contexts at ``rate``/s and time each decision. Each decision is answered at
-    once with its reward (a closed loop, like a live application): without rewards, the first
-    private release — which waits until every decision of its episode is resolved — would
-    block the bandit until the idle timeout."""
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def latency_histogram(port: int) -> dict[float, float]:
+    """Cumulative counts of ``dpbandit_decision_latency_seconds`` scraped from /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "dpbandit_decision_latency_seconds":
+            for smp in fam.samples:
+                if smp.name.endswith("_bucket"):
+                    out[float(smp.labels["le"])] = smp.value
+    return out
+
+
+def histogram_summary(before: dict, after: dict) -> dict:
+    """Share of decisions within each bucket bound, and p50/p99 interpolated in the buckets."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1]
+    out = {"decisions": int(total)}
+    for b, c in zip(bounds, counts):
+        if b <= 0.05:
+            out[f"share_within_{b * 1000:g}_ms"] = round(c / total, 5) if total else None
+    for q in (0.5, 0.99):
+        target, lo, prev = q * total, 0.0, 0.0
+        for b, c in zip(bounds, counts):
+            if c >= target:
+                hi = b if np.isfinite(b) else lo
+                frac = (target - prev) / (c - prev) if c > prev else 1.0
+                out[f"p{int(q * 100)}_ms_interpolated"] = round((lo + frac * (hi - lo)) * 1000, 3)
+                break
+            lo, prev = b, c
+    return out
+
+
+def echo_main(bootstrap: str, contexts: str, decisions: str) -> None:
+    """The floor of the latency harness: a bare consume→produce echo of each context's id."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streaming_dpbandit.stream.kafka_transport import KafkaTransport, wait_for_partitions
+    from streaming_dpbandit.stream.kafka_transport import wait_for_partitions
 
-    st = settings(
-        tempfile.mkdtemp(),
-        kafka={
-            "bootstrap_servers": bootstrap,
-            "group_id": f"lat-{time.time()}",
-            "topics": topics,
-            "create_topics": False,
-            "max_poll_records": 500,
-            "poll_timeout_ms": 1,
-            "linger_ms": 0,
-        },
+    # assigned, not subscribed: no group join to wait for (the service pays one at start only)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=1)
+    wait_for_partitions(c, [contexts])
+    c.assign([TopicPartition(contexts, q) for q in c.partitions_for_topic(contexts)])
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    while True:
+        for _, msgs in c.poll(timeout_ms=1, max_records=500).items():
+            for m in msgs:
+                eid = json.loads(m.value)["event_id"]
+                p.send(decisions, key=m.key, value=json.dumps({"event_id": eid}).encode())
+
+
+def latency(
+    bootstrap, topics: dict, lines: list[str], rate: float, seconds: float, bare: bool = False
+) -> dict:
+    """Produce contexts at ``rate``/s and time each decision.
+
+    The service runs as its own process (``dpbandit serve``, as in production), so the load
+    generator and the timer do not share its interpreter. Each decision is answered at once
+    with its reward (a closed loop, like a live application): without rewards, the first
+    private release — which waits until every decision of its episode is resolved — would
+    block the bandit until the idle timeout. Latency is from just before the context is sent
+    to when its decision is read back, so it includes two broker hops and the harness's own
+    Kafka clients; ``service_internal`` is the service's own histogram (context received →
+    decision handed to the producer) over the timed phase. ``bare=True`` runs the same
+    harness against a bare consume→produce echo instead: the floor of the end-to-end figure.
+    """
+    import yaml
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from streaming_dpbandit.stream.kafka_transport import wait_for_partitions
+
+    work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    metrics_port = free_port()
+    echo = (
+        [sys.executable, __file__, "--echo", bootstrap, topics["contexts"], topics["decisions"]]
+        if bare
+        else None
     )
-    svc = Service(st, KafkaTransport(st.kafka))
-    svc.open()
-    th = threading.Thread(target=svc.run, daemon=True)
-    th.start()
+    attempt = [0]
+
+    def start() -> subprocess.Popen:
+        attempt[0] += 1
+        cfg = settings_data(
+            work / f"state-{attempt[0]}",
+            kafka={
+                "bootstrap_servers": bootstrap,
+                "group_id": f"lat-{time.time()}",
+                "topics": topics,
+                "create_topics": False,
+                "max_poll_records": 500,
+                "poll_timeout_ms": 1,
+                "linger_ms": 0,
+            },
+            metrics={"enabled": True, "host": "127.0.0.1", "port": metrics_port},
+        )
+        (work / "serve.yaml").write_text(yaml.safe_dump(cfg))
+        return subprocess.Popen(
+            echo
+            or [
+                sys.executable,
+                "-m",
+                "streaming_dpbandit.cli",
+                "serve",
+                "--config",
+                str(work / "serve.yaml"),
+                "--no-progress",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+        )
+
+    log = open(work / "serve.log", "w")
+    proc = start()
     sent: dict[str, float] = {}
     got: list[float] = []
-    # no consumer group (a group join on a just-created topic can stall in kafka-python 3.0)
+    # no consumer group: the reader assigns the decisions partitions itself
     c = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=1)
     wait_for_partitions(c, [topics["decisions"]])
     parts = [
@@ -274,31 +379,64 @@ def latency(bootstrap, topics: dict, lines: list[str], rate: float, seconds: flo
     rt.start()
     p = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
     ctx = [json.loads(line) for line in lines]
-    n = int(rate * seconds)
-    t_start = time.perf_counter()
-    for i, rec in enumerate(ctx[:n]):
-        target = t_start + i / rate
-        while time.perf_counter() < target:
-            time.sleep(max(0.0, target - time.perf_counter()) / 2)
-        v = json.loads(rec["value"])
+
+    def send(i: int) -> None:
+        v = json.loads(ctx[i % len(ctx)]["value"])
         v["event_id"] = f"lat-{i}"
         event_time[v["event_id"]] = float(v["event_time"])
         sent[v["event_id"]] = time.perf_counter()
         p.send(topics["contexts"], key=b"shop", value=json.dumps(v).encode())
+
+    # warm-up: wait until the service has joined its group and answers (not timed). A start
+    # whose group join stalls (kafka-python 3.0.12, see docs/operations.md) is restarted and
+    # counted in ``join_stalls``.
+    warm, stalls = 0, 0
+    deadline = time.perf_counter() + 30
+    while not got:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dpbandit serve exited with {proc.returncode}; see {log.name}")
+        if time.perf_counter() > deadline:
+            proc.terminate()
+            proc.wait(60)
+            stalls += 1
+            if stalls > 3:
+                raise RuntimeError(f"no decision after {stalls} starts; see {log.name}")
+            proc = start()
+            deadline = time.perf_counter() + 30
+        send(warm)
+        p.flush()
+        warm += 1
+        time.sleep(0.2)
+    time.sleep(1.0)
+    got.clear()
+    hist_before = {} if bare else latency_histogram(metrics_port)
+    n = int(rate * seconds)
+    t_start = time.perf_counter()
+    for i in range(n):
+        target = t_start + i / rate
+        while time.perf_counter() < target:
+            time.sleep(max(0.0, target - time.perf_counter()) / 2)
+        send(warm + i)
     p.flush()
     time.sleep(2.0)
     stop.set()
-    svc.request_stop()
-    th.join(30)
+    internal = None if bare else histogram_summary(hist_before, latency_histogram(metrics_port))
+    proc.terminate()
+    proc.wait(60)
+    log.close()
     fb.close()
     arr = np.array(got) * 1000
     return {
         "rate_events_per_s": rate,
         "decisions_timed": int(arr.size),
         "sent": n,
+        "service": "bare consume-produce echo" if bare else "dpbandit serve subprocess",
         "p50_ms": float(np.percentile(arr, 50)),
+        "p90_ms": float(np.percentile(arr, 90)),
         "p99_ms": float(np.percentile(arr, 99)),
         "max_ms": float(arr.max()),
+        "service_internal": internal,
+        "join_stalls": stalls,
     }
 
 
@@ -319,7 +457,11 @@ def bench_kafka(bootstrap: str, path: Path, n_contexts: int) -> dict:
     create(bootstrap, lat_topics.values())
     lines = [x for x in path.read_text().splitlines() if json.loads(x)["topic"] == "contexts"]
     half = ours / 2
-    lat = latency(bootstrap, lat_topics, lines, half, seconds=min(10.0, len(lines) / half))
+    seconds = min(10.0, len(lines) / half)
+    lat = latency(bootstrap, lat_topics, lines, half, seconds)
+    echo_topics = {k: v.replace(f"b{stamp}", f"e{stamp}") for k, v in topics.items()}
+    create(bootstrap, echo_topics.values())
+    floor = latency(bootstrap, echo_topics, lines, half, seconds, bare=True)
     return {
         "contexts": counts["contexts"],
         "feedback": counts["feedback"],
@@ -328,6 +470,7 @@ def bench_kafka(bootstrap: str, path: Path, n_contexts: int) -> dict:
         "service_events_per_s": ours,
         "ratio_to_ceiling": ours / ceiling,
         "latency_at_half_max": lat,
+        "latency_floor_bare_echo_same_rate": floor,
     }
 
 
@@ -405,6 +548,9 @@ def bench_memory(events: int) -> dict:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--echo"]:
+        echo_main(*sys.argv[2:5])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--kafka", help="bootstrap of an existing broker")

@@ -137,6 +137,9 @@ class KafkaTransport(Transport):
                     "partitions assigned: %s", sorted((p.topic, p.partition) for p in assigned)
                 )
 
+        # join only once the input topics' partitions are known: a just-created topic (by
+        # ensure_topics above, or by an operator moments ago) would give an empty assignment
+        wait_for_partitions(self.consumer, [s.topics.contexts, s.topics.feedback])
         self.consumer.subscribe([s.topics.contexts, s.topics.feedback], listener=Listener())
         self._tps = {}
 

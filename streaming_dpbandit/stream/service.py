@@ -52,6 +52,9 @@ log = logging.getLogger("streaming_dpbandit.service")
 
 DLQ_PAYLOAD_BYTES = 2048
 QUEUE_PAUSE = 50_000
+#: Gauges (spend, pending joins, lag, ...) are refreshed at most this often from the loop, and
+#: at the end; Prometheus scrapes every few seconds, and the lag costs a broker round trip.
+METRICS_EXPORT_INTERVAL_S = 0.5
 #: Failed model updates per bandit, kept across restarts for ``dpbandit_refit_failures_total``.
 REFIT_FAILURES_FILE = "refit-failures.json"
 
@@ -157,6 +160,7 @@ class Service:
         # computed at scrape time: the age keeps growing even if the loop hangs
         self.metrics.checkpoint_age.set_function(lambda: time.monotonic() - self.last_snapshot)
         self.started = time.monotonic()
+        self._last_export = 0.0
         self._stop = False
 
     def _restore(self, snap: dict | None) -> dict[TP, int]:
@@ -223,7 +227,8 @@ class Service:
                 progress(self)
             if time.monotonic() - self.last_snapshot >= self.settings.snapshots.interval_s:
                 self.snapshot("interval")
-            self._export_metrics()
+            if time.monotonic() - self._last_export >= METRICS_EXPORT_INTERVAL_S:
+                self._export_metrics()
             if self.transport.exhausted and not any(self.queues.values()):
                 break
             if not records and self.blocked:
@@ -602,6 +607,8 @@ class Service:
                 self.metrics.rho_spent.labels(name).set(sp.rho)
 
     def _export_metrics(self) -> None:
+        """Refresh the gauges (and the consumer lag: one broker request, hence not per poll)."""
+        self._last_export = time.monotonic()
         blocked = set(self.blocked.values())
         for name, rt in self.bandits.items():
             rt.export_metrics()
