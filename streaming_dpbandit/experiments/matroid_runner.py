@@ -50,9 +50,16 @@ class MatroidRunSpec:
 
 
 def log_grid(horizon: int, per_decade: int = 40, extra=(100, 1000, 5000, 10_000)) -> np.ndarray:
-    """Rounds at which curves are recorded: log-spaced, plus the spec's reporting rounds."""
+    """Rounds at which curves are recorded: log-spaced, plus the spec's reporting rounds and
+    every power of ten (S3 reads R_n / ln n at each decade up to 10⁶).
+
+    >>> g = log_grid(10**6)
+    >>> all(10**k in g for k in range(7)), int(g[-1])
+    (True, 1000000)
+    """
     pts = np.unique(np.round(np.logspace(0, np.log10(horizon), per_decade * 7)).astype(np.int64))
-    extra = [x for x in extra if x <= horizon]
+    decades = [10**k for k in range(len(str(int(horizon))))]
+    extra = [x for x in (*extra, *decades) if x <= horizon]
     return np.unique(np.r_[pts, extra, horizon]).astype(np.int64)
 
 
