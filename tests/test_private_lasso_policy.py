@@ -381,3 +381,14 @@ def test_paper_variant_is_gated_labelled_and_restorable():
         dec = again.decide(X[t : t + 1], event_ids=[t + 1])
         again.learn(X[t, dec.arms], X[t, dec.arms, 0], dec.rounds)
     assert np.array_equal(again.coefficients[1], pol.coefficients[1])
+
+
+def test_snapshot_does_not_grow_with_tree_leaves():
+    """Tree node streams are issued once by structure (the persisted leaf count), so the noise
+    source's issued-label list holds only the per-episode labels, not one label per leaf."""
+    X, noise = stream(2**10, seed=3)
+    pol = make(mode="episodic", refresh_every=8)
+    drive(pol, X, noise, 2**10, [])
+    assert pol._tree is not None and pol._tree.count > 8  # the tree is in use
+    issued = [tuple(x) for x in pol.state_dict()["noise"]["issued"]]
+    assert not [x for x in issued if "tree" in x]

@@ -760,8 +760,12 @@ class PrivateLASSO(Policy):
         sigma = k["node_sigma"]
         noise, bid = self._noise, self.bandit_id
 
+        # issue-once by structure: the tree calls this exactly once per leaf index j, and its
+        # leaf count is persisted (an issued-label set would grow by one label per leaf)
         def node_noise(j: int, ell=ell, p1=p1, sigma=sigma):
-            return sym_gauss(p1, sigma, noise.generator(bid, "private-lasso", "tree", ell, j))
+            return sym_gauss(
+                p1, sigma, noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
+            )
 
         self._tree = TreeAggregator((p1, p1), node_noise, unit=2.0**-32)
         m = k["tree_depth"]
@@ -975,7 +979,9 @@ class PrivateLASSO(Policy):
             noise, bid, ell, sigma = self._noise, self.bandit_id, self._tree_l, self._node_sigma
 
             def node_noise(j: int):
-                return sym_gauss(p1, sigma, noise.generator(bid, "private-lasso", "tree", ell, j))
+                return sym_gauss(
+                    p1, sigma, noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
+                )
 
             self._tree = TreeAggregator((p1, p1), node_noise, unit=2.0**-32)
             self._tree.load_state_dict(state["tree"])

@@ -288,9 +288,13 @@ class PrivateLASSOPaper(PrivateLASSO):
         p = self.d + 1
         noise, bid = self._noise, self.bandit_id
 
+        # issue-once by structure: called once per leaf index j; the leaf count is persisted
         def node_noise(j: int):
             return wishart(
-                p, k.s_tilde, k.k_w, noise.generator(bid, "private-lasso-paper", "tree", j)
+                p,
+                k.s_tilde,
+                k.k_w,
+                noise.generator(bid, "private-lasso-paper", "tree", j, track=False),
             )
 
         return TreeAggregator((p, p), node_noise)
