@@ -110,6 +110,11 @@ class JoinStore:
         self._by_time: list[tuple[float, int, str]] = []  # heap of (event time, seq, id), lazy
         self._seq = 0
         self.early: dict[str, list[EarlyFeedback]] = {}
+        # heap of (feedback event time, insertion seq of its id, id), one item per held
+        # feedback; lazy (items of ids taken meanwhile are skipped when popped)
+        self._early_heap: list[tuple[float, int, str]] = []
+        self._early_seq: dict[str, int] = {}
+        self._early_n = 0
         self.resolved: dict[str, tuple[str, float]] = {}
         self._resolved_heap: list[tuple[float, str]] = []  # (decision time, id), lazy
         self.feedback_watermark = float("-inf")
@@ -200,9 +205,16 @@ class JoinStore:
         return "ok"
 
     def hold_early(self, fb: EarlyFeedback) -> None:
-        self.early.setdefault(fb.event_id, []).append(fb)
+        held = self.early.get(fb.event_id)
+        if held is None:
+            held = self.early[fb.event_id] = []
+            self._early_n += 1  # not state: only the relative order of held ids matters
+            self._early_seq[fb.event_id] = self._early_n
+        held.append(fb)
+        heapq.heappush(self._early_heap, (fb.event_time, self._early_seq[fb.event_id], fb.event_id))
 
     def take_early(self, event_id: str) -> list[EarlyFeedback]:
+        self._early_seq.pop(event_id, None)
         return self.early.pop(event_id, [])
 
     @property
@@ -215,9 +227,18 @@ class JoinStore:
             return []
         self.context_watermark = t
         self._prune()
+        # ids whose every held feedback is at or before t, in the order they were first held
+        # (the heap visits each held feedback once, when t passes its event time)
+        due: dict[str, int] = {}
+        heap = self._early_heap
+        while heap and heap[0][0] <= t:
+            _, seq, eid = heapq.heappop(heap)
+            if self._early_seq.get(eid) == seq and eid not in due:
+                if all(f.event_time <= t for f in self.early[eid]):
+                    due[eid] = seq
         orphans = []
-        for eid in [e for e, fbs in self.early.items() if all(f.event_time <= t for f in fbs)]:
-            orphans.extend(self.early.pop(eid))
+        for eid in sorted(due, key=due.__getitem__):
+            orphans.extend(self.take_early(eid))
         return orphans
 
     def advance_feedback_watermark(self, t: float) -> list[Resolution]:

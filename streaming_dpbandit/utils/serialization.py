@@ -28,11 +28,10 @@ _FLOAT = "__float__"
 def _encode(obj):
     if isinstance(obj, np.ndarray):
         if obj.dtype == object:
-            return {
-                _TAG: "object",
-                "shape": list(obj.shape),
-                "data": [_encode(x) for x in obj.ravel().tolist()],
-            }
+            data = obj.ravel().tolist()
+            if not all(type(x) is int for x in data):  # exact integer sums: already JSON
+                data = [_encode(x) for x in data]
+            return {_TAG: "object", "shape": list(obj.shape), "data": data}
         arr = np.ascontiguousarray(obj)
         dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
         return {

@@ -1,0 +1,37 @@
+"""The join store's early-feedback bookkeeping against a direct reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streaming_dpbandit.stream.join import EarlyFeedback, JoinStore
+
+
+def reference_orphans(early: dict, t: float) -> list:
+    """The definition: ids all of whose held feedback is at or before t, in first-held order."""
+    out = []
+    for eid in [e for e, fbs in early.items() if all(f.event_time <= t for f in fbs)]:
+        out.extend(early.pop(eid))
+    return out
+
+
+def test_orphaned_early_feedback_matches_the_definition_in_order():
+    rng = np.random.default_rng(11)
+    store = JoinStore(d=2, window=5.0, capacity=64, retention=10.0)
+    ref: dict = {}
+    t = 0.0
+    for step in range(4000):
+        op = rng.random()
+        if op < 0.55:  # feedback arrives before its decision, event times jitter around t
+            eid = f"e{rng.integers(0, 300)}"
+            fb = EarlyFeedback(eid, float(step), t + float(rng.normal(0, 3)), ("fb", 0, step), t)
+            store.hold_early(fb)
+            ref.setdefault(eid, []).append(fb)
+        elif op < 0.7:  # its decision arrives: the held feedback is taken
+            eid = f"e{rng.integers(0, 300)}"
+            assert store.take_early(eid) == ref.pop(eid, [])
+        else:  # contexts advance the watermark
+            t += float(rng.exponential(0.5))
+            assert store.advance_context_watermark(t) == reference_orphans(ref, t)
+        assert store.early == ref
+    assert store.early_count == sum(len(v) for v in ref.values())
