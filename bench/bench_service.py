@@ -8,7 +8,8 @@
 * ``memory``: resident memory (RSS) over 10⁶ events at d = 100 with delayed and missing rewards
   and 1% malformed messages (the dead-letter path).
 
-Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka]
+Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka] [--skip-memory]
+       [--latency-max-poll-records N]
 (without --kafka a broker is started with scripts/kafka.sh).
 """
 
@@ -282,7 +283,13 @@ def echo_main(bootstrap: str, contexts: str, decisions: str) -> None:
 
 
 def latency(
-    bootstrap, topics: dict, lines: list[str], rate: float, seconds: float, bare: bool = False
+    bootstrap,
+    topics: dict,
+    lines: list[str],
+    rate: float,
+    seconds: float,
+    bare: bool = False,
+    max_poll_records: int = 20,
 ) -> dict:
     """Produce contexts at ``rate``/s and time each decision.
 
@@ -319,7 +326,7 @@ def latency(
                 "group_id": f"lat-{time.time()}",
                 "topics": topics,
                 "create_topics": False,
-                "max_poll_records": 500,
+                "max_poll_records": max_poll_records,
                 "poll_timeout_ms": 1,
                 "linger_ms": 0,
             },
@@ -436,11 +443,12 @@ def latency(
         "p99_ms": float(np.percentile(arr, 99)),
         "max_ms": float(arr.max()),
         "service_internal": internal,
+        "max_poll_records": max_poll_records,
         "join_stalls": stalls,
     }
 
 
-def bench_kafka(bootstrap: str, path: Path, n_contexts: int) -> dict:
+def bench_kafka(bootstrap: str, path: Path, n_contexts: int, lat_poll: int = 20) -> dict:
     stamp = int(time.time())
     topics = {
         "contexts": f"b{stamp}.contexts",
@@ -458,7 +466,7 @@ def bench_kafka(bootstrap: str, path: Path, n_contexts: int) -> dict:
     lines = [x for x in path.read_text().splitlines() if json.loads(x)["topic"] == "contexts"]
     half = ours / 2
     seconds = min(10.0, len(lines) / half)
-    lat = latency(bootstrap, lat_topics, lines, half, seconds)
+    lat = latency(bootstrap, lat_topics, lines, half, seconds, max_poll_records=lat_poll)
     echo_topics = {k: v.replace(f"b{stamp}", f"e{stamp}") for k, v in topics.items()}
     create(bootstrap, echo_topics.values())
     floor = latency(bootstrap, echo_topics, lines, half, seconds, bare=True)
@@ -556,6 +564,13 @@ def main() -> None:
     ap.add_argument("--kafka", help="bootstrap of an existing broker")
     ap.add_argument("--skip-kafka", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument(
+        "--latency-max-poll-records",
+        type=int,
+        default=20,
+        help="kafka.max_poll_records of the service in the latency phase (small polls keep the "
+        "tail short; the throughput phase uses 2000)",
+    )
     args = ap.parse_args()
     events = 5_000 if args.quick else 50_000
     tmp = Path(tempfile.mkdtemp())
@@ -568,7 +583,7 @@ def main() -> None:
         if bootstrap is None:
             bootstrap, env = start_broker()
         try:
-            out["kafka"] = bench_kafka(bootstrap, path, events)
+            out["kafka"] = bench_kafka(bootstrap, path, events, args.latency_max_poll_records)
         finally:
             if env is not None:
                 stop_broker(env)
