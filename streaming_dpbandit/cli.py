@@ -948,6 +948,19 @@ def _reproduce_dp_linucb(args) -> int:
     return EXIT_TARGET_FAILED if failed else 0
 
 
+def _report_outcome(report, args) -> int:
+    """Print a reproduction report, write its --json and --plot; exit code from its checks."""
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(args.plot)
+        print(f"wrote {args.plot}")
+    failed = [c for c in report.checks if c.passed is False]
+    return EXIT_TARGET_FAILED if failed else 0
+
+
 def _cmd_reproduce_private_lasso(args) -> int:
     from .experiments.private_lasso import run_reproduction
 
@@ -964,15 +977,7 @@ def _cmd_reproduce_private_lasso(args) -> int:
         base_seed=args.seed,
         progress=not args.no_progress,
     )
-    print(report.text())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
-        print(f"wrote {args.json}")
-    if args.plot:
-        report.plot(args.plot)
-        print(f"wrote {args.plot}")
-    failed = [c for c in report.checks if c.passed is False]
-    return EXIT_TARGET_FAILED if failed else 0
+    return _report_outcome(report, args)
 
 
 def _cmd_reproduce_dp_matroid(args) -> int:
@@ -995,15 +1000,7 @@ def _cmd_reproduce_dp_matroid(args) -> int:
         movielens_dir=ml,
         progress=not args.no_progress,
     )
-    print(report.text())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
-        print(f"wrote {args.json}")
-    if args.plot:
-        report.plot(args.plot)
-        print(f"wrote {args.plot}")
-    failed = [c for c in report.checks if c.passed is False]
-    return EXIT_TARGET_FAILED if failed else 0
+    return _report_outcome(report, args)
 
 
 def _cmd_reproduce_ldp_glb(args) -> int:
@@ -1032,15 +1029,7 @@ def _cmd_reproduce_ldp_glb(args) -> int:
         experiments=exps,
         progress=not args.no_progress,
     )
-    print(report.text())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=1, default=_json_default))
-        print(f"wrote {args.json}")
-    if args.plot:
-        report.plot(args.plot)
-        print(f"wrote {args.plot}")
-    failed = [c for c in report.checks if c.passed is False]
-    return EXIT_TARGET_FAILED if failed else 0
+    return _report_outcome(report, args)
 
 
 # -- budget ------------------------------------------------------------------------------------
