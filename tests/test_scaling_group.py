@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -258,7 +259,14 @@ def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
     topics = topic_names(group)
     for t in (topics["contexts"], topics["feedback"]):
         kafka_broker.create_topic(t, PARTITIONS)
-    publish_jsonl(kafka_broker.bootstrap, big_stream["path"], topics)
+    # 60% of the stream now, the rest once the late joiner owns tasks: however fast the
+    # replicas are, work remains for it (the same ordered stream, published in two parts)
+    lines = Path(big_stream["path"]).read_text().splitlines(keepends=True)
+    cut = len(lines) * 3 // 5
+    first, rest = tmp_path / "first.jsonl", tmp_path / "rest.jsonl"
+    first.write_text("".join(lines[:cut]))
+    rest.write_text("".join(lines[cut:]))
+    publish_jsonl(kafka_broker.bootstrap, first, topics)
     boot = kafka_broker.bootstrap
     total = len(BANDITS) * EVENTS_PER_BANDIT
 
@@ -277,6 +285,9 @@ def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
     wait_for(lambda: decided() >= total // 2, 600, "half of the decisions", alive)
     late = Replica(tmp_path, "r3", cfg("r3"))
     alive.append(late)
+    owns = re.compile(r"assigned tasks \[\d")
+    wait_for(lambda: owns.search(late.text()), 300, "tasks for the late joiner", alive)
+    publish_jsonl(boot, rest, topics)
     wait_for(lambda: group_lag(boot, group, topics) == 0, 900, "the end of the stream", alive)
     for r in alive:
         assert r.stop() == 0, r.text()[-3000:]
