@@ -169,6 +169,33 @@ def test_inputs_are_clipped_before_the_tree_and_counted():
         pol.learn(np.full((1, 4), np.nan), np.zeros(1), dec.rounds[:1])
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_candidates_an_ulp_over_l_are_not_clipped_and_huge_ones_are_scored_clipped(monkeypatch):
+    import streaming_dpbandit.policies.dp_linucb as mod
+
+    seen = []
+    real = mod.decide_arms
+
+    def spy(pol, scores, *rest):
+        seen.append(scores.copy())
+        return real(pol, scores, *rest)
+
+    monkeypatch.setattr(mod, "decide_arms", spy)
+    pol = make(batch_size=8)
+    pol.refit()
+    X = np.zeros((2, 3, 4))
+    X[:, 0, 0] = np.nextafter(1.0, 2.0)  # one ulp over L = 1: rounding, not an excess
+    X[:, 1, :2] = [3.0, 4.0]  # norm 5: clipped to (0.6, 0.8)
+    X[:, 2, :] = -1e200  # finite, but ‖x‖² overflows float64: clipped to (−0.5, …)
+    pol.decide(X)
+    assert pol.counters["clipped_candidates"] == 4  # not the ulp-over ones
+    Y = X.copy()
+    Y[:, 1, :2] = [0.6, 0.8]
+    Y[:, 2, :] = -0.5
+    want = pol._model.scores(Y.reshape(-1, 4), pol.width).reshape(2, 3)
+    np.testing.assert_allclose(seen[0], want, rtol=1e-12)
+
+
 def test_capacity_and_doubling_epochs_in_the_ledger():
     fixed, recs = make(n_cap=100, batch_size=50), []
     run(fixed, fixed_stream(300), 300, recs)

@@ -129,7 +129,6 @@ def test_rows_are_clipped_to_the_bound_and_counted():
         prepare_rows(np.array([[np.nan, 0.0]]), np.array([0.0]), 1.0, 1.0)
 
 
-
 def test_finite_rows_whose_squared_norm_overflows_are_clipped_not_zeroed():
     """‖x‖² = inf in float64 for x = (1e200, 1e200): the row keeps its direction at norm ≈ L."""
     X = np.array([[1e200, 1e200], [0.3, 0.4], [-1e300, 0.0]])
@@ -143,6 +142,7 @@ def test_finite_rows_whose_squared_norm_overflows_are_clipped_not_zeroed():
     np.testing.assert_allclose(r[1, :2], [0.3, 0.4], atol=2**-16)
     with pytest.raises(ValueError, match="finite"):
         prepare_rows(np.array([[1e200, 1e200], [np.inf, 0.0]]), np.zeros(2), 1.0, 1.0)
+
 
 def test_memory_is_o_m_d2_and_independent_of_rows():
     d = 20
@@ -220,3 +220,31 @@ def test_fixed_horizon_freezes_at_capacity():
     assert agg.insert_many(rows(25)) == 10 and agg.rows_dropped == 15
     r = agg.release()
     assert agg.insert_many(rows(3)) == 0 and np.array_equal(agg.release(), r)
+
+
+def test_sample_pair_draws_a_node_and_an_independent_sum_of_terms():
+    """sample_pair(rng, j) = (one node noise, the sum of j more), independent, right laws."""
+    rng = np.random.default_rng(3)
+    g = SymmetricGaussianNoise(3, sigma=2.0)
+    pairs = [g.sample_pair(rng, 4) for _ in range(20_000)]
+    node = np.array([a for a, _ in pairs])
+    pad = np.array([b for _, b in pairs])
+    n = node.shape[0]
+    # off-diagonal std σ and 2σ (= σ√4); diagonal √2 times that; tolerance 5 s.e. of a std
+    want_node = np.array([np.sqrt(2), 1, 1, np.sqrt(2), 1, np.sqrt(2)]) * 2.0
+    np.testing.assert_allclose(node.std(axis=0), want_node, rtol=5 / np.sqrt(2 * n))
+    np.testing.assert_allclose(pad.std(axis=0), 2 * want_node, rtol=5 / np.sqrt(2 * n))
+    assert abs(np.corrcoef(node[:, 1], pad[:, 1])[0, 1]) < 5 / np.sqrt(n)
+
+    w = WishartNoise(3, scale=2.0, dof=10)
+    pairs = [w.sample_pair(rng, 3) for _ in range(20_000)]
+    node = np.array([a for a, _ in pairs])
+    pad = np.array([b for _, b in pairs])
+    # E[W_p(s·I, k)] = k·s·I; Var of a diagonal entry = 2k·s²; of an off-diagonal one k·s²
+    for v, k in ((node, 10), (pad, 30)):
+        mean = v.mean(axis=0)
+        sd = np.sqrt(np.array([2, 1, 1, 2, 1, 2]) * k * 4.0 / n)
+        assert np.all(np.abs(mean - k * 2.0 * np.array([1, 0, 0, 1, 0, 1])) < 5 * sd)
+    assert abs(np.corrcoef(node[:, 0], pad[:, 0])[0, 1]) < 5 / np.sqrt(n)
+    # the same as two separate draws in law: the minimum eigenvalue is positive (k ≥ p)
+    assert all(np.linalg.eigvalsh(packing(3).unpack(a))[0] > 0 for a in node[:100])

@@ -560,7 +560,8 @@ def doubling_shapes(prof: Profile, jobs: int, base_seed: int, progress: bool):
                 js = list(range(top - 4, top + 1))
                 note = "last 5 doublings"
             b, lo, hi, inc = increment_slope(res, s.key, js)
-            slopes[(tag, s.policy)] = (b, lo, hi, len(js))
+            recovered = s.policy != "private-lasso" or ell is not None
+            slopes[(tag, s.policy)] = (b, lo, hi, len(js), recovered)
             rows.append(
                 [
                     tag,
@@ -589,6 +590,10 @@ def doubling_shapes(prof: Profile, jobs: int, base_seed: int, progress: bool):
             )
         )
     bm, bn = slopes[("Env-M", "private-lasso")], slopes[("Env-NM", "private-lasso")]
+    # The targets are about the *post-recovery* window. When the support is not recovered
+    # within T (the quick profile's horizons), there is no such window: the slope of the last
+    # two doublings is then reported but not assessed (its bootstrap CI spans several units).
+    unassessed = "support not recovered within T: no post-recovery window to assess"
     checks.append(
         TargetCheck(
             "T1",
@@ -596,7 +601,8 @@ def doubling_shapes(prof: Profile, jobs: int, base_seed: int, progress: bool):
             "b̂ ≤ 0.2 post-recovery",
             f"{bm[0]:+.2f} over {bm[3]} doublings",
             "-",
-            bm[0] <= 0.2,
+            bm[0] <= 0.2 if bm[4] else None,
+            "" if bm[4] else unassessed,
         )
     )
     checks.append(
@@ -606,7 +612,8 @@ def doubling_shapes(prof: Profile, jobs: int, base_seed: int, progress: bool):
             "b̂_NM − b̂_M ≥ 0.3 post-recovery",
             f"{bn[0] - bm[0]:+.2f} ({bn[0]:+.2f} − {bm[0]:+.2f})",
             "-",
-            bn[0] - bm[0] >= 0.3,
+            bn[0] - bm[0] >= 0.3 if bm[4] and bn[4] else None,
+            "" if bm[4] and bn[4] else unassessed,
         )
     )
     section = {

@@ -41,7 +41,7 @@ from ..privacy.gram_calibration import CALIBRATIONS, GramCalibration
 from ..privacy.gram_release import ContinualGramRelease
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
-from ..privacy.rows import prepare_rows
+from ..privacy.rows import overflowing_norms, prepare_rows
 from ..privacy.statement import PrivacyStatement
 from ..privacy.symmetric import packing
 from ..utils.hashing import MultisetDigest
@@ -49,6 +49,10 @@ from .base import DecisionBatch, Policy
 from .linucb import decide_arms
 
 __all__ = ["DPLinUCB"]
+
+# relative slack on ‖x‖² before a candidate counts as over L: the float64 rounding error of a
+# computed squared norm is at most (d + 1)·2⁻⁵³ relative, below 2⁻⁴⁰ for every d ≤ 8,000
+_CANDIDATE_SLACK = 1.0 + 2.0**-40
 
 
 @functools.lru_cache(maxsize=32)
@@ -426,35 +430,51 @@ class DPLinUCB(Policy):
 
     def _release_record(self, cal, R, before, after) -> ReleaseRecord:
         e, s = self._released_at
-        digest = hashlib.sha256(np.ascontiguousarray(R).tobytes()).hexdigest()[:32]
+        const = self._release_record_constants(cal, e)
         first, last = self._first_round.get(e), self._last_round.get(e)
+        params = const["params"].copy()
+        params["rows_in_tree"] = s
+        params["node_noise_draws"] = after["node"] - before["node"]
+        params["pad_draws"] = after["pad"] - before["pad"]
+        params["release_digest"] = hashlib.sha256(np.ascontiguousarray(R)).hexdigest()[:32]
+        params["beta"] = self._beta
+        params["consumed_ids_digest"] = self._ids.hexdigest()
         return ReleaseRecord(
-            release_id=f"{self.bandit_id}/dp-linucb/release/epoch={e}/s={s}",
-            mechanism="gram-release (post-processing of the epoch's node releases)",
-            calibration=cal.calibration,
-            formula=cal.formula,
-            dp_valid=cal.dp_valid,
-            epsilon=0.0,
-            delta=0.0,
-            accounting=[{"type": "zero"}],
-            data_slice=f"tree-epoch:{e}",
-            composition="parallel",
+            release_id=f"{const['release_prefix']}{s}",
             event_range=None if first is None else (first, last),
             rows_used=s,
             model_version=self._version,
-            params={
-                "epoch": e,
-                "rows_in_tree": s,
-                "node_noise_draws": after["node"] - before["node"],
-                "pad_draws": after["pad"] - before["pad"],
-                "noise_stream_prefix": self._noise_src.stream_id(self.bandit_id, "dp-linucb", e),
-                "release_digest": digest,
-                "beta": self._beta,
-                "consumed_ids_digest": self._ids.hexdigest(),
-            },
-            note=cal.label,
-            **self._record_common(),
+            params=params,
+            accounting=[{"type": "zero"}],
+            **const["fields"],
         )
+
+    def _release_record_constants(self, cal, e: int) -> dict:
+        """The fields every release record of epoch e shares (built once per epoch)."""
+        cached = getattr(self, "_record_consts", None)
+        if cached is not None and cached[0] == (e, id(cal)):
+            return cached[1]
+        const = {
+            "release_prefix": f"{self.bandit_id}/dp-linucb/release/epoch={e}/s=",
+            "params": {
+                "epoch": e,
+                "noise_stream_prefix": self._noise_src.stream_id(self.bandit_id, "dp-linucb", e),
+            },
+            "fields": dict(
+                mechanism="gram-release (post-processing of the epoch's node releases)",
+                calibration=cal.calibration,
+                formula=cal.formula,
+                dp_valid=cal.dp_valid,
+                epsilon=0.0,
+                delta=0.0,
+                data_slice=f"tree-epoch:{e}",
+                composition="parallel",
+                note=cal.label,
+                **self._record_common(),
+            ),
+        }
+        self._record_consts = ((e, id(cal)), const)
+        return const
 
     # -- deciding ----------------------------------------------------------------------------------
     def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
@@ -466,14 +486,21 @@ class DPLinUCB(Policy):
         # spec §6: candidates are clipped to ‖x‖ ≤ L; UCB is positively homogeneous in x
         sq = np.multiply(flat, flat) @ _ones(d)
         if not math.isfinite(np.add.reduce(sq)):
-            raise ValueError("contexts must be finite")
-        n_over = int(np.count_nonzero(sq > self.L * self.L))
+            if not np.isfinite(flat).all():
+                raise ValueError("contexts must be finite")
+            # finite x whose ‖x‖² overflows: score the clipped x itself (its raw score is inf)
+            rows, norms = overflowing_norms(flat, sq)
+            scores[rows] = self._model.scores(flat[rows] * (self.L / norms)[:, None], self._beta)
+            self._counters["clipped_candidates"] += rows.size
+            sq[rows] = 0.0
+        # A norm above L by less than the rounding error of computing it is not clipped:
+        # unit-normalised features land an ulp over L half the time, and scaling them would be
+        # a no-op costing a pass over the batch (and would inflate the clip count).
+        over = sq > self.L * self.L * _CANDIDATE_SLACK
+        n_over = int(np.count_nonzero(over))
         if n_over:
             self._counters["clipped_candidates"] += n_over
-            f = np.sqrt(sq, out=sq)  # scores ← scores·min(1, L/‖x‖), exactly 1.0 where ‖x‖ ≤ L
-            np.maximum(f, self.L, out=f)
-            np.divide(self.L, f, out=f)
-            scores *= f
+            scores[over] *= self.L / np.sqrt(sq[over])  # UCB is positively homogeneous in x
         t0 = self._t
         rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores.reshape(B, K), mask, rounds, event_ids)

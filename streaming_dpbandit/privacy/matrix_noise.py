@@ -43,6 +43,20 @@ def _flat_indices(p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.arange(p) * (p + 1), r * p + c, pk.rows * p + pk.cols
 
 
+@functools.lru_cache(maxsize=256)
+def _pair_plan(p: int, k: int, terms: int):
+    """χ² degrees of freedom and flat indices of two stacked Bartlett factors (k, terms·k)."""
+    diag, tril, packed = _flat_indices(p)
+    ar = np.arange(p)
+    dfs = np.concatenate([k - ar, terms * k - ar]).astype(np.float64)
+    # the same draw order as two _bartlett calls' pieces: all χ² first, then all normals
+    diag2 = np.concatenate([diag, diag + p * p])
+    tril2 = np.concatenate([tril, tril + p * p])
+    for v in (dfs, diag2, tril2):
+        v.flags.writeable = False
+    return dfs, diag2, tril2, packed
+
+
 class SymmetricGaussianNoise:
     """Symmetrised Gaussian node noise, packed.
 
@@ -91,6 +105,17 @@ class SymmetricGaussianNoise:
     def sample_many(self, rng: np.random.Generator, n: int, terms: int = 1) -> np.ndarray:
         z = rng.standard_normal((n, packing(self.p).size))
         return z * (self._scales() * np.sqrt(terms))
+
+    def sample_pair(self, rng: np.random.Generator, terms: int) -> tuple[np.ndarray, np.ndarray]:
+        """One node noise and, independently, the sum of ``terms`` more, from one stream."""
+        P = packing(self.p).size
+        z = rng.standard_normal(2 * P)
+        node, pad = z[:P], z[P:]
+        node *= self._scales()
+        pad *= self._scales()
+        if terms != 1:
+            pad *= np.sqrt(terms)
+        return node, pad
 
     def law(self) -> dict:
         return {"law": "symmetrised gaussian", "sigma": float(self.sigma)}
@@ -164,6 +189,24 @@ class WishartNoise:
 
     def sample_many(self, rng: np.random.Generator, n: int, terms: int = 1) -> np.ndarray:
         return self._bartlett(rng, n, int(self.dof) * terms)
+
+    def sample_pair(self, rng: np.random.Generator, terms: int) -> tuple[np.ndarray, np.ndarray]:
+        """W_p(s·I, k) and, independently, W_p(s·I, terms·k), from one stream (one χ² call)."""
+        p, k = self.p, int(self.dof)
+        if k < p:
+            raise ValueError(f"Wishart degrees of freedom {k} < dimension {p}")
+        dfs, diag2, tril2, packed = _pair_plan(p, k, terms)
+        A = np.zeros(2 * p * p)
+        A[diag2] = np.sqrt(rng.chisquare(dfs))
+        A[tril2] = rng.standard_normal(tril2.size)
+        A = A.reshape(2, p, p)
+        scale = self.scale * self.scale_multiplier
+        a, b = A[0], A[1]
+        node = (a @ a.T).ravel()[packed]
+        pad = (b @ b.T).ravel()[packed]
+        node *= scale
+        pad *= scale
+        return node, pad
 
     def law(self) -> dict:
         return {"law": "wishart", "scale": float(self.scale), "dof": int(self.dof)}

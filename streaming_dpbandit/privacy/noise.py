@@ -9,6 +9,13 @@ fresh draw, so a crash can never turn one release into two.
 
 The key is drawn from OS entropy unless a seed is injected (tests and simulations). The key is
 a secret: it is never part of ``repr``, logs or metrics, only of owner-only snapshots.
+
+Derivation: the 256-bit PCG64 seed of stream ``labels`` is keyed BLAKE2b (the master key as the
+MAC key) of an injective encoding of the labels, extended in counter mode if a bit generator
+asks for more words. A keyed hash is a pseudo-random function: streams of distinct labels are
+independent, and an output reveals nothing about the key or other streams. It costs about
+3 µs per stream (numpy's ``SeedSequence`` + ``PCG64`` took about 17 µs, which mattered for
+DP-LinUCB, one stream per release).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import hashlib
 import secrets
 
 import numpy as np
+from numpy.random.bit_generator import ISeedSequence
 
 __all__ = ["NoiseSource", "label_to_int"]
 
@@ -44,6 +52,62 @@ def label_to_int(label: int | str) -> int:
     if isinstance(label, str):
         return _str_label(label)  # cached: labels repeat on every release
     raise TypeError(f"labels must be int or str, got {type(label).__name__}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _encode_str(label: str) -> bytes:
+    b = label.encode()
+    return b"s" + len(b).to_bytes(4, "little") + b
+
+
+def _encode_labels(labels: tuple) -> bytes:
+    """Injective byte encoding of a label tuple (type tag + length + bytes per label)."""
+    parts = []
+    for lbl in labels:
+        if isinstance(lbl, str):
+            parts.append(_encode_str(lbl))
+        elif isinstance(lbl, (int, np.integer)) and not isinstance(lbl, (bool, np.bool_)):
+            v = int(lbl)
+            if v < 0:
+                raise ValueError("integer labels must be non-negative")
+            n = (v.bit_length() + 7) // 8 or 1
+            parts.append(b"i" + n.to_bytes(4, "little") + v.to_bytes(n, "little"))
+        elif isinstance(lbl, (bool, np.bool_)):
+            raise TypeError("labels must be int or str, not bool")
+        else:
+            raise TypeError(f"labels must be int or str, got {type(lbl).__name__}")
+    return b"".join(parts)
+
+
+def _mac_key(master: int) -> bytes:
+    """The BLAKE2b key (≤ 64 bytes) of a master key of any size."""
+    raw = master.to_bytes((master.bit_length() + 7) // 8 or 1, "little")
+    return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
+
+
+_WORD_TYPES = {np.dtype(np.uint32): "<u4", np.dtype(np.uint64): "<u8"}
+
+
+class _KeyedSeed(ISeedSequence):
+    """Seed words of one stream: BLAKE2b(key, labels ‖ block), blocks of 32 bytes."""
+
+    __slots__ = ("_key", "_msg")
+
+    def __init__(self, key: bytes, msg: bytes):
+        self._key = key
+        self._msg = msg
+
+    def generate_state(self, n_words: int, dtype=np.uint32) -> np.ndarray:
+        code = _WORD_TYPES.get(np.dtype(dtype))
+        if code is None:
+            raise ValueError("only uint32 and uint64 seed words are supported")
+        need = n_words * (4 if code == "<u4" else 8)
+        key, msg = self._key, self._msg
+        raw = b"".join(
+            hashlib.blake2b(msg + i.to_bytes(8, "little"), key=key, digest_size=32).digest()
+            for i in range(-(-need // 32))
+        )
+        return np.frombuffer(raw, dtype=code, count=n_words).astype(dtype)
 
 
 class NoiseSource:
@@ -85,6 +149,13 @@ class NoiseSource:
             self._key = key
         return key
 
+    def _mac(self) -> bytes:
+        mac = getattr(self, "_mac_bytes", None)
+        if mac is None or mac[0] != self._master():
+            mac = (self._master(), _mac_key(self._master()))
+            self._mac_bytes = mac
+        return mac[1]
+
     def _issued_set(self) -> set:
         issued = getattr(self, "_issued", None)
         if issued is None:
@@ -115,10 +186,8 @@ class NoiseSource:
                     "reusing noise would break the privacy guarantee"
                 )
             issued.add(key)
-        seq = np.random.SeedSequence(
-            entropy=self._master(), spawn_key=tuple(label_to_int(lbl) for lbl in labels)
-        )
-        return np.random.Generator(np.random.PCG64(seq))
+        seed = _KeyedSeed(self._mac(), _encode_labels(labels))
+        return np.random.Generator(np.random.PCG64(seed))
 
     def stream_id(self, *labels: int | str) -> str:
         """A public identifier of a stream (labels only, never the key), for the ledger."""

@@ -22,7 +22,13 @@ import numpy as np
 
 from .symmetric import packing
 
-__all__ = ["GRID", "exact_gram_units", "prepare_rows", "units_to_float"]
+__all__ = [
+    "GRID",
+    "exact_gram_units",
+    "overflowing_norms",
+    "prepare_rows",
+    "units_to_float",
+]
 
 QBITS = 16
 GRID = 2.0**-QBITS
@@ -72,7 +78,7 @@ def prepare_rows(
     if not (math.isfinite(np.add.reduce(sq)) and math.isfinite(np.add.reduce(y))):
         if not (np.isfinite(X).all() and np.isfinite(y).all()):
             raise ValueError("contexts and rewards must be finite (NaN/inf rows are rejected)")
-        norms_overflow = _overflowing_norms(X, sq)
+        norms_overflow = overflowing_norms(X, sq)
     big = sq > Lq * Lq
     n_big = int(np.count_nonzero(big))
     if n_big:
@@ -94,7 +100,7 @@ def prepare_rows(
     return out, n_big, n_y
 
 
-def _overflowing_norms(X: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def overflowing_norms(X: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of finite X whose ‖x‖² overflows float64: their indices and norms, by rescaling."""
     rows = np.flatnonzero(~np.isfinite(sq))
     part = X[rows]

@@ -23,7 +23,8 @@ Implementation choices (equal in law to the spec's pseudo-code, see docs/dp-linu
   ``s_c > s′`` replaces the source's issued-label set, which would otherwise grow by one
   label per release for ever (and be written into every snapshot).
 * **Pads per release.** The pads of one release are one draw of the summed law (m − popcount(s)
-  terms) from the stream of (label…, s), after the node completing at s. Pads are independent of
+  terms) from the stream of (label…, s), drawn in one call together with the node completing at
+  s (``sampler.sample_pair``: independent pieces of one stream). Pads are independent of
   the data, so drawing them fresh per release costs no privacy; a retired node's noise is never
   reused as a pad (its slot is zeroed).
 
@@ -175,29 +176,35 @@ class PaddedTree:
             return
         if s < self._release_s:  # pragma: no cover - s never decreases
             raise RuntimeError("the tree's row count went backwards")
-        g_s = None
-        top = s.bit_length()  # stored noise only ever sits on set bits of s, all below this
-        for ell in range(top):
-            if (s >> ell) & 1:
-                s_c = (s >> ell) << ell  # the live level-ℓ node completed at s_c
-                if self._node_s[ell] != s_c:
-                    if s_c <= self._release_s:
-                        raise RuntimeError(
-                            f"tree node completed at {s_c} was not drawn by the release at "
-                            f"{self._release_s}: drawing it now would re-draw noise"
-                        )
-                    g = self.noise.generator(*self.label, s_c, track=False)
-                    self._E[ell] = self.sampler.sample(g)
-                    self._node_s[ell] = s_c
-                    self._draws["node"] += 1
-                    if s_c == s:
-                        g_s = g
-            elif self._node_s[ell] >= 0:  # retired: never reuse its noise (not even as a pad)
-                self._E[ell] = 0.0
-                self._node_s[ell] = -1
         terms = self.m - bin(s).count("1") if self.pad else 0
+        pad = None
+        node_s = self._node_s
+        for ell, held in enumerate(node_s):  # retire held nodes whose bit of s is clear
+            if held >= 0 and not (s >> ell) & 1:  # never reuse their noise (not even as a pad)
+                self._E[ell] = 0.0
+                node_s[ell] = -1
+        rest = s
+        while rest:
+            low = rest & -rest  # lowest set bit of what is left: level ℓ = log2(low)
+            ell = low.bit_length() - 1
+            s_c = (s >> ell) << ell  # the live level-ℓ node completed at s_c
+            rest ^= low
+            if node_s[ell] != s_c:
+                if s_c <= self._release_s:
+                    raise RuntimeError(
+                        f"tree node completed at {s_c} was not drawn by the release at "
+                        f"{self._release_s}: drawing it now would re-draw noise"
+                    )
+                g = self.noise.generator(*self.label, s_c, track=False)
+                if s_c == s and terms > 0:  # the node completing now and the pads: one call
+                    self._E[ell], pad = self.sampler.sample_pair(g, terms)
+                    self._draws["pad"] += 1
+                else:
+                    self._E[ell] = self.sampler.sample(g)
+                node_s[ell] = s_c
+                self._draws["node"] += 1
         if terms > 0:
-            if g_s is None:
+            if pad is None:
                 # s = 0 (no node completes at 0), or root_value() already drew the node at s
                 # s > release_s (checked on entry): the pad stream of s is new
                 g_s = (
@@ -205,12 +212,13 @@ class PaddedTree:
                     if s
                     else self.noise.generator(*self.label, 0, track=False)
                 )
-            self._pad = self.sampler.sample(g_s, terms=terms)
-            self._draws["pad"] += 1
+                pad = self.sampler.sample(g_s, terms=terms)
+                self._draws["pad"] += 1
+            self._pad = pad
         else:
             self._pad = np.zeros_like(self._pad)
         self._pad_terms = terms
-        self._noise_sum = self._E[:top].sum(axis=0) + self._pad
+        self._noise_sum = self._E[: s.bit_length()].sum(axis=0) + self._pad
         self._release_s = s
 
     def release(self) -> np.ndarray:
