@@ -778,6 +778,12 @@ class KafkaSettings(_Section):
     max_poll_records: int = Field(2000, ge=1)
     poll_timeout_ms: int = Field(50, ge=0)
     linger_ms: int = Field(2, ge=0)
+    rejoin_stall_s: float = Field(
+        60.0,
+        ge=0,
+        description="re-create the consumer when its group membership has not been stable for "
+        "this long (kafka-python 3.0 can stall in a re-join for ever); 0 disables",
+    )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None

@@ -244,18 +244,24 @@ def test_greedy_returns_a_maximum_key_basis(m, data):
     "m",
     [
         UniformMatroid(50, 7),
+        UniformMatroid(400, 7),  # above _TWO_KTH_MAX_L: the other selection path
         UniformMatroid(9, 9),
         PartitionMatroid(np.arange(60) % 6, [2, 1, 0, 3, 1, 5]),
         PartitionMatroid(np.r_[np.zeros(3, int), np.ones(20, int), 2 * np.ones(7, int)], [5, 2, 1]),
         PartitionMatroid(np.arange(40) // 10, [1, 1, 1, 1]),
+        PartitionMatroid(np.arange(60) % 6, [1] * 6),
+        PartitionMatroid(np.r_[np.zeros(3, int), np.ones(20, int), 2 * np.ones(7, int)], [1, 1, 1]),
         PartitionMatroid(np.arange(12) // 4, [2, 0, 1]),
     ],
     ids=[
         "uniform",
+        "uniform-large",
         "uniform-full",
         "partition",
         "partition-uneven",
         "partition-contiguous",
+        "partition-one-each",
+        "partition-one-each-uneven",
         "partition-with-loops",
     ],
 )
@@ -265,6 +271,7 @@ def test_fast_paths_equal_the_reference_scan(m):
     keys = rng.normal(size=(300, m.n_items))
     keys[:100, rng.integers(0, m.n_items, 100)] = np.inf  # +∞ keys (never played)
     keys[100:150] = np.round(keys[100:150])  # many ties
+    keys[150:160, rng.integers(0, m.n_items, 10)] = -np.inf
     slates, slow = m.greedy_fast(keys)
     assert slow[100:150].any() and not slow[200:].any()
     for r in np.flatnonzero(~slow):

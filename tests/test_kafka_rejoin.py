@@ -1,0 +1,83 @@
+"""The Kafka transport recovers from a stalled consumer-group re-join (real broker).
+
+kafka-python 3.0.12 can hang in a re-join: it disables heartbeats for the JoinGroup/SyncGroup
+round trip, the response never completes, the broker removes the member and the client never
+joins again (docs/operations.md). The hang is reproduced here by making the coordinator's
+join attempt never finish after a rebalance request; the transport's watchdog must re-create
+the consumer and deliver every remaining record exactly once, from where deliveries stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from kafka import KafkaProducer
+from kafka.structs import MemberState
+
+from streaming_dpbandit.config import KafkaSettings
+from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+
+pytestmark = pytest.mark.kafka
+
+N = 300
+
+
+def _produce(bootstrap: str, topic: str, n: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(n):
+        producer.send(topic, key=b"k", value=str(i).encode())
+    producer.flush()
+    producer.close()
+
+
+def _stall_the_next_join(consumer) -> None:
+    """Make the coordinator's next JoinGroup/SyncGroup attempt hang for ever, then ask for it."""
+    coord = consumer._coordinator
+
+    async def hang():
+        with coord._lock:
+            coord.state = MemberState.REBALANCING
+        await coord._manager._net.sleep(3600)
+
+    coord._do_join_and_sync_async = hang
+    coord.request_rejoin()
+
+
+def test_a_stalled_rejoin_recreates_the_consumer_and_loses_nothing(kafka_broker):
+    name = f"rejoin{os.getpid()}"
+    topics = {
+        "contexts": f"{name}.contexts",
+        "feedback": f"{name}.feedback",
+        "decisions": f"{name}.decisions",
+        "dead_letter": f"{name}.dead-letter",
+    }
+    for t in topics.values():
+        kafka_broker.create_topic(t, 1)
+    _produce(kafka_broker.bootstrap, topics["contexts"], N)
+    settings = KafkaSettings(
+        bootstrap_servers=kafka_broker.bootstrap,
+        group_id=name,
+        topics=topics,
+        create_topics=False,
+        max_poll_records=50,
+        rejoin_stall_s=2.0,
+    )
+    transport = KafkaTransport(settings)
+    transport.open({})
+    got: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += [r.offset for r in transport.poll(50, 0.2)]
+        assert len(got) >= 100, "the consumer never started"
+        stalled = transport.consumer
+        _stall_the_next_join(stalled)
+        deadline = time.monotonic() + 60
+        while len(got) < N and time.monotonic() < deadline:
+            got += [r.offset for r in transport.poll(50, 0.2)]
+    finally:
+        transport.close()
+    assert transport.join_restarts == 1 and transport.consumer is not stalled
+    assert got == list(range(N))  # every record once, in order: resumed where deliveries stopped
