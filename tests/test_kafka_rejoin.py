@@ -81,3 +81,68 @@ def test_a_stalled_rejoin_recreates_the_consumer_and_loses_nothing(kafka_broker)
         transport.close()
     assert transport.join_restarts == 1 and transport.consumer is not stalled
     assert got == list(range(N))  # every record once, in order: resumed where deliveries stopped
+
+
+def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_broker):
+    """Group mode: the watchdog turns the silent hang into an exit (the replica is restarted)."""
+    import threading
+
+    from stream_helpers import BANDIT, bandit_config
+
+    from streaming_dpbandit.config import ServiceSettings
+    from streaming_dpbandit.stream.group import GroupService
+    from streaming_dpbandit.stream.service import ServiceStartError
+
+    name = f"rejoingroup{os.getpid()}"
+    topics = {
+        "contexts": f"{name}.contexts",
+        "feedback": f"{name}.feedback",
+        "decisions": f"{name}.decisions",
+        "dead_letter": f"{name}.dead-letter",
+    }
+    st = ServiceSettings.model_validate(
+        {
+            "mode": "service",
+            "kafka": {
+                "bootstrap_servers": kafka_broker.bootstrap,
+                "group_id": name,
+                "topics": topics,
+                "create_topics": True,
+                "partitions": 2,
+                "poll_timeout_ms": 50,
+                "rejoin_stall_s": 2.0,
+            },
+            "scaling": {"mode": "group", "session_timeout_ms": 10_000},
+            "bandits": {BANDIT: bandit_config()},
+            "metrics": {"enabled": False},
+            "progress": False,
+        }
+    )
+    group = GroupService(st)
+    group.open()
+    outcome: dict = {}
+    stalled = threading.Event()
+
+    def progress(g):
+        if g.tasks and not stalled.is_set():  # joined and owns its tasks: now hang the re-join
+            stalled.set()
+            outcome["tasks"] = sorted(g.tasks)
+            outcome["t0"] = time.monotonic()
+            _stall_the_next_join(g.consumer)
+        if time.monotonic() - outcome.get("t0", time.monotonic()) > 60:
+            g._stop = True  # the watchdog never fired: fail below instead of hanging
+
+    def run():
+        try:
+            group.run(progress)
+        except ServiceStartError as err:
+            outcome["error"] = str(err)
+            outcome["t1"] = time.monotonic()
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(120)
+    assert not th.is_alive()
+    assert outcome.get("tasks") == [0, 1]
+    assert "re-join stall" in outcome.get("error", ""), outcome
+    assert outcome["t1"] - outcome["t0"] < 30

@@ -239,18 +239,27 @@ def test_policy_state_round_trip_continues_identically(variant):
 
 
 def test_policy_learns_theta_direction_at_a_loose_epsilon():
+    """The median over 15 noise seeds of cos(θ̂, θ*) after 3,000 rounds exceeds 0.95.
+
+    Single-parameter LDP-SGD is heavy-tailed (spec §12: some seeds stall after a large first
+    step), so one seed is no test: over 24 seeds about 1 in 4 ends below 0.95 (0.53 at worst),
+    so the median of 15 falls below it with probability ≈ 0.004.
+    """
     env = LDPSingleParamEnv(d=2, K=10, theta_seed=7)
-    pol = LDPGLB(d=2, n_arms=10, variant="sgd", epsilon=4.0, c0=5.0, seed=0)
-    rng = np.random.default_rng(1)
-    for _ in range(3000):
-        if pol.refit_due():
-            pol.refit()
-        X = env.contexts(rng, 1)
-        dec = pol.decide(X)
-        x = X[0, dec.arms]
-        pol.learn(x, env.mean_rewards(X)[0, dec.arms], dec.rounds)
-    th = pol.coefficients
-    assert th @ env.theta / np.linalg.norm(th) > 0.95
+    cosines = []
+    for seed in range(15):
+        pol = LDPGLB(d=2, n_arms=10, variant="sgd", epsilon=4.0, c0=5.0, seed=seed)
+        rng = np.random.default_rng(1)
+        for _ in range(3000):
+            if pol.refit_due():
+                pol.refit()
+            X = env.contexts(rng, 1)
+            dec = pol.decide(X)
+            x = X[0, dec.arms]
+            pol.learn(x, env.mean_rewards(X)[0, dec.arms], dec.rounds)
+        th = pol.coefficients
+        cosines.append(th @ env.theta / np.linalg.norm(th))
+    assert np.median(cosines) > 0.95
 
 
 def test_policy_is_river_compatible():

@@ -36,8 +36,8 @@ class DPTSMAT(PrivateMatroidPolicy):
     ...     w = (rng.random((1, 20)) < means).astype(float)
     ...     pol.learn(dec.slates, np.take_along_axis(w, dec.slates, 1), dec.rounds)
     ...     returns.append(means[dec.slates[0]].sum())
-    >>> round(float(np.mean(returns[-500:])), 1)   # optimum 3.6, uniformly random slates 1.04
-    3.0
+    >>> bool(np.mean(returns[-500:]) > 2.5)   # optimum 3.6, uniformly random slates 1.04
+    True
 
     """
 

@@ -26,7 +26,7 @@ from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
 from ..privacy.ledger import LedgerConflictError
 from .kafka_ledger import KafkaLedger
-from .kafka_transport import _common, wait_for_partitions
+from .kafka_transport import JoinWatchdog, _common, wait_for_partitions
 from .partitioning import partition_of
 from .service import Service, ServiceStartError, _tp_key
 from .state_store import KafkaChangelogStore
@@ -385,6 +385,7 @@ class GroupService:
                 group._assigned = sorted({p.partition for p in assigned})
 
         self._listener = Listener()
+        self._watchdog = JoinWatchdog(k.rejoin_stall_s)
         wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
         self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
         self.started = time.monotonic()
@@ -552,6 +553,15 @@ class GroupService:
             batches = self.consumer.poll(
                 timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
             )
+            if not batches and self._watchdog.stalled(self.consumer):
+                # kafka-python's re-join stall (docs/operations.md): the broker has removed this
+                # member and moved its tasks; exit so that the process is restarted (the tasks'
+                # state and offsets live in Kafka, and a zombie's transactions are fenced)
+                self.consumer.close(autocommit=False)
+                raise ServiceStartError(
+                    f"consumer group membership not stable for {k.rejoin_stall_s:g} s "
+                    "(kafka-python re-join stall): exiting so that the replica is restarted"
+                )
             skip = set()
             if self._revoked or self._assigned is not None:
                 try:
