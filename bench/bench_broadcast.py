@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_service import start_broker, stop_broker  # noqa: E402
-from stream_helpers import BANDIT, D, K, bandit_config  # noqa: E402
+from stream_helpers import BANDIT, D, K, bandit_config, kafka_topics  # noqa: E402
 from test_broadcast_kafka import POLICY, Client, read_partition  # noqa: E402
 
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
@@ -42,13 +42,7 @@ from streaming_dpbandit.stream.models_topic import model_message  # noqa: E402
 
 
 def topics_for(name: str) -> dict:
-    return {
-        "contexts": f"{name}.contexts",
-        "feedback": f"{name}.feedback",
-        "decisions": f"{name}.decisions",
-        "dead_letter": f"{name}.dead-letter",
-        "models": f"{name}.models",
-    }
+    return kafka_topics(name) | {"models": f"{name}.models"}
 
 
 def create(bootstrap: str, topics: dict, partitions: int) -> None:

@@ -17,6 +17,16 @@ D, K = 20, 3
 BANDIT = "shop"
 
 
+def kafka_topics(name: str) -> dict:
+    """The four topics of a service named ``name`` (one set per test, so tests never share)."""
+    return {
+        "contexts": f"{name}.contexts",
+        "feedback": f"{name}.feedback",
+        "decisions": f"{name}.decisions",
+        "dead_letter": f"{name}.dead-letter",
+    }
+
+
 def any_policy_config(policy: dict, lag: int = 0) -> dict:
     """Bandit settings for an arbitrary policy config (the stream helpers' d and window)."""
     return {

@@ -15,6 +15,7 @@ import time
 import pytest
 from kafka import KafkaProducer
 from kafka.structs import MemberState
+from stream_helpers import BANDIT, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import KafkaSettings
 from streaming_dpbandit.stream.kafka_transport import KafkaTransport
@@ -47,12 +48,7 @@ def _stall_the_next_join(consumer) -> None:
 
 def test_a_stalled_rejoin_recreates_the_consumer_and_loses_nothing(kafka_broker):
     name = f"rejoin{os.getpid()}"
-    topics = {
-        "contexts": f"{name}.contexts",
-        "feedback": f"{name}.feedback",
-        "decisions": f"{name}.decisions",
-        "dead_letter": f"{name}.dead-letter",
-    }
+    topics = kafka_topics(name)
     for t in topics.values():
         kafka_broker.create_topic(t, 1)
     _produce(kafka_broker.bootstrap, topics["contexts"], N)
@@ -87,19 +83,12 @@ def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_br
     """Group mode: the watchdog turns the silent hang into an exit (the replica is restarted)."""
     import threading
 
-    from stream_helpers import BANDIT, bandit_config
-
     from streaming_dpbandit.config import ServiceSettings
     from streaming_dpbandit.stream.group import GroupService
     from streaming_dpbandit.stream.service import ServiceStartError
 
     name = f"rejoingroup{os.getpid()}"
-    topics = {
-        "contexts": f"{name}.contexts",
-        "feedback": f"{name}.feedback",
-        "decisions": f"{name}.decisions",
-        "dead_letter": f"{name}.dead-letter",
-    }
+    topics = kafka_topics(name)
     st = ServiceSettings.model_validate(
         {
             "mode": "service",

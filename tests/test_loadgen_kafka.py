@@ -7,7 +7,7 @@ import os
 import threading
 
 import pytest
-from stream_helpers import BANDIT, D, K, bandit_config
+from stream_helpers import BANDIT, D, K, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.stream.kafka_transport import KafkaTransport
@@ -19,12 +19,7 @@ pytestmark = pytest.mark.kafka
 
 def test_loadgen_drives_a_service_through_kafka_and_can_be_restarted(kafka_broker, tmp_path):
     name = f"loadgen{os.getpid()}"
-    topics = {
-        "contexts": f"{name}.contexts",
-        "feedback": f"{name}.feedback",
-        "decisions": f"{name}.decisions",
-        "dead_letter": f"{name}.dead-letter",
-    }
+    topics = kafka_topics(name)
     for t in topics.values():
         kafka_broker.create_topic(t, 2)
     bandit = bandit_config() | {"feedback_window": 10.0}

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
-from stream_helpers import D, bandit_config
+from stream_helpers import D, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
@@ -79,15 +79,6 @@ def reference(tmp: Path, path: Path, names: list[str]) -> dict:
 
 
 # -- Kafka helpers -------------------------------------------------------------------------------
-def topic_names(prefix: str) -> dict:
-    return {
-        "contexts": f"{prefix}.contexts",
-        "feedback": f"{prefix}.feedback",
-        "decisions": f"{prefix}.decisions",
-        "dead_letter": f"{prefix}.dead-letter",
-    }
-
-
 def read_committed(bootstrap: str, topic: str, headers: bool = False) -> list:
     c = KafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
@@ -256,7 +247,7 @@ def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
 ):
     assert len({partition_of(b, PARTITIONS) for b in BANDITS}) == PARTITIONS
     group = f"grp{os.getpid()}"
-    topics = topic_names(group)
+    topics = kafka_topics(group)
     for t in (topics["contexts"], topics["feedback"]):
         kafka_broker.create_topic(t, PARTITIONS)
     # 60% of the stream now, the rest once the late joiner owns tasks: however fast the
@@ -306,7 +297,7 @@ def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
     write_multi_bandit_stream(path, names, 1500, ENV, seed=3)
     ref = reference(tmp_path, path, names)
     group = f"pause{os.getpid()}"
-    topics = topic_names(group)
+    topics = kafka_topics(group)
     for t in (topics["contexts"], topics["feedback"]):
         kafka_broker.create_topic(t, parts)
     boot = kafka_broker.bootstrap

@@ -31,6 +31,7 @@ from stream_helpers import (
     bad_input_stream,
     bandit_config,
     catalog_config,
+    kafka_topics,
     ledger_digests,
     record_stream,
     run_file,
@@ -49,15 +50,6 @@ PARTITIONS = 3
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def topics_for(name: str) -> dict:
-    return {
-        "contexts": f"{name}.contexts",
-        "feedback": f"{name}.feedback",
-        "decisions": f"{name}.decisions",
-        "dead_letter": f"{name}.dead-letter",
-    }
-
-
 def create_topics(broker, topics: dict) -> None:
     for t in topics.values():
         broker.create_topic(t, PARTITIONS)
@@ -196,7 +188,7 @@ def finished(svc: Service, n_feedback: int) -> bool:
 
 # -- tests --------------------------------------------------------------------------------------
 def test_end_to_end_matches_the_in_process_run(kafka_broker, recorded, tmp_path):
-    topics = topics_for(f"e2e{os.getpid()}")
+    topics = kafka_topics(f"e2e{os.getpid()}")
     create_topics(kafka_broker, topics)
     produce_file(kafka_broker.bootstrap, recorded["path"], topics)
     st = ServiceSettings.model_validate(
@@ -216,7 +208,7 @@ def test_end_to_end_matches_the_in_process_run(kafka_broker, recorded, tmp_path)
 def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     kafka_broker, recorded, tmp_path
 ):
-    topics = topics_for(f"crash{os.getpid()}")
+    topics = kafka_topics(f"crash{os.getpid()}")
     create_topics(kafka_broker, topics)
     produce_file(kafka_broker.bootstrap, recorded["path"], topics)
     port = free_port()
@@ -312,7 +304,7 @@ def test_bad_input_through_kafka(kafka_broker, recorded, tmp_path):
         dl = json.loads(v)
         kind = "contexts" if dl["source_topic"].endswith("contexts") else "feedback"
         expected[(kind, moved[(kind, dl["offset"])])] = dl["reason"]
-    topics = topics_for(f"bad{os.getpid()}")
+    topics = kafka_topics(f"bad{os.getpid()}")
     create_topics(kafka_broker, topics)
     counts = produce_file(kafka_broker.bootstrap, path, topics)
     cfg = kafka_settings(
@@ -370,7 +362,7 @@ def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path):
                 continue
         keep.append(x)
     base.write_text("\n".join(keep) + "\n")
-    topics = topics_for(f"metrics{os.getpid()}")
+    topics = kafka_topics(f"metrics{os.getpid()}")
     create_topics(kafka_broker, topics)
     counts = produce_file(kafka_broker.bootstrap, base, topics)
     port = free_port()

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 from ldp_stream_helpers import BANDIT, local_bandit, raw_values, state_leaks, text_leaks
-from stream_helpers import run_file
+from stream_helpers import kafka_topics, run_file
 from test_service_kafka import free_port, read_topic, sample, scrape
 
 from streaming_dpbandit.envs import LDPSingleParamEnv
@@ -40,13 +40,7 @@ REPORTS = 4000
 
 
 def _topics(name: str) -> dict:
-    return {
-        "contexts": f"{name}.contexts",
-        "feedback": f"{name}.feedback",
-        "decisions": f"{name}.decisions",
-        "dead_letter": f"{name}.dead-letter",
-        "models": f"{name}.models",
-    }
+    return kafka_topics(name) | {"models": f"{name}.models"}
 
 
 def test_local_mode_end_to_end_with_crashes_and_no_raw_data_anywhere(kafka_broker, tmp_path):

@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 from slate_helpers import PartitionEnv, record_slate_stream, slate_bandit
-from stream_helpers import BANDIT, decisions, ledger_digests, run_file
+from stream_helpers import BANDIT, decisions, kafka_topics, ledger_digests, run_file
 from test_service_kafka import (
     create_topics,
     free_port,
@@ -30,7 +30,6 @@ from test_service_kafka import (
     read_topic,
     sample,
     scrape,
-    topics_for,
 )
 
 from streaming_dpbandit.stream.schemas import SlateDecision, parse_decision
@@ -76,7 +75,7 @@ def recorded_slates(tmp_path_factory):
 
 
 def test_slates_through_kafka_with_kill_9(kafka_broker, recorded_slates, tmp_path):
-    topics = topics_for(f"slates{os.getpid()}")
+    topics = kafka_topics(f"slates{os.getpid()}")
     create_topics(kafka_broker, topics)
     produce_file(kafka_broker.bootstrap, recorded_slates["path"], topics)
     port = free_port()
