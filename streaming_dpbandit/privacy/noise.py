@@ -27,31 +27,7 @@ import secrets
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
-__all__ = ["NoiseSource", "label_to_int"]
-
-
-@functools.lru_cache(maxsize=1024)
-def _str_label(label: str) -> int:
-    return int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "little")
-
-
-def label_to_int(label: int | str) -> int:
-    """Map one label component to a non-negative integer for seed derivation.
-
-    >>> label_to_int(7)
-    7
-    >>> label_to_int("fit") == label_to_int("fit")
-    True
-    """
-    if isinstance(label, (bool, np.bool_)):
-        raise TypeError("labels must be int or str, not bool")
-    if isinstance(label, (int, np.integer)):
-        if label < 0:
-            raise ValueError("integer labels must be non-negative")
-        return int(label)
-    if isinstance(label, str):
-        return _str_label(label)  # cached: labels repeat on every release
-    raise TypeError(f"labels must be int or str, got {type(label).__name__}")
+__all__ = ["NoiseSource"]
 
 
 @functools.lru_cache(maxsize=1024)
