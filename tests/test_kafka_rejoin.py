@@ -79,23 +79,49 @@ def test_a_stalled_rejoin_recreates_the_consumer_and_loses_nothing(kafka_broker)
     assert got == list(range(N))  # every record once, in order: resumed where deliveries stopped
 
 
-def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_broker):
-    """Group mode: the watchdog turns the silent hang into an exit (the replica is restarted)."""
+def _run_until_stall_exit(service) -> dict:
+    """Run a group member; once it owns partitions, hang its re-join; report how it ended."""
     import threading
 
-    from streaming_dpbandit.config import ServiceSettings
-    from streaming_dpbandit.stream.group import GroupService
     from streaming_dpbandit.stream.service import ServiceStartError
 
+    outcome: dict = {}
+
+    def progress(svc):
+        if "t0" not in outcome and svc.consumer.assignment():
+            outcome["assigned"] = sorted({p.partition for p in svc.consumer.assignment()})
+            outcome["t0"] = time.monotonic()
+            _stall_the_next_join(svc.consumer)
+        if time.monotonic() - outcome.get("t0", time.monotonic()) > 60:
+            svc._stop = True  # the watchdog never fired: fail in the caller instead of hanging
+
+    def run():
+        try:
+            service.run(progress)
+        except ServiceStartError as err:
+            outcome["error"] = str(err)
+            outcome["t1"] = time.monotonic()
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(120)
+    assert not th.is_alive()
+    return outcome
+
+
+def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_broker):
+    """Group mode: the watchdog turns the silent hang into an exit (the replica is restarted)."""
+    from streaming_dpbandit.config import ServiceSettings
+    from streaming_dpbandit.stream.group import GroupService
+
     name = f"rejoingroup{os.getpid()}"
-    topics = kafka_topics(name)
     st = ServiceSettings.model_validate(
         {
             "mode": "service",
             "kafka": {
                 "bootstrap_servers": kafka_broker.bootstrap,
                 "group_id": name,
-                "topics": topics,
+                "topics": kafka_topics(name),
                 "create_topics": True,
                 "partitions": 2,
                 "poll_timeout_ms": 50,
@@ -109,29 +135,28 @@ def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_br
     )
     group = GroupService(st)
     group.open()
-    outcome: dict = {}
-    stalled = threading.Event()
+    outcome = _run_until_stall_exit(group)
+    assert outcome.get("assigned") == [0, 1]
+    assert "re-join stall" in outcome.get("error", ""), outcome
+    assert outcome["t1"] - outcome["t0"] < 30
 
-    def progress(g):
-        if g.tasks and not stalled.is_set():  # joined and owns its tasks: now hang the re-join
-            stalled.set()
-            outcome["tasks"] = sorted(g.tasks)
-            outcome["t0"] = time.monotonic()
-            _stall_the_next_join(g.consumer)
-        if time.monotonic() - outcome.get("t0", time.monotonic()) > 60:
-            g._stop = True  # the watchdog never fired: fail below instead of hanging
 
-    def run():
-        try:
-            group.run(progress)
-        except ServiceStartError as err:
-            outcome["error"] = str(err)
-            outcome["t1"] = time.monotonic()
+def test_a_stalled_rejoin_makes_a_decision_replica_exit_with_a_clear_error(kafka_broker, tmp_path):
+    """Broadcast mode: a decision replica exits too (it is stateless; a restart is safe)."""
+    from test_broadcast_kafka import settings_for
 
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    th.join(120)
-    assert not th.is_alive()
-    assert outcome.get("tasks") == [0, 1]
+    from streaming_dpbandit.stream.broadcast import DecisionReplica
+
+    name = f"rejoinbc{os.getpid()}"
+    topics = kafka_topics(name) | {"models": f"{name}.models"}
+    for key, t in topics.items():
+        configs = {"cleanup.policy": "compact"} if key == "models" else None
+        kafka_broker.create_topic(t, 2, configs=configs)
+    st = settings_for("decider", topics, kafka_broker.bootstrap, tmp_path / "r", "r0")
+    st = st.model_copy(update={"kafka": st.kafka.model_copy(update={"rejoin_stall_s": 2.0})})
+    replica = DecisionReplica(st)
+    replica.open()
+    outcome = _run_until_stall_exit(replica)
+    assert outcome.get("assigned") == [0, 1]
     assert "re-join stall" in outcome.get("error", ""), outcome
     assert outcome["t1"] - outcome["t0"] < 30

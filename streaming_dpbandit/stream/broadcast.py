@@ -285,7 +285,7 @@ class DecisionReplica:
     def open(self) -> None:
         from kafka import KafkaConsumer, KafkaProducer
 
-        from .kafka_transport import _common
+        from .kafka_transport import JoinWatchdog, _common
 
         check_broadcast(self.settings)
         s, b = self.settings, self.settings.broadcast
@@ -322,6 +322,7 @@ class DecisionReplica:
             raise ServiceStartError(
                 f"cannot open the transport: {type(err).__name__}: {err}"
             ) from None
+        self._watchdog = JoinWatchdog(k.rejoin_stall_s)
         self.consumer.subscribe([k.topics.contexts], listener=self._listener())
         self.last_refresh = self.last_commit = time.monotonic()
         self.started = time.monotonic()
@@ -429,6 +430,15 @@ class DecisionReplica:
             batches = self.consumer.poll(
                 timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
             )
+            if not batches and self._watchdog.stalled(self.consumer):
+                # kafka-python's re-join stall (docs/operations.md): the broker has removed this
+                # replica and moved its partitions; exit so that it is restarted (decision
+                # replicas are stateless: models come from the models topic, offsets from Kafka)
+                self.consumer.close(autocommit=False)
+                raise ServiceStartError(
+                    f"consumer group membership not stable for {k.rejoin_stall_s:g} s "
+                    "(kafka-python re-join stall): exiting so that the replica is restarted"
+                )
             received = time.perf_counter()
             for tp, msgs in batches.items():
                 self._process(tp.topic, tp.partition, msgs, received)
