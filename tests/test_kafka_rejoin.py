@@ -79,12 +79,14 @@ def test_a_stalled_rejoin_recreates_the_consumer_and_loses_nothing(kafka_broker)
     assert got == list(range(N))  # every record once, in order: resumed where deliveries stopped
 
 
-def _run_until_stall_exit(service) -> dict:
-    """Run a group member; once it owns partitions, hang its re-join; report how it ended."""
+def _assert_exits_on_a_stalled_rejoin(service) -> None:
+    """Open and run a group member; once it owns partitions 0 and 1, hang its re-join; it must
+    stop with the watchdog's error within 30 s instead of hanging."""
     import threading
 
     from streaming_dpbandit.stream.service import ServiceStartError
 
+    service.open()
     outcome: dict = {}
 
     def progress(svc):
@@ -106,7 +108,9 @@ def _run_until_stall_exit(service) -> dict:
     th.start()
     th.join(120)
     assert not th.is_alive()
-    return outcome
+    assert outcome.get("assigned") == [0, 1]
+    assert "re-join stall" in outcome.get("error", ""), outcome
+    assert outcome["t1"] - outcome["t0"] < 30
 
 
 def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_broker):
@@ -133,12 +137,7 @@ def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_br
             "progress": False,
         }
     )
-    group = GroupService(st)
-    group.open()
-    outcome = _run_until_stall_exit(group)
-    assert outcome.get("assigned") == [0, 1]
-    assert "re-join stall" in outcome.get("error", ""), outcome
-    assert outcome["t1"] - outcome["t0"] < 30
+    _assert_exits_on_a_stalled_rejoin(GroupService(st))
 
 
 def test_a_stalled_rejoin_makes_a_decision_replica_exit_with_a_clear_error(kafka_broker, tmp_path):
@@ -154,9 +153,4 @@ def test_a_stalled_rejoin_makes_a_decision_replica_exit_with_a_clear_error(kafka
         kafka_broker.create_topic(t, 2, configs=configs)
     st = settings_for("decider", topics, kafka_broker.bootstrap, tmp_path / "r", "r0")
     st = st.model_copy(update={"kafka": st.kafka.model_copy(update={"rejoin_stall_s": 2.0})})
-    replica = DecisionReplica(st)
-    replica.open()
-    outcome = _run_until_stall_exit(replica)
-    assert outcome.get("assigned") == [0, 1]
-    assert "re-join stall" in outcome.get("error", ""), outcome
-    assert outcome["t1"] - outcome["t0"] < 30
+    _assert_exits_on_a_stalled_rejoin(DecisionReplica(st))
