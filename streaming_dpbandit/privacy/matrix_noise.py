@@ -49,7 +49,8 @@ def _pair_plan(p: int, k: int, terms: int):
     diag, tril, packed = _flat_indices(p)
     ar = np.arange(p)
     dfs = np.concatenate([k - ar, terms * k - ar]).astype(np.float64)
-    # the same draw order as two _bartlett calls' pieces: all χ² first, then all normals
+    # draw order: both matrices' χ² diagonals in one call, then both sets of normals (not the
+    # order of two separate sample() calls; a release's stream is only ever used this way)
     diag2 = np.concatenate([diag, diag + p * p])
     tril2 = np.concatenate([tril, tril + p * p])
     for v in (dfs, diag2, tril2):
