@@ -123,13 +123,17 @@ class Client:
     def answer(self) -> None:
         """Read decisions; send each one's reward (event time + 0.05 s) keyed by the bandit."""
         p = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5)
+        # manual assignment, no consumer group: a group join can hit kafka-python's re-join
+        # stall (docs/operations.md), which would starve the test of answers, not the service
         c = KafkaConsumer(
-            self.topics["decisions"],
             bootstrap_servers=self.bootstrap,
-            group_id=f"{self.topics['decisions']}.client",
+            enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
         )
+        parts = [TopicPartition(self.topics["decisions"], q) for q in range(PARTITIONS)]
+        c.assign(parts)
+        c.seek_to_beginning(*parts)
         last = self.t0
         while not self.stop.is_set():
             for msgs in c.poll(timeout_ms=100).values():
