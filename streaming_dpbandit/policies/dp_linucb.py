@@ -56,8 +56,13 @@ _CANDIDATE_SLACK = 1.0 + 2.0**-40
 
 
 @functools.lru_cache(maxsize=32)
-def _diag(d: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.arange(d), np.arange(d)
+def _block_index(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Packed positions of V (the top-left d × d block, full, row-major) and of u = S[:d, d]."""
+    full = packing(d + 1).full_index.reshape(d + 1, d + 1)
+    V_idx, u_idx = np.ascontiguousarray(full[:d, :d]).reshape(-1), full[:d, d].copy()
+    V_idx.flags.writeable = False
+    u_idx.flags.writeable = False
+    return V_idx, u_idx
 
 
 PRIVACY_UNIT = (
@@ -341,9 +346,9 @@ class DPLinUCB(Policy):
         if agg.epoch not in self._recorded_epochs:
             records.append(self._epoch_record(cal))
             self._recorded_epochs.add(agg.epoch)
-        before = agg.draws()
+        before = agg.draw_counts()
         R = agg.release()
-        after = agg.draws()
+        after = agg.draw_counts()
         self._install(R, cal)
         self._released_at = key
         self._since = 0
@@ -357,11 +362,10 @@ class DPLinUCB(Policy):
 
     def _install(self, R: np.ndarray, cal: GramCalibration) -> None:
         d = self.d
-        S = packing(d + 1).unpack(R)  # a new, exactly symmetric array
-        V = S[:d, :d]
-        V[_diag(d)] += cal.shift
-        u = S[:d, d]
-        model = UCBModel.fit(V, u, floor=cal.rho_min, symmetric=True)
+        V_idx, u_idx = _block_index(d)
+        V = R[V_idx]  # a new, exactly symmetric array (both triangles from one packed entry)
+        V[:: d + 1] += cal.shift  # the diagonal of the row-major d × d block
+        model = UCBModel.fit(V.reshape(d, d), R[u_idx], floor=cal.rho_min, symmetric=True)
         if model.repaired:
             self._counters["cholesky_repairs"] += 1
         self._model = model
@@ -432,13 +436,15 @@ class DPLinUCB(Policy):
         e, s = self._released_at
         const = self._release_record_constants(cal, e)
         first, last = self._first_round.get(e), self._last_round.get(e)
-        params = const["params"].copy()
-        params["rows_in_tree"] = s
-        params["node_noise_draws"] = after["node"] - before["node"]
-        params["pad_draws"] = after["pad"] - before["pad"]
-        params["release_digest"] = hashlib.sha256(np.ascontiguousarray(R)).hexdigest()[:32]
-        params["beta"] = self._beta
-        params["consumed_ids_digest"] = self._ids.hexdigest()
+        params = {
+            **const["params"],
+            "rows_in_tree": s,
+            "node_noise_draws": after[0] - before[0],
+            "pad_draws": after[1] - before[1],
+            "release_digest": hashlib.sha256(np.ascontiguousarray(R)).hexdigest()[:32],
+            "beta": self._beta,
+            "consumed_ids_digest": self._ids.hexdigest(),
+        }
         return ReleaseRecord(
             release_id=f"{const['release_prefix']}{s}",
             event_range=None if first is None else (first, last),
@@ -485,22 +491,26 @@ class DPLinUCB(Policy):
         scores = self._model.scores(flat, self._beta)
         # spec §6: candidates are clipped to ‖x‖ ≤ L; UCB is positively homogeneous in x
         sq = np.multiply(flat, flat) @ _ones(d)
-        if not math.isfinite(np.add.reduce(sq)):
-            if not np.isfinite(flat).all():
-                raise ValueError("contexts must be finite")
-            # finite x whose ‖x‖² overflows: score the clipped x itself (its raw score is inf)
-            rows, norms = overflowing_norms(flat, sq)
-            scores[rows] = self._model.scores(flat[rows] * (self.L / norms)[:, None], self._beta)
-            self._counters["clipped_candidates"] += rows.size
-            sq[rows] = 0.0
         # A norm above L by less than the rounding error of computing it is not clipped:
         # unit-normalised features land an ulp over L half the time, and scaling them would be
         # a no-op costing a pass over the batch (and would inflate the clip count).
-        over = sq > self.L * self.L * _CANDIDATE_SLACK
-        n_over = int(np.count_nonzero(over))
-        if n_over:
-            self._counters["clipped_candidates"] += n_over
-            scores[over] *= self.L / np.sqrt(sq[over])  # UCB is positively homogeneous in x
+        lim = self.L * self.L * _CANDIDATE_SLACK
+        if not sq.max() <= lim:  # NaN, an overflow or a norm over L (max propagates NaN)
+            if not math.isfinite(np.add.reduce(sq)):
+                if not np.isfinite(flat).all():
+                    raise ValueError("contexts must be finite")
+                # finite x whose ‖x‖² overflows: score the clipped x itself (raw score is inf)
+                rows, norms = overflowing_norms(flat, sq)
+                scores[rows] = self._model.scores(
+                    flat[rows] * (self.L / norms)[:, None], self._beta
+                )
+                self._counters["clipped_candidates"] += rows.size
+                sq[rows] = 0.0
+            over = sq > lim
+            n_over = int(np.count_nonzero(over))
+            if n_over:
+                self._counters["clipped_candidates"] += n_over
+                scores[over] *= self.L / np.sqrt(sq[over])  # UCB is positively homogeneous
         t0 = self._t
         rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores.reshape(B, K), mask, rounds, event_ids)

@@ -139,6 +139,11 @@ class SqrtToeplitzAggregator:
     def full(self) -> bool:
         return self.steps >= self.n_steps
 
+    def draw_counts(self) -> tuple[int, int]:
+        """(node draws, pad draws) so far, without copying the counter dict."""
+        d = self._state()._draws
+        return d["node"], d["pad"]
+
     @property
     def draws(self) -> dict:
         return dict(self._state()._draws)

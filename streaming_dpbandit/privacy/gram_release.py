@@ -192,6 +192,10 @@ class ContinualGramRelease:
     def draws(self) -> dict:
         return self._state()._agg.draws
 
+    def draw_counts(self) -> tuple[int, int]:
+        """(node draws, pad draws) of the current epoch's aggregator."""
+        return self._state()._agg.draw_counts()
+
     def insert_many(self, rows: np.ndarray) -> int:
         """Insert clipped, grid-rounded rows; roll doubling epochs; return rows inserted."""
         self._state()

@@ -26,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import time as _time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,24 @@ class LedgerConflictError(RuntimeError):
     """A release id was appended twice with different content (a re-drawn release)."""
 
 
+_SECOND: list = [None, ""]  # [whole UTC second, its ISO text]: one strftime per second
+
+
 def _utcnow() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    """UTC now as ISO 8601 with milliseconds (``datetime.isoformat(timespec="milliseconds")``).
+
+    >>> import datetime as dt
+    >>> dt.datetime.fromisoformat(_utcnow()).utcoffset()
+    datetime.timedelta(0)
+    """
+    now = _time.time()
+    sec = int(now)
+    cached = _SECOND
+    if cached[0] != sec:
+        text = _dt.datetime.fromtimestamp(sec, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        cached[1], cached[0] = text, sec
+        return f"{text}.{int((now - sec) * 1000):03d}+00:00"
+    return f"{cached[1]}.{int((now - sec) * 1000):03d}+00:00"
 
 
 def _canonical(obj: Any) -> str:

@@ -27,7 +27,7 @@ import secrets
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
-__all__ = ["NoiseSource"]
+__all__ = ["NoiseSource", "StreamFamily"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -61,7 +61,13 @@ def _mac_key(master: int) -> bytes:
     return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
 
 
-_WORD_TYPES = {np.dtype(np.uint32): "<u4", np.dtype(np.uint64): "<u8"}
+_WORD_TYPES = {
+    np.dtype(np.uint32): "<u4",
+    np.dtype(np.uint64): "<u8",
+    np.uint32: "<u4",
+    np.uint64: "<u8",
+}
+_BLOCK0 = (0).to_bytes(8, "little")
 
 
 class _KeyedSeed(ISeedSequence):
@@ -74,16 +80,37 @@ class _KeyedSeed(ISeedSequence):
         self._msg = msg
 
     def generate_state(self, n_words: int, dtype=np.uint32) -> np.ndarray:
-        code = _WORD_TYPES.get(np.dtype(dtype))
+        code = _WORD_TYPES.get(dtype) or _WORD_TYPES.get(np.dtype(dtype))
         if code is None:
             raise ValueError("only uint32 and uint64 seed words are supported")
         need = n_words * (4 if code == "<u4" else 8)
         key, msg = self._key, self._msg
-        raw = b"".join(
-            hashlib.blake2b(msg + i.to_bytes(8, "little"), key=key, digest_size=32).digest()
-            for i in range(-(-need // 32))
-        )
+        if need <= 32:  # PCG64's 256-bit seed: one block
+            raw = hashlib.blake2b(msg + _BLOCK0, key=key, digest_size=32).digest()
+        else:
+            raw = b"".join(
+                hashlib.blake2b(msg + i.to_bytes(8, "little"), key=key, digest_size=32).digest()
+                for i in range(-(-need // 32))
+            )
         return np.frombuffer(raw, dtype=code, count=n_words).astype(dtype)
+
+
+class StreamFamily:
+    """Streams of one :class:`NoiseSource` sharing an encoded label prefix (``family``)."""
+
+    __slots__ = ("_prefix", "_source")
+
+    def __init__(self, source: NoiseSource, prefix: bytes):
+        self._source = source
+        self._prefix = prefix
+
+    def generator(self, *labels: int | str) -> np.random.Generator:
+        """The stream of prefix + ``labels`` (untracked: see ``NoiseSource.family``)."""
+        seed = _KeyedSeed(self._source._mac(), self._prefix + _encode_labels(labels))
+        return np.random.Generator(np.random.PCG64(seed))
+
+    def __repr__(self) -> str:
+        return "StreamFamily(<secret>)"
 
 
 class NoiseSource:
@@ -164,6 +191,24 @@ class NoiseSource:
             issued.add(key)
         seed = _KeyedSeed(self._mac(), _encode_labels(labels))
         return np.random.Generator(np.random.PCG64(seed))
+
+    def family(self, *prefix: int | str) -> StreamFamily:
+        """The streams whose labels start with ``prefix``, with the prefix encoded once.
+
+        ``family(*p).generator(*q)`` is the stream ``generator(*p, *q, track=False)`` (the
+        label encoding is self-delimiting, so the concatenation is the tuple's encoding).
+        For callers that enforce issue-once structurally (see ``track``), e.g. the padded tree,
+        whose node labels (…, s_c) are issued only once s_c exceeds its persisted release count.
+
+        >>> src = NoiseSource(seed=4)
+        >>> a = src.family("tree", 0).generator(8).standard_normal(3)
+        >>> b = src.generator("tree", 0, 8, track=False).standard_normal(3)
+        >>> bool((a == b).all())
+        True
+        """
+        if not prefix:
+            raise ValueError("a stream family needs at least one prefix label")
+        return StreamFamily(self, _encode_labels(prefix))
 
     def stream_id(self, *labels: int | str) -> str:
         """A public identifier of a stream (labels only, never the key), for the ledger."""

@@ -127,6 +127,7 @@ class PaddedTree:
             self._M = np.zeros(P, dtype=_units_dtype(self.n_cap, self.row_norm_sq))
             self._E = np.zeros((self.m, P))
             self._node_s = [-1] * self.m  # s_c of the node noise held per level (−1: none)
+            self._held = 0  # bit ℓ set iff _node_s[ℓ] ≥ 0
             self._pad = np.zeros(P)
             self._pad_terms = 0
             self._release_s = -1
@@ -142,9 +143,22 @@ class PaddedTree:
     def full(self) -> bool:
         return self.s >= self.n_cap
 
+    def draw_counts(self) -> tuple[int, int]:
+        """(node draws, pad draws) so far, without copying the counter dict."""
+        d = self._state()._draws
+        return d["node"], d["pad"]
+
     @property
     def draws(self) -> dict:
         return dict(self._state()._draws)
+
+    def _held_from_levels(self) -> int:
+        """Bit ℓ set iff level ℓ holds a drawn node noise (recomputed from ``_node_s``)."""
+        mask = 0
+        for ell, held in enumerate(self._node_s):
+            if held >= 0:
+                mask |= 1 << ell
+        return mask
 
     def live_levels(self) -> list[int]:
         s = self.s
@@ -170,19 +184,31 @@ class PaddedTree:
         return n
 
     # -- noise ------------------------------------------------------------------------------
+    def _stream(self, *labels) -> np.random.Generator:
+        """The noise stream (label…, *labels), not tracked (issue-once is structural here)."""
+        if not self.label:
+            return self.noise.generator(*labels, track=False)
+        fam = getattr(self, "_family", None)
+        if fam is None:
+            fam = self._family = self.noise.family(*self.label)
+        return fam.generator(*labels)
+
     def _refresh_noise(self) -> None:
         s = self._s
         if self._release_s == s:
             return
         if s < self._release_s:  # pragma: no cover - s never decreases
             raise RuntimeError("the tree's row count went backwards")
-        terms = self.m - bin(s).count("1") if self.pad else 0
+        terms = self.m - s.bit_count() if self.pad else 0
         pad = None
         node_s = self._node_s
-        for ell, held in enumerate(node_s):  # retire held nodes whose bit of s is clear
-            if held >= 0 and not (s >> ell) & 1:  # never reuse their noise (not even as a pad)
-                self._E[ell] = 0.0
-                node_s[ell] = -1
+        stale = self._held & ~s
+        while stale:  # retire held nodes whose bit of s is clear: never reuse their noise
+            low = stale & -stale  # (not even as a pad)
+            ell = low.bit_length() - 1
+            self._E[ell] = 0.0
+            node_s[ell] = -1
+            stale ^= low
         rest = s
         while rest:
             low = rest & -rest  # lowest set bit of what is left: level ℓ = log2(low)
@@ -195,7 +221,7 @@ class PaddedTree:
                         f"tree node completed at {s_c} was not drawn by the release at "
                         f"{self._release_s}: drawing it now would re-draw noise"
                     )
-                g = self.noise.generator(*self.label, s_c, track=False)
+                g = self._stream(s_c)
                 if s_c == s and terms > 0:  # the node completing now and the pads: one call
                     self._E[ell], pad = self.sampler.sample_pair(g, terms)
                     self._draws["pad"] += 1
@@ -207,11 +233,7 @@ class PaddedTree:
             if pad is None:
                 # s = 0 (no node completes at 0), or root_value() already drew the node at s
                 # s > release_s (checked on entry): the pad stream of s is new
-                g_s = (
-                    self.noise.generator(*self.label, s, "pad", track=False)
-                    if s
-                    else self.noise.generator(*self.label, 0, track=False)
-                )
+                g_s = self._stream(s, "pad") if s else self._stream(0)
                 pad = self.sampler.sample(g_s, terms=terms)
                 self._draws["pad"] += 1
             self._pad = pad
@@ -220,6 +242,7 @@ class PaddedTree:
         self._pad_terms = terms
         self._noise_sum = self._E[: s.bit_length()].sum(axis=0) + self._pad
         self._release_s = s
+        self._held = s  # every live level (bit of s) now holds its node; the rest were retired
 
     def release(self) -> np.ndarray:
         """The packed release R_s = M_s + (exactly m noise terms); stable until a row arrives."""
@@ -238,9 +261,10 @@ class PaddedTree:
         if self._node_s[top] != s:
             if s <= self._release_s:
                 raise RuntimeError("the root node was released without its noise")
-            g = self.noise.generator(*self.label, s, track=False)
+            g = self._stream(s)
             self._E[top] = self.sampler.sample(g)
             self._node_s[top] = s
+            self._held |= 1 << top
             self._draws["node"] += 1
         return units_to_float(self._M) + self._E[top]
 
@@ -275,6 +299,7 @@ class PaddedTree:
         self._M = np.asarray(state["M"], dtype=_units_dtype(self.n_cap, self.row_norm_sq)).copy()
         self._E = np.asarray(state["E"], dtype=np.float64).copy()
         self._node_s = [int(v) for v in state["node_s"]]
+        self._held = self._held_from_levels()
         self._pad = np.asarray(state["pad"], dtype=np.float64).copy()
         self._pad_terms = int(state["pad_terms"])
         self._release_s = int(state["release_s"])
