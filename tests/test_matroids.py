@@ -281,6 +281,10 @@ def test_fast_paths_equal_the_reference_scan(m):
     for r in range(300):
         ref = greedy_basis(m, keys[r], np.random.default_rng(r))
         assert batch[r].tolist() == ref.tolist()
+    # with_keys: the same slates, and each slate's keys in slate order (tied rows included)
+    again, served = greedy_many(m, keys, lambda r: np.random.default_rng(r), with_keys=True)
+    assert np.array_equal(again, batch)
+    assert np.array_equal(served, np.take_along_axis(keys, batch, axis=1))
 
 
 @pytest.mark.parametrize("m", [UniformMatroid(4, 2), LinearMatroid(SYNTHETIC)])

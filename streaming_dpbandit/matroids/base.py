@@ -109,5 +109,14 @@ class Matroid(abc.ABC):
         """
         return None
 
+    def greedy_fast_sorted(self, keys: np.ndarray):
+        """:meth:`greedy_fast` plus the slates' keys in slate order (B, K), or None.
+
+        Matroids whose fast path sorts the chosen keys anyway return them (the policies serve
+        them with the slate); the default returns ``None`` for the keys.
+        """
+        fast = self.greedy_fast(keys)
+        return None if fast is None else (fast[0], fast[1], None)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(L={self.n_items}, K={self.rank}, loops={len(self.loops)})"

@@ -105,29 +105,36 @@ def _untied_order(matroid: Matroid, key: np.ndarray) -> np.ndarray | None:
 
 
 def greedy_many(
-    matroid: Matroid, keys: np.ndarray, tie_rng: Callable[[int], np.random.Generator]
-) -> np.ndarray:
+    matroid: Matroid,
+    keys: np.ndarray,
+    tie_rng: Callable[[int], np.random.Generator],
+    with_keys: bool = False,
+):
     """Greedy slates (B, K) for a batch of key rows (B, L).
 
     ``tie_rng(row)`` returns the tie-breaking generator of one row; it is called only for rows
     whose candidate keys have ties, so a decision's slate depends on its own row alone (rows
     without ties have one greedy answer, found by the same scan without the shuffle).
+    ``with_keys=True`` also returns each slate's keys in slate order (B, K).
 
     >>> from streaming_dpbandit.matroids import UniformMatroid
     >>> keys = np.array([[0.1, 0.7, 0.3], [np.inf, np.inf, 0.0]])
     >>> s = greedy_many(UniformMatroid(3, 2), keys, lambda r: np.random.default_rng(r))
     >>> s[0].tolist(), sorted(s[1].tolist())
     ([1, 2], [0, 1])
+    >>> greedy_many(UniformMatroid(3, 2), keys[:1], lambda r: None, with_keys=True)[1].tolist()
+    [[0.7, 0.3]]
     """
     keys = np.asarray(keys, dtype=np.float64)
     if keys.ndim != 2 or keys.shape[1] != matroid.n_items:
         raise ValueError(f"expected keys of shape (B, {matroid.n_items}), got {keys.shape}")
-    fast = matroid.greedy_fast(keys) if keys.shape[0] else None
+    fast = matroid.greedy_fast_sorted(keys) if keys.shape[0] else None
+    served = None
     if fast is None:
         slates = np.empty((keys.shape[0], matroid.rank), dtype=np.int64)
         rows = range(keys.shape[0])
     else:
-        slates, slow = fast
+        slates, slow, served = fast
         slates = np.asarray(slates, dtype=np.int64)  # a fresh array of the fast path
         rows = np.flatnonzero(slow).tolist()
     for r in rows:
@@ -136,7 +143,14 @@ def greedy_many(
             slates[r] = greedy_basis(matroid, keys[r], tie_rng(r))
         else:
             slates[r] = _scan(matroid, order)
-    return slates
+    if not with_keys:
+        return slates
+    if served is None:
+        return slates, np.take_along_axis(keys, slates, axis=1)
+    if rows:  # rows re-decided by the reference greedy: their keys in their new order
+        served = np.array(served, dtype=np.float64)
+        served[rows] = np.take_along_axis(keys[rows], slates[rows], axis=1)
+    return slates, served
 
 
 def all_bases(matroid: Matroid, limit: int = 20) -> list[tuple[int, ...]]:

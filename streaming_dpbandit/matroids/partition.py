@@ -132,7 +132,7 @@ class PartitionMatroid(Matroid):
         slow = (sv[:, 1:] == sv[:, :-1]).any(axis=1) | tied[:, self._jj].any(axis=1)
         if self._padmask.any():  # a real −∞ key could lose to a −∞ pad: take the slow path
             slow |= np.isneginf(sv[:, -1])
-        return slates, slow
+        return slates, slow, sv
 
     def _prepare_fast(self) -> None:
         sizes = np.bincount(self.categories, minlength=self.capacities.size)
@@ -158,6 +158,9 @@ class PartitionMatroid(Matroid):
         self._full = sizes[live] <= self.capacities[live]  # whole category selected
 
     def greedy_fast(self, keys: np.ndarray):
+        return self.greedy_fast_sorted(keys)[:2]
+
+    def greedy_fast_sorted(self, keys: np.ndarray):
         B = keys.shape[0]
         J, m, c = self._pad.shape[0], self._m, self._cmax
         if self._reshape:
@@ -195,4 +198,4 @@ class PartitionMatroid(Matroid):
             sub = kp if rows.size == J else kp[:, rows, :]
             cnt = np.count_nonzero(sub >= vj[:, :, None], axis=2)
             slow |= (cnt != self._eff[rows][None, :]).any(axis=1)
-        return slates, slow
+        return slates, slow, sv

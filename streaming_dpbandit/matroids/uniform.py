@@ -74,6 +74,9 @@ class UniformMatroid(Matroid):
         return {"type": self.kind, "n_items": self.n_items, "k": self.k}
 
     def greedy_fast(self, keys: np.ndarray):
+        return self.greedy_fast_sorted(keys)[:2]
+
+    def greedy_fast_sorted(self, keys: np.ndarray):
         B, L = keys.shape
         K = self.rank
         below = None
@@ -83,21 +86,20 @@ class UniformMatroid(Matroid):
         elif L <= _TWO_KTH_MAX_L:
             # kth = (L−K−1, L−K) also places the largest unselected key at L−K−1, which makes
             # the boundary-tie check O(1) per row (and numpy selects faster at these sizes)
-            full = np.argpartition(keys, (L - K - 1, L - K), axis=1)
-            part = full[:, L - K :]  # NaN would sort last: in sel
-            sel = np.take_along_axis(keys, part, axis=1)
-            below = np.take_along_axis(keys, full[:, L - K - 1 : L - K], axis=1)[:, 0]
+            full = np.argpartition(keys, (L - K - 1, L - K), axis=1)[:, L - K - 1 :]
+            both = np.take_along_axis(keys, full, axis=1)  # that key, then the K selected
+            part, sel, below = full[:, 1:], both[:, 1:], both[:, 0]
         else:
             part = np.argpartition(keys, L - K, axis=1)[:, L - K :]  # NaN would sort last: in sel
             sel = np.take_along_axis(keys, part, axis=1)
-        if np.isnan(sel).any():
-            raise ValueError("a greedy key is NaN")
         order = np.argsort(sel, axis=1)[:, ::-1]
         slates = np.take_along_axis(part, order, axis=1)
         sk = np.take_along_axis(sel, order, axis=1)
+        if np.isnan(sk[:, 0]).any():  # argpartition and argsort put NaN last: first in sk
+            raise ValueError("a greedy key is NaN")
         slow = (sk[:, 1:] == sk[:, :-1]).any(axis=1)  # ties inside the slate: order is random
         if below is not None:  # ties at the boundary: membership is random
             slow |= below >= sk[:, -1]
         elif K < L:
             slow |= np.count_nonzero(keys >= sk[:, -1:], axis=1) != K
-        return slates, slow
+        return slates, slow, sk

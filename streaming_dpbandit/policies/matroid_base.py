@@ -297,8 +297,7 @@ class MatroidPolicy(Policy):
             h = int(hash_ids(ident)[0])
             return np.random.Generator(np.random.PCG64(np.random.SeedSequence([tie, h])))
 
-        slates = greedy_many(self._matroid, keys, tie_rng)
-        served = np.take_along_axis(keys, slates, axis=1)
+        slates, served = greedy_many(self._matroid, keys, tie_rng, with_keys=True)
         self._t += n
         self._since += n
         return SlateBatch(slates, served, rounds, self._version)
