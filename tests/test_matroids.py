@@ -281,13 +281,28 @@ def test_fast_paths_equal_the_reference_scan(m):
     for r in range(300):
         ref = greedy_basis(m, keys[r], np.random.default_rng(r))
         assert batch[r].tolist() == ref.tolist()
-    # with_keys: the same slates, and each slate's keys in slate order (tied rows included)
-    again, served = greedy_many(m, keys, lambda r: np.random.default_rng(r), with_keys=True)
-    assert np.array_equal(again, batch)
-    assert np.array_equal(served, np.take_along_axis(keys, batch, axis=1))
+    # with_keys: the same slates, and each slate's keys in slate order (tied rows included);
+    # fresh_order (the argsort path for Thompson keys) changes the method, never the slates
+    for fresh in (False, True):
+        again, served = greedy_many(
+            m, keys, lambda r: np.random.default_rng(r), with_keys=True, fresh_order=fresh
+        )
+        assert np.array_equal(again, batch)
+        assert np.array_equal(served, np.take_along_axis(keys, batch, axis=1))
+        slates_f, slow_f, _ = m.greedy_fast_sorted(keys, fresh_order=fresh)
+        assert np.array_equal(slow_f, slow)
+        assert np.array_equal(slates_f[~slow], slates[~slow])
 
 
-@pytest.mark.parametrize("m", [UniformMatroid(4, 2), LinearMatroid(SYNTHETIC)])
+@pytest.mark.parametrize(
+    "m",
+    [
+        UniformMatroid(4, 2),
+        LinearMatroid(SYNTHETIC),
+        PartitionMatroid(np.arange(6) % 3, [1, 1, 1]),  # the capacity-1 fast path
+        PartitionMatroid(np.arange(6) % 2, [2, 1]),
+    ],
+)
 def test_nan_key_raises(m):
     key = np.zeros(m.n_items)
     key[1] = np.nan
@@ -295,6 +310,8 @@ def test_nan_key_raises(m):
         greedy_basis(m, key, np.random.default_rng(0))
     with pytest.raises(ValueError, match="NaN"):
         greedy_many(m, key[None, :], lambda r: np.random.default_rng(r))
+    with pytest.raises(ValueError, match="NaN"):
+        greedy_many(m, key[None, :], lambda r: np.random.default_rng(r), fresh_order=True)
 
 
 def test_infinite_keys_rank_first_and_ties_are_uniform():

@@ -12,6 +12,7 @@ dependent: they are in no basis, spec §4.4) are computed at construction, never
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -30,6 +31,25 @@ class IndependentSetBuilder(Protocol):
 
     def add(self, e: int) -> None:
         """Add e; precondition: ``can_add(e)``."""
+
+
+@functools.lru_cache(maxsize=16)
+def _row_starts(B: int, n: int) -> np.ndarray:
+    """Flat offset of every row of a C-contiguous (B, n) array, as a column."""
+    v = (np.arange(B, dtype=np.intp) * n)[:, None]
+    v.flags.writeable = False
+    return v
+
+
+def take_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``np.take_along_axis(a, idx, axis=1)`` for 2-D arrays, by one flat gather (2× faster).
+
+    >>> take_rows(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), np.array([[2, 0], [1, 1]]))
+    array([[3., 1.],
+           [5., 5.]])
+    """
+    B, n = a.shape
+    return np.ravel(a)[idx + _row_starts(B, n)]
 
 
 class Matroid(abc.ABC):
@@ -109,11 +129,13 @@ class Matroid(abc.ABC):
         """
         return None
 
-    def greedy_fast_sorted(self, keys: np.ndarray):
+    def greedy_fast_sorted(self, keys: np.ndarray, fresh_order: bool = False):
         """:meth:`greedy_fast` plus the slates' keys in slate order (B, K), or None.
 
         Matroids whose fast path sorts the chosen keys anyway return them (the policies serve
-        them with the slate); the default returns ``None`` for the keys.
+        them with the slate); the default returns ``None`` for the keys. ``fresh_order`` says
+        that the keys' order is new in every row (Thompson samples), not nearly repeated (UCB
+        indices); a matroid may pick its selection method by it. The slates do not depend on it.
         """
         fast = self.greedy_fast(keys)
         return None if fast is None else (fast[0], fast[1], None)

@@ -109,13 +109,16 @@ def greedy_many(
     keys: np.ndarray,
     tie_rng: Callable[[int], np.random.Generator],
     with_keys: bool = False,
+    fresh_order: bool = False,
 ):
     """Greedy slates (B, K) for a batch of key rows (B, L).
 
     ``tie_rng(row)`` returns the tie-breaking generator of one row; it is called only for rows
     whose candidate keys have ties, so a decision's slate depends on its own row alone (rows
     without ties have one greedy answer, found by the same scan without the shuffle).
-    ``with_keys=True`` also returns each slate's keys in slate order (B, K).
+    ``with_keys=True`` also returns each slate's keys in slate order (B, K). ``fresh_order``
+    is a speed hint for the fast path (see ``Matroid.greedy_fast_sorted``); it never changes
+    the slates.
 
     >>> from streaming_dpbandit.matroids import UniformMatroid
     >>> keys = np.array([[0.1, 0.7, 0.3], [np.inf, np.inf, 0.0]])
@@ -128,7 +131,7 @@ def greedy_many(
     keys = np.asarray(keys, dtype=np.float64)
     if keys.ndim != 2 or keys.shape[1] != matroid.n_items:
         raise ValueError(f"expected keys of shape (B, {matroid.n_items}), got {keys.shape}")
-    fast = matroid.greedy_fast_sorted(keys) if keys.shape[0] else None
+    fast = matroid.greedy_fast_sorted(keys, fresh_order) if keys.shape[0] else None
     served = None
     if fast is None:
         slates = np.empty((keys.shape[0], matroid.rank), dtype=np.int64)
@@ -136,7 +139,7 @@ def greedy_many(
     else:
         slates, slow, served = fast
         slates = np.asarray(slates, dtype=np.int64)  # a fresh array of the fast path
-        rows = np.flatnonzero(slow).tolist()
+        rows = np.flatnonzero(slow).tolist() if slow.any() else []
     for r in rows:
         order = _untied_order(matroid, keys[r])
         if order is None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Matroid
+from .base import Matroid, take_rows
 
 __all__ = ["PartitionMatroid"]
 
@@ -117,7 +118,7 @@ class PartitionMatroid(Matroid):
         """
         m = kp.shape[2]
         mx = kp.max(axis=2)
-        if np.isnan(mx).any():
+        if math.isnan(mx.max()):  # max propagates NaN
             raise ValueError("a greedy key is NaN")
         eq = np.equal(kp, mx[:, :, None]).astype(np.float64)  # pads are −∞: tied only with −∞
         cnt_pos = eq @ _count_and_position(m)  # (B, J, 2): how many equal the max, position sum
@@ -127,8 +128,8 @@ class PartitionMatroid(Matroid):
         vals = mx[:, self._jj]
         items = self._pad[self._jj[None, :], pos[:, self._jj]]
         order = np.argsort(vals, axis=1)[:, ::-1]
-        slates = np.take_along_axis(items, order, axis=1)
-        sv = np.take_along_axis(vals, order, axis=1)
+        slates = take_rows(items, order)
+        sv = take_rows(vals, order)
         slow = (sv[:, 1:] == sv[:, :-1]).any(axis=1) | tied[:, self._jj].any(axis=1)
         if self._padmask.any():  # a real −∞ key could lose to a −∞ pad: take the slow path
             slow |= np.isneginf(sv[:, -1])
@@ -160,7 +161,7 @@ class PartitionMatroid(Matroid):
     def greedy_fast(self, keys: np.ndarray):
         return self.greedy_fast_sorted(keys)[:2]
 
-    def greedy_fast_sorted(self, keys: np.ndarray):
+    def greedy_fast_sorted(self, keys: np.ndarray, fresh_order: bool = False):
         B = keys.shape[0]
         J, m, c = self._pad.shape[0], self._m, self._cmax
         if self._reshape:

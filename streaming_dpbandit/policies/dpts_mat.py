@@ -44,6 +44,7 @@ class DPTSMAT(PrivateMatroidPolicy):
     """
 
     name = "dpts-mat"
+    _fresh_key_order = True
 
     def _init_stats(self) -> None:
         super()._init_stats()

@@ -90,6 +90,7 @@ class CTSGaussian(_CumulativeMatroidPolicy):
     """
 
     name = "cts-gaussian"
+    _fresh_key_order = True
 
     def _init_stats(self) -> None:
         super()._init_stats()
