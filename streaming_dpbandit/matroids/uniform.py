@@ -10,10 +10,12 @@ from .base import Matroid, take_rows
 
 __all__ = ["UniformMatroid"]
 
-# Up to this many items, argpartition with two kth values (L−K−1, L−K) is as fast as with one on
-# fresh random keys and up to 3× faster on keys whose order repeats (DPUCB-MAT's) on numpy 2.4 /
-# x86-64, and it makes the boundary-tie check O(1) per row; above it, it is slower. Both give the
-# same slates. Measured by bench/bench_matroid.py ("bare2" vs "bare").
+# Selection method, measured by bench/bench_matroid.py on numpy 2.4 / x86-64 (all give the same
+# slates). Keys whose order nearly repeats from row to row (UCB indices): argpartition with two
+# kth values (L−K−1, L−K), 2.5–4× faster than with one at every L measured (100 to 10,000), and
+# the boundary-tie check is O(1) per row. Keys in a fresh order every row (Thompson samples,
+# ``fresh_order``): up to this many items numpy's vectorised full argsort is as fast as one-kth
+# argpartition and orders the K chosen for free; above it, one kth (two are 20–30% slower here).
 _TWO_KTH_MAX_L = 160
 
 
@@ -97,9 +99,9 @@ class UniformMatroid(Matroid):
             slow = (sk[:, 1:] == sk[:, :-1]).any(axis=1)  # ties inside the slate
             slow |= below >= sk[:, -1]  # ties at the boundary
             return slates, slow, sk
-        elif L <= _TWO_KTH_MAX_L:
+        elif not fresh_order:
             # kth = (L−K−1, L−K) also places the largest unselected key at L−K−1, which makes
-            # the boundary-tie check O(1) per row (and numpy selects faster at these sizes)
+            # the boundary-tie check O(1) per row (and numpy selects repeating orders faster)
             full = np.argpartition(keys, (L - K - 1, L - K), axis=1)[:, L - K - 1 :]
             both = np.take_along_axis(keys, full, axis=1)  # that key, then the K selected
             part, sel, below = full[:, 1:], both[:, 1:], both[:, 0]
