@@ -318,6 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
         "E3 needs --data)",
     )
     p.add_argument(
+        "--engine",
+        choices=["lockstep", "reference"],
+        default="lockstep",
+        help="ldp-glb: how E1 is simulated — 'lockstep' (default: every seed and ε advance "
+        "together, minutes for the spec's T = 10⁶ × 20 seeds) or 'reference' (one policy object "
+        "per repetition, about a CPU-day at that size)",
+    )
+    p.add_argument(
         "--movielens",
         metavar="DIR",
         help="dp-matroid: directory with the user-supplied MovieLens-1M ratings.dat and "
@@ -1028,6 +1036,7 @@ def _cmd_reproduce_ldp_glb(args) -> int:
         data_path=args.data,
         experiments=exps,
         progress=not args.no_progress,
+        engine=args.engine,
     )
     return _report_outcome(report, args)
 
