@@ -125,20 +125,22 @@ class Matroid(abc.ABC):
         Returns (slates (B, K), rows that need the reference greedy (B,) bool) or None when the
         matroid has no fast path. A fast path must return the greedy's slate, in acceptance
         order, for every row it does not flag; it flags every row whose result would depend on
-        tie-breaking (see ``greedy.greedy_many``).
+        tie-breaking (see ``greedy.greedy_many``). Matroids provide it by overriding
+        :meth:`greedy_fast_sorted`.
         """
-        return None
+        fast = self.greedy_fast_sorted(keys)
+        return None if fast is None else fast[:2]
 
     def greedy_fast_sorted(self, keys: np.ndarray, fresh_order: bool = False):
         """:meth:`greedy_fast` plus the slates' keys in slate order (B, K), or None.
 
-        Matroids whose fast path sorts the chosen keys anyway return them (the policies serve
-        them with the slate); the default returns ``None`` for the keys. ``fresh_order`` says
-        that the keys' order is new in every row (Thompson samples), not nearly repeated (UCB
-        indices); a matroid may pick its selection method by it. The slates do not depend on it.
+        The default has no fast path (None). A matroid whose fast path sorts the chosen keys
+        anyway returns them (the policies serve them with the slate); otherwise it returns
+        ``None`` in their place. ``fresh_order`` says that the keys' order is new in every row
+        (Thompson samples), not nearly repeated (UCB indices); a matroid may pick its selection
+        method by it. The slates do not depend on it.
         """
-        fast = self.greedy_fast(keys)
-        return None if fast is None else (fast[0], fast[1], None)
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(L={self.n_items}, K={self.rank}, loops={len(self.loops)})"

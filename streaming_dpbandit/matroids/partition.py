@@ -158,9 +158,6 @@ class PartitionMatroid(Matroid):
         self._pp = np.concatenate([np.arange(c) for c in eff.tolist()])
         self._full = sizes[live] <= self.capacities[live]  # whole category selected
 
-    def greedy_fast(self, keys: np.ndarray):
-        return self.greedy_fast_sorted(keys)[:2]
-
     def greedy_fast_sorted(self, keys: np.ndarray, fresh_order: bool = False):
         B = keys.shape[0]
         J, m, c = self._pad.shape[0], self._m, self._cmax

@@ -77,9 +77,6 @@ class UniformMatroid(Matroid):
     def describe(self) -> dict:
         return {"type": self.kind, "n_items": self.n_items, "k": self.k}
 
-    def greedy_fast(self, keys: np.ndarray):
-        return self.greedy_fast_sorted(keys)[:2]
-
     def greedy_fast_sorted(self, keys: np.ndarray, fresh_order: bool = False):
         B, L = keys.shape
         K = self.rank

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .draw_counter import DrawCounter
 from .noise import NoiseSource
 from .rows import exact_gram_units, units_to_float
 from .symmetric import packing
@@ -61,7 +62,7 @@ def sqrt_toeplitz_norm(T: int) -> float:
     return float(np.sqrt(np.dot(f, f)))
 
 
-class SqrtToeplitzAggregator:
+class SqrtToeplitzAggregator(DrawCounter):
     """Continual release of packed Gram prefix sums with the square-root factorisation.
 
     Parameters
@@ -138,15 +139,6 @@ class SqrtToeplitzAggregator:
     @property
     def full(self) -> bool:
         return self.steps >= self.n_steps
-
-    def draw_counts(self) -> tuple[int, int]:
-        """(node draws, pad draws) so far, without copying the counter dict."""
-        d = self._state()._draws
-        return d["node"], d["pad"]
-
-    @property
-    def draws(self) -> dict:
-        return dict(self._state()._draws)
 
     def insert_many(self, rows: np.ndarray) -> int:
         self._state()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .draw_counter import DrawCounter
 from .noise import NoiseSource
 from .rows import exact_gram_units, units_to_float
 from .symmetric import packing
@@ -58,7 +59,7 @@ def tree_levels(n_cap: int) -> int:
     return (n_cap - 1).bit_length() + 1 if n_cap > 1 else 1
 
 
-class PaddedTree:
+class PaddedTree(DrawCounter):
     """Padded binary-counter tree (one epoch) over packed (p × p) Gram matrices.
 
     Parameters
@@ -142,15 +143,6 @@ class PaddedTree:
     @property
     def full(self) -> bool:
         return self.s >= self.n_cap
-
-    def draw_counts(self) -> tuple[int, int]:
-        """(node draws, pad draws) so far, without copying the counter dict."""
-        d = self._state()._draws
-        return d["node"], d["pad"]
-
-    @property
-    def draws(self) -> dict:
-        return dict(self._state()._draws)
 
     def _held_from_levels(self) -> int:
         """Bit ℓ set iff level ℓ holds a drawn node noise (recomputed from ``_node_s``)."""
