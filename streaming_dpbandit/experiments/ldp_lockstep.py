@@ -170,6 +170,22 @@ def _sym_inverse(a, b, c, floor):
     return p, q, r, s, bad
 
 
+def _outer_packed(x, out) -> None:
+    """Rows' xxᵀ packed as (0,0), (0,1), (1,1) into the first three columns of ``out``."""
+    x0, x1 = x[:, 0], x[:, 1]
+    np.multiply(x0, x0, out=out[:, 0])
+    np.multiply(x0, x1, out=out[:, 1])
+    np.multiply(x1, x1, out=out[:, 2])
+
+
+def _project(theta, S) -> None:
+    """Π_S row-wise in place (θ·1 = θ where ‖θ‖ ≤ S), as ``estimators.ldp_sgd.project_l2``."""
+    nrm = np.sqrt(np.einsum("rd,rd->r", theta, theta))
+    over = nrm > S
+    if over.any():
+        theta *= np.where(over, S / nrm, 1.0)[:, None]
+
+
 def _apply(inv, U, out) -> None:
     """Rows of [[p, q], [r, s]] @ U, into ``out``."""
     p, q, r, s = inv
@@ -244,8 +260,9 @@ class _LDPGLBGroup(_Group):
         if not self.clip.any():
             return r
         out = np.minimum(np.maximum(r, -self.c_r), self.c_r)
-        if (out != r).any():
-            self.clipped += out != r
+        changed = out != r
+        if changed.any():
+            self.clipped += changed
         return out
 
     def counters(self, i: int) -> dict:
@@ -310,10 +327,7 @@ class _SGDGroup(_LDPGLBGroup):
             theta -= eta * (z + self.lam * theta)
         else:
             theta -= eta * z
-        nrm = np.sqrt(np.einsum("rd,rd->r", theta, theta))
-        over = nrm > self.S
-        if over.any():
-            theta *= np.where(over, self.S / nrm, 1.0)[:, None]
+        _project(theta, self.S)
 
     def refresh(self) -> None:  # the published θ̂ is the current iterate
         pass
@@ -341,10 +355,7 @@ class _OLSGroup(_LDPGLBGroup):
 
     def learn(self, x, r, j: int) -> None:
         P = self.P
-        x0, x1 = x[:, 0], x[:, 1]
-        np.multiply(x0, x0, out=P[:, 0])
-        np.multiply(x0, x1, out=P[:, 1])
-        np.multiply(x1, x1, out=P[:, 2])
+        _outer_packed(x, P)
         np.multiply(x, r[:, None], out=P[:, 3:])
         P += self.std * self.N[j]
         P *= _QSCALE
@@ -377,10 +388,7 @@ class _OLSGroup(_LDPGLBGroup):
                     theta[i] = Q @ ((Q.T @ U[i]) / np.maximum(lam, shift[i] / 2.0))
                 else:
                     theta[i] = np.linalg.lstsq(A, U[i], rcond=None)[0]
-        nrm = np.sqrt(np.einsum("rd,rd->r", theta, theta))
-        over = nrm > self.S
-        if over.any():
-            theta *= np.where(over, self.S / nrm, 1.0)[:, None]
+        _project(theta, self.S)
         self.theta = theta
 
     def counters(self, i: int) -> dict:
@@ -425,10 +433,7 @@ class _IndexGroup(_Group):
 
     def _gram(self, x, noise, sigma) -> None:
         P = self.P
-        x0, x1 = x[:, 0], x[:, 1]
-        np.multiply(x0, x0, out=P[:, 0])
-        np.multiply(x0, x1, out=P[:, 1])
-        np.multiply(x1, x1, out=P[:, 2])
+        _outer_packed(x, P)
         P += sigma * noise
         self.V += P
 
