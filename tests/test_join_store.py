@@ -35,3 +35,37 @@ def test_orphaned_early_feedback_matches_the_definition_in_order():
             assert store.advance_context_watermark(t) == reference_orphans(ref, t)
         assert store.early == ref
     assert store.early_count == sum(len(v) for v in ref.values())
+
+
+def _store_with_held_feedback() -> JoinStore:
+    store = JoinStore(d=2, window=5.0, capacity=8, retention=10.0)
+    store.add("a", round=1, event_time=1.0, context=np.array([0.5, -1.0]))
+    store.hold_early(EarlyFeedback("b", 0.25, 2.0, ("fb", 3, 17), float("-inf")))
+    store.hold_early(EarlyFeedback("b", 1.5, 2.5, ("fb", 3, 18), 2.0))
+    store.hold_early(EarlyFeedback("c", -2.0, 3.0, ("fb", 1, 4), 2.5))
+    return store
+
+
+def test_held_feedback_round_trips_through_the_columnar_state():
+    from streaming_dpbandit.utils.serialization import dumps, loads
+
+    store = _store_with_held_feedback()
+    state = loads(dumps(store.state_dict()))
+    assert isinstance(state["early_times"], np.ndarray)  # columns, not one list per feedback
+    back = JoinStore(d=2, window=5.0, capacity=8, retention=10.0).load_state_dict(state)
+    assert back.early == store.early
+    assert dumps(back.state_dict()) == dumps(store.state_dict())
+
+
+def test_a_snapshot_with_held_feedback_as_rows_still_loads():
+    """Snapshots written before the columns held each feedback as one list."""
+    store = _store_with_held_feedback()
+    state = store.state_dict()
+    old = {k: v for k, v in state.items() if not k.startswith("early_")}
+    old["early"] = [
+        ["b", 0.25, 2.0, ["fb", 3, 17], float("-inf")],
+        ["b", 1.5, 2.5, ["fb", 3, 18], 2.0],
+        ["c", -2.0, 3.0, ["fb", 1, 4], 2.5],
+    ]
+    back = JoinStore(d=2, window=5.0, capacity=8, retention=10.0).load_state_dict(old)
+    assert back.early == store.early

@@ -283,6 +283,26 @@ class JoinStore:
                 del self.resolved[eid]
 
     # -- persistence ------------------------------------------------------------------------
+    def _early_state(self) -> dict:
+        """Held feedback as columns (one array per field): a catch-up can hold tens of
+        thousands, and a snapshot encodes an array in one step, a list item by item."""
+        held = [f for fbs in self.early.values() for f in fbs]
+        rewards = [f.reward for f in held]
+        return {
+            "early_ids": [f.event_id for f in held],
+            # per-item dicts for slates; plain rewards as one array
+            "early_rewards": (
+                rewards
+                if any(isinstance(r, dict) for r in rewards)
+                else np.array(rewards, dtype=np.float64)
+            ),
+            "early_times": np.array([f.event_time for f in held], dtype=np.float64),
+            "early_topics": [f.source[0] for f in held],
+            "early_partitions": np.array([f.source[1] for f in held], dtype=np.int64),
+            "early_offsets": np.array([f.source[2] for f in held], dtype=np.int64),
+            "early_watermarks": np.array([f.watermark for f in held], dtype=np.float64),
+        }
+
     def state_dict(self) -> dict:
         self._prune(self.feedback_watermark)  # canonical: only what is still remembered
         resolved = sorted(self.resolved.items(), key=lambda kv: (kv[1][1], kv[0]))
@@ -294,11 +314,7 @@ class JoinStore:
             "pending_contexts": np.array(
                 [self._contexts[self.pending[e].slot] for e in ids]
             ).reshape(len(ids), self.d),
-            "early": [
-                [f.event_id, f.reward, f.event_time, list(f.source), f.watermark]
-                for fbs in self.early.values()
-                for f in fbs
-            ],
+            **self._early_state(),
             # canonical order (resolution order depends on how topics interleaved)
             "resolved_ids": [e for e, _ in resolved],
             "resolved_outcomes": [v[0] for _, v in resolved],
@@ -316,9 +332,10 @@ class JoinStore:
             state["pending_contexts"],
         ):
             self.add(eid, int(r), float(t), np.asarray(ctx))
-        for eid, reward, t, src, wm in state["early"]:
+        for eid, reward, t, src, wm in _early_rows(state):
             reward = reward if isinstance(reward, dict) else float(reward)  # slates: per item
-            self.hold_early(EarlyFeedback(eid, reward, float(t), tuple(src), float(wm)))
+            source = (str(src[0]), int(src[1]), int(src[2]))
+            self.hold_early(EarlyFeedback(eid, reward, float(t), source, float(wm)))
         for eid, out, t in zip(
             state["resolved_ids"], state["resolved_outcomes"], state["resolved_times"]
         ):
@@ -326,3 +343,22 @@ class JoinStore:
         self.feedback_watermark = float(state["feedback_watermark"])
         self.context_watermark = float(state["context_watermark"])
         return self
+
+
+#: Where held feedback came from (topic, partition, offset): routing, not learning.
+EARLY_SOURCE_KEYS = ("early_topics", "early_partitions", "early_offsets")
+
+
+def _early_rows(state: dict):
+    """(event id, reward, time, source, watermark) of each held feedback in a join state;
+    reads the columns and the list of rows that snapshots before the columns held."""
+    if "early" in state:  # older snapshots
+        yield from state["early"]
+        return
+    yield from zip(
+        state["early_ids"],
+        state["early_rewards"],
+        state["early_times"],
+        zip(state["early_topics"], state["early_partitions"], state["early_offsets"]),
+        state["early_watermarks"],
+    )

@@ -35,6 +35,7 @@ from ..privacy.accountant import Accountant
 from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
 from .bandit import BadInput, BanditRuntime, Pending
+from .join import EARLY_SOURCE_KEYS
 from .local_hook import LocalBandits
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
 from .slate_bandit import SlateBanditRuntime
@@ -666,9 +667,10 @@ def learned_state_bytes(bandit_states: dict) -> bytes:
     from runtime state dicts — e.g. the ``bandits`` section of a snapshot."""
     out = {}
     for name, st in bandit_states.items():
-        join = dict(st["join"])
         # where held feedback came from (topic, partition, offset) is routing, not learning
-        join["early"] = [e[:3] + e[4:] for e in join["early"]]
+        join = {k: v for k, v in st["join"].items() if k not in EARLY_SOURCE_KEYS}
+        if "early" in join:  # a snapshot from before the columns
+            join["early"] = [e[:3] + e[4:] for e in join["early"]]
         out[name] = {
             "policy": st["policy"],
             "join": join,
