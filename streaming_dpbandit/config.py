@@ -825,6 +825,11 @@ class SimulationSource(_Section):
     feedback_delay_mean: float = Field(0.2, ge=0)
     feedback_probability: float = Field(1.0, ge=0, le=1)
     seed: int = 0
+    feature_encoding: Literal["json", "f64"] = Field(
+        "json",
+        description="how contexts carry features: JSON number lists, or binary "
+        "arm_features_f64 (base64 float64; several times faster to read, docs/events.md)",
+    )
 
 
 class FileSource(_Section):

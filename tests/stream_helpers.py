@@ -9,6 +9,7 @@ from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.stream.schemas import encode_f64
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sources import FileSource, RecordingSource, SimulatedSource
 from streaming_dpbandit.stream.transport import InProcessTransport
@@ -177,6 +178,18 @@ def bad_input_stream(valid_path: Path, out_path: Path):
         base.update(kw)
         return json.dumps(base)
 
+    def binmsg(event_id, features, raw=None):
+        return json.dumps(
+            {
+                "v": 1,
+                "event_id": event_id,
+                "bandit_id": BANDIT,
+                "event_time": t0 + 0.5,
+                "arm_ids": [a["arm_id"] for a in good_arm],
+                "arm_features_f64": encode_f64(features) if raw is None else raw,
+            }
+        )
+
     wrong_types = [{"arm_id": a["arm_id"], "features": ["x"] * D} for a in good_arm]
     short = [{"arm_id": a["arm_id"], "features": a["features"][:-1]} for a in good_arm]
     uneven = [good_arm[0], {"arm_id": "z", "features": good_arm[1]["features"][:-2]}]
@@ -231,6 +244,17 @@ def bad_input_stream(valid_path: Path, out_path: Path):
             "shared_context_unsupported",
         ),
         (json.dumps(e_dup), "duplicate_event"),
+        # the binary feature form (arm_features_f64, docs/events.md)
+        (
+            binmsg("bad-bin-nan", [[float("nan")] + a["features"][1:] for a in good_arm]),
+            "non_finite_number",
+        ),
+        (binmsg("bad-bin-dim", [a["features"][:-1] for a in good_arm]), "wrong_dimension"),
+        (binmsg("bad-bin-b64", None, raw="not base64!"), "invalid_event"),
+        (
+            binmsg("bad-bin-len", None, raw=encode_f64([0.5] * (D * len(good_arm) + 1))),
+            "invalid_event",
+        ),
         (
             ctxmsg(event_id="bad-big", user_id="x" * 150).replace(
                 '"arms"', '"pad": "' + "y" * 120_000 + '", "arms"'
@@ -371,3 +395,21 @@ def bad_input_stream(valid_path: Path, out_path: Path):
     assert placed_ctx and placed_fb
     out_path.write_text("".join(json.dumps(x) + "\n" for x in out))
     return expected, moved
+
+
+def binary_copy(path: Path, out_path: Path) -> int:
+    """The same recorded stream with every per-arm context in the binary feature form
+    (``arm_ids`` + ``arm_features_f64``); returns the number of contexts converted."""
+    n = 0
+    with out_path.open("w") as out:
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["topic"] == "contexts":
+                ev = json.loads(rec["value"])
+                arms = ev.pop("arms")
+                ev["arm_ids"] = [a["arm_id"] for a in arms]
+                ev["arm_features_f64"] = encode_f64([a["features"] for a in arms])
+                rec["value"] = json.dumps(ev)
+                n += 1
+            out.write(json.dumps(rec) + "\n")
+    return n

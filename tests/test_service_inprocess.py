@@ -74,6 +74,24 @@ def test_batching_and_interleaving_do_not_change_the_outcome(
     assert a == b
 
 
+def test_binary_features_learn_exactly_what_json_features_do(stream, reference, tmp_path):
+    """The binary form (arm_features_f64) carries the same float64 values as the JSON lists:
+    the same decisions, the same learned state and the same releases."""
+    from stream_helpers import binary_copy
+
+    ref_state, ref_svc, ref_transport, _ = reference
+    path = tmp_path / "binary.jsonl"
+    assert binary_copy(stream[0], path) == EVENTS
+    assert b"arm_features_f64" in path.read_bytes() and b'"features"' not in path.read_bytes()
+    svc, transport, _ = run_file(tmp_path / "state", path)
+    assert svc.state_bytes() == ref_svc.state_bytes()
+    assert ledger_digests(tmp_path / "state") == ledger_digests(ref_state)
+    mine, ref = decisions(transport), decisions(ref_transport)
+    for d in mine + ref:
+        d.pop("decided_at")  # wall clock
+    assert mine == ref
+
+
 def test_crashes_at_random_moments_change_nothing(stream, reference, tmp_path):
     """Stop the loop abruptly (no final snapshot) 25 times and restart from the last snapshot."""
     ref_state, ref_svc, _ref_transport, _ = reference

@@ -90,8 +90,9 @@ class BanditRuntime:
         if ev.slate_size is not None:
             raise BadInput("slate_unsupported", f"bandit {self.bandit_id!r} serves single arms")
         ids = ev.candidate_ids()
-        if ev.arms is not None:
-            width = len(ev.arms[0].features)
+        X = ev.arm_features()
+        if X is not None:
+            width = X.shape[1]
             if width != self.d:
                 raise BadInput(
                     "wrong_dimension", f"arms have {width} features, bandit expects {self.d}"
@@ -100,14 +101,14 @@ class BanditRuntime:
                 unknown = [a for a in ids if a not in self.catalogue]
                 if unknown:
                     raise BadInput("unknown_arm", f"arm {unknown[0]!r} is not in the catalogue")
-            X = np.array([a.features for a in ev.arms], dtype=np.float64)
             return X, ids
         if self.catalogue is None:
             raise BadInput(
                 "shared_context_unsupported", "this bandit has no arm catalogue for shared contexts"
             )
         k_all = len(self.catalogue)
-        width = len(ev.shared)
+        shared = ev.shared_features()
+        width = len(shared)
         if width * k_all != self.d:
             raise BadInput(
                 "wrong_dimension",
@@ -118,7 +119,7 @@ class BanditRuntime:
             k = self.catalogue.get(a)
             if k is None:
                 raise BadInput("unknown_arm", f"arm {a!r} is not in the catalogue")
-            X[row, k * width : (k + 1) * width] = ev.shared
+            X[row, k * width : (k + 1) * width] = shared
         return X, ids
 
     def check_new(self, ev: ContextEvent) -> None:

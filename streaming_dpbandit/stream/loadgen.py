@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from ..config import ConfigError, ServiceSettings
+from .schemas import context_message
 
 __all__ = ["RealTimeStream", "check_loadgen_settings", "run_loadgen"]
 
@@ -57,6 +58,8 @@ class RealTimeStream:
         Event ids are ``f"{id_prefix}-{i}"``.
     max_events
         Stop producing contexts after this many (None: unlimited).
+    feature_encoding
+        ``json`` (number lists) or ``f64`` (binary ``arm_features_f64``, docs/events.md).
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class RealTimeStream:
         seed: int = 0,
         id_prefix: str | None = None,
         max_events: int | None = None,
+        feature_encoding: str = "json",
     ):
         if not rate > 0:
             raise ValueError("rate must be positive")
@@ -81,6 +85,7 @@ class RealTimeStream:
         self.feedback_probability = float(feedback_probability)
         self.id_prefix = bandit_id if id_prefix is None else id_prefix
         self.max_events = max_events
+        self.feature_encoding = feature_encoding
         self._rng = np.random.default_rng(seed)
         self._fb_rng = np.random.default_rng([seed, 1])
         self._waiting: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -113,22 +118,15 @@ class RealTimeStream:
         mu = self.env.mean_rewards(X)
         noise = self.env.reward_noise(self._rng, n)
         Xr = np.round(X, 6)  # what a producer would send; rewards use the exact contexts
+        arm_ids = [f"arm-{k}" for k in range(X.shape[1])]
         out = []
         for j in range(n):
             i = self.events + j
             eid = f"{self.id_prefix}-{i}"
             self._waiting[eid] = (mu[j], noise[j])
+            t = self.start + i / self.rate
             out.append(
-                {
-                    "v": 1,
-                    "event_id": eid,
-                    "bandit_id": self.bandit_id,
-                    "event_time": self.start + i / self.rate,
-                    "arms": [
-                        {"arm_id": f"arm-{k}", "features": Xr[j, k].tolist()}
-                        for k in range(X.shape[1])
-                    ],
-                }
+                context_message(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
             )
         self.events += n
         return out
@@ -281,6 +279,7 @@ def run_loadgen(
         seed=sim.seed,
         id_prefix=f"{sim.bandit_id}-{int(start * 1000):x}",
         max_events=events,
+        feature_encoding=sim.feature_encoding,
     )
     stop = [False]
     if install_signal_handlers:

@@ -93,6 +93,7 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
         sim.feedback_probability,
         sim.seed,
         (t.contexts, t.feedback),
+        feature_encoding=sim.feature_encoding,
     )
     return InProcessTransport(source, keep_outputs)
 

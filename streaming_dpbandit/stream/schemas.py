@@ -9,9 +9,12 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 __all__ = [
+    "FEATURE_ENCODINGS",
     "SCHEMA_VERSION",
     "ArmFeatures",
     "ContextEvent",
@@ -22,6 +25,8 @@ __all__ = [
     "SlateFeedback",
     "SlateItem",
     "Watermark",
+    "context_message",
+    "encode_f64",
     "parse_decision",
     "parse_feedback",
 ]
@@ -29,6 +34,62 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
+
+#: Byte order and width of the binary feature fields (``arm_features_f64``, ``shared_f64``).
+F64 = np.dtype("<f8")
+
+
+def encode_f64(values) -> str:
+    """The base64 text of a binary feature field: float64, little-endian, row-major.
+
+    >>> encode_f64([[1.0, -0.5], [0.25, 2.0]])
+    'AAAAAAAA8D8AAAAAAADgvwAAAAAAANA/AAAAAAAAAEA='
+    """
+    import base64
+
+    return base64.b64encode(np.ascontiguousarray(values, dtype=F64).tobytes()).decode("ascii")
+
+
+#: How producers can send features: JSON number lists, or binary ``arm_features_f64``.
+FEATURE_ENCODINGS = ("json", "f64")
+
+
+def context_message(
+    event_id: str,
+    bandit_id: str,
+    event_time: float,
+    X: np.ndarray,
+    arm_ids: list[str],
+    encoding: str = "json",
+) -> dict:
+    """A per-arm context event (as a dict to send as JSON) with features ``X`` (K, d).
+
+    >>> context_message("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"])["arms"]
+    [{'arm_id': 'a', 'features': [1.0, 2.0]}]
+    >>> sorted(context_message("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"], "f64"))
+    ['arm_features_f64', 'arm_ids', 'bandit_id', 'event_id', 'event_time', 'v']
+    """
+    msg = {"v": 1, "event_id": event_id, "bandit_id": bandit_id, "event_time": event_time}
+    if encoding == "f64":
+        msg["arm_ids"] = list(arm_ids)
+        msg["arm_features_f64"] = encode_f64(X)
+    elif encoding == "json":
+        msg["arms"] = [{"arm_id": a, "features": x.tolist()} for a, x in zip(arm_ids, X)]
+    else:
+        raise ValueError(f"feature encoding {encoding!r}: choose from {FEATURE_ENCODINGS}")
+    return msg
+
+
+def _f64(raw: bytes, field: str) -> np.ndarray:
+    """Decode a binary feature field (read-only float64 view), or a validation error."""
+    if not raw or len(raw) % 8:
+        raise ValueError(f"'{field}' must hold a whole, non-zero number of float64 values")
+    values = np.frombuffer(raw, dtype=F64)
+    if not np.isfinite(values).all():
+        raise PydanticCustomError(
+            "finite_number", "'{field}' holds NaN or infinity", {"field": field}
+        )
+    return values
 
 
 def _to_epoch(v):
@@ -63,10 +124,14 @@ class ArmFeatures(_Event):
 class ContextEvent(_Event):
     """A request for a decision (topic ``contexts``, key = bandit_id).
 
-    Either ``arms`` (per-arm feature vectors) or ``shared`` + ``arm_ids`` (one shared context;
-    the bandit's configuration maps it to per-arm features), or — for a slate bandit — only
-    ``slate_size``: a request for a slate of that many items from the bandit's item catalogue
-    (its matroid's ground set; a slate request carries no features).
+    Four forms carry features — ``arms`` (per-arm feature vectors), ``arm_ids`` +
+    ``arm_features_f64`` (the same matrix in binary), ``shared`` + ``arm_ids`` (one shared
+    context; the bandit's configuration maps it to per-arm features) and ``shared_f64`` +
+    ``arm_ids`` (the same in binary) — and a slate bandit takes only ``slate_size``: a request
+    for a slate of that many items from the bandit's item catalogue (its matroid's ground set;
+    a slate request carries no features). The binary fields are base64 text of float64 values,
+    little-endian, row-major (:func:`encode_f64`): no number is parsed from text, so they are
+    read several times faster than the JSON lists.
 
     >>> ContextEvent.model_validate_json(
     ...     '{"v": 1, "event_id": "e1", "bandit_id": "b", "event_time": 1.5,'
@@ -75,17 +140,27 @@ class ContextEvent(_Event):
     >>> ContextEvent.model_validate_json(
     ...     '{"event_id": "e2", "bandit_id": "s", "event_time": 2, "slate_size": 10}').slate_size
     10
+    >>> ev = ContextEvent.model_validate_json(
+    ...     '{"event_id": "e3", "bandit_id": "b", "event_time": 2, "arm_ids": ["a", "b"],'
+    ...     f' "arm_features_f64": "{encode_f64([[1.0, -0.5], [0.25, 2.0]])}"}}')
+    >>> ev.arm_features().tolist()
+    [[1.0, -0.5], [0.25, 2.0]]
     """
+
+    model_config = ConfigDict(val_json_bytes="base64", ser_json_bytes="base64")
 
     v: Literal[1] = 1
     event_id: Id
     bandit_id: Id
     event_time: float
     arms: list[ArmFeatures] | None = Field(None, min_length=1, max_length=10_000)
+    arm_features_f64: bytes | None = None
     shared: list[float] | None = Field(None, min_length=1)
+    shared_f64: bytes | None = None
     arm_ids: list[Id] | None = Field(None, min_length=1, max_length=10_000)
     user_id: Id | None = None
     slate_size: int | None = Field(None, ge=1, le=10_000)
+    _X: np.ndarray | None = PrivateAttr(None)
 
     @field_validator("event_time", mode="before")
     @classmethod
@@ -94,24 +169,44 @@ class ContextEvent(_Event):
 
     @model_validator(mode="after")
     def _one_form(self):
-        per_arm = self.arms is not None
-        shared = self.shared is not None or self.arm_ids is not None
+        forms = [
+            name
+            for name in ("arms", "arm_features_f64", "shared", "shared_f64")
+            if getattr(self, name) is not None
+        ]
         if self.slate_size is not None:
-            if per_arm or shared:
+            if forms or self.arm_ids is not None:
                 raise ValueError(
                     "a slate request ('slate_size') takes no 'arms', 'shared' or 'arm_ids': "
                     "the bandit's item catalogue is its ground set"
                 )
             return self
-        if per_arm == shared:
-            raise ValueError("give either 'arms' or 'shared' with 'arm_ids'")
-        if shared and (self.shared is None or self.arm_ids is None):
-            raise ValueError("'shared' and 'arm_ids' go together")
+        if len(forms) != 1:
+            raise ValueError(
+                "give either 'arms', 'arm_features_f64' with 'arm_ids', or 'shared' (or "
+                "'shared_f64') with 'arm_ids'"
+            )
+        form = forms[0]
+        if form == "arms":
+            if self.arm_ids is not None:
+                raise ValueError("'arms' carries its own arm ids: drop 'arm_ids'")
+        elif self.arm_ids is None:
+            raise ValueError(f"'{form}' and 'arm_ids' go together")
         ids = self.candidate_ids()
         if len(set(ids)) != len(ids):
             raise ValueError("arm ids must be unique within an event")
-        if per_arm and len({len(a.features) for a in self.arms}) != 1:
+        if form == "arms" and len({len(a.features) for a in self.arms}) != 1:
             raise ValueError("every arm must have the same number of features")
+        if form == "arm_features_f64":
+            values = _f64(self.arm_features_f64, form)
+            if values.size % len(ids):
+                raise ValueError(
+                    f"'arm_features_f64' holds {values.size} values: not a whole number "
+                    f"of features for each of the {len(ids)} arms"
+                )
+            self._X = values.reshape(len(ids), -1)
+        elif form == "shared_f64":
+            self._X = _f64(self.shared_f64, form)
         return self
 
     def candidate_ids(self) -> list[str]:
@@ -119,6 +214,19 @@ class ContextEvent(_Event):
         if self.arms is not None:
             return [a.arm_id for a in self.arms]
         return list(self.arm_ids or [])
+
+    def arm_features(self) -> np.ndarray | None:
+        """The per-arm feature matrix (K, d) of ``arms`` or ``arm_features_f64``, or None for
+        a shared context or a slate request (read-only for the binary form)."""
+        if self.arms is not None:
+            return np.array([a.features for a in self.arms], dtype=np.float64)
+        return self._X if self.arm_features_f64 is not None else None
+
+    def shared_features(self) -> np.ndarray | None:
+        """The shared context of ``shared`` or ``shared_f64``, or None."""
+        if self.shared is not None:
+            return np.asarray(self.shared, dtype=np.float64)
+        return self._X if self.shared_f64 is not None else None
 
 
 class Decision(_Event):

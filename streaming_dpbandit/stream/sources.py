@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..envs.base import Environment
+from .schemas import context_message
 from .transport import Source
 
 __all__ = ["FileSource", "RecordingSource", "SimulatedSource"]
@@ -50,6 +51,8 @@ class SimulatedSource(Source):
         (contexts topic, feedback topic).
     chunk
         Context events per poll (simulated time advances by chunk·dt per poll).
+    feature_encoding
+        ``json`` (number lists) or ``f64`` (binary ``arm_features_f64``, docs/events.md).
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class SimulatedSource(Source):
         topics: tuple[str, str] = ("contexts", "feedback"),
         start_time: float = 1_700_000_000.0,
         chunk: int = 256,
+        feature_encoding: str = "json",
     ):
         self.env = env
         self.events = events
@@ -75,6 +79,7 @@ class SimulatedSource(Source):
         self.topics = topics
         self.start_time = start_time
         self.chunk = chunk
+        self.feature_encoding = feature_encoding
         self._i = 0
         self._gen = 0
         self._rng = np.random.default_rng(seed)
@@ -138,25 +143,14 @@ class SimulatedSource(Source):
             mu = self.env.mean_rewards(X)
             noise = self.env.reward_noise(self._rng, n)
             Xr = np.round(X, 6)  # what a producer would send; rewards use the exact contexts
+            arm_ids = [f"arm-{k}" for k in range(X.shape[1])]
             for j in range(n):
                 t = self.start_time + self._i * self.dt
                 eid = f"{self.bandit_id}-{self._i}"
                 self._i += 1
                 self._waiting[eid] = (mu[j], noise[j], t, self._gen)
-                arms = [
-                    {"arm_id": f"arm-{k}", "features": Xr[j, k].tolist()} for k in range(X.shape[1])
-                ]
-                self._send(
-                    emit,
-                    self.topics[0],
-                    {
-                        "v": 1,
-                        "event_id": eid,
-                        "bandit_id": self.bandit_id,
-                        "event_time": t,
-                        "arms": arms,
-                    },
-                )
+                msg = context_message(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
+                self._send(emit, self.topics[0], msg)
         self._clock = new_clock
         return True
 

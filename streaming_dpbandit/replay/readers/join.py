@@ -150,21 +150,21 @@ class EventJoin:
         return True
 
     def _encode(self, ev: ContextEvent, where: str) -> np.ndarray:
-        if ev.arms is not None:
-            X = np.array([a.features for a in ev.arms], dtype=np.float64)
-        else:
+        X = ev.arm_features()
+        if X is None:
             if self.catalogue is None:
                 raise LogFormatError(
                     f"{where}: event {ev.event_id!r} has a shared context: give the bandit's "
                     "arm catalogue (--log-param arms=a,b,...)"
                 )
-            width = len(ev.shared)
+            shared = ev.shared_features()
+            width = len(shared)
             X = np.zeros((len(ev.arm_ids), len(self.catalogue) * width))
             for row, a in enumerate(ev.arm_ids):
                 k = self.catalogue.get(a)
                 if k is None:
                     raise LogFormatError(f"{where}: arm {a!r} is not in the catalogue")
-                X[row, k * width : (k + 1) * width] = ev.shared
+                X[row, k * width : (k + 1) * width] = shared
         if self.d is None:
             self.d = int(X.shape[1])
         elif X.shape[1] != self.d:

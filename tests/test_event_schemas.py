@@ -1,0 +1,74 @@
+"""The binary feature forms of a context event (docs/events.md): the same values as the JSON
+lists, and each malformed payload rejected with the reason the service dead-letters it for."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from streaming_dpbandit.stream.schemas import ContextEvent, context_message, encode_f64
+
+X = np.array([[0.5, -1.25, 3.0], [1e-300, 2.0**60, -0.0]])
+
+
+def event(**fields) -> bytes:
+    base = {"v": 1, "event_id": "e", "bandit_id": "b", "event_time": 1.0}
+    base.update(fields)
+    return json.dumps(base).encode()
+
+
+def test_binary_per_arm_features_equal_the_json_lists_bit_for_bit():
+    as_json = ContextEvent.model_validate_json(
+        json.dumps(context_message("e", "b", 1.0, X, ["a", "c"], "json"))
+    )
+    as_f64 = ContextEvent.model_validate_json(
+        json.dumps(context_message("e", "b", 1.0, X, ["a", "c"], "f64"))
+    )
+    assert as_f64.candidate_ids() == as_json.candidate_ids() == ["a", "c"]
+    assert as_f64.arm_features().tobytes() == as_json.arm_features().tobytes() == X.tobytes()
+    assert as_f64.shared_features() is None
+
+
+def test_binary_shared_context_equals_the_json_list():
+    a = ContextEvent.model_validate_json(event(shared=X[0].tolist(), arm_ids=["a"]))
+    b = ContextEvent.model_validate_json(event(shared_f64=encode_f64(X[0]), arm_ids=["a"]))
+    assert a.shared_features().tobytes() == b.shared_features().tobytes()
+    assert b.arm_features() is None
+
+
+def test_url_safe_base64_is_accepted():
+    text = encode_f64(X).replace("+", "-").replace("/", "_")
+    ev = ContextEvent.model_validate_json(event(arm_ids=["a", "c"], arm_features_f64=text))
+    assert ev.arm_features().tobytes() == X.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("fields", "error_type"),
+    [
+        ({"arm_ids": ["a"], "arm_features_f64": encode_f64([np.nan, 1.0])}, "finite_number"),
+        ({"arm_ids": ["a"], "arm_features_f64": encode_f64([np.inf])}, "finite_number"),
+        ({"arm_ids": ["a"], "shared_f64": encode_f64([-np.inf])}, "finite_number"),
+        ({"arm_ids": ["a"], "arm_features_f64": "not base64!"}, "bytes_invalid_encoding"),
+        ({"arm_ids": ["a"], "arm_features_f64": "AAAA"}, "value_error"),  # 3 bytes
+        ({"arm_ids": ["a"], "arm_features_f64": ""}, "value_error"),  # no values
+        ({"arm_ids": ["a", "b"], "arm_features_f64": encode_f64([1.0, 2.0, 3.0])}, "value_error"),
+        ({"arm_features_f64": encode_f64([1.0])}, "value_error"),  # no arm ids
+        ({"arm_ids": ["a", "a"], "arm_features_f64": encode_f64([1.0, 2.0])}, "value_error"),
+        (  # two forms at once
+            {"arm_ids": ["a"], "arm_features_f64": encode_f64([1.0]), "shared": [1.0]},
+            "value_error",
+        ),
+        (  # per-arm JSON carries its own ids
+            {"arms": [{"arm_id": "a", "features": [1.0]}], "arm_ids": ["a"]},
+            "value_error",
+        ),
+        ({"arm_ids": ["a"], "arm_features_f64": 17}, "bytes_type"),
+    ],
+)
+def test_malformed_binary_features_are_rejected(fields, error_type):
+    with pytest.raises(ValidationError) as err:
+        ContextEvent.model_validate_json(event(**fields))
+    assert err.value.errors()[0]["type"] == error_type
