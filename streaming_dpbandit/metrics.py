@@ -7,9 +7,10 @@ in ``docs/metrics.md`` (name, type, labels, meaning).
 
 from __future__ import annotations
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ServiceMetrics"]
+__all__ = ["ServiceMetrics", "observe_many"]
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -188,3 +189,36 @@ class ServiceMetrics:
             ["bandit"],
             registry=r,
         )
+
+
+def observe_many(child, values) -> None:
+    """``child.observe(v)`` for every v, counted per bucket in one pass (a batch of decisions
+    costs a few increments instead of one locked update per decision).
+
+    ``child`` is one labelled child of a :class:`~prometheus_client.Histogram`. Falls back to
+    per-value ``observe`` if the client's histogram internals are not the expected ones.
+
+    >>> from prometheus_client import CollectorRegistry, Histogram
+    >>> reg = CollectorRegistry()
+    >>> h = Histogram("lat", "", ["b"], buckets=(0.1, 1.0), registry=reg)
+    >>> observe_many(h.labels("x"), [0.05, 0.1, 0.5, 3.0])
+    >>> [reg.get_sample_value("lat_bucket", {"b": "x", "le": le}) for le in ("0.1", "1.0", "+Inf")]
+    [2.0, 3.0, 4.0]
+    >>> reg.get_sample_value("lat_sum", {"b": "x"}), reg.get_sample_value("lat_count", {"b": "x"})
+    (3.65, 4.0)
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(buckets) != len(bounds):
+        for v in values.tolist():
+            child.observe(v)
+        return
+    # observe() puts v in the first bucket with v <= bound (+Inf last): searchsorted "left"
+    counts = np.bincount(np.searchsorted(np.asarray(bounds), values, side="left"))
+    for i in np.flatnonzero(counts).tolist():
+        buckets[i].inc(int(counts[i]))
+    total.inc(float(values.sum()))

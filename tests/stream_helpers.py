@@ -246,7 +246,7 @@ def bad_input_stream(valid_path: Path, out_path: Path):
         (json.dumps(e_dup), "duplicate_event"),
         # the binary feature form (arm_features_f64, docs/events.md)
         (
-            binmsg("bad-bin-nan", [[float("nan")] + a["features"][1:] for a in good_arm]),
+            binmsg("bad-bin-nan", [[float("nan"), *a["features"][1:]] for a in good_arm]),
             "non_finite_number",
         ),
         (binmsg("bad-bin-dim", [a["features"][:-1] for a in good_arm]), "wrong_dimension"),

@@ -1,5 +1,6 @@
-"""The binary feature forms of a context event (docs/events.md): the same values as the JSON
-lists, and each malformed payload rejected with the reason the service dead-letters it for."""
+"""Event schemas: the binary feature forms of a context event (docs/events.md) carry the same
+values as the JSON lists and each malformed payload is rejected with the reason the service
+dead-letters it for; the fast decision encoder writes what the Decision model writes."""
 
 from __future__ import annotations
 
@@ -7,9 +8,17 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from streaming_dpbandit.stream.schemas import ContextEvent, context_message, encode_f64
+from streaming_dpbandit.stream.schemas import (
+    ContextEvent,
+    Decision,
+    context_message,
+    decision_encoder,
+    encode_f64,
+)
 
 X = np.array([[0.5, -1.25, 3.0], [1e-300, 2.0**60, -0.0]])
 
@@ -72,3 +81,55 @@ def test_malformed_binary_features_are_rejected(fields, error_type):
     with pytest.raises(ValidationError) as err:
         ContextEvent.model_validate_json(event(**fields))
     assert err.value.errors()[0]["type"] == error_type
+
+
+# -- decisions --------------------------------------------------------------------------------
+ids = st.text(min_size=1, max_size=30)  # quotes, backslashes, control and non-ASCII characters
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bandit=ids,
+    calibration=ids,
+    policy=ids,
+    rows=st.lists(
+        st.tuples(ids, ids, st.integers(0, 10**6), finite, st.integers(0, 10**6)),
+        min_size=1,
+        max_size=5,
+    ),
+    version=st.integers(0, 10**9),
+    episode=st.integers(0, 10**9),
+    decided_at=finite,
+)
+def test_the_fast_decision_encoder_writes_what_the_model_writes(
+    bandit, calibration, policy, rows, version, episode, decided_at
+):
+    enc = decision_encoder(bandit, calibration, policy)
+    eids, arms, idx, props, rounds = (list(c) for c in zip(*rows))
+    raw = enc(eids, arms, idx, props, version, [episode] * len(rows), rounds, decided_at)
+    for r, (e, a, k, p, t) in zip(raw, rows):
+        model = Decision(
+            event_id=e,
+            bandit_id=bandit,
+            arm_id=a,
+            arm_index=k,
+            propensity=p,
+            model_version=version,
+            episode=episode,
+            round=t,
+            calibration=calibration,
+            policy=policy,
+            decided_at=decided_at,
+        )
+        assert Decision.model_validate_json(r) == model
+        # the same fields in the same order as the model's own JSON
+        assert list(json.loads(r)) == list(json.loads(model.model_dump_json()))
+
+
+def test_the_fast_decision_encoder_refuses_non_finite_numbers():
+    enc = decision_encoder("b", "certified", "fliphat")
+    with pytest.raises(ValueError, match="finite"):
+        enc(["e"], ["a"], [0], [float("nan")], 1, [1], [1], 5.0)
+    with pytest.raises(ValueError, match="finite"):
+        enc(["e"], ["a"], [0], [1.0], 1, [1], [1], float("inf"))

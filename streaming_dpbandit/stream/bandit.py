@@ -12,7 +12,7 @@ from ..config import BanditSettings
 from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
 from .join import EarlyFeedback, JoinStore, Resolution
-from .schemas import ContextEvent, Decision, Feedback
+from .schemas import ContextEvent, Decision, Feedback, decision_encoder
 
 __all__ = ["BadInput", "BanditRuntime"]
 
@@ -74,6 +74,7 @@ class BanditRuntime:
         self.catalogue = (
             None if settings.arms is None else {a: i for i, a in enumerate(settings.arms)}
         )
+        self._encode = None  # the decision encoder, made at the first decision
 
     def _row_width(self, policy) -> int:
         """Width of a stored row: the chosen context (d)."""
@@ -126,44 +127,49 @@ class BanditRuntime:
         if self.join.status(ev.event_id, by="context") is not None:
             raise BadInput("duplicate_event", f"event {ev.event_id!r} was already decided")
 
-    def decide(self, batch: list[Pending]) -> list[Decision]:
-        """Decide a batch (same bandit, no model update inside) with the frozen model."""
+    def decide_messages(self, batch: list[Pending]) -> list[bytes]:
+        """Decide a batch (same bandit, no model update inside) with the frozen model; returns
+        the decision messages (JSON bytes, :class:`~.schemas.Decision`), in batch order."""
         B = len(batch)
-        K = max(p.X.shape[0] for p in batch)
-        X = np.zeros((B, K, self.d))
-        mask = np.zeros((B, K), dtype=bool)
-        for i, p in enumerate(batch):
-            k = p.X.shape[0]
-            X[i, :k] = p.X
-            mask[i, :k] = True
+        ks = {p.X.shape[0] for p in batch}
         ids = [p.event.event_id for p in batch]
-        dec = self.policy.decide(X, event_ids=ids, mask=None if mask.all() else mask)
-        now = time.time()
-        out = []
-        calibration = getattr(self.policy, "calibration", "non-private")
-        for i, p in enumerate(batch):
-            a = int(dec.arms[i])
-            for early in self.join.add(
-                p.event.event_id, int(dec.rounds[i]), p.event.event_time, p.X[a]
-            ):
+        if len(ks) == 1:  # the common case: every event offers the same number of arms
+            X, mask = np.stack([p.X for p in batch]), None
+        else:
+            X = np.zeros((B, max(ks), self.d))
+            mask = np.zeros((B, max(ks)), dtype=bool)
+            for i, p in enumerate(batch):
+                k = p.X.shape[0]
+                X[i, :k] = p.X
+                mask[i, :k] = True
+        dec = self.policy.decide(X, event_ids=ids, mask=mask)
+        arms = dec.arms.tolist()
+        rounds = dec.rounds.tolist()
+        add = self.join.add
+        for eid, p, a, t in zip(ids, batch, arms, rounds):
+            for early in add(eid, t, p.event.event_time, p.X[a]):
                 self._resolved(early, forced=False)
-            out.append(
-                Decision(
-                    event_id=p.event.event_id,
-                    bandit_id=self.bandit_id,
-                    arm_id=p.arm_ids[a],
-                    arm_index=a,
-                    propensity=float(dec.propensities[i]),
-                    model_version=int(dec.model_version),
-                    episode=int(dec.episodes[i]),
-                    round=int(dec.rounds[i]),
-                    calibration=calibration,
-                    policy=self.policy.name,
-                    decided_at=now,
-                )
-            )
         self.stats["decided"] += B
-        return out
+        if self._encode is None:
+            self._encode = decision_encoder(
+                self.bandit_id,
+                getattr(self.policy, "calibration", "non-private"),
+                self.policy.name,
+            )
+        return self._encode(
+            ids,
+            [p.arm_ids[a] for p, a in zip(batch, arms)],
+            arms,
+            dec.propensities.tolist(),
+            int(dec.model_version),
+            dec.episodes.tolist(),
+            rounds,
+            time.time(),
+        )
+
+    def decide(self, batch: list[Pending]) -> list[Decision]:
+        """:meth:`decide_messages` as models."""
+        return [Decision.model_validate_json(m) for m in self.decide_messages(batch)]
 
     def after_decisions(self, batch: list[Pending], dead) -> None:
         """Join early feedback of the just-decided events; advance the contexts watermark."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config import BanditSettings, ServiceSettings, TopicsSettings
-from ..metrics import ServiceMetrics
+from ..metrics import ServiceMetrics, observe_many
 from ..privacy.accountant import Accountant
 from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
@@ -371,14 +371,16 @@ class Service:
                 self._release(rt)
             n = min(pol.max_decide_batch(), len(run) - i)
             chunk = run[i : i + n]
-            decisions = rt.decide(chunk)
+            messages = rt.decide_messages(chunk)
             now = time.perf_counter()
-            for dec, p in zip(decisions, chunk):
-                self.transport.send(
-                    self.topics.decisions, dec.bandit_id.encode(), dec.model_dump_json().encode()
-                )
-                self.metrics.decision_latency.labels(rt.bandit_id).observe(now - p.received)
+            key, send, topic = rt.bandit_id.encode(), self.transport.send, self.topics.decisions
+            for m in messages:
+                send(topic, key, m)
                 self._pop(tp, q)
+            observe_many(
+                self.metrics.decision_latency.labels(rt.bandit_id),
+                [now - p.received for p in chunk],
+            )
             self.metrics.events.labels(rt.bandit_id, "decided").inc(n)
             rt.after_decisions(chunk, self._dead_source)
             i += n

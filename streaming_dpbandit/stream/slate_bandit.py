@@ -126,6 +126,9 @@ class SlateBanditRuntime(BanditRuntime):
         self.stats["decided"] += len(batch)
         return out
 
+    def decide_messages(self, batch: list[Pending]) -> list[bytes]:
+        return [d.model_dump_json().encode() for d in self.decide(batch)]
+
     # -- feedback ---------------------------------------------------------------------------
     def on_feedback(self, fb, source: tuple[str, int, int], dead) -> None:
         self.last_feedback_wall = time.monotonic()
