@@ -226,6 +226,13 @@ class BanditRuntime:
             self.stats["fb_out_of_range"] += 1
             dead(source, "reward_out_of_range", f"reward outside {list(bounds)}")
             return
+        js = self.join
+        p = js.pending.get(fb.event_id)
+        if p is not None and p.event_time <= fb.event_time <= p.event_time + js.window:
+            # the common case, in one lookup: a reward for a pending decision, in its window
+            self._resolved(js.match(fb.event_id, fb.reward, fb.event_time), forced=False)
+            self.advance_watermark(fb.event_time)
+            return
         status = self.join.status(fb.event_id)
         decided_at = self.join.decision_time(fb.event_id)
         if decided_at is not None and fb.event_time < decided_at:

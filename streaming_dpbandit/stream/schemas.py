@@ -83,7 +83,19 @@ def context_message(
 
 
 def _f64(raw: bytes, field: str) -> np.ndarray:
-    """Decode a binary feature field (read-only float64 view), or a validation error."""
+    """Decode a binary feature field (read-only float64 view), or a validation error.
+
+    >>> _f64(np.array([1.0, -2.0]).tobytes(), "x").tolist()
+    [1.0, -2.0]
+    >>> for bad in (np.nan, np.inf, -np.inf):
+    ...     try:
+    ...         _f64(np.array([1e308, bad]).tobytes(), "x")
+    ...     except PydanticCustomError as err:
+    ...         print(err.type)
+    finite_number
+    finite_number
+    finite_number
+    """
     if not raw or len(raw) % 8:
         raise ValueError(f"'{field}' must hold a whole, non-zero number of float64 values")
     values = np.frombuffer(raw, dtype=F64)
@@ -170,6 +182,25 @@ class ContextEvent(_Event):
 
     @model_validator(mode="after")
     def _one_form(self):
+        raw = self.arm_features_f64
+        if (  # the fast path: the binary per-arm form alone
+            raw is not None
+            and self.arm_ids is not None
+            and self.arms is None
+            and self.shared is None
+            and self.shared_f64 is None
+            and self.slate_size is None
+        ):
+            ids = self.arm_ids
+            if len(set(ids)) != len(ids):
+                raise ValueError("arm ids must be unique within an event")
+            if len(raw) % (8 * len(ids)):
+                raise ValueError(
+                    f"'arm_features_f64' holds {len(raw)} bytes: not a whole number of float64 "
+                    f"features for each of the {len(ids)} arms"
+                )
+            _f64(raw, "arm_features_f64")
+            return self
         forms = [
             name
             for name in ("arms", "arm_features_f64", "shared", "shared_f64")
@@ -198,14 +229,7 @@ class ContextEvent(_Event):
             raise ValueError("arm ids must be unique within an event")
         if form == "arms" and len({len(a.features) for a in self.arms}) != 1:
             raise ValueError("every arm must have the same number of features")
-        if form == "arm_features_f64":
-            values = _f64(self.arm_features_f64, form)
-            if values.size % len(ids):
-                raise ValueError(
-                    f"'arm_features_f64' holds {values.size} values: not a whole number "
-                    f"of features for each of the {len(ids)} arms"
-                )
-        elif form == "shared_f64":
+        if form == "shared_f64":  # (arm_features_f64 with its arm ids took the fast path)
             _f64(self.shared_f64, form)
         return self
 

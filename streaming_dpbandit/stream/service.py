@@ -45,6 +45,23 @@ from .transport import TP, Record, Transport
 __all__ = ["Service", "ServiceStartError"]
 
 
+#: Feedback outcomes (``dpbandit_feedback_total{outcome}``) by the bandit statistic counting
+#: them; counted per batch of feedback messages.
+FEEDBACK_OUTCOMES = (
+    ("joined", "joined"),
+    ("fb_early", "held_early"),
+    ("fb_duplicate", "duplicate_feedback"),
+    ("fb_after_expiry", "feedback_after_expiry"),
+    ("fb_unknown", "unknown_event"),
+    ("fb_before_decision", "feedback_before_decision"),
+    ("fb_out_of_range", "reward_out_of_range"),
+    ("fb_slate_unsupported", "slate_unsupported"),
+    ("fb_slate_required", "slate_required"),
+    ("fb_unknown_item", "unknown_item"),
+    ("fb_not_in_slate", "item_not_in_slate"),
+)
+
+
 class ServiceStartError(RuntimeError):
     """The service cannot start safely (changed configuration, damaged state, no broker)."""
 
@@ -402,6 +419,8 @@ class Service:
 
     # -- feedback ---------------------------------------------------------------------------
     def _process_feedback(self, tp: TP, q: collections.deque) -> None:
+        # outcome counters per batch, as differences of the bandits' statistics
+        before = {name: rt.stats.copy() for name, rt in self.bandits.items()}
         while q:
             r, _ = q[0]
             if self.local.claims(r):  # an LDP report (privacy=local bandits)
@@ -409,7 +428,18 @@ class Service:
             else:
                 self._feedback_one(r)
             self._pop(tp, q)
+        self._count_feedback(before)
         self.local.after_batch()
+
+    def _count_feedback(self, before: dict[str, collections.Counter]) -> None:
+        for name, rt in self.bandits.items():
+            old = before.get(name)
+            if old is None or old == rt.stats:
+                continue
+            for key, outcome in FEEDBACK_OUTCOMES:
+                diff = rt.stats.get(key, 0) - old.get(key, 0)
+                if diff:
+                    self.metrics.feedback.labels(name, outcome).inc(diff)
 
     def _feedback_one(self, r: Record) -> None:
         if len(r.value) > self.settings.max_message_bytes:
@@ -436,24 +466,7 @@ class Service:
             rt.advance_watermark(msg.event_time)
             self.metrics.feedback.labels(rt.bandit_id, "watermark").inc()
             return
-        before = dict(rt.stats)
         rt.on_feedback(msg, (r.topic, r.partition, r.offset), self._dead_source)
-        for key, outcome in (
-            ("joined", "joined"),
-            ("fb_early", "held_early"),
-            ("fb_duplicate", "duplicate_feedback"),
-            ("fb_after_expiry", "feedback_after_expiry"),
-            ("fb_unknown", "unknown_event"),
-            ("fb_before_decision", "feedback_before_decision"),
-            ("fb_out_of_range", "reward_out_of_range"),
-            ("fb_slate_unsupported", "slate_unsupported"),
-            ("fb_slate_required", "slate_required"),
-            ("fb_unknown_item", "unknown_item"),
-            ("fb_not_in_slate", "item_not_in_slate"),
-        ):
-            diff = rt.stats.get(key, 0) - before.get(key, 0)
-            if diff:
-                self.metrics.feedback.labels(rt.bandit_id, outcome).inc(diff)
 
     # -- dead letters -----------------------------------------------------------------------
     def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
