@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
+from streaming_dpbandit.stream.gc_tuning import service_gc  # noqa: E402
 from streaming_dpbandit.stream.service import Service  # noqa: E402
 from streaming_dpbandit.stream.sources import (  # noqa: E402
     FileSource,
@@ -91,14 +92,16 @@ def bench_inprocess(path: Path, events: int) -> dict:
     t0 = time.perf_counter()
     svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(FileSource(path, TOPICS)))
     svc.open()
-    svc.run()
+    with service_gc():
+        svc.run()
     replay_s = time.perf_counter() - t0
     env = FliphatPaperEnv(d=D, K=K)
     src = SimulatedSource(env, events, "shop", dt=0.001, delay_mean=0.05, seed=4, topics=TOPICS)
     t0 = time.perf_counter()
     svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(src))
     svc.open()
-    svc.run()
+    with service_gc():
+        svc.run()
     sim_s = time.perf_counter() - t0
     return {
         "events": events,
@@ -259,7 +262,8 @@ def service_throughput(bootstrap, topics: dict, n_contexts: int, n_feedback: int
             state["t1"] = time.perf_counter()
             s.request_stop()
 
-    svc.run(progress)
+    with service_gc():  # as dpbandit serve runs it
+        svc.run(progress)
     return n_contexts / (state["t1"] - state["t0"])
 
 
@@ -590,7 +594,8 @@ def bench_memory(events: int) -> dict:
             nxt[0] += step
 
     t0 = time.perf_counter()
-    summary = svc.run(progress)
+    with service_gc():
+        summary = svc.run(progress)
     later = [x["rss_mb"] for x in samples[len(samples) // 4 :]]
     return {
         "events": events,

@@ -576,6 +576,7 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
     import json
     import sys
 
+    from .gc_tuning import service_gc
     from .runner import print_summary, start_metrics_server
 
     out = sys.stdout if out is None else out
@@ -589,7 +590,8 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
             replica = DecisionReplica(settings, metrics)
             replica.open()
             replica.install_signal_handlers()
-            summary = replica.run()
+            with service_gc():
+                summary = replica.run()
             print(json.dumps(summary), file=out)
             return summary
         from .kafka_transport import KafkaTransport
@@ -601,7 +603,8 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
         learner = Learner(settings, KafkaTransport(learner_kafka_settings(settings)), metrics)
         learner.open()
         learner.install_signal_handlers()
-        summary = learner.run()
+        with service_gc():
+            summary = learner.run()
         summary["role"] = "learner"
         summary["state_directory"] = str(settings.snapshots.directory)
         print_summary(summary, out)

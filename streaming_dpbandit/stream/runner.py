@@ -8,6 +8,7 @@ import time
 
 from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
+from .gc_tuning import service_gc
 from .service import Service
 from .transport import InProcessTransport, Transport
 
@@ -193,7 +194,8 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
             seen[0] = done
 
     try:
-        summary = service.run(progress)
+        with service_gc():  # started: what exists now lives as long as the process
+            summary = service.run(progress)
     finally:
         if bar is not None:
             bar.close()
