@@ -34,7 +34,7 @@ def test_orphaned_early_feedback_matches_the_definition_in_order():
             t += float(rng.exponential(0.5))
             assert store.advance_context_watermark(t) == reference_orphans(ref, t)
         assert store.early == ref
-    assert store.early_count == sum(len(v) for v in ref.values())
+        assert store.early_count == sum(len(v) for v in ref.values())
 
 
 def _store_with_held_feedback() -> JoinStore:

@@ -92,6 +92,44 @@ def test_binary_features_learn_exactly_what_json_features_do(stream, reference, 
     assert mine == ref
 
 
+def test_feedback_far_ahead_of_its_contexts_is_paced_and_changes_nothing(
+    stream, reference, tmp_path, monkeypatch
+):
+    """Each feedback message 3,000 records earlier than recorded, as when catching up on a
+    backlog, and the feedback paused above 200 held messages: the outcome is the reference's.
+    (How many are held at once is bounded through the real broker, test_service_kafka.py: the
+    in-process transport hands over everything queued meanwhile when a partition resumes.)"""
+    from stream_helpers import settings
+
+    from streaming_dpbandit.metrics import ServiceMetrics
+    from streaming_dpbandit.stream import service as service_module
+    from streaming_dpbandit.stream.sources import FileSource
+    from streaming_dpbandit.stream.transport import InProcessTransport
+
+    _, ref_svc, _, _ = reference
+    lines = stream[0].read_text().splitlines()
+    ahead = [3000 if json.loads(x)["topic"] == "feedback" else 0 for x in lines]
+    order = sorted(range(len(lines)), key=lambda i: (i - ahead[i], -ahead[i]))
+    path = tmp_path / "ahead.jsonl"
+    path.write_text("\n".join(lines[i] for i in order) + "\n")
+    monkeypatch.setattr(service_module, "EARLY_PAUSE", 200)
+    source = FileSource(path, ("dpbandit.contexts", "dpbandit.feedback"))
+    svc = service_module.Service(
+        settings(tmp_path / "state", max_batch=50), InProcessTransport(source), ServiceMetrics()
+    )
+    svc.open()
+    held, paused = [], []
+
+    def progress(s):
+        held.append(s.bandits[BANDIT].join.early_count)
+        paused.append(bool(s.feedback_paused))
+
+    svc.run(progress)
+    assert svc.state_bytes() == ref_svc.state_bytes()
+    assert max(held) > 1000  # the feedback did run far ahead
+    assert any(paused) and not paused[-1]  # it paused, and it resumed
+
+
 def test_crashes_at_random_moments_change_nothing(stream, reference, tmp_path):
     """Stop the loop abruptly (no final snapshot) 25 times and restart from the last snapshot."""
     ref_state, ref_svc, _ref_transport, _ = reference

@@ -205,6 +205,39 @@ def test_end_to_end_matches_the_in_process_run(kafka_broker, recorded, tmp_path)
     assert {d["event_id"]: (d["arm_id"], d["model_version"]) for d in decs} == recorded["decisions"]
 
 
+def test_feedback_running_ahead_is_paced_and_changes_nothing(
+    kafka_broker, recorded, tmp_path, monkeypatch
+):
+    """Read from full topics, the small feedback messages run far ahead of the large
+    contexts. Above EARLY_PAUSE held messages the feedback partitions pause (and resume at
+    half, through ``resume_partition``): at most one poll more is held, and the outcome is
+    the in-process run's."""
+    from streaming_dpbandit.stream import service as service_module
+
+    limit, poll = 400, 200
+    monkeypatch.setattr(service_module, "EARLY_PAUSE", limit)
+    topics = kafka_topics(f"pace{os.getpid()}")
+    create_topics(kafka_broker, topics)
+    produce_file(kafka_broker.bootstrap, recorded["path"], topics)
+    cfg = kafka_settings(tmp_path, kafka_broker.bootstrap, topics, "pace")
+    cfg["kafka"]["max_poll_records"] = poll
+    st = ServiceSettings.model_validate(cfg)
+    held, paused = [], []
+
+    def done(s) -> bool:
+        held.append(s.bandits[BANDIT].join.early_count)
+        paused.append(bool(s.feedback_paused))
+        return finished(s, recorded["n_feedback"])
+
+    svc, th, result = run_in_thread(st, done)
+    th.join(timeout=600)
+    assert not th.is_alive() and result, "the service did not finish"
+    assert svc.state_bytes() == recorded["state"]
+    assert ledger_digests(tmp_path) == recorded["ledger"]
+    assert sum(paused) > 0 and not paused[-1]  # it paused, and it resumed
+    assert limit < max(held) <= limit + poll
+
+
 def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     kafka_broker, recorded, tmp_path
 ):

@@ -108,7 +108,9 @@ class _TaskTransport(Transport):
     def resume(self, tp: TP) -> None:
         from kafka import TopicPartition
 
-        self.consumer.resume(TopicPartition(*tp))
+        from .kafka_transport import resume_partition
+
+        resume_partition(self.consumer, TopicPartition(*tp))
 
     def assigned(self) -> set[TP]:
         return set(self.tps)
@@ -116,14 +118,9 @@ class _TaskTransport(Transport):
     def lag(self) -> dict[TP, int]:
         from kafka import TopicPartition
 
-        parts = [TopicPartition(*tp) for tp in self.tps]
-        try:
-            ends = self.consumer.end_offsets(parts)
-            return {
-                (p.topic, p.partition): max(0, ends[p] - self.consumer.position(p)) for p in parts
-            }
-        except Exception:  # not assigned any more, or the broker is away
-            return {}
+        from .kafka_transport import consumer_lag
+
+        return consumer_lag(self.consumer, [TopicPartition(*tp) for tp in self.tps])
 
 
 class _TaskLedger:

@@ -115,6 +115,7 @@ class JoinStore:
         self._early_heap: list[tuple[float, int, str]] = []
         self._early_seq: dict[str, int] = {}
         self._early_n = 0
+        self._early_count = 0  # held feedback messages (sum of the lists' lengths)
         self.resolved: dict[str, tuple[str, float]] = {}
         self._resolved_heap: list[tuple[float, str]] = []  # (decision time, id), lazy
         self.feedback_watermark = float("-inf")
@@ -211,15 +212,19 @@ class JoinStore:
             self._early_n += 1  # not state: only the relative order of held ids matters
             self._early_seq[fb.event_id] = self._early_n
         held.append(fb)
+        self._early_count += 1
         heapq.heappush(self._early_heap, (fb.event_time, self._early_seq[fb.event_id], fb.event_id))
 
     def take_early(self, event_id: str) -> list[EarlyFeedback]:
         self._early_seq.pop(event_id, None)
-        return self.early.pop(event_id, [])
+        held = self.early.pop(event_id, [])
+        self._early_count -= len(held)
+        return held
 
     @property
     def early_count(self) -> int:
-        return sum(len(v) for v in self.early.values())
+        """Feedback messages held for decisions not made yet."""
+        return self._early_count
 
     def advance_context_watermark(self, t: float) -> list[EarlyFeedback]:
         """Contexts seen up to event time t: early feedback older than t is orphaned."""

@@ -70,6 +70,9 @@ log = logging.getLogger("streaming_dpbandit.service")
 
 DLQ_PAYLOAD_BYTES = 2048
 QUEUE_PAUSE = 50_000
+#: Held (early) feedback messages above which the feedback partitions pause (see
+#: ``Service._pace_feedback``); they resume at half.
+EARLY_PAUSE = 20_000
 #: Gauges (spend, pending joins, lag, ...) are refreshed at most this often from the loop, and
 #: at the end; Prometheus scrapes every few seconds, and the lag costs a broker round trip.
 METRICS_EXPORT_INTERVAL_S = 0.5
@@ -214,6 +217,7 @@ class Service:
         self.queues: dict[TP, collections.deque] = collections.defaultdict(collections.deque)
         self.blocked: dict[TP, str] = {}
         self.paused: set[TP] = set()
+        self.feedback_paused: set[TP] = set()
         self._parsed: dict[int, object] = {}
         self.dead_count = collections.Counter()
         for rt in self.bandits.values():  # releases made but not yet in the ledger
@@ -282,6 +286,30 @@ class Service:
             elif tp not in self.blocked and tp in self.paused:
                 self.transport.resume(tp)
                 self.paused.discard(tp)
+        self._pace_feedback()
+
+    def _pace_feedback(self) -> None:
+        """Stop reading feedback that runs far ahead of the contexts.
+
+        Catching up on a backlog, the consumer fetches many small feedback messages per large
+        context, so the feedback of contexts not read yet piles up as held ("early") feedback:
+        memory, and work (held, then judged again when the context arrives). Above
+        ``EARLY_PAUSE`` held messages the feedback partitions pause until half of them are
+        taken. Never while a contexts partition is blocked (its release may wait for feedback
+        behind the pause). The join is the same whatever the interleaving (docs/service.md),
+        so pacing changes nothing that is learned.
+        """
+        held = sum(rt.join.early_count for rt in self.bandits.values())
+        if self.feedback_paused:
+            if held <= EARLY_PAUSE // 2 or self.blocked:
+                for tp in self.feedback_paused:
+                    self.transport.resume(tp)
+                self.feedback_paused = set()
+        elif held > EARLY_PAUSE and not self.blocked:
+            fb = self.topics.feedback
+            self.feedback_paused = {tp for tp in self.transport.assigned() if tp[0] == fb}
+            for tp in self.feedback_paused:
+                self.transport.pause(tp)
 
     def _idle_check(self) -> None:
         """A blocked bandit whose feedback stopped: expire its joins after the idle timeout."""
