@@ -174,36 +174,23 @@ class BanditRuntime:
     def after_decisions(self, batch: list[Pending], dead) -> None:
         """Join early feedback of the just-decided events; advance the contexts watermark."""
         js = self.join
+        early, pending, window = js.early, js.pending, js.window
         for p in batch:
             eid = p.event.event_id
-            closes = p.event.event_time + js.window
-            for fb in js.take_early(eid):
-                status = js.status_at(eid, fb.watermark)  # as of this feedback's position
-                if fb.event_time < p.event.event_time:
-                    self.stats["fb_before_decision"] += 1
-                    dead(
-                        fb.source,
-                        "feedback_before_decision",
-                        f"feedback time precedes the decision of {eid!r}",
-                    )
-                    continue
-                if status == "pending" and fb.watermark > closes:
-                    # in feedback order the window had closed before this feedback
-                    self._resolved(js._resolve(eid, "expired", None), forced=False)
-                    status = "expired"
-                if status == "pending":
-                    self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
-                elif status == "joined":
-                    self.stats["fb_duplicate"] += 1
-                    dead(fb.source, "duplicate_feedback", f"event {eid!r} already has its reward")
-                else:
-                    self.stats["fb_after_expiry"] += 1
-                    dead(
-                        fb.source,
-                        "feedback_after_expiry",
-                        f"event {eid!r} expired before its reward",
-                    )
-            if js.status(eid) == "pending" and js.feedback_watermark > closes:
+            t = p.event.event_time
+            closes = t + window
+            held = js.take_early(eid) if eid in early else ()
+            if (  # the common case: one reward, in the window, before the window closed
+                len(held) == 1
+                and eid in pending
+                and t <= held[0].event_time <= closes
+                and held[0].watermark <= closes
+            ):
+                fb = held[0]
+                self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
+            else:
+                self._judge_held(eid, t, closes, held, dead)
+            if eid in pending and js.feedback_watermark > closes:
                 self._resolved(js._resolve(eid, "expired", None), forced=False)
         t = max(p.event.event_time for p in batch)
         for orphan in self.join.advance_context_watermark(t):
@@ -213,6 +200,37 @@ class BanditRuntime:
                 "unknown_event",
                 f"no decision for event {orphan.event_id!r} (its context never arrived)",
             )
+
+    def _judge_held(self, eid: str, t: float, closes: float, held, dead) -> None:
+        """Feedback held for a decision made at ``t``, each judged as of its position in the
+        feedback partition (docs/service.md, "Why the join is deterministic")."""
+        js = self.join
+        for fb in held:
+            status = js.status_at(eid, fb.watermark)  # as of this feedback's position
+            if fb.event_time < t:
+                self.stats["fb_before_decision"] += 1
+                dead(
+                    fb.source,
+                    "feedback_before_decision",
+                    f"feedback time precedes the decision of {eid!r}",
+                )
+                continue
+            if status == "pending" and fb.watermark > closes:
+                # in feedback order the window had closed before this feedback
+                self._resolved(js._resolve(eid, "expired", None), forced=False)
+                status = "expired"
+            if status == "pending":
+                self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
+            elif status == "joined":
+                self.stats["fb_duplicate"] += 1
+                dead(fb.source, "duplicate_feedback", f"event {eid!r} already has its reward")
+            else:
+                self.stats["fb_after_expiry"] += 1
+                dead(
+                    fb.source,
+                    "feedback_after_expiry",
+                    f"event {eid!r} expired before its reward",
+                )
 
     # -- feedback ---------------------------------------------------------------------------
     def on_feedback(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
