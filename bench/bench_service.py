@@ -1,18 +1,24 @@
 """Service benchmarks (issue 3). Prints one JSON document.
 
-* ``inprocess``: events/s of the service loop over the in-process transport, replaying a
-  recorded stream (generation excluded) and end to end with the simulated source.
-* ``kafka``: events/s through a real broker next to the ceiling — a bare kafka-python
-  consume→produce loop on the same topics and message sizes, measured in the same run — and
-  decision latency p50/p99 at half the measured maximum rate.
+Every measure runs for both feature encodings of the context events (docs/events.md): JSON
+number lists (``json``) and binary float64 (``f64``), on the same recorded stream.
+
+* ``inprocess``: contexts/s of the service loop over the in-process transport, replaying a
+  recorded stream held in memory (best of 3), and end to end with the simulated source.
+* ``kafka``: contexts/s through a real broker next to the ceiling — a bare kafka-python
+  consume→produce loop on the same topics and message sizes with the service's client
+  settings — alternated ``--repeats`` times on the same topics (medians and per-pair ratios),
+  and decision latency p50/p99 at half the service's median rate.
 * ``memory``: resident memory (RSS) over 10⁶ events at d = 100 with delayed and missing rewards
   and 1% malformed messages (the dead-letter path).
 * ``floor``: the per-context cost of only reading a context event (JSON decode, validation,
   features to numpy), which no service design avoids; with ``kafka``, the time per context
   the service may spend beside the ceiling's own Kafka work and still reach 0.8× of it.
 
+The service runs as ``dpbandit serve`` runs it (``service_gc``).
+
 Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka] [--skip-memory]
-       [--latency-max-poll-records N]
+       [--repeats N] [--latency-max-poll-records N]
 (without --kafka a broker is started with scripts/kafka.sh).
 """
 
@@ -36,9 +42,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
 from streaming_dpbandit.stream.gc_tuning import service_gc  # noqa: E402
+from streaming_dpbandit.stream.schemas import FEATURE_ENCODINGS  # noqa: E402
 from streaming_dpbandit.stream.service import Service  # noqa: E402
 from streaming_dpbandit.stream.sources import (  # noqa: E402
-    FileSource,
     RecordingSource,
     SimulatedSource,
     Source,
@@ -80,21 +86,60 @@ def settings(state_dir, **over) -> ServiceSettings:
     return ServiceSettings.model_validate(settings_data(state_dir, **over))
 
 
-def record(path: Path, events: int) -> None:
+def record(path: Path, events: int, encoding: str = "json") -> None:
+    """Record the simulated stream (the same events and decisions for every encoding)."""
     env = FliphatPaperEnv(d=D, K=K)
-    src = SimulatedSource(env, events, "shop", dt=0.001, delay_mean=0.05, seed=3, topics=TOPICS)
+    src = SimulatedSource(
+        env,
+        events,
+        "shop",
+        dt=0.001,
+        delay_mean=0.05,
+        seed=3,
+        topics=TOPICS,
+        feature_encoding=encoding,
+    )
     svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(RecordingSource(src, path)))
     svc.open()
     svc.run()
 
 
-def bench_inprocess(path: Path, events: int) -> dict:
-    t0 = time.perf_counter()
-    svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(FileSource(path, TOPICS)))
-    svc.open()
-    with service_gc():
-        svc.run()
-    replay_s = time.perf_counter() - t0
+class MemorySource(Source):
+    """A recorded stream held in memory, so that a replay times the service, not file reading."""
+
+    def __init__(self, path: Path):
+        self.topics = TOPICS
+        names = dict(zip(("contexts", "feedback"), TOPICS))
+        self.items = []
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            self.items.append((names[rec["topic"]], b"shop", rec["value"].encode()))
+        self._i = 0
+
+    def generate(self, emit, max_new):
+        for topic, key, value in self.items[self._i : self._i + max_new]:
+            emit(topic, key, value)
+        self._i += max_new
+        return self._i < len(self.items)
+
+
+def replay_rate(path: Path, events: int) -> float:
+    """Contexts/s of the service loop over the in-process transport (best of 3)."""
+    best = 0.0
+    for _ in range(3):
+        svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(MemorySource(path)))
+        svc.open()
+        t0 = time.perf_counter()
+        with service_gc():
+            svc.run()
+        best = max(best, events / (time.perf_counter() - t0))
+    return best
+
+
+def bench_inprocess(paths: dict[str, Path], events: int) -> dict:
+    out = {"events": events, "d": D, "K": K}
+    for encoding, path in paths.items():
+        out[f"replay_events_per_s[{encoding}]"] = replay_rate(path, events)
     env = FliphatPaperEnv(d=D, K=K)
     src = SimulatedSource(env, events, "shop", dt=0.001, delay_mean=0.05, seed=4, topics=TOPICS)
     t0 = time.perf_counter()
@@ -102,27 +147,20 @@ def bench_inprocess(path: Path, events: int) -> dict:
     svc.open()
     with service_gc():
         svc.run()
-    sim_s = time.perf_counter() - t0
-    return {
-        "events": events,
-        "d": D,
-        "K": K,
-        "replay_events_per_s": events / replay_s,
-        "simulated_end_to_end_events_per_s": events / sim_s,
-    }
+    out["simulated_end_to_end_events_per_s[json]"] = events / (time.perf_counter() - t0)
+    return out
 
 
-def bench_floor(path: Path) -> dict:
-    """µs per context to decode and validate it (best of 3 passes over the recorded contexts)."""
+def bench_floor(paths: dict[str, Path]) -> dict:
+    """µs per context to decode and validate it (best of 3 passes over the recorded contexts),
+    for each feature encoding."""
     from streaming_dpbandit.stream.schemas import ContextEvent
 
-    values = []
-    for line in path.read_text().splitlines():
-        rec = json.loads(line)
-        if rec["topic"] == "contexts":
-            values.append(rec["value"].encode())
+    def contexts(path: Path) -> list[bytes]:
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        return [x["value"].encode() for x in lines if x["topic"] == "contexts"]
 
-    def per_context_us(fn) -> float:
+    def per_context_us(fn, values) -> float:
         best = float("inf")
         for _ in range(3):
             t0 = time.perf_counter()
@@ -134,22 +172,23 @@ def bench_floor(path: Path) -> dict:
     def features(ev) -> np.ndarray:
         return np.array([a["features"] for a in ev["arms"]], dtype=np.float64)
 
-    out = {
-        "contexts": len(values),
-        "context_bytes_mean": float(np.mean([len(v) for v in values])),
-        "stdlib_json_loads_us": per_context_us(json.loads),
-        "pydantic_validate_json_us (the service's path)": per_context_us(
-            ContextEvent.model_validate_json
-        ),
-    }
+    out = {}
+    for encoding, path in paths.items():
+        values = contexts(path)
+        out[f"context_bytes_mean[{encoding}]"] = float(np.mean([len(v) for v in values]))
+        out[f"pydantic_validate_us[{encoding}] (the service's path)"] = per_context_us(
+            ContextEvent.model_validate_json, values
+        )
+    values = contexts(paths["json"])
+    out["stdlib_json_loads_us[json]"] = per_context_us(json.loads, values)
     try:  # not a dependency: the fastest JSON decoder for Python, as a lower bound
         import orjson
 
-        out["orjson_loads_plus_numpy_features_us"] = per_context_us(
-            lambda v: features(orjson.loads(v))
+        out["orjson_loads_plus_numpy_features_us[json]"] = per_context_us(
+            lambda v: features(orjson.loads(v)), values
         )
     except ImportError:
-        out["orjson_loads_plus_numpy_features_us"] = None
+        out["orjson_loads_plus_numpy_features_us[json]"] = None
     return out
 
 
@@ -204,19 +243,35 @@ def produce(bootstrap, path: Path, topics: dict) -> dict:
 
 
 def bare_loop(bootstrap, topics: dict, n_contexts: int, decision_bytes: int) -> float:
-    """The ceiling: consume both input topics, produce one output message per context."""
-    from kafka import KafkaConsumer, KafkaProducer
+    """The ceiling: consume both input topics, produce one output message per context, with
+    the service's client settings (fetch size, poll size, an idempotent producer with acks=all
+    and linger 2 ms). Partitions are assigned, not joined as a group: the per-record work is
+    the same, and kafka-python 3.0.12 sometimes stalls in a group join (docs/operations.md)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from streaming_dpbandit.stream.kafka_transport import wait_for_partitions
 
     c = KafkaConsumer(
-        topics["contexts"],
-        topics["feedback"],
         bootstrap_servers=bootstrap,
-        group_id=f"bare-{time.time()}",
         enable_auto_commit=False,
-        auto_offset_reset="earliest",
         max_poll_records=2000,
+        fetch_max_bytes=64 * 1024 * 1024,
     )
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    wait_for_partitions(c, [topics["contexts"], topics["feedback"]])
+    parts = [
+        TopicPartition(t, q)
+        for t in (topics["contexts"], topics["feedback"])
+        for q in c.partitions_for_topic(t)
+    ]
+    c.assign(parts)
+    c.seek_to_beginning(*parts)
+    p = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=2,
+        max_request_size=4 * 1024 * 1024,
+    )
     payload = b"x" * decision_bytes
     seen = 0
     t0 = None
@@ -496,41 +551,56 @@ def latency(
     }
 
 
-def bench_kafka(bootstrap: str, path: Path, n_contexts: int, lat_poll: int = 20) -> dict:
-    stamp = int(time.time())
-    topics = {
-        "contexts": f"b{stamp}.contexts",
-        "feedback": f"b{stamp}.feedback",
-        "decisions": f"b{stamp}.decisions",
-        "dead_letter": f"b{stamp}.dead-letter",
-    }
-    create(bootstrap, topics.values())
-    counts = produce(bootstrap, path, topics)
-    decision_bytes = 260
-    ceiling = bare_loop(bootstrap, topics, counts["contexts"], decision_bytes)
-    ours = service_throughput(bootstrap, topics, counts["contexts"], counts["feedback"])
-    lat_topics = {k: v.replace(f"b{stamp}", f"l{stamp}") for k, v in topics.items()}
-    create(bootstrap, lat_topics.values())
-    lines = [x for x in path.read_text().splitlines() if json.loads(x)["topic"] == "contexts"]
-    half = ours / 2
-    seconds = min(10.0, len(lines) / half)
-    lat = latency(bootstrap, lat_topics, lines, half, seconds, max_poll_records=lat_poll)
-    echo_topics = {k: v.replace(f"b{stamp}", f"e{stamp}") for k, v in topics.items()}
-    create(bootstrap, echo_topics.values())
-    floor = latency(bootstrap, echo_topics, lines, half, seconds, bare=True)
-    return {
-        "contexts": counts["contexts"],
-        "feedback": counts["feedback"],
-        "context_bytes_mean": counts["context_bytes_mean"],
-        "ceiling_bare_consume_produce_events_per_s": ceiling,
-        "service_events_per_s": ours,
-        "ratio_to_ceiling": ours / ceiling,
-        # 1/(0.8·ceiling) − 1/ceiling: what the service may spend per context besides the
-        # ceiling's own Kafka work (compare with the ``floor`` section)
-        "service_budget_us_per_context_at_0.8x": (1 / (0.8 * ceiling) - 1 / ceiling) * 1e6,
-        "latency_at_half_max": lat,
-        "latency_floor_bare_echo_same_rate": floor,
-    }
+def bench_kafka(
+    bootstrap: str, paths: dict[str, Path], repeats: int = 3, lat_poll: int = 20
+) -> dict:
+    """Per feature encoding: the ceiling and the service alternately, ``repeats`` times each on
+    the same topics (the ceiling moves by 10-20 % between runs on this machine: medians), then
+    decision latency at half the service's median rate."""
+    out = {}
+    for encoding, path in paths.items():
+        stamp = f"{encoding}{int(time.time())}"
+        topics = {
+            "contexts": f"b{stamp}.contexts",
+            "feedback": f"b{stamp}.feedback",
+            "decisions": f"b{stamp}.decisions",
+            "dead_letter": f"b{stamp}.dead-letter",
+        }
+        create(bootstrap, topics.values())
+        counts = produce(bootstrap, path, topics)
+        ceilings, services = [], []
+        for _ in range(repeats):
+            ceilings.append(bare_loop(bootstrap, topics, counts["contexts"], 260))
+            services.append(
+                service_throughput(bootstrap, topics, counts["contexts"], counts["feedback"])
+            )
+        ceiling, ours = float(np.median(ceilings)), float(np.median(services))
+        lat_topics = {k: v.replace(f"b{stamp}", f"l{stamp}") for k, v in topics.items()}
+        create(bootstrap, lat_topics.values())
+        lines = [x for x in path.read_text().splitlines() if json.loads(x)["topic"] == "contexts"]
+        half = ours / 2
+        seconds = min(10.0, len(lines) / half)
+        lat = latency(bootstrap, lat_topics, lines, half, seconds, max_poll_records=lat_poll)
+        echo_topics = {k: v.replace(f"b{stamp}", f"e{stamp}") for k, v in topics.items()}
+        create(bootstrap, echo_topics.values())
+        floor = latency(bootstrap, echo_topics, lines, half, seconds, bare=True)
+        out[encoding] = {
+            "contexts": counts["contexts"],
+            "feedback": counts["feedback"],
+            "context_bytes_mean": counts["context_bytes_mean"],
+            "ceiling_bare_consume_produce_events_per_s": ceilings,
+            "service_events_per_s": services,
+            "ceiling_median": ceiling,
+            "service_median": ours,
+            "ratio_of_medians": ours / ceiling,
+            "ratio_per_pair": [a / b for a, b in zip(services, ceilings)],
+            # 1/(0.8·ceiling) − 1/ceiling: what the service may spend per context besides the
+            # ceiling's own Kafka work (compare with the ``floor`` section)
+            "service_budget_us_per_context_at_0.8x": (1 / (0.8 * ceiling) - 1 / ceiling) * 1e6,
+            "latency_at_half_max": lat,
+            "latency_floor_bare_echo_same_rate": floor,
+        }
+    return out
 
 
 # -- memory ----------------------------------------------------------------------------------------
@@ -617,6 +687,12 @@ def main() -> None:
     ap.add_argument("--skip-kafka", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="ceiling and service runs per encoding (alternated; medians are reported)",
+    )
+    ap.add_argument(
         "--latency-max-poll-records",
         type=int,
         default=20,
@@ -626,16 +702,20 @@ def main() -> None:
     args = ap.parse_args()
     events = 5_000 if args.quick else 50_000
     tmp = Path(tempfile.mkdtemp())
-    path = tmp / "stream.jsonl"
-    record(path, events)
-    out = {"inprocess": bench_inprocess(path, events), "floor": bench_floor(path)}
+    paths = {}
+    for encoding in FEATURE_ENCODINGS:  # the same stream, features as JSON lists or binary
+        paths[encoding] = tmp / f"stream-{encoding}.jsonl"
+        record(paths[encoding], events, encoding)
+    out = {"inprocess": bench_inprocess(paths, events), "floor": bench_floor(paths)}
     if not args.skip_kafka:
         env = None
         bootstrap = args.kafka
         if bootstrap is None:
             bootstrap, env = start_broker()
         try:
-            out["kafka"] = bench_kafka(bootstrap, path, events, args.latency_max_poll_records)
+            out["kafka"] = bench_kafka(
+                bootstrap, paths, args.repeats, args.latency_max_poll_records
+            )
         finally:
             if env is not None:
                 stop_broker(env)
