@@ -133,3 +133,14 @@ def test_the_fast_decision_encoder_refuses_non_finite_numbers():
         enc(["e"], ["a"], [0], [float("nan")], 1, [1], [1], 5.0)
     with pytest.raises(ValueError, match="finite"):
         enc(["e"], ["a"], [0], [1.0], 1, [1], [1], float("inf"))
+
+
+def test_the_binary_example_of_docs_events_md_is_the_json_example():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "events.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in doc.split("```json\n")[1:]]
+    as_json = ContextEvent.model_validate_json(next(b for b in blocks if '"arms"' in b))
+    as_f64 = ContextEvent.model_validate_json(next(b for b in blocks if "arm_features_f64" in b))
+    assert as_f64.candidate_ids() == as_json.candidate_ids()
+    assert as_f64.arm_features().tobytes() == as_json.arm_features().tobytes()
