@@ -6,7 +6,7 @@ import numpy as np
 
 from .base import argmax_random_ties
 
-__all__ = ["argmax_ties_by_coins"]
+__all__ = ["argmax_ties_by_coins", "take_ids"]
 
 
 def argmax_ties_by_coins(scores: np.ndarray, coins_for) -> tuple[np.ndarray, np.ndarray]:
@@ -34,3 +34,14 @@ def argmax_ties_by_coins(scores: np.ndarray, coins_for) -> tuple[np.ndarray, np.
     prop = np.ones(B)
     prop[rows] = sub_prop
     return arms, prop
+
+
+def take_ids(event_ids, rows: np.ndarray):
+    """The event ids of ``rows`` (None stays None: coins then come from the rounds).
+
+    >>> take_ids(["a", "b", "c"], np.array([2, 0])).tolist(), take_ids(None, np.array([1]))
+    (['c', 'a'], None)
+    """
+    if event_ids is None:
+        return None
+    return np.asarray(event_ids)[rows]

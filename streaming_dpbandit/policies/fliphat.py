@@ -22,7 +22,8 @@ from ..estimators.niht import CALIBRATIONS, FORMULA_ID, NIHT, iterations_for
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
-from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
+from ._argmax import argmax_ties_by_coins, take_ids
+from .base import UNBOUNDED, DecisionBatch, Policy
 
 __all__ = ["FLIPHAT"]
 
@@ -312,7 +313,11 @@ class FLIPHAT(Policy):
             scores = np.zeros((B, K))
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
-        arms, prop = argmax_random_ties(scores, self._coins(rounds, event_ids))
+        # ties (all of them before the first release) are broken by coins hashed from the
+        # event ids, computed only for the tied rows
+        arms, prop = argmax_ties_by_coins(
+            scores, lambda rows: self._coins(rounds[rows], take_ids(event_ids, rows))
+        )
         self._t += B
         return DecisionBatch(
             arms=arms,

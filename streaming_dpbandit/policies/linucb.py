@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ..estimators.ucb_model import UCBModel, oful_beta
-from ._argmax import argmax_ties_by_coins
+from ._argmax import argmax_ties_by_coins, take_ids
 from .base import DecisionBatch, Policy
 
 __all__ = ["LinUCB"]
@@ -240,12 +240,5 @@ def decide_arms(pol, scores, mask, rounds, event_ids):
     if pol.ties == "lowest":
         return scores.argmax(axis=1), np.ones(scores.shape[0])
     return argmax_ties_by_coins(
-        scores, lambda rows: pol._coins(rounds[rows], _take(event_ids, rows))
+        scores, lambda rows: pol._coins(rounds[rows], take_ids(event_ids, rows))
     )
-
-
-def _take(event_ids, rows):
-    if event_ids is None:
-        return None
-    arr = np.asarray(event_ids)
-    return arr[rows]
