@@ -334,8 +334,9 @@ class KafkaTransport(Transport):
             return []
         out = []
         for tp, msgs in batches.items():
-            for m in msgs:
-                out.append(Record(tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp))
+            # kafka-python's ConsumerRecord has every field of a Record (topic, partition,
+            # offset, key, value): handed on as it is, not copied
+            out.extend(msgs)
             if msgs:
                 self.delivered[(tp.topic, tp.partition)] = msgs[-1].offset + 1
         return out

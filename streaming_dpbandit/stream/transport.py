@@ -19,7 +19,11 @@ TP = tuple[str, int]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Record:
-    """One message of a topic partition."""
+    """One message of a topic partition.
+
+    The service reads only ``topic``, ``partition``, ``offset``, ``key`` and ``value``; the
+    Kafka transport hands on kafka-python's ``ConsumerRecord``, which has the same fields.
+    """
 
     topic: str
     partition: int
