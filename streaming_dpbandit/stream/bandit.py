@@ -145,10 +145,10 @@ class BanditRuntime:
         dec = self.policy.decide(X, event_ids=ids, mask=mask)
         arms = dec.arms.tolist()
         rounds = dec.rounds.tolist()
-        add = self.join.add
-        for eid, p, a, t in zip(ids, batch, arms, rounds):
-            for early in add(eid, t, p.event.event_time, p.X[a]):
-                self._resolved(early, forced=False)
+        chosen = X[np.arange(B), dec.arms]
+        times = [p.event.event_time for p in batch]
+        for early in self.join.add_many(ids, rounds, times, chosen):
+            self._resolved(early, forced=False)
         self.stats["decided"] += B
         if self._encode is None:
             self._encode = decision_encoder(
@@ -251,6 +251,10 @@ class BanditRuntime:
             self._resolved(js.match(fb.event_id, fb.reward, fb.event_time), forced=False)
             self.advance_watermark(fb.event_time)
             return
+        if p is None and fb.event_id not in js.resolved:
+            self._unseen(fb, source, dead)  # (what status() None would lead to, sooner)
+            self.advance_watermark(fb.event_time)
+            return
         status = self.join.status(fb.event_id)
         decided_at = self.join.decision_time(fb.event_id)
         if decided_at is not None and fb.event_time < decided_at:
@@ -270,17 +274,22 @@ class BanditRuntime:
             dead(
                 source, "feedback_after_expiry", f"event {fb.event_id!r} expired before its reward"
             )
-        elif fb.event_time <= self.join.context_watermark:
+        else:
+            self._unseen(fb, source, dead)
+        self.advance_watermark(fb.event_time)
+
+    def _unseen(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
+        """Feedback for an event neither pending nor remembered: unknown if the contexts have
+        passed its time, else held until its context arrives (early)."""
+        js = self.join
+        if fb.event_time <= js.context_watermark:
             self.stats["fb_unknown"] += 1
             dead(source, "unknown_event", f"no decision for event {fb.event_id!r}")
         else:
             self.stats["fb_early"] += 1
-            self.join.hold_early(
-                EarlyFeedback(
-                    fb.event_id, fb.reward, fb.event_time, source, self.join.feedback_watermark
-                )
+            js.hold_early(
+                EarlyFeedback(fb.event_id, fb.reward, fb.event_time, source, js.feedback_watermark)
             )
-        self.advance_watermark(fb.event_time)
 
     def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:
         check = self.join.window_check(event_id, event_time)
