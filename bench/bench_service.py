@@ -242,7 +242,9 @@ def produce(bootstrap, path: Path, topics: dict) -> dict:
     return counts
 
 
-def bare_loop(bootstrap, topics: dict, n_contexts: int, decision_bytes: int) -> float:
+def bare_loop(
+    bootstrap, topics: dict, n_contexts: int, n_feedback: int, decision_bytes: int
+) -> float:
     """The ceiling: consume both input topics, produce one output message per context, with
     the service's client settings (fetch size, poll size, an idempotent producer with acks=all
     and linger 2 ms). Partitions are assigned, not joined as a group: the per-record work is
@@ -273,9 +275,10 @@ def bare_loop(bootstrap, topics: dict, n_contexts: int, decision_bytes: int) -> 
         max_request_size=4 * 1024 * 1024,
     )
     payload = b"x" * decision_bytes
-    seen = 0
+    seen = seen_fb = 0
     t0 = None
-    while seen < n_contexts:
+    # done when every context and every feedback message is read, as the service's measure
+    while seen < n_contexts or seen_fb < n_feedback:
         for tp, msgs in c.poll(timeout_ms=100).items():
             if t0 is None:
                 t0 = time.perf_counter()
@@ -283,6 +286,8 @@ def bare_loop(bootstrap, topics: dict, n_contexts: int, decision_bytes: int) -> 
                 for m in msgs:
                     p.send(topics["decisions"], key=m.key, value=payload)
                 seen += len(msgs)
+            else:
+                seen_fb += len(msgs)
     p.flush()
     dt = time.perf_counter() - t0
     c.close()
@@ -570,7 +575,9 @@ def bench_kafka(
         counts = produce(bootstrap, path, topics)
         ceilings, services = [], []
         for _ in range(repeats):
-            ceilings.append(bare_loop(bootstrap, topics, counts["contexts"], 260))
+            ceilings.append(
+                bare_loop(bootstrap, topics, counts["contexts"], counts["feedback"], 260)
+            )
             services.append(
                 service_throughput(bootstrap, topics, counts["contexts"], counts["feedback"])
             )

@@ -94,6 +94,11 @@ class ServiceMetrics:
             ["bandit"],
             registry=r,
         )
+        self.feedback_paused = Gauge(
+            "dpbandit_feedback_paused",
+            "1 while the feedback partitions are paused: held early feedback above its limit",
+            registry=r,
+        )
         self.forced_expiries = Counter(
             "dpbandit_forced_expiries_total",
             "Pending joins expired by the idle timeout instead of the feedback watermark",

@@ -123,6 +123,8 @@ def test_feedback_far_ahead_of_its_contexts_is_paced_and_changes_nothing(
     def progress(s):
         held.append(s.bandits[BANDIT].join.early_count)
         paused.append(bool(s.feedback_paused))
+        gauge = s.metrics.registry.get_sample_value("dpbandit_feedback_paused")
+        assert gauge == float(paused[-1])  # the gauge shows the pause
 
     svc.run(progress)
     assert svc.state_bytes() == ref_svc.state_bytes()

@@ -227,6 +227,8 @@ def test_feedback_running_ahead_is_paced_and_changes_nothing(
     def done(s) -> bool:
         held.append(s.bandits[BANDIT].join.early_count)
         paused.append(bool(s.feedback_paused))
+        gauge = s.metrics.registry.get_sample_value("dpbandit_feedback_paused")
+        assert gauge == float(paused[-1])  # the gauge shows the pause
         return finished(s, recorded["n_feedback"])
 
     svc, th, result = run_in_thread(st, done)

@@ -305,11 +305,13 @@ class Service:
                 for tp in self.feedback_paused:
                     self.transport.resume(tp)
                 self.feedback_paused = set()
+                self.metrics.feedback_paused.set(0)
         elif held > EARLY_PAUSE and not self.blocked:
             fb = self.topics.feedback
             self.feedback_paused = {tp for tp in self.transport.assigned() if tp[0] == fb}
             for tp in self.feedback_paused:
                 self.transport.pause(tp)
+            self.metrics.feedback_paused.set(1)
 
     def _idle_check(self) -> None:
         """A blocked bandit whose feedback stopped: expire its joins after the idle timeout."""
