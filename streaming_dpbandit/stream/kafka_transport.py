@@ -172,6 +172,11 @@ def consumer_lag(consumer, parts) -> dict[TP, int]:
     return out
 
 
+def _log_commit_failure(offsets, response) -> None:
+    if isinstance(response, Exception):
+        log.debug("offset commit failed: %s", response)
+
+
 class JoinWatchdog:
     """Is a kafka-python consumer's group membership stuck outside the stable state?
 
@@ -364,7 +369,11 @@ class KafkaTransport(Transport):
         return consumer_lag(self.consumer, list(self.consumer.assignment()))
 
     def commit(self, offsets: dict[TP, int]) -> None:
-        """Commit offsets to Kafka (monitoring only; the snapshot is authoritative)."""
+        """Commit offsets to Kafka (monitoring only; the snapshot is authoritative).
+
+        Asynchronous: a snapshot does not wait a broker round trip for it. The last offsets
+        are committed synchronously when the transport closes.
+        """
         from kafka.structs import OffsetAndMetadata
 
         mine = self.assigned()
@@ -374,8 +383,9 @@ class KafkaTransport(Transport):
             if tp in mine
         }
         if data:
+            self._to_commit = data
             try:
-                self.consumer.commit(data)
+                self.consumer.commit_async(data, callback=_log_commit_failure)
             except Exception as err:
                 log.debug("offset commit failed: %s", err)
 
@@ -384,4 +394,10 @@ class KafkaTransport(Transport):
             self.producer.flush()
             self.producer.close()
         finally:
+            last = getattr(self, "_to_commit", None)
+            if last:
+                try:
+                    self.consumer.commit(last)
+                except Exception as err:
+                    log.debug("offset commit failed: %s", err)
             self.consumer.close()
