@@ -107,6 +107,8 @@ def _f64(raw: bytes, field: str) -> np.ndarray:
 
 
 def _to_epoch(v):
+    if type(v) is float:  # the common case first
+        return v
     if isinstance(v, bool):
         raise ValueError("event_time must be a number of seconds or an ISO-8601 string")
     if isinstance(v, (int, float)):

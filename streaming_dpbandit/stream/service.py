@@ -387,16 +387,23 @@ class Service:
                 continue
             run = [pend]
             seen = {pend.event.event_id}
+            js = rt.join
             j = 1
             while j < len(q) and len(run) < cap:
                 r2, rec2 = q[j]
                 nxt = self._parse_context(r2, rec2)
-                if isinstance(nxt, BadInput) or nxt[0] is not rt or nxt[1].event.event_id in seen:
+                if isinstance(nxt, BadInput) or nxt[0] is not rt:
                     break
-                if rt.join.status(nxt[1].event.event_id, by="context") is not None:
+                eid = nxt[1].event.event_id
+                if eid in seen:
+                    break
+                # a duplicate context ends the run (status() only for ids the join knows)
+                if (eid in js.pending or eid in js.resolved) and js.status(
+                    eid, by="context"
+                ) is not None:
                     break
                 run.append(nxt[1])
-                seen.add(nxt[1].event.event_id)
+                seen.add(eid)
                 j += 1
             if not self._decide_run(tp, q, rt, run):
                 self.blocked[tp] = rt.bandit_id
