@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from ..config import BanditSettings, ServiceSettings, TopicsSettings
 from ..metrics import ServiceMetrics, observe_many
-from ..privacy.accountant import Accountant
+from ..privacy.accountant import Accountant, load_pld
 from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
 from .bandit import BadInput, BanditRuntime, Pending
@@ -164,6 +164,7 @@ class Service:
                 "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
                 self.ledger.repaired_bytes,
             )
+        load_pld()  # the spend gauges' accountant: its import would stall the first release
         self.refit_failures = self._load_refit_failures(state_dir)
         for name in self.bandits:  # 0 from the start, so a first failure is an increase
             self.metrics.refit_failures.labels(name).inc(self.refit_failures.get(name, 0))
