@@ -164,7 +164,6 @@ class Service:
                 "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
                 self.ledger.repaired_bytes,
             )
-        load_pld()  # the spend gauges' accountant: its import would stall the first release
         self.refit_failures = self._load_refit_failures(state_dir)
         for name in self.bandits:  # 0 from the start, so a first failure is an increase
             self.metrics.refit_failures.labels(name).inc(self.refit_failures.get(name, 0))
@@ -236,6 +235,7 @@ class Service:
 
     def run(self, progress=None) -> dict:
         """Serve until the input is exhausted (finite sources) or a stop is requested."""
+        load_pld()  # the spend gauges' accountant: its import would stall the first release
         timeout = (self.settings.kafka.poll_timeout_ms / 1000) if self.settings.kafka else 0.0
         max_records = (
             self.settings.kafka.max_poll_records if self.settings.kafka else self.settings.max_batch
