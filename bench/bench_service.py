@@ -39,6 +39,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from stream_helpers import kafka_topics  # noqa: E402
+
 from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
 from streaming_dpbandit.stream.gc_tuning import service_gc  # noqa: E402
@@ -86,19 +88,18 @@ def settings(state_dir, **over) -> ServiceSettings:
     return ServiceSettings.model_validate(settings_data(state_dir, **over))
 
 
+def simulated(events: int, seed: int, **kw) -> SimulatedSource:
+    """The bench's simulated stream: FLIPHAT's paper environment, 1,000 contexts per second of
+    event time, rewards 50 ms later on average."""
+    env = FliphatPaperEnv(d=D, K=K)
+    return SimulatedSource(
+        env, events, "shop", dt=0.001, delay_mean=0.05, seed=seed, topics=TOPICS, **kw
+    )
+
+
 def record(path: Path, events: int, encoding: str = "json") -> None:
     """Record the simulated stream (the same events and decisions for every encoding)."""
-    env = FliphatPaperEnv(d=D, K=K)
-    src = SimulatedSource(
-        env,
-        events,
-        "shop",
-        dt=0.001,
-        delay_mean=0.05,
-        seed=3,
-        topics=TOPICS,
-        feature_encoding=encoding,
-    )
+    src = simulated(events, 3, feature_encoding=encoding)
     svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(RecordingSource(src, path)))
     svc.open()
     svc.run()
@@ -140,8 +141,7 @@ def bench_inprocess(paths: dict[str, Path], events: int) -> dict:
     out = {"events": events, "d": D, "K": K}
     for encoding, path in paths.items():
         out[f"replay_events_per_s[{encoding}]"] = replay_rate(path, events)
-    env = FliphatPaperEnv(d=D, K=K)
-    src = SimulatedSource(env, events, "shop", dt=0.001, delay_mean=0.05, seed=4, topics=TOPICS)
+    src = simulated(events, 4)
     t0 = time.perf_counter()
     svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(src))
     svc.open()
@@ -590,13 +590,7 @@ def bench_kafka(
     decision latency at half the service's median rate."""
     out = {}
     for encoding, path in paths.items():
-        stamp = f"{encoding}{int(time.time())}"
-        topics = {
-            "contexts": f"b{stamp}.contexts",
-            "feedback": f"b{stamp}.feedback",
-            "decisions": f"b{stamp}.decisions",
-            "dead_letter": f"b{stamp}.dead-letter",
-        }
+        topics = kafka_topics(f"b{encoding}{int(time.time())}")
         create(bootstrap, topics.values())
         counts = produce(bootstrap, path, topics)
         ceilings, services = [], []
@@ -664,17 +658,7 @@ class WithGarbage(Source):
 
 
 def bench_memory(events: int) -> dict:
-    env = FliphatPaperEnv(d=D, K=K)
-    src = SimulatedSource(
-        env,
-        events,
-        "shop",
-        dt=0.001,
-        delay_mean=0.05,
-        feedback_probability=0.9,
-        seed=9,
-        topics=TOPICS,
-    )
+    src = simulated(events, 9, feedback_probability=0.9)
     svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(WithGarbage(src)))
     svc.open()
     samples = []
