@@ -12,7 +12,7 @@ from ..config import BanditSettings
 from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
 from .join import EarlyFeedback, JoinStore, Resolution
-from .schemas import ContextEvent, Decision, Feedback, decision_encoder
+from .schemas import ContextEvent, Feedback, decision_encoder
 
 __all__ = ["BadInput", "BanditRuntime"]
 
@@ -167,10 +167,6 @@ class BanditRuntime:
             time.time(),
         )
 
-    def decide(self, batch: list[Pending]) -> list[Decision]:
-        """:meth:`decide_messages` as models."""
-        return [Decision.model_validate_json(m) for m in self.decide_messages(batch)]
-
     def after_decisions(self, batch: list[Pending], dead) -> None:
         """Join early feedback of the just-decided events; advance the contexts watermark."""
         js = self.join
@@ -247,8 +243,8 @@ class BanditRuntime:
         js = self.join
         p = js.pending.get(fb.event_id)
         if p is not None and p.event_time <= fb.event_time <= p.event_time + js.window:
-            # the common case, in one lookup: a reward for a pending decision, in its window
-            self._resolved(js.match(fb.event_id, fb.reward, fb.event_time), forced=False)
+            # the common case: a reward for a pending decision, in its window
+            self._feedback_on_pending(fb.event_id, fb.reward, fb.event_time, source, dead)
             self.advance_watermark(fb.event_time)
             return
         if p is None and fb.event_id not in js.resolved:

@@ -74,7 +74,7 @@ QUEUE_PAUSE = 50_000
 #: ``Service._pace_feedback``); they resume at half.
 EARLY_PAUSE = 20_000
 #: Gauges (spend, pending joins, lag, ...) are refreshed at most this often from the loop, and
-#: at the end; Prometheus scrapes every few seconds, and the lag costs a broker round trip.
+#: at the end; Prometheus scrapes every few seconds.
 METRICS_EXPORT_INTERVAL_S = 0.5
 #: Failed model updates per bandit, kept across restarts for ``dpbandit_refit_failures_total``.
 REFIT_FAILURES_FILE = "refit-failures.json"
