@@ -53,6 +53,10 @@ class BanditRuntime:
         The service's :class:`~streaming_dpbandit.metrics.ServiceMetrics` (or None).
     """
 
+    #: Rewards are single numbers joined as they arrive (subclasses with per-item rewards
+    #: set False: their rewards always go through ``_feedback_on_pending``).
+    _plain_rewards = True
+
     def __init__(self, bandit_id: str, settings: BanditSettings, policy: Policy, metrics=None):
         self.bandit_id = bandit_id
         self.settings = settings
@@ -183,7 +187,11 @@ class BanditRuntime:
                 and held[0].watermark <= closes
             ):
                 fb = held[0]
-                self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
+                if self._plain_rewards:  # (what _feedback_on_pending does here, inline)
+                    rnd, ctx = js.take_joined(eid)
+                    self._learn_joined(rnd, fb.reward, ctx)
+                else:
+                    self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
             else:
                 self._judge_held(eid, t, closes, held, dead)
             if eid in pending and js.feedback_watermark > closes:
@@ -321,17 +329,24 @@ class BanditRuntime:
         for res in self.join.expire_all():
             self._resolved(res, forced=False)
 
+    def _learn_joined(self, round: int, reward: float, context: np.ndarray) -> None:
+        """A joined reward: counted, and its row queued for learning."""
+        self.stats["joined"] += 1
+        reward = float(reward)
+        self.window.append(reward)
+        self.reward_sum += reward
+        self._learn_X.append(context)
+        self._learn_y.append(reward)
+        self._learn_r.append(round)
+
     def _resolved(self, res: Resolution, forced: bool) -> None:
         if res.outcome == "joined":
-            self.stats["joined"] += 1
-            reward = float(res.reward)
-            self.window.append(reward)
-            self.reward_sum += reward
-        else:
-            self.stats["expired_forced" if forced else "expired"] += 1
-            if self.settings.on_expiry == "drop":
-                return
-            reward = float(self.settings.default_reward)
+            self._learn_joined(res.round, res.reward, res.context)
+            return
+        self.stats["expired_forced" if forced else "expired"] += 1
+        if self.settings.on_expiry == "drop":
+            return
+        reward = float(self.settings.default_reward)
         self._learn_X.append(res.context)
         self._learn_y.append(reward)
         self._learn_r.append(res.round)

@@ -42,6 +42,8 @@ class SlateBanditRuntime(BanditRuntime):
         As for :class:`~.bandit.BanditRuntime`; ``policy`` is a matroid policy.
     """
 
+    _plain_rewards = False  # per-item rewards, joined item by item
+
     def __init__(self, bandit_id: str, settings: BanditSettings, policy, metrics=None):
         self.K = int(policy.K)
         super().__init__(bandit_id, settings, policy, metrics)
