@@ -778,6 +778,15 @@ class KafkaSettings(_Section):
     max_poll_records: int = Field(2000, ge=1)
     poll_timeout_ms: int = Field(50, ge=0)
     linger_ms: int = Field(2, ge=0)
+    producer_batch_bytes: int = Field(
+        1 << 20,
+        ge=1024,
+        le=4 << 20,
+        description="the producer's batch size per partition (kafka-python's batch_size). "
+        "kafka-python wakes its sender thread at every send while more than one batch of a "
+        "partition waits, so batches that fit a whole decided chunk save a system call and a "
+        "thread switch per decision (docs/service.md, Performance)",
+    )
     rejoin_stall_s: float = Field(
         60.0,
         ge=0,

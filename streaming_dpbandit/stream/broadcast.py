@@ -285,7 +285,7 @@ class DecisionReplica:
     def open(self) -> None:
         from kafka import KafkaConsumer, KafkaProducer
 
-        from .kafka_transport import JoinWatchdog, _common
+        from .kafka_transport import JoinWatchdog, _common, producer_options
 
         check_broadcast(self.settings)
         s, b = self.settings, self.settings.broadcast
@@ -302,13 +302,7 @@ class DecisionReplica:
         self.decided = 0
         try:
             _ensure_topics(s)
-            self.producer = KafkaProducer(
-                **_common(k),
-                acks="all",
-                enable_idempotence=True,
-                linger_ms=k.linger_ms,
-                max_request_size=4 * 1024 * 1024,
-            )
+            self.producer = KafkaProducer(**producer_options(k))
             self.models = ModelsReader(k, b.models_topic, self._bad_model).open()
             self._apply(self.models.catch_up())
             self.consumer = KafkaConsumer(

@@ -26,7 +26,7 @@ from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
 from ..privacy.ledger import LedgerConflictError
 from .kafka_ledger import KafkaLedger
-from .kafka_transport import JoinWatchdog, _common, wait_for_partitions
+from .kafka_transport import JoinWatchdog, _common, producer_options, wait_for_partitions
 from .partitioning import partition_of
 from .service import Service, ServiceStartError, _tp_key
 from .state_store import KafkaChangelogStore
@@ -396,13 +396,9 @@ class GroupService:
 
         k = self.settings.kafka
         return KafkaProducer(
-            **_common(k),
+            **producer_options(k),
             transactional_id=f"{k.group_id}-task-{partition}",
             transaction_timeout_ms=self.settings.scaling.transaction_timeout_ms,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=k.linger_ms,
-            max_request_size=4 * 1024 * 1024,
         )
 
     # -- rebalances -------------------------------------------------------------------------

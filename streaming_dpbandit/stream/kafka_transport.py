@@ -76,6 +76,25 @@ def _common(settings: KafkaSettings) -> dict:
     return out
 
 
+def producer_options(settings: KafkaSettings) -> dict:
+    """Keyword arguments of the service's producers: :func:`_common`, acknowledged by every
+    replica, idempotent, batched as configured.
+
+    >>> from streaming_dpbandit.config import KafkaSettings
+    >>> opts = producer_options(KafkaSettings(bootstrap_servers="127.0.0.1:9"))
+    >>> opts["acks"], opts["enable_idempotence"], opts["batch_size"]
+    ('all', True, 1048576)
+    """
+    return {
+        **_common(settings),
+        "acks": "all",
+        "enable_idempotence": True,
+        "linger_ms": settings.linger_ms,
+        "batch_size": settings.producer_batch_bytes,
+        "max_request_size": 4 * 1024 * 1024,
+    }
+
+
 def ensure_topics(settings: KafkaSettings) -> list[str]:
     """Create the four topics if they do not exist; returns the names created."""
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -254,13 +273,7 @@ class KafkaTransport(Transport):
                 log.info("created topics %s", ", ".join(created))
         self.start_offsets = dict(start_offsets)
         self.delivered: dict[TP, int] = {}
-        self.producer = KafkaProducer(
-            **_common(s),
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=s.linger_ms,
-            max_request_size=4 * 1024 * 1024,
-        )
+        self.producer = KafkaProducer(**producer_options(s))
         self.paused: set[TP] = set()
         self.join_restarts = 0
         self.watchdog = JoinWatchdog(s.rejoin_stall_s)
