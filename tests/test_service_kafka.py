@@ -209,8 +209,8 @@ def test_feedback_running_ahead_is_paced_and_changes_nothing(
     kafka_broker, recorded, tmp_path, monkeypatch
 ):
     """Read from full topics, the small feedback messages run far ahead of the large
-    contexts. Above EARLY_PAUSE held messages the feedback partitions pause (and resume at
-    half, through ``resume_partition``): at most one poll more is held, and the outcome is
+    contexts. Above EARLY_PAUSE held messages the feedback partitions pause (and resume at a
+    tenth, through ``resume_partition``): at most one poll more is held, and the outcome is
     the in-process run's."""
     from streaming_dpbandit.stream import service as service_module
 
