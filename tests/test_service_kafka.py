@@ -240,6 +240,35 @@ def test_feedback_running_ahead_is_paced_and_changes_nothing(
     assert limit < max(held) <= limit + poll
 
 
+def test_a_decided_chunk_goes_to_the_partition_its_key_hashes_to(kafka_broker, tmp_path):
+    """``send_many`` hashes a chunk's key once: every record lands in the partition that
+    kafka-python's default partitioner picks for that key record by record (``send``)."""
+    topics = kafka_topics(f"keys{os.getpid()}")
+    create_topics(kafka_broker, topics)
+    st = ServiceSettings.model_validate(
+        kafka_settings(tmp_path, kafka_broker.bootstrap, topics, "keys")
+    )
+    transport = KafkaTransport(st.kafka)
+    transport.open({})
+    keys = [f"bandit-{i}".encode() for i in range(12)]
+    try:
+        for key in keys:
+            for _ in range(3):
+                transport.send(topics["decisions"], key, b"one " + key)
+            transport.send_many(topics["decisions"], key, [b"many " + key] * 3)
+        transport.flush()
+    finally:
+        transport.close()
+    where: dict[bytes, set[tuple[bytes, int]]] = {}
+    for m in read_topic(kafka_broker.bootstrap, topics["decisions"]):
+        where.setdefault(m.key, set()).add((m.value.split(b" ")[0], m.partition))
+    assert set(where) == set(keys)
+    for key, seen in where.items():
+        (one,) = {p for how, p in seen if how == b"one"}
+        assert seen == {(b"one", one), (b"many", one)}, key
+    assert len({p for seen in where.values() for _, p in seen}) == PARTITIONS  # keys spread
+
+
 def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     kafka_broker, recorded, tmp_path
 ):

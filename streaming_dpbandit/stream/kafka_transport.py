@@ -278,6 +278,7 @@ class KafkaTransport(Transport):
         self.join_restarts = 0
         self.watchdog = JoinWatchdog(s.rejoin_stall_s)
         self._tps = {}
+        self._key_parts: dict[tuple[str, bytes], tuple[list[int], int]] = {}
         self._join()
 
     def _join(self) -> None:
@@ -361,6 +362,30 @@ class KafkaTransport(Transport):
 
     def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         self.producer.send(topic, key=key, value=value)
+
+    def send_many(self, topic: str, key: bytes | None, values: list[bytes]) -> None:
+        """Records of one key go to one partition: the one kafka-python's default partitioner
+        picks for the key, computed once per call instead of hashing the key (murmur2 in pure
+        Python, ~2 µs) for every record."""
+        if key is None:
+            super().send_many(topic, key, values)
+            return
+        part = self.key_partition(topic, key)
+        send = self.producer.send
+        for value in values:
+            send(topic, key=key, value=value, partition=part)
+
+    def key_partition(self, topic: str, key: bytes) -> int:
+        """The partition of ``topic`` that kafka-python's default partitioner (and the Java
+        client's) assigns to ``key``: murmur2 of the key over the sorted partitions."""
+        from kafka.partitioner.default import murmur2
+
+        parts = sorted(self.producer.partitions_for(topic))
+        cached = self._key_parts.get((topic, key))
+        if cached is None or cached[0] != parts:
+            cached = (parts, parts[(murmur2(key) & 0x7FFFFFFF) % len(parts)])
+            self._key_parts[(topic, key)] = cached
+        return cached[1]
 
     def flush(self) -> None:
         self.producer.flush()

@@ -434,9 +434,8 @@ class Service:
             chunk = run[i : i + n]
             messages = rt.decide_messages(chunk)
             now = time.perf_counter()
-            key, send, topic = rt.bandit_id.encode(), self.transport.send, self.topics.decisions
-            for m in messages:
-                send(topic, key, m)
+            self.transport.send_many(self.topics.decisions, rt.bandit_id.encode(), messages)
+            for _ in messages:
                 self._pop(tp, q)
             observe_many(
                 self.metrics.decision_latency.labels(rt.bandit_id),

@@ -48,6 +48,11 @@ class Transport(abc.ABC):
     def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         """Queue one output record."""
 
+    def send_many(self, topic: str, key: bytes | None, values: list[bytes]) -> None:
+        """Queue output records of one key, in order (the decisions of a decided chunk)."""
+        for value in values:
+            self.send(topic, key, value)
+
     @abc.abstractmethod
     def flush(self) -> None:
         """Block until every queued output record is durably written."""
