@@ -26,6 +26,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
+import itertools
+import operator
 
 import numpy as np
 
@@ -55,6 +57,11 @@ class EarlyFeedback:
     event_time: float
     source: tuple[str, int, int]  # topic, partition, offset (for dead letters)
     watermark: float = float("-inf")
+
+
+_EVENT_ID, _REWARD, _EVENT_TIME, _SOURCE, _WATERMARK = map(
+    operator.attrgetter, ("event_id", "reward", "event_time", "source", "watermark")
+)
 
 
 @dataclasses.dataclass
@@ -336,22 +343,22 @@ class JoinStore:
     # -- persistence ------------------------------------------------------------------------
     def _early_state(self) -> dict:
         """Held feedback as columns (one array per field): a catch-up can hold tens of
-        thousands, and a snapshot encodes an array in one step, a list item by item."""
-        held = [f for fbs in self.early.values() for f in fbs]
-        rewards = [f.reward for f in held]
+        thousands, and a snapshot encodes an array in one step, a list item by item (the
+        columns are read with ``map``/``zip``, which loop in C)."""
+        held = list(itertools.chain.from_iterable(self.early.values()))
+        rewards = list(map(_REWARD, held))
+        topics, partitions, offsets = zip(*map(_SOURCE, held)) if held else ((), (), ())
         return {
-            "early_ids": [f.event_id for f in held],
+            "early_ids": list(map(_EVENT_ID, held)),
             # per-item dicts for slates; plain rewards as one array
             "early_rewards": (
-                rewards
-                if any(isinstance(r, dict) for r in rewards)
-                else np.array(rewards, dtype=np.float64)
+                rewards if dict in set(map(type, rewards)) else np.array(rewards, dtype=np.float64)
             ),
-            "early_times": np.array([f.event_time for f in held], dtype=np.float64),
-            "early_topics": [f.source[0] for f in held],
-            "early_partitions": np.array([f.source[1] for f in held], dtype=np.int64),
-            "early_offsets": np.array([f.source[2] for f in held], dtype=np.int64),
-            "early_watermarks": np.array([f.watermark for f in held], dtype=np.float64),
+            "early_times": np.fromiter(map(_EVENT_TIME, held), np.float64, len(held)),
+            "early_topics": list(topics),
+            "early_partitions": np.array(partitions, dtype=np.int64),
+            "early_offsets": np.array(offsets, dtype=np.int64),
+            "early_watermarks": np.fromiter(map(_WATERMARK, held), np.float64, len(held)),
         }
 
     def state_dict(self) -> dict:

@@ -51,7 +51,7 @@ def _encode(obj):
             out[k] = _encode(v)
         return out
     if isinstance(obj, (list, tuple)):
-        if all(type(v) is str for v in obj):  # e.g. the ids a join remembers: already JSON
+        if set(map(type, obj)) <= {str}:  # e.g. the ids a join remembers: already JSON
             return list(obj)
         return [_encode(v) for v in obj]
     if obj is None or isinstance(obj, (bool, int, float, str)):
