@@ -374,6 +374,16 @@ class Service:
         self.offsets[tp] = r.offset + 1
         return r
 
+    def _pop_many(self, tp: TP, q: collections.deque, n: int) -> None:
+        """:meth:`_pop` ``n`` times (a decided chunk)."""
+        popleft, forget = q.popleft, self._parsed.pop
+        r = None
+        for _i in range(n):
+            r, _received = popleft()
+            forget(id(r), None)
+        if r is not None:
+            self.offsets[tp] = r.offset + 1
+
     def _process_contexts(self, tp: TP, q: collections.deque) -> None:
         cap = self.settings.max_batch
         while q:
@@ -435,8 +445,7 @@ class Service:
             messages = rt.decide_messages(chunk)
             now = time.perf_counter()
             self.transport.send_many(self.topics.decisions, rt.bandit_id.encode(), messages)
-            for _ in messages:
-                self._pop(tp, q)
+            self._pop_many(tp, q, len(messages))
             observe_many(
                 self.metrics.decision_latency.labels(rt.bandit_id),
                 [now - p.received for p in chunk],
