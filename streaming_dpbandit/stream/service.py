@@ -362,7 +362,11 @@ class Service:
             X, ids = rt.encode(ev)
             out = (rt, Pending(ev, X, ids, received))
         except BadInput as bad:
-            out = bad
+            # cached without its traceback and the validation error it replaced: their frames
+            # hold this one, which holds it (and, through the callers' frames, their queued
+            # events): a reference cycle per bad message that only the collector frees
+            bad.__context__ = None
+            out = bad.with_traceback(None)
         if len(self._parsed) > 100_000:
             self._parsed.clear()
         self._parsed[id(r)] = out
