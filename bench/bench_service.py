@@ -10,7 +10,7 @@ number lists (``json``) and binary float64 (``f64``), on the same recorded strea
   settings — alternated ``--repeats`` times on the same topics (medians and per-pair ratios),
   and decision latency p50/p99 at half the service's median rate.
 * ``memory``: resident memory (RSS) over 10⁶ events at d = 100 with delayed and missing rewards
-  and 1% malformed messages (the dead-letter path).
+  and 1% malformed messages (the dead-letter path), in a fresh process.
 * ``floor``: the per-context cost of only reading a context event (JSON decode, validation,
   features to numpy), which no service design avoids; with ``kafka``, the time per context
   the service may spend beside the ceiling's own Kafka work and still reach 0.8× of it.
@@ -702,9 +702,24 @@ def bench_memory(events: int) -> dict:
     }
 
 
+def memory_in_fresh_process(events: int) -> dict:
+    """:func:`bench_memory` in a process of its own, so that its RSS is the service's, not the
+    high-water mark of the bench's earlier parts (RSS rarely shrinks)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory", str(events)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--echo"]:
         echo_main(*sys.argv[2:5])
+        return
+    if sys.argv[1:2] == ["--memory"]:
+        print(json.dumps(bench_memory(int(sys.argv[2]))))
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -745,7 +760,7 @@ def main() -> None:
             if env is not None:
                 stop_broker(env)
     if not args.skip_memory:
-        out["memory"] = bench_memory(50_000 if args.quick else 1_000_000)
+        out["memory"] = memory_in_fresh_process(50_000 if args.quick else 1_000_000)
     print(json.dumps(out, indent=1))
 
 
