@@ -217,13 +217,19 @@ class JoinStore:
             return None  # feedback lookups use the feedback partition's clock
         return r[1]
 
-    def _resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
+    def _take(self, event_id: str, outcome: str) -> tuple[int, np.ndarray]:
+        """Resolve a pending decision: free its slot, remember its outcome; returns its
+        (round, chosen context)."""
         p = self.pending.pop(event_id)
         ctx = self._contexts[p.slot].copy()
         self._contexts[p.slot] = 0.0
         self._free.append(p.slot)
         self._remember(event_id, outcome, p.event_time)
-        return Resolution(event_id, p.round, outcome, reward, ctx)
+        return p.round, ctx
+
+    def _resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
+        rnd, ctx = self._take(event_id, outcome)
+        return Resolution(event_id, rnd, outcome, reward, ctx)
 
     def take_joined(self, event_id: str) -> tuple[int, np.ndarray]:
         """:meth:`match` without the :class:`Resolution`: the (round, chosen context) of a
@@ -237,12 +243,7 @@ class JoinStore:
         >>> rnd, ctx.tolist(), js.status("a")
         (7, [1.0, 2.0], 'joined')
         """
-        p = self.pending.pop(event_id)
-        ctx = self._contexts[p.slot].copy()
-        self._contexts[p.slot] = 0.0
-        self._free.append(p.slot)
-        self._remember(event_id, "joined", p.event_time)
-        return p.round, ctx
+        return self._take(event_id, "joined")
 
     # -- feedback ---------------------------------------------------------------------------
     def match(self, event_id: str, reward: float, event_time: float) -> Resolution:
