@@ -48,7 +48,7 @@ def default_grad_clip(b_max: float, sigma_prior: float) -> float:
     deviations of one coordinate of x·y.
 
     >>> round(default_grad_clip(3.436219, 0.1), 6)
-    1.031299
+    1.031302
     """
     return GRAD_CLIP_FACTOR * math.sqrt(b_max * b_max + sigma_prior * sigma_prior)
 
