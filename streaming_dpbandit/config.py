@@ -96,6 +96,8 @@ class FliphatConfig(_PolicyConfig):
     sigma_prior: float = Field(0.1, ge=0)
     reward_clip: float | None = Field(None, gt=0)
     calibration: Literal["certified", "paper"] = "certified"
+    grad_clip: float | Literal["auto", "off"] = "auto"
+    accountant: Literal["auto", "pld", "closed_form"] = "auto"
     m_schedule: Literal["fixed", "log"] = "fixed"
     iterations: int = Field(1, ge=1)
     m0: float = Field(0.16, gt=0)
@@ -123,6 +125,17 @@ class FliphatConfig(_PolicyConfig):
             raise ValueError("feature_scale entries must be positive")
         if self.max_episode_len is not None and self.max_episode_len < self.first_episode_len:
             raise ValueError("max_episode_len must be >= first_episode_len")
+        if self.calibration == "paper" and self.accountant == "pld":
+            raise ValueError("the paper calibration is reproduced with the closed form only")
+        if not isinstance(self.grad_clip, str):
+            if not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
+                raise ValueError("grad_clip must be 'auto', 'off' or a number > 0")
+            if self.calibration != "certified":
+                raise ValueError("grad_clip is an option of the certified calibration only")
+            if self.m_schedule != "fixed" or self.iterations != 1:
+                raise ValueError("grad_clip needs one N-IHT iteration (m_schedule=fixed, M = 1)")
+            if self.form not in ("auto", "h"):
+                raise ValueError("grad_clip accumulates clipped contributions: form must be 'h'")
         return self
 
     def build(self, seed: int | None = None, **overrides) -> FLIPHAT:

@@ -195,13 +195,25 @@ def test_explain_prints_the_spec_constants(capsys):
         "sigma_prior=0.1",
     ]:
         argv += ["--policy-param", kv]
-    assert main(argv) == 0
+    # spec §5.4's certified-v1 values: without the §14 options
+    legacy = [*argv, "--policy-param", "grad_clip=off", "--policy-param", "accountant=closed_form"]
+    assert main(legacy) == 0
     data = json.loads(capsys.readouterr().out)
     ep = next(e for e in data["episodes"] if e["fit_rows_nominal"] == 1024)
     assert ep["reward_clip"] == pytest.approx(12.267271, rel=1e-6)
     assert ep["steps"][0]["sensitivity"] == pytest.approx(1.658783e-5, rel=1e-6)
     assert ep["steps"][0]["scale"] == pytest.approx(3.899447e-4, rel=1e-6)
     assert data["formula"] == "certified-v1" and "seed" not in data["params"]
+    # the defaults: λ = 4ηG/n with G = 0.3·√(b_max² + σ_prior²), ξ from the PLD accountant
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    ep = next(e for e in data["episodes"] if e["fit_rows_nominal"] == 1024)
+    G = 0.3 * (3.436219**2 + 0.1**2) ** 0.5
+    assert data["grad_clip"] == pytest.approx(G) and data["accountant"] == "pld"
+    assert ep["steps"][0]["sensitivity"] == pytest.approx(4e-4 * G / 1024, rel=1e-12)
+    ratio = ep["steps"][0]["scale"] / (ep["steps"][0]["sensitivity"] * 23.50788)
+    assert ratio == pytest.approx(0.56, abs=0.01)  # spec §14.2 at ε = 1, s = 10, δ = 0.01
+    assert data["formula"] == "certified-v2+grad_clip+pld"
 
 
 def test_reproduce_dp_linucb_small_run(tmp_path, capsys):

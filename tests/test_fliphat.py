@@ -163,8 +163,11 @@ def test_paper_calibration_is_labelled_and_not_dp_valid():
     assert all(r.note == PAPER_LABEL for r in recs)
     assert recs[0].accounting == [{"type": "zero"}] and recs[0].params["iterations"] == 0
     assert "WARNING" in pol.privacy.text() and PAPER_LABEL in pol.explain(1000)["label"]
-    cert = make()
-    assert cert.explain(1000)["formula"] == "certified-v1" and "label" not in cert.explain(1000)
+    cert = make()  # defaults: contribution clip and PLD accountant (spec §14.1–§14.2)
+    assert cert.explain(1000)["formula"] == "certified-v2+grad_clip+pld"
+    assert "label" not in cert.explain(1000)
+    legacy = make(grad_clip="off", accountant="closed_form")
+    assert legacy.explain(1000)["formula"] == "certified-v1"
 
 
 def test_certified_requires_clipping():

@@ -17,8 +17,10 @@ from streaming_dpbandit.experiments import audits
         (audits.audit_gaussian, dict(n=200_000)),
         (audits.audit_peeling, dict(claim="values", n=100_000)),
         (audits.audit_niht, dict(claim="values", n=10_000)),
+        (audits.audit_peeling, dict(claim="values", n=100_000, accountant="pld")),
+        (audits.audit_niht, dict(claim="values", n=10_000, grad_clip=0.3, accountant="pld")),
     ],
-    ids=["laplace", "gaussian", "peeling", "n-iht-fit"],
+    ids=["laplace", "gaussian", "peeling", "n-iht-fit", "peeling-pld", "n-iht-fit-clip-pld"],
 )
 def test_certified_passes_and_halved_noise_is_caught(fn, kwargs):
     ok = fn(multiplier=1.0, **kwargs)
@@ -32,6 +34,29 @@ def test_certified_passes_and_halved_noise_is_caught(fn, kwargs):
 @pytest.mark.parametrize("fn", [audits.audit_peeling, audits.audit_niht])
 def test_end_to_end_claims_hold_for_certified(fn):
     res = fn(claim="end-to-end", multiplier=1.0, n=20_000)
+    assert res.passed, res
+
+
+@pytest.mark.parametrize(
+    "fn, kwargs",
+    [
+        (audits.audit_peeling, dict(accountant="pld")),
+        (audits.audit_niht, dict(grad_clip=0.3, accountant="pld")),
+    ],
+    ids=["peeling-pld", "n-iht-fit-clip-pld"],
+)
+def test_end_to_end_claims_hold_for_the_spec_14_options(fn, kwargs):
+    res = fn(claim="end-to-end", multiplier=1.0, n=20_000, **kwargs)
+    assert res.passed, res
+
+
+def test_product_defaults_meet_their_claim_at_the_paper_setting():
+    """d = 400, s = 10, ε = 1, δ = 0.01 with the default contribution clip and PLD scale."""
+    from streaming_dpbandit.policies.fliphat import default_grad_clip
+
+    G = default_grad_clip(3.436219, 0.1)
+    kw = dict(s=10, epsilon=1.0, setting="paper", grad_clip=G, accountant="pld")
+    res = audits.audit_niht("end-to-end", "certified", n=8_000, **kw)
     assert res.passed, res
 
 

@@ -15,6 +15,15 @@ and the sensitivity of one gradient step under replace-one-row neighbours, with 
 **for reproducing the paper's figures only; not a valid DP guarantee under the stated bounds**.
 Each of the M iterations runs Peeling with (ε/M, δ/M), so a fit is (ε, δ)-DP by basic
 composition; the Laplace scale is ξ_m = λ_m·2√(3 s ln(M/δ))·M/ε.
+
+Two certified options lower the noise (spec §14.1–§14.2, derived in
+``docs/privacy/fliphat-noise-reduction.md``):
+
+* ``grad_clip=G`` (M = 1, θ⁰ = 0 only): every row's gradient contribution x_i·ỹ_i is clipped
+  coordinate-wise to [−G, G] *before accumulation* (by the caller, see
+  :func:`clip_contributions`), so λ = 4·η·G/n whatever x_max and R are;
+* ``accountant="pld"``: ξ_m = λ_m/ρ with ρ the largest ratio whose exact composition (PLD) of
+  the fit's s·M selections and s·M values meets (ε, δ), instead of the closed form.
 """
 
 from __future__ import annotations
@@ -26,13 +35,50 @@ import numpy as np
 
 from ..privacy.noise import NoiseSource
 from ..privacy.peeling import Peeling
+from ..privacy.peeling_accounting import ACCOUNTANTS, closed_form_ratio, peeling_pld_ratio
 from ..privacy.projection import project_l1_ball
 from .accumulator import EpisodeAccumulator
 
-__all__ = ["CALIBRATIONS", "NIHT", "NIHTFit", "iterations_for", "niht_sensitivity"]
+__all__ = [
+    "ACCOUNTANTS",
+    "CALIBRATIONS",
+    "NIHT",
+    "NIHTFit",
+    "clip_contributions",
+    "formula_id",
+    "iterations_for",
+    "niht_sensitivity",
+]
 
 CALIBRATIONS = ("certified", "paper")
 FORMULA_ID = {"certified": "certified-v1", "paper": "paper"}
+
+
+def formula_id(calibration: str, grad_clip: float | None = None, accountant="closed_form") -> str:
+    """Ledger identifier of a calibration: ``certified-v1`` is today's closed form.
+
+    >>> formula_id("certified"), formula_id("certified", 2.0, "pld"), formula_id("paper")
+    ('certified-v1', 'certified-v2+grad_clip+pld', 'paper')
+    """
+    if calibration == "paper" or (grad_clip is None and accountant == "closed_form"):
+        return FORMULA_ID[calibration]
+    flags = (["grad_clip"] if grad_clip is not None else []) + (
+        ["pld"] if accountant == "pld" else []
+    )
+    return "+".join(["certified-v2", *flags])
+
+
+def clip_contributions(X: np.ndarray, y: np.ndarray, bound: float) -> np.ndarray:
+    """Per-row gradient contributions x_i·y_i, clipped coordinate-wise to [−bound, bound].
+
+    Feed the result to an ``"h"`` accumulator with unit rewards: h = Σ_i clip(x_i·y_i).
+    Callers pass ``grid_floor(G)`` so that the accumulator's rounding cannot cross G.
+
+    >>> clip_contributions(np.array([[1.0, -3.0]]), np.array([2.0]), 2.5).tolist()
+    [[2.0, -2.5]]
+    """
+    P = np.asarray(X, dtype=np.float64) * np.asarray(y, dtype=np.float64)[:, None]
+    return np.clip(P, -bound, bound, out=P)
 
 
 def niht_sensitivity(
@@ -46,8 +92,12 @@ def niht_sensitivity(
     l1_radius: float,
     b_max: float | None = None,
     theta0_l1: float = 0.0,
+    grad_clip: float | None = None,
 ) -> float:
-    """ℓ∞ sensitivity λ_m of iteration ``m``'s gradient step (spec §5.1–§5.3).
+    """ℓ∞ sensitivity λ_m of iteration ``m``'s gradient step (spec §5.1–§5.3, §14.1).
+
+    With ``grad_clip=G`` (certified, m = 0, θ⁰ = 0) every row's contribution lies in
+    [−G, G]^d, so replacing one row moves (2η/n)·h by at most 4ηG/n per coordinate.
 
     Examples
     --------
@@ -63,10 +113,20 @@ def niht_sensitivity(
     >>> R_paper = x_max * b + math.sqrt(2 * math.log(1 + 1024))
     >>> f"{niht_sensitivity(0, 'paper', **{**kw, 'reward_clip': R_paper}):.6e}"
     '2.686860e-06'
+    >>> f"{niht_sensitivity(0, 'certified', **kw, grad_clip=2.0):.6e}"  # 4·1e-4·2/1024
+    '7.812500e-07'
 
     """
     if n < 1:
         raise ValueError("nominal n must be >= 1")
+    if grad_clip is not None:
+        if calibration != "certified":
+            raise ValueError("grad_clip is an option of the certified calibration only")
+        if not grad_clip > 0:
+            raise ValueError("grad_clip must be > 0")
+        if m != 0 or theta0_l1 != 0.0:
+            raise ValueError("grad_clip is implemented for one iteration from θ⁰ = 0 (M = 1)")
+        return 4.0 * eta * grad_clip / n
     if calibration == "certified":
         c = theta0_l1 if m == 0 else l1_radius
         return 4.0 * eta * x_max * (reward_clip + x_max * c) / n
@@ -149,6 +209,12 @@ class NIHT:
         ``"certified"`` (default) or ``"paper"``.
     scale_multiplier
         Multiplies every Laplace scale. 1 in the product; < 1 only in the privacy audit.
+    grad_clip
+        G: the accumulator holds Σ clip(x_i·ỹ_i, ±G) (see :func:`clip_contributions`); then
+        λ = 4ηG/n. Certified only, and only for one iteration (M = 1, θ⁰ = 0).
+    accountant
+        ``"closed_form"`` (spec §3.3) or ``"pld"`` (exact composition of the fit's s·M
+        selections and values, spec §14.2).
 
     Examples
     --------
@@ -178,6 +244,8 @@ class NIHT:
         b_max: float | None = None,
         calibration: str = "certified",
         scale_multiplier: float = 1.0,
+        grad_clip: float | None = None,
+        accountant: str = "closed_form",
     ):
         self.s = s
         self.epsilon = epsilon
@@ -188,10 +256,27 @@ class NIHT:
         self.b_max = b_max
         self.calibration = calibration
         self.scale_multiplier = scale_multiplier
+        self.grad_clip = grad_clip
+        self.accountant = accountant
+
+    def ratio(self, iterations: int) -> float:
+        """ρ = λ_m/ξ_m of every iteration (public; cached for the PLD accountant)."""
+        if self.accountant == "pld":
+            if self.calibration != "certified":
+                raise ValueError("the paper calibration uses the closed form only")
+            return peeling_pld_ratio(
+                int(self.s), int(iterations), float(self.epsilon), float(self.delta)
+            )
+        if self.accountant != "closed_form":
+            raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
+        return closed_form_ratio(self.s, iterations, self.epsilon, self.delta)
 
     def calibrate(self, n: int, reward_clip: float, iterations: int) -> list[dict]:
         """Public noise constants of every iteration: λ_m, ξ_m and the per-step budget."""
         out = []
+        if iterations > 1 and self.grad_clip is not None:
+            raise ValueError("grad_clip is implemented for one iteration from θ⁰ = 0 (M = 1)")
+        rho = self.ratio(iterations) if iterations else None  # validates the accountant
         for m in range(iterations):
             lam = niht_sensitivity(
                 m,
@@ -202,19 +287,19 @@ class NIHT:
                 reward_clip=reward_clip,
                 l1_radius=self.l1_radius,
                 b_max=self.b_max,
+                grad_clip=self.grad_clip,
             )
-            peel = Peeling(
-                self.s,
-                self.epsilon / iterations,
-                self.delta / iterations,
-                lam,
-                scale_multiplier=self.scale_multiplier,
-            )
+            if self.accountant == "pld":
+                base = lam / rho
+            else:  # the closed form, computed exactly as Peeling does (bit-identical scales)
+                split = (self.epsilon / iterations, self.delta / iterations)
+                base = Peeling(self.s, *split, lam).scale
             out.append(
                 {
                     "m": m,
                     "sensitivity": lam,
-                    "scale": peel.scale,
+                    "scale": base * self.scale_multiplier,
+                    "base_scale": base,
                     "epsilon": self.epsilon / iterations,
                     "delta": self.delta / iterations,
                 }
@@ -249,7 +334,12 @@ class NIHT:
                 theta_half = theta_half - (2.0 * self.eta / n) * acc.gram_times(idx, vals)
                 theta_half[idx] += vals
             peel = Peeling(
-                self.s, c["epsilon"], c["delta"], c["sensitivity"], self.scale_multiplier
+                self.s,
+                c["epsilon"],
+                c["delta"],
+                c["sensitivity"],
+                self.scale_multiplier,
+                noise_scale=c["base_scale"],
             )
             sel, noisy = peel.release(theta_half, noise.generator(*label, "iter", m))
             proj = project_l1_ball(noisy, self.l1_radius)  # Π_C on the s-sparse vector

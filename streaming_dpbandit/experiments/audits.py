@@ -14,7 +14,13 @@ one N-IHT fit (M = 1, θ⁰ = 0) this is the spec §5.1 construction: n − 1 id
 x = x_max·(1,…,1,0,…,0), y = R, and one row that is x = x_max·1, y = R in D and x = −x_max·1,
 y = R in D′, which moves (2η/n)·h by exactly λ₀ = 4η·x_max·R/n in every coordinate. The rows are
 fed *unclipped* (×10 beyond the bounds) through FLIPHAT's learning path, so missing clipping
-would be caught too.
+would be caught too. With per-row contribution clipping (``grad_clip=G``, spec §14.1) the same
+pair attains the clipped sensitivity 4ηG/n: every product x·y of the pair is ±100·x_max·R,
+far beyond G, so the changed row's contribution moves from +G to −G in every coordinate.
+
+The exact (PLD) accountant of Peeling (spec §14.2) is audited with the same pairs and claims;
+its per-release (values) claim s·λ/ξ is tight whatever accountant chose ξ, so a halved scale
+is caught for it too.
 
 Two claims are audited for Peeling and N-IHT:
 
@@ -130,15 +136,16 @@ def audit_peeling(
     d: int = 8,
     n: int = 200_000,
     seed: int = 3,
+    accountant: str = "closed_form",
 ) -> AuditResult:
     """Peeling on the values-only worst-case pair (λ = 1).
 
     ``claim="values"`` audits the pure (s·λ/ξ)-DP of the released values; ``claim="end-to-end"``
-    audits the (ε, δ) guarantee.
+    audits the (ε, δ) guarantee. ``accountant`` calibrates ξ (closed form or PLD).
     """
     lam = 1.0
-    peel = Peeling(s, epsilon, delta, lam, scale_multiplier=multiplier)
-    nominal = Peeling(s, epsilon, delta, lam)
+    peel = Peeling(s, epsilon, delta, lam, scale_multiplier=multiplier, accountant=accountant)
+    nominal = Peeling(s, epsilon, delta, lam, accountant=accountant)
     v0 = np.zeros(d)
     v0[:s] = 1000.0 * lam * (1 + np.arange(s))  # top-s far above the rest
     v1 = v0 + lam  # every coordinate moves by λ
@@ -158,7 +165,8 @@ def audit_peeling(
         dl,
         n,
         np.random.default_rng(seed),
-        name=f"peeling {claim} s={s} ε={epsilon:g} δ={delta:g} (noise ×{multiplier:g})",
+        name=f"peeling {claim} {accountant} s={s} ε={epsilon:g} δ={delta:g} "
+        f"(noise ×{multiplier:g})",
     )
 
 
@@ -183,12 +191,15 @@ def audit_niht(
     n: int = 20_000,
     seed: int = 4,
     setting: str = "unit",
+    grad_clip: float | None = None,
+    accountant: str = "closed_form",
 ) -> AuditResult:
     """One N-IHT fit (M = 1, θ⁰ = 0) of FLIPHAT on the spec §5.1 worst-case pair.
 
     The two datasets go through FLIPHAT's own clipping and accumulation; every sample is a
     full ``NIHT.fit`` with fresh noise. ``setting="unit"`` uses x_max = b_max = 1, η = 0.1;
     ``setting="paper"`` the paper's d = 400, x_max = √(2 ln 400), b_max = 3.436219, η = 1e-4.
+    ``grad_clip`` (G, or None for none) and ``accountant`` select the spec §14 options.
     """
     if setting == "paper":
         d, x_max, b_max, eta = 400, math.sqrt(2 * math.log(400)), 3.436219, 1e-4
@@ -212,6 +223,8 @@ def audit_niht(
             seed=0,
             first_episode_len=n_rows,
             clip_contexts=True,
+            grad_clip="off" if grad_clip is None else grad_clip,
+            accountant=accountant,
         )
         R = pol.reward_clip_for(n_rows)
         rows = niht_pair(d, s, n_rows, x_max, R)
@@ -228,9 +241,18 @@ def audit_niht(
         b_max=b_max,
         calibration=calibration,
         scale_multiplier=multiplier,
+        grad_clip=grad_clip,
+        accountant=accountant,
     )
     lam0 = niht_sensitivity(
-        0, "certified", eta=eta, n=n_rows, x_max=x_max, reward_clip=R, l1_radius=1e9
+        0,
+        "certified",
+        eta=eta,
+        n=n_rows,
+        x_max=x_max,
+        reward_clip=R,
+        l1_radius=1e9,
+        grad_clip=grad_clip,
     )
     nominal = NIHT(
         s=s,
@@ -241,6 +263,8 @@ def audit_niht(
         x_max=x_max,
         b_max=b_max,
         calibration=calibration,
+        grad_clip=grad_clip,
+        accountant=accountant,
     ).calibrate(n_rows, R, 1)[0]
     m0 = (2 * eta / n_rows) * accs[0].h
     m1 = (2 * eta / n_rows) * accs[1].h
@@ -263,8 +287,11 @@ def audit_niht(
         eps, dl = s * nominal["sensitivity"] / nominal["scale"], 0.0
     else:
         eps, dl = epsilon, delta
+    opts = ("" if grad_clip is None else f" G={grad_clip:g}") + (
+        "" if accountant == "closed_form" else f" {accountant}"
+    )
     name = (
-        f"n-iht fit {claim} {calibration} [{setting}] s={s} ε={epsilon:g} δ={delta:g} "
+        f"n-iht fit {claim} {calibration}{opts} [{setting}] s={s} ε={epsilon:g} δ={delta:g} "
         f"(noise ×{multiplier:g})"
     )
     return audit(sampler, eps, dl, n, np.random.default_rng(seed), name=name)
@@ -510,7 +537,15 @@ def run_all(quick: bool = False) -> list[AuditResult]:
         audit_niht("values", "certified", 0.5, n=20_000 // k),
         audit_niht("end-to-end", "certified", 1.0, n=20_000 // k),
         audit_niht("end-to-end", "certified", 0.5, n=20_000 // k),
+        audit_peeling("values", 1.0, n=200_000 // k, accountant="pld"),
+        audit_peeling("values", 0.5, n=200_000 // k, accountant="pld"),
+        audit_peeling("end-to-end", 1.0, n=200_000 // k, accountant="pld"),
     ]
+    for mult in (1.0, 0.5):  # the product's defaults: contribution clip G and the PLD accountant
+        for claim in ("values", "end-to-end"):
+            out.append(
+                audit_niht(claim, "certified", mult, n=20_000 // k, grad_clip=0.3, accountant="pld")
+            )
     for eps in (0.5, 1.0, 2.0, 5.0):  # the paper calibration at the paper's own setting
         out.append(
             audit_niht(

@@ -18,14 +18,40 @@ import numpy as np
 
 from ..estimators.accumulator import EpisodeAccumulator, grid_floor
 from ..estimators.episodes import DoublingSchedule
-from ..estimators.niht import CALIBRATIONS, FORMULA_ID, NIHT, iterations_for
+from ..estimators.niht import (
+    ACCOUNTANTS,
+    CALIBRATIONS,
+    NIHT,
+    clip_contributions,
+    formula_id,
+    iterations_for,
+)
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
+from ..privacy.peeling_accounting import accountant_record, peeling_pld_epsilon
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
 
-__all__ = ["FLIPHAT"]
+__all__ = ["FLIPHAT", "GRAD_CLIP_FACTOR", "default_grad_clip"]
+
+#: κ of the default contribution clip G = κ·√(b_max² + σ_prior²) (tuned on d = 100, K = 5;
+#: docs/privacy/fliphat-noise-reduction.md).
+GRAD_CLIP_FACTOR = 0.3
+
+
+def default_grad_clip(b_max: float, sigma_prior: float) -> float:
+    """The default contribution clip G = κ·√(b_max² + σ_prior²), a function of public priors.
+
+    √(b_max² + σ_prior²) bounds the reward's standard deviation when the standardised features
+    have unit variance (Var(xᵀβ) ≤ (Σ_j |β_j|)² = b_max²), so G is κ reward standard
+    deviations of one coordinate of x·y.
+
+    >>> round(default_grad_clip(3.436219, 0.1), 6)
+    1.031302
+    """
+    return GRAD_CLIP_FACTOR * math.sqrt(b_max * b_max + sigma_prior * sigma_prior)
+
 
 PRIVACY_UNIT = "one round: the K contexts and the reward of the user served at that round"
 NEIGHBOURING = (
@@ -59,6 +85,16 @@ class FLIPHAT(Policy):
         Fixed public reward clip R, overriding the per-fit formula of spec §7.
     calibration
         ``"certified"`` (default) or ``"paper"`` (reproduction only).
+    grad_clip
+        Per-row contribution clip G (certified, M = 1): each chosen row adds
+        clip(x̄·ỹ, ±G) coordinate-wise to h, so λ = 4ηG/n. ``"auto"`` (default):
+        :func:`default_grad_clip` when the certified fit is one step (fixed M = 1) and ``form``
+        is ``auto`` or ``h``, else off;
+        ``"off"``: the x_max/R bound of spec §5.1; a number: that G.
+    accountant
+        Calibration of Peeling's scale: ``"pld"`` (exact composition, spec §14.2),
+        ``"closed_form"`` (spec §3.3) or ``"auto"`` (default: ``pld`` for ``certified``, the
+        closed form for ``paper``).
     m_schedule, iterations, m0, m_guard
         Number of N-IHT iterations per fit: ``"fixed"`` (``iterations``, default 1) or
         ``"log"`` (⌊m0·ln(1 + n·b_max²)⌋ with guard ``"min_one"`` or ``"allow_zero"``).
@@ -121,6 +157,8 @@ class FLIPHAT(Policy):
         sigma_prior: float = 0.1,
         reward_clip: float | None = None,
         calibration: str = "certified",
+        grad_clip: float | str = "auto",
+        accountant: str = "auto",
         m_schedule: str = "fixed",
         iterations: int = 1,
         m0: float = 0.16,
@@ -147,6 +185,8 @@ class FLIPHAT(Policy):
         self.sigma_prior = sigma_prior
         self.reward_clip = reward_clip
         self.calibration = calibration
+        self.grad_clip = grad_clip
+        self.accountant = accountant
         self.m_schedule = m_schedule
         self.iterations = iterations
         self.m0 = m0
@@ -175,6 +215,25 @@ class FLIPHAT(Policy):
     def schedule(self) -> DoublingSchedule:
         return DoublingSchedule(self.first_episode_len, self.max_episode_len)
 
+    @property
+    def contribution_clip(self) -> float | None:
+        """G in force (resolved from ``grad_clip``), or None when contributions are not clipped."""
+        g = self.grad_clip
+        if g == "off" or g is None:
+            return None
+        if g == "auto":
+            one_step = self.m_schedule == "fixed" and self.iterations == 1
+            if self.calibration != "certified" or not one_step or self.form in ("gram", "rows"):
+                return None
+            return default_grad_clip(self.b_max, self.sigma_prior)
+        return float(g)
+
+    @property
+    def accountant_in_force(self) -> str:
+        if self.accountant == "auto":
+            return "pld" if self.calibration == "certified" else "closed_form"
+        return self.accountant
+
     def reward_clip_for(self, n: int) -> float:
         """R for a fit of nominal size n (spec §7): certified vs the reference form."""
         if self.reward_clip is not None:
@@ -200,11 +259,30 @@ class FLIPHAT(Policy):
             b_max=self.b_max,
             calibration=self.calibration,
             scale_multiplier=self.noise_scale_multiplier,
+            grad_clip=self.contribution_clip,
+            accountant=self.accountant_in_force,
         )
 
     def _validate(self) -> None:
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}")
+        if self.accountant not in (*ACCOUNTANTS, "auto"):
+            raise ValueError(f"accountant must be 'auto' or one of {ACCOUNTANTS}")
+        if self.calibration == "paper" and self.accountant == "pld":
+            raise ValueError("the paper calibration is reproduced with the closed form only")
+        g = self.grad_clip
+        if isinstance(g, str):
+            if g not in ("auto", "off"):
+                raise ValueError("grad_clip must be 'auto', 'off' or a number > 0")
+        elif g is not None:
+            if not (isinstance(g, (int, float)) and math.isfinite(g) and g > 0):
+                raise ValueError("grad_clip must be 'auto', 'off' or a number > 0")
+            if self.calibration != "certified":
+                raise ValueError("grad_clip is an option of the certified calibration only")
+            if self.m_schedule != "fixed" or self.iterations != 1:
+                raise ValueError("grad_clip needs one N-IHT iteration (m_schedule=fixed, M = 1)")
+        if self.contribution_clip is not None and self.form not in ("auto", "h"):
+            raise ValueError("grad_clip accumulates clipped contributions: form must be 'h'")
         if self.calibration == "certified" and not self.clip_contexts:
             raise ValueError("the certified calibration requires clip_contexts=True")
         if not (self.epsilon > 0 and 0 < self.delta < 1):
@@ -257,6 +335,8 @@ class FLIPHAT(Policy):
     def _accumulator_form(self, episode: int) -> str:
         if self.form != "auto":
             return self.form
+        if self.contribution_clip is not None:
+            return "h"
         n = self.schedule.length(episode)
         if self.iterations_for(n) <= 1:
             return "h"  # θ⁰ = 0 and M = 1: the fit reads h only
@@ -373,13 +453,26 @@ class FLIPHAT(Policy):
             yk = rewards[sel]
             yc = np.clip(yk, -R, R)
             self._counters["clipped_rewards"] += int(np.count_nonzero(yc != yk))
-            acc.learn_many(
-                Xk,
-                yc,
-                None if ids_arr is None else ids_arr[sel],
-                owned=owned,
-                bounds=(max(hi, -lo), float(np.abs(yc).max())),
-            )
+            G = self.contribution_clip
+            if G is not None:
+                # spec §14.1: h = Σ clip(x̄·ỹ, ±G), each row's contribution clipped on arrival
+                # (to a grid point ≤ G, so the accumulator's rounding keeps the bound)
+                Gg = grid_floor(G)
+                acc.learn_many(
+                    clip_contributions(Xk, yc, Gg),
+                    np.ones(yc.size),
+                    None if ids_arr is None else ids_arr[sel],
+                    owned=True,
+                    bounds=(Gg, 1.0),
+                )
+            else:
+                acc.learn_many(
+                    Xk,
+                    yc,
+                    None if ids_arr is None else ids_arr[sel],
+                    owned=owned,
+                    bounds=(max(hi, -lo), float(np.abs(yc).max())),
+                )
             self._counters["rows_learned"] += int(sel.sum())
 
     # -- the private release ---------------------------------------------------------------------
@@ -416,7 +509,7 @@ class FLIPHAT(Policy):
             bandit_id=self.bandit_id,
             mechanism="n-iht+peeling",
             calibration=self.calibration,
-            formula=FORMULA_ID[self.calibration],
+            formula=self._formula(),
             dp_valid=self.calibration == "certified" and self.noise_scale_multiplier == 1.0,
             epsilon=float(self.epsilon) if M > 0 else 0.0,
             delta=float(self.delta) if M > 0 else 0.0,
@@ -445,6 +538,8 @@ class FLIPHAT(Policy):
                 "reward_clip": R,
                 "sensitivities": fit.sensitivities,
                 "scales": fit.scales,
+                "grad_clip": self.contribution_clip,
+                "accountant": self._accountant_params(M),
                 "swap_delay": self.swap_delay,
                 "consumed_ids_digest": consumed,
                 "accumulator_destroyed": True,
@@ -458,6 +553,21 @@ class FLIPHAT(Policy):
             neighbouring=NEIGHBOURING,
         )
         return [record]
+
+    def _formula(self) -> str:
+        return formula_id(self.calibration, self.contribution_clip, self.accountant_in_force)
+
+    def _accountant_params(self, M: int) -> dict:
+        """Ledger entry of the accountant: name, library version, discretisation, and for PLD
+        the ratio λ/ξ and the PLD ε (at δ) of the scale actually used."""
+        out = accountant_record(self.accountant_in_force)
+        if M > 0:
+            est = self._estimator()
+            rho = est.ratio(M)
+            out["ratio"] = rho
+            if self.accountant_in_force == "pld":
+                out["pld_epsilon"] = peeling_pld_epsilon(rho, self.s * M, float(self.delta))
+        return out
 
     # -- model broadcast (docs/scaling.md, pattern 2) -----------------------------------------
     def released_model(self) -> dict | None:
@@ -571,7 +681,9 @@ class FLIPHAT(Policy):
             "private": True,
             "model": "joint DP",
             "calibration": self.calibration,
-            "formula": FORMULA_ID[self.calibration],
+            "formula": self._formula(),
+            "grad_clip": self.contribution_clip,
+            "accountant": self.accountant_in_force,
             "dp_valid": self.calibration == "certified",
             "params": self.public_params(),
             "x_max": self.x_bound,
