@@ -596,7 +596,9 @@ def _replay_specs(args, reader) -> list:
                         pol.public_params(),
                         float(eps),
                         cfg.delta,
-                        note=f"calibration '{cfg.calibration}' is {label}" if label else note,
+                        note=(
+                            f"calibration '{pol.privacy.calibration}' is {label}" if label else note
+                        ),
                     )
                 )
         else:
