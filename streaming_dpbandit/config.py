@@ -593,10 +593,16 @@ class LDPGLOCConfig(_PolicyConfig):
     alpha: float = Field(0.1, gt=0, lt=1)
     horizon: int = Field(1_000_000, ge=2)
     sigma_factor: float = Field(6.0, gt=0)
-    scalar_gram: bool = False
+    profile: Literal["spec", "authors_multiparam"] = "spec"
     v0: float = Field(0.0, ge=0)
     refresh_every: int = Field(1, ge=1)
     bandit_id: str = "default"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.profile == "authors_multiparam" and self.setting != "multi":
+            raise ValueError("profile=authors_multiparam is the authors' E2 code: setting=multi")
+        return self
 
     def build(self, seed: int | None = None, **overrides) -> LDPGLOC:
         params = self.model_dump(exclude={"policy", "private"})
