@@ -108,6 +108,7 @@ class FliphatConfig(_PolicyConfig):
     feature_scale: list[float] | None = None
     form: Literal["auto", "h", "gram", "rows"] = "auto"
     bandit_id: str = "default"
+    noise_backend: Literal["fast", "secure"] = "fast"
 
     @model_validator(mode="after")
     def _check(self):
@@ -448,6 +449,7 @@ class DPMatroidConfig(_PolicyConfig):
     default_reward: float = Field(0.0, ge=0, le=1)
     items: list[str] | None = None
     bandit_id: str = "default"
+    noise_backend: Literal["fast", "secure"] = "fast"
 
     @model_validator(mode="after")
     def _check(self):
@@ -899,6 +901,18 @@ class BanditSettings(_Section):
     seed: int | None = Field(
         None, description="seeds noise key and coins: reproducible tests only, never production"
     )
+
+    @model_validator(mode="after")
+    def _secure_noise_by_default(self):
+        """``serve`` draws from the secure noise backend unless the policy says otherwise
+        (issue 22 §1; docs/privacy/secure-noise.md). ``simulate``/``replay`` keep ``fast``."""
+        pol = self.policy
+        if (
+            "noise_backend" in type(pol).model_fields
+            and "noise_backend" not in pol.model_fields_set
+        ):
+            self.policy = pol.model_copy(update={"noise_backend": "secure"})
+        return self
 
 
 class SnapshotSettings(_Section):
