@@ -147,6 +147,15 @@ def test_secure_backend_audit_passes_and_halved_noise_is_caught(fn, n):
     assert not halved.passed, halved
 
 
+def test_secure_backend_matroid_batch_mean_audit():
+    from streaming_dpbandit.experiments import dp_matroid_audits
+
+    ok = dp_matroid_audits.audit_batch_release(1.0, n=30_000, backend="secure")
+    assert ok.passed, ok
+    halved = dp_matroid_audits.audit_batch_release(0.5, n=30_000, backend="secure")
+    assert not halved.passed, halved
+
+
 def test_secure_backend_peeling_audit():
     ok = audits.audit_peeling(claim="values", multiplier=1.0, n=6_000, backend="secure")
     assert ok.passed, ok
