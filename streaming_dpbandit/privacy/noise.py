@@ -238,11 +238,9 @@ class NoiseSource:
         }
 
     def load_state_dict(self, state: dict) -> NoiseSource:
-        backend = state.get("backend", "fast")
-        if backend != self.backend:
-            raise ValueError(
-                f"the snapshot's noise backend is {backend!r}, this source's {self.backend!r}"
-            )
+        """Restore the key and issued labels. The backend stays the configured one: it is
+        public configuration, each release records its own, and switching it between releases
+        (e.g. a snapshot written before ``serve`` defaulted to ``secure``) costs no privacy."""
         self._key = int(state["key"], 16)
         self._issued = {tuple(x) for x in state.get("issued", [])}
         return self
