@@ -37,6 +37,7 @@ NOT_PARAMS = {"epsilon", "seed", "d", "probabilities"}
 COMPANIONS = {
     ("dp-linucb", "shift"): {"noise": "wishart"},
     ("fliphat", "clip_contexts"): {"calibration": "paper"},
+    ("ldp-gloc", "profile"): {"setting": "multi"},
     **{
         ("ldp-glb", k): {"profile": "authors_code"}
         for k in (
