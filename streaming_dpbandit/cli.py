@@ -596,7 +596,9 @@ def _replay_specs(args, reader) -> list:
                         pol.public_params(),
                         float(eps),
                         cfg.delta,
-                        note=f"calibration '{cfg.calibration}' is {label}" if label else note,
+                        note=(
+                            f"calibration '{pol.privacy.calibration}' is {label}" if label else note
+                        ),
                     )
                 )
         else:
@@ -1095,6 +1097,7 @@ def _cmd_budget(args) -> int:
             scope=f"{sp.releases} releases over {sp.slices or 1} disjoint data slice(s), "
             "composed by the ledger's accountant.",
             label="; ".join(notes) if notes else None,
+            noise_backend=",".join(sorted({r.noise_backend for r in recs})),
         )
         out["bandits"].append(
             {"spend": sp.to_dict(), "statement": st.to_dict(), "statement_text": st.text()}
@@ -1116,6 +1119,7 @@ def _cmd_budget(args) -> int:
                 if sp["epsilon_at_delta"] is None
                 else f"{sp['epsilon_at_delta']:.4g} @ δ={sp['target_delta']:.3g}",
                 ",".join(sp["calibrations"]) + ("" if sp["dp_valid"] else " (NOT DP-valid)"),
+                item["statement"]["noise_backend"],
             ]
         )
     print(f"ledger {path}: {len(records)} releases")
@@ -1134,6 +1138,7 @@ def _cmd_budget(args) -> int:
                 "zCDP ρ",
                 "ε at δ (PLD)",
                 "calibration",
+                "noise",
             ],
             rows,
         )

@@ -110,6 +110,7 @@ class FliphatConfig(_PolicyConfig):
     feature_scale: list[float] | None = None
     form: Literal["auto", "h", "gram", "rows"] = "auto"
     bandit_id: str = "default"
+    noise_backend: Literal["fast", "secure"] = "fast"
 
     @model_validator(mode="after")
     def _check(self):
@@ -461,6 +462,7 @@ class DPMatroidConfig(_PolicyConfig):
     default_reward: float = Field(0.0, ge=0, le=1)
     items: list[str] | None = None
     bandit_id: str = "default"
+    noise_backend: Literal["fast", "secure"] = "fast"
 
     @model_validator(mode="after")
     def _check(self):
@@ -606,10 +608,16 @@ class LDPGLOCConfig(_PolicyConfig):
     alpha: float = Field(0.1, gt=0, lt=1)
     horizon: int = Field(1_000_000, ge=2)
     sigma_factor: float = Field(6.0, gt=0)
-    scalar_gram: bool = False
+    profile: Literal["spec", "authors_multiparam"] = "spec"
     v0: float = Field(0.0, ge=0)
     refresh_every: int = Field(1, ge=1)
     bandit_id: str = "default"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.profile == "authors_multiparam" and self.setting != "multi":
+            raise ValueError("profile=authors_multiparam is the authors' E2 code: setting=multi")
+        return self
 
     def build(self, seed: int | None = None, **overrides) -> LDPGLOC:
         params = self.model_dump(exclude={"policy", "private"})
@@ -906,6 +914,18 @@ class BanditSettings(_Section):
     seed: int | None = Field(
         None, description="seeds noise key and coins: reproducible tests only, never production"
     )
+
+    @model_validator(mode="after")
+    def _secure_noise_by_default(self):
+        """``serve`` draws from the secure noise backend unless the policy says otherwise
+        (issue 22 §1; docs/privacy/secure-noise.md). ``simulate``/``replay`` keep ``fast``."""
+        pol = self.policy
+        if (
+            "noise_backend" in type(pol).model_fields
+            and "noise_backend" not in pol.model_fields_set
+        ):
+            self.policy = pol.model_copy(update={"noise_backend": "secure"})
+        return self
 
 
 class SnapshotSettings(_Section):

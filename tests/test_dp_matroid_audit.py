@@ -38,17 +38,18 @@ def test_release_uses_the_audited_scale():
     class Noise:
         def generator(self, *labels, track=True):
             class G:
-                def laplace(self, loc, scale):
+                def laplace(self, loc, scale):  # the exact sum comes as loc
                     calls.append((labels, loc, scale, track))
-                    return 0.75
+                    return loc + 0.75
 
             return G()
 
     est = DoublingBatchMeans(2, epsilon0=0.25, scale_multiplier=0.5)
     est.learn_many(np.array([1, 1, 1]), np.array([0.2, 0.3, 0.4]), np.array([1, 2, 3]))
     rels = est.release(Noise(), "b", "dp-matroid")
-    assert calls == [(("b", "dp-matroid", 1, 0), 0.0, 2.0, False)] * 1 + [
-        (("b", "dp-matroid", 1, 1), 0.0, 2.0, False)
-    ]
     exact = (round(0.3 * UNIT) + round(0.4 * UNIT)) / UNIT
+    assert calls == [
+        (("b", "dp-matroid", 1, 0), round(0.2 * UNIT) / UNIT, 2.0, False),
+        (("b", "dp-matroid", 1, 1), exact, 2.0, False),
+    ]
     assert rels[1].noisy_mean == (exact + 0.75) / 2

@@ -121,12 +121,30 @@ def test_exact_sums_do_not_depend_on_order_or_batching():
 def test_rows_are_clipped_to_the_bound_and_counted():
     X = np.array([[3.0, 4.0], [0.6, 0.8], [0.1, 0.0]])
     r, cx, cy = prepare_rows(X, np.array([5.0, -1.0, 0.3]), L=1.0, B_tilde=1.0)
-    assert cx == 2 and cy == 1  # (0.6, 0.8) has norm 1 > L − √d·2⁻¹⁷: clipped by a hair
+    assert cx == 1 and cy == 1  # (0.6, 0.8) has norm L: scaled into the grid margin, in bound
     assert np.all(np.linalg.norm(r[:, :2], axis=1) <= 1.0)
     assert np.all(np.abs(r[:, 2]) <= 1.0)
     assert np.all(r * 65536 == np.round(r * 65536))  # on the grid
     with pytest.raises(ValueError, match="finite"):
         prepare_rows(np.array([[np.nan, 0.0]]), np.array([0.0]), 1.0, 1.0)
+
+
+def test_only_rows_over_the_declared_bound_count_as_clipped():
+    """Unit-normalised actions and rewards at ±B̃ (‖[x; y]‖ = √2 exactly) are in bound: the
+    count was n for them (issue 22 §3); rows a relative 1e-9 over L are counted."""
+    rng = np.random.default_rng(3)
+    for d in (2, 5, 50):
+        X = rng.normal(size=(500, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)  # ‖x‖ = 1 up to an ulp
+        y = rng.choice([-1.0, 1.0], 500)
+        r, cx, cy = prepare_rows(X, y, L=1.0, B_tilde=1.0)
+        assert (cx, cy) == (0, 0)
+        assert np.all((r**2).sum(axis=1) <= 2.0)  # still enforced
+        over = X.copy()
+        over[::5] *= 1.0 + 1e-9
+        r, cx, cy = prepare_rows(over, y * 1.5, L=1.0, B_tilde=1.0)
+        assert (cx, cy) == (100, 500)
+        assert np.all((r**2).sum(axis=1) <= 2.0)
 
 
 def test_finite_rows_whose_squared_norm_overflows_are_clipped_not_zeroed():

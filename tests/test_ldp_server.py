@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy import stats
 
 from streaming_dpbandit.config import ConfigError, policy_config, validate_for_mode
 from streaming_dpbandit.envs import LDPMultiParamEnv, LDPSingleParamEnv
@@ -295,12 +296,47 @@ def test_baselines_run_and_round_trip(cls, setting):
     assert twin.decide(Y).arms.tolist() == pol.decide(Y).arms.tolist()
 
 
-def test_gloc_scalar_gram_defect_is_a_flag():
+def test_gloc_authors_multiparam_profile_is_the_authors_code():
+    """multiparam.py adds ‖x̃‖² plus ONE N(0, σ²) draw to every Gram entry (issue 22 §3).
+
+    After n reports every entry of V is the same number Σ(‖x̃‖² + w), and its noise is the sum of
+    n draws (not of n independent draws per entry): V[0, 0] − Σ‖x̃‖² ~ N(0, nσ²). The spec
+    profile's entries carry independent noise, so its entries differ."""
     env = LDPMultiParamEnv(d=2, K=3, theta_seed=1)
     kw = dict(d=2, n_arms=3, setting="multi", epsilon=1.0, delta=0.1, horizon=500)
     a = _run("ldp-gloc", kw, env, T=100)
-    b = _run("ldp-gloc", {**kw, "scalar_gram": True}, env, T=100)
+    b = _run("ldp-gloc", {**kw, "profile": "authors_multiparam"}, env, T=100)
     assert not np.array_equal(a["curve"], b["curve"])
+    rng = np.random.default_rng(0)
+    n, zs = 150, []
+    for seed in range(40):
+        pol = LDPGLOC(**kw, profile="authors_multiparam", seed=seed)
+        pol.refit() if pol.refit_due() else None
+        X = rng.normal(size=(n, 3, 2))
+        norms = 0.0
+        for t in range(n):
+            dec = pol.decide(X[t : t + 1])
+            x = X[t, dec.arms]
+            norms += float((x**2).sum())  # ‖x̃‖² = ‖x‖² (x in its arm block)
+            pol.learn(x, np.zeros(1), dec.rounds)
+            pol.refit()
+        V = pol._V
+        assert np.all(V == V[0, 0])  # one number in every entry
+        zs.append((V[0, 0] - norms) / (pol._sigma * np.sqrt(n)))
+    zs = np.array(zs)
+    # N(0, 1) z-scores: mean within 4 standard errors, Σz² within the χ²₄₀ 99.99 % band (n
+    # independent draws per entry would give the same; n·D² draws summed per entry would not
+    # leave all entries equal)
+    assert abs(zs.mean()) < 4 / np.sqrt(zs.size)
+    lo, hi = stats.chi2.ppf([5e-5, 1 - 5e-5], zs.size)
+    assert lo < (zs**2).sum() < hi
+    spec = LDPGLOC(**kw, seed=1)
+    spec.refit() if spec.refit_due() else None
+    dec = spec.decide(X[:1])
+    spec.learn(X[0, dec.arms], np.zeros(1), dec.rounds)
+    assert len(np.unique(spec._V)) > 2  # independent per-entry noise
+    with pytest.raises(ValueError, match="multi"):
+        LDPGLOC(d=2, profile="authors_multiparam").decide(np.zeros((1, 2, 2)))
 
 
 # -- configuration -----------------------------------------------------------------------------

@@ -184,8 +184,9 @@ class DoublingBatchMeans:
         out = []
         scale = self.laplace_scale
         for e, s, size, total, t in sorted(self._sealed, key=lambda x: (x[4], x[0], x[1])):
-            z = float(noise.generator(*label_prefix, e, s, track=False).laplace(0.0, scale))
-            m = (total / UNIT + z) / size
+            g = noise.generator(*label_prefix, e, s, track=False)
+            # the sum as loc: a secure stream releases it on its grid (docs/privacy/secure-noise.md)
+            m = float(g.laplace(total / UNIT, scale)) / size
             self.T[e] = size
             self.mean[e] = m
             out.append(Release(e, s, size, t, m))

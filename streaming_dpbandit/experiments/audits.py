@@ -86,13 +86,30 @@ __all__ = [
 ]
 
 
-def audit_laplace(multiplier: float = 1.0, n: int = 200_000, seed: int = 1) -> AuditResult:
-    """Laplace mechanism, ε = 1, Δ = 1; ``multiplier`` scales the noise (0.5 = halved)."""
+def _backend_rng(backend: str, seed: int, name: str):
+    """``rng -> stream`` for the samplers: the audit's own numpy generator (``"fast"``), or a
+    fresh secure stream per call keyed by ``seed`` (``"secure"``: grid-valued exact noise)."""
+    if backend == "fast":
+        return lambda rng: rng
+    src = NoiseSource(seed, backend=backend)
+    calls = iter(range(1 << 62))
+    return lambda rng: src.generator("audit", name, next(calls))
+
+
+def audit_laplace(
+    multiplier: float = 1.0, n: int = 200_000, seed: int = 1, backend: str = "fast"
+) -> AuditResult:
+    """Laplace mechanism, ε = 1, Δ = 1; ``multiplier`` scales the noise (0.5 = halved).
+
+    ``backend="secure"`` runs the mechanism's release on the secure noise backend (the value
+    rounded to the public grid plus exact discrete Laplace noise).
+    """
     mech = LaplaceMechanism(epsilon=1.0, sensitivity=1.0)
     scale = mech.scale * multiplier
+    stream = _backend_rng(backend, seed, "laplace")
 
     def sampler(which, k, rng):
-        return which * mech.sensitivity + rng.laplace(0.0, scale, k)
+        return stream(rng).laplace(np.full(k, which * mech.sensitivity), scale, k)
 
     return audit(
         sampler,
@@ -100,17 +117,20 @@ def audit_laplace(multiplier: float = 1.0, n: int = 200_000, seed: int = 1) -> A
         0.0,
         n,
         np.random.default_rng(seed),
-        name=f"laplace ε=1 (noise ×{multiplier:g})",
+        name=f"laplace ε=1 (noise ×{multiplier:g}, {backend})",
     )
 
 
-def audit_gaussian(multiplier: float = 1.0, n: int = 400_000, seed: int = 2) -> AuditResult:
-    """Analytic Gaussian mechanism, ε = 1, δ = 1e-2, Δ = 1."""
+def audit_gaussian(
+    multiplier: float = 1.0, n: int = 400_000, seed: int = 2, backend: str = "fast"
+) -> AuditResult:
+    """Analytic Gaussian mechanism, ε = 1, δ = 1e-2, Δ = 1 (``backend`` as for Laplace)."""
     mech = GaussianMechanism(sensitivity=1.0, epsilon=1.0, delta=1e-2)
     sigma = mech.sigma * multiplier
+    stream = _backend_rng(backend, seed, "gaussian")
 
     def sampler(which, k, rng):
-        return which + rng.normal(0.0, sigma, k)
+        return stream(rng).normal(np.full(k, float(which)), sigma, k)
 
     return audit(
         sampler,
@@ -118,7 +138,7 @@ def audit_gaussian(multiplier: float = 1.0, n: int = 400_000, seed: int = 2) -> 
         1e-2,
         n,
         np.random.default_rng(seed),
-        name=f"gaussian ε=1 δ=1e-2 (noise ×{multiplier:g})",
+        name=f"gaussian ε=1 δ=1e-2 (noise ×{multiplier:g}, {backend})",
     )
 
 
@@ -137,12 +157,15 @@ def audit_peeling(
     n: int = 200_000,
     seed: int = 3,
     accountant: str = "closed_form",
+    backend: str = "fast",
 ) -> AuditResult:
     """Peeling on the values-only worst-case pair (λ = 1).
 
     ``claim="values"`` audits the pure (s·λ/ξ)-DP of the released values; ``claim="end-to-end"``
-    audits the (ε, δ) guarantee. ``accountant`` calibrates ξ (closed form or PLD).
+    audits the (ε, δ) guarantee. ``accountant`` calibrates ξ (closed form or PLD); ``backend``
+    as for :func:`audit_laplace`.
     """
+    stream = _backend_rng(backend, seed, "peeling")
     lam = 1.0
     peel = Peeling(s, epsilon, delta, lam, scale_multiplier=multiplier, accountant=accountant)
     nominal = Peeling(s, epsilon, delta, lam, accountant=accountant)
@@ -152,7 +175,7 @@ def audit_peeling(
 
     def sampler(which, k, rng):
         V = np.broadcast_to(v1 if which else v0, (k, d))
-        idx, vals = peel.release_many(V, rng)
+        idx, vals = peel.release_many(V, stream(rng))
         return _values_llr(vals, v0[idx], v1[idx], nominal.scale)
 
     if claim == "values":
@@ -166,7 +189,7 @@ def audit_peeling(
         n,
         np.random.default_rng(seed),
         name=f"peeling {claim} {accountant} s={s} ε={epsilon:g} δ={delta:g} "
-        f"(noise ×{multiplier:g})",
+        f"(noise ×{multiplier:g}, {backend})",
     )
 
 

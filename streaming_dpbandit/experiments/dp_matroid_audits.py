@@ -34,6 +34,7 @@ import numpy as np
 from ..estimators.batch_means import UNIT
 from ..policies.dpucb_mat import DPUCBMAT
 from ..privacy.audit import AuditResult, audit
+from ..privacy.noise import NoiseSource
 
 __all__ = ["audit_batch_release", "audit_round", "round_pair", "run_all"]
 
@@ -83,16 +84,27 @@ def _llr(noisy_sums: np.ndarray, m0: np.ndarray, m1: np.ndarray, scale: float) -
 
 
 def audit_batch_release(
-    multiplier: float = 1.0, epsilon: float = 1.0, n: int = 200_000, seed: int = 21
+    multiplier: float = 1.0,
+    epsilon: float = 1.0,
+    n: int = 200_000,
+    seed: int = 21,
+    backend: str = "fast",
 ) -> AuditResult:
-    """One batch mean (item 0, batch 2): the pure ε0-DP release claim."""
+    """One batch mean (item 0, batch 2): the pure ε0-DP release claim.
+
+    ``backend="secure"`` draws from the secure noise backend (the sum rounded to its public
+    grid plus exact discrete Laplace noise), as ``DoublingBatchMeans.release`` does there.
+    """
     s0, s1, pol = round_pair(epsilon, "certified", multiplier)
     scale = pol._est.laplace_scale
     nominal = 1.0 / pol.epsilon0
+    src = NoiseSource(seed, backend=backend) if backend != "fast" else None
+    calls = iter(range(1 << 62))
 
     def sampler(which, k, rng):
         base = s0[0] if which == 0 else s1[0]
-        noisy = base + rng.laplace(0.0, scale, size=(k, 1))
+        g = rng if src is None else src.generator("audit", "batch-mean", next(calls))
+        noisy = g.laplace(np.full((k, 1), base), scale, size=(k, 1))
         return _llr(noisy, s0[:1], s1[:1], nominal)
 
     return audit(
@@ -101,7 +113,7 @@ def audit_batch_release(
         0.0,
         n,
         np.random.default_rng(seed),
-        name=f"dp-matroid batch mean ε0={pol.epsilon0:g} (noise ×{multiplier:g})",
+        name=f"dp-matroid batch mean ε0={pol.epsilon0:g} (noise ×{multiplier:g}, {backend})",
     )
 
 

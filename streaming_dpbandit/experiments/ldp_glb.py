@@ -166,7 +166,10 @@ def _e2_specs(profile: str, eps: float, T: int, warmup: int) -> dict[str, tuple[
             },
         )
         out["LDP-OLS"] = ("ldp-glb", {**code, "variant": "ols"})
-        out["LDP-GLOC (scalar Gram)"] = ("ldp-gloc", {**base, "scalar_gram": True})
+        out["LDP-GLOC (authors' multiparam.py)"] = (
+            "ldp-gloc",
+            {**base, "profile": "authors_multiparam"},
+        )
     else:
         prod = {**base, "c_r": 1.2, "R": 2.2, "warmup_rounds": warmup}
         out["LDP-SGD"] = ("ldp-glb", {**prod, "variant": "sgd", "c0": 5.0 * K, "n0": 1.0})

@@ -120,7 +120,7 @@ def supports(env, specs: list[RunSpec]) -> bool:
             if p.get("variant", "sgd") not in ("sgd", "ols") or p.get("batch_size", 1) != 1:
                 return False
         elif s.policy == "ldp-gloc":
-            if p.get("scalar_gram", False):
+            if p.get("profile", "spec") != "spec":
                 return False
         elif s.policy != "ldp-ucb":
             return False

@@ -259,11 +259,17 @@ class SimulationResult:
                     "delta": spec.delta,
                     "params": spec.params,
                     "horizon": spec.horizon,
-                    "final_regret": {"mean": float(f.mean()), "se": se, "n": int(f.size)},
+                    "final_regret": {
+                        "mean": float(f.mean()),
+                        "se": se,
+                        "n": int(f.size),
+                        "per_run": f.tolist(),
+                    },
                     "curve": {
                         "t": self.grid_of(spec.key).tolist(),
                         "mean": mean.tolist(),
                         "se": cse.tolist(),
+                        "per_run": self.curves[spec.key].tolist(),
                     },
                     "privacy": self.privacy(spec),
                     "counters": self.counters.get(spec.key, {}),

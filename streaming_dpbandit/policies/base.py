@@ -50,13 +50,22 @@ import numpy as np
 from river.bandit.base import ContextualPolicy
 
 from ..privacy.ledger import ReleaseRecord
+from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
 from ..utils.hashing import uniform_coins
 
 __all__ = ["DecisionBatch", "Policy", "argmax_random_ties", "context_matrix"]
 
 #: Constructor parameters that are secrets and never appear in repr, logs or explain().
-SECRET_PARAMS = frozenset({"seed", "noise"})
+#: Only the noise seed is one: a public parameter (e.g. DP-LinUCB's ``noise="wishart"``, a
+#: mechanism choice) must never be dropped because its name sounds secret (issue 22 §3).
+SECRET_PARAMS = frozenset({"seed"})
+
+
+def _is_secret_value(value) -> bool:
+    """A noise source or generator passed as a parameter is a secret whatever its name."""
+    return isinstance(value, (NoiseSource, np.random.Generator, np.random.BitGenerator))
+
 
 UNBOUNDED = 1 << 62
 
@@ -299,7 +308,11 @@ class Policy(ContextualPolicy, abc.ABC):
 
     # -- helpers ---------------------------------------------------------------------------
     def public_params(self) -> dict:
-        return {k: v for k, v in self._get_params().items() if k not in SECRET_PARAMS}
+        return {
+            k: v
+            for k, v in self._get_params().items()
+            if k not in SECRET_PARAMS and not _is_secret_value(v)
+        }
 
     def _coin_key(self) -> int:
         key = getattr(self, "_tie_key", None)

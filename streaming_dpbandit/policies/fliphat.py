@@ -173,6 +173,7 @@ class FLIPHAT(Policy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
+        noise_backend: str = "fast",
     ):
         self.d = d
         self.s = s
@@ -201,6 +202,7 @@ class FLIPHAT(Policy):
         self.bandit_id = bandit_id
         self.seed = seed
         self.noise_scale_multiplier = noise_scale_multiplier
+        self.noise_backend = noise_backend
 
     # -- derived public constants ---------------------------------------------------------------
     @property
@@ -304,7 +306,7 @@ class FLIPHAT(Policy):
             self._beta_idx = np.zeros(0, dtype=np.int64)
             self._beta_val = np.zeros(0)
             self._acc: dict[int, EpisodeAccumulator] = {}
-            self._noise = NoiseSource(self.seed)
+            self._noise = NoiseSource(self.seed, backend=self.noise_backend)
             self._coin_key()
             self._counters = {
                 "clipped_context_coords": 0,
@@ -551,6 +553,7 @@ class FLIPHAT(Policy):
             privacy_model="joint",
             privacy_unit=PRIVACY_UNIT,
             neighbouring=NEIGHBOURING,
+            noise_backend=self.noise_backend,
         )
         return [record]
 
@@ -641,6 +644,7 @@ class FLIPHAT(Policy):
             epsilon=self.epsilon,
             delta=self.delta,
             calibration=self.calibration,
+            noise_backend=self.noise_backend,
             scope=(
                 "the whole, unbounded run: each round enters exactly one fit (forgetting), fits "
                 "use disjoint episodes and compose in parallel."
@@ -720,7 +724,9 @@ class FLIPHAT(Policy):
         self._acc = {
             int(k): EpisodeAccumulator.from_state_dict(a) for k, a in state["accumulators"].items()
         }
-        self._noise = NoiseSource(self.seed).load_state_dict(state["noise"])
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
+            state["noise"]
+        )
         self._tie_key = int(state["tie_key"])
         self._counters = dict(state["counters"])
         return self

@@ -73,6 +73,8 @@ class PrivateMatroidPolicy(MatroidPolicy):
         ``"certified"`` (ε0 = ε/2K, default) or ``"paper"`` (ε0 = ε/K, reproduction only).
     noise_scale_multiplier
         Multiplies the Laplace scale. Must stay 1; exists for the privacy audit only.
+    noise_backend
+        ``"fast"`` or ``"secure"`` (:class:`~streaming_dpbandit.privacy.noise.NoiseSource`).
     """
 
     private = True
@@ -89,6 +91,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
+        noise_backend: str = "fast",
     ):
         super().__init__(
             matroid, update_every, reward_range, default_reward, item_ids, bandit_id, seed
@@ -96,6 +99,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
         self.epsilon = epsilon
         self.calibration = calibration
         self.noise_scale_multiplier = noise_scale_multiplier
+        self.noise_backend = noise_backend
 
     # -- calibration -----------------------------------------------------------------------------
     def _validate(self) -> None:
@@ -125,7 +129,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
     def _init_stats(self) -> None:
         self._est = DoublingBatchMeans(self.L, self.epsilon0, self.noise_scale_multiplier)
         self._est._state()
-        self._noise = NoiseSource(self.seed)
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend)
         self._registered = False
 
     def _observe(self, items, rewards, rounds) -> None:
@@ -180,6 +184,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
             "privacy_unit": PRIVACY_UNIT,
             "neighbouring": NEIGHBOURING,
             "note": PAPER_MATROID_LABEL if self.calibration == "paper" else None,
+            "noise_backend": self.noise_backend,
         }
 
     def _registration_record(self) -> ReleaseRecord:
@@ -244,6 +249,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
             epsilon=self.epsilon_certified,
             delta=0.0,
             calibration=self.calibration,
+            noise_backend=self.noise_backend,
             scope=(
                 "the whole, unbounded run: the sequence of slates and of released batch means "
                 "(every reward enters exactly one Laplace release; thesis Thms 8 and 10)."
@@ -299,7 +305,9 @@ class PrivateMatroidPolicy(MatroidPolicy):
     def load_state_dict(self, state: dict):
         self._load_base(state)
         self._est.load_state_dict(state["estimator"])
-        self._noise = NoiseSource(self.seed).load_state_dict(state["noise"])
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
+            state["noise"]
+        )
         self._registered = bool(state["registered"])
         self._refresh()
         return self

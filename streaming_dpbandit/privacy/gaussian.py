@@ -125,7 +125,8 @@ class GaussianMechanism:
 
     def release(self, value, rng: np.random.Generator) -> np.ndarray:
         value = np.asarray(value, dtype=np.float64)
-        return value + rng.normal(0.0, self.sigma, size=value.shape)
+        # value as loc: a secure stream releases it on its grid (docs/privacy/secure-noise.md)
+        return np.asarray(rng.normal(value, self.sigma, size=value.shape), dtype=np.float64)
 
     def accounting(self) -> dict:
         return {

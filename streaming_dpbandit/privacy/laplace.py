@@ -43,9 +43,14 @@ class LaplaceMechanism:
         return float(self.sensitivity) / float(self.epsilon)
 
     def release(self, value, rng: np.random.Generator) -> np.ndarray:
-        """Return ``value`` plus fresh Laplace noise (a new array)."""
+        """Return ``value`` plus fresh Laplace noise (a new array).
+
+        The value is passed as the noise's ``loc``, so a secure noise stream releases it on
+        its public grid (``docs/privacy/secure-noise.md``); a numpy stream gives the same
+        bits as ``value + rng.laplace(0, scale)``.
+        """
         value = np.asarray(value, dtype=np.float64)
-        return value + rng.laplace(0.0, self.scale, size=value.shape)
+        return np.asarray(rng.laplace(value, self.scale, size=value.shape), dtype=np.float64)
 
     def accounting(self) -> dict:
         """The accountant's description of this release (see ``privacy.accountant``)."""

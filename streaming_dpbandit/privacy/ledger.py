@@ -117,6 +117,9 @@ class ReleaseRecord:
         Free text; the ``paper`` calibration's label goes here.
     privacy_model, privacy_unit, neighbouring
         Public description of the guarantee (for privacy statements built from a ledger).
+    noise_backend
+        The noise backend the release drew from: ``"fast"`` (floating-point samplers) or
+        ``"secure"`` (exact discrete noise on a public grid, ``docs/privacy/secure-noise.md``).
     time
         UTC time of the release (set automatically).
     """
@@ -142,6 +145,7 @@ class ReleaseRecord:
     privacy_model: str = "central"
     privacy_unit: str = ""
     neighbouring: str = ""
+    noise_backend: str = "fast"
     time: str = dataclasses.field(default_factory=_utcnow)
 
     def __post_init__(self):

@@ -106,8 +106,7 @@ class StreamFamily:
 
     def generator(self, *labels: int | str) -> np.random.Generator:
         """The stream of prefix + ``labels`` (untracked: see ``NoiseSource.family``)."""
-        seed = _KeyedSeed(self._source._mac(), self._prefix + _encode_labels(labels))
-        return np.random.Generator(np.random.PCG64(seed))
+        return self._source._stream(self._prefix + _encode_labels(labels))
 
     def __repr__(self) -> str:
         return "StreamFamily(<secret>)"
@@ -122,6 +121,11 @@ class NoiseSource:
         Master key. ``None`` (the default, and the only sensible production value) draws a
         128-bit key from the operating system's entropy the first time it is needed. An integer
         makes every stream reproducible; use it in tests and simulations only.
+    backend
+        ``"fast"`` (numpy PCG64 streams, floating-point samplers) or ``"secure"`` (exact
+        discrete Laplace/Gaussian noise on a public grid from a keyed SHAKE-256 stream:
+        :class:`~.secure_noise.SecureGenerator`, ``docs/privacy/secure-noise.md``). Both derive
+        every stream from the key and its labels, so a recomputed release is bit-identical.
 
     Examples
     --------
@@ -139,8 +143,19 @@ class NoiseSource:
 
     """
 
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, backend: str = "fast"):
         self.seed = seed
+        self.backend = backend
+
+    def _stream(self, msg: bytes):
+        if self.backend == "fast":
+            return np.random.Generator(np.random.PCG64(_KeyedSeed(self._mac(), msg)))
+        if self.backend == "secure":
+            from .secure_noise import SecureGenerator
+
+            seed = _KeyedSeed(self._mac(), b"\x00secure" + msg).generate_state(8, np.uint32)
+            return SecureGenerator(seed.tobytes())
+        raise ValueError(f"noise backend must be 'fast' or 'secure', got {self.backend!r}")
 
     # -- key handling ---------------------------------------------------------------------
     def _master(self) -> int:
@@ -189,8 +204,7 @@ class NoiseSource:
                     "reusing noise would break the privacy guarantee"
                 )
             issued.add(key)
-        seed = _KeyedSeed(self._mac(), _encode_labels(labels))
-        return np.random.Generator(np.random.PCG64(seed))
+        return self._stream(_encode_labels(labels))
 
     def family(self, *prefix: int | str) -> StreamFamily:
         """The streams whose labels start with ``prefix``, with the prefix encoded once.
@@ -217,9 +231,16 @@ class NoiseSource:
     # -- persistence ----------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Secret state: the master key and the labels already issued. Snapshot-only."""
-        return {"key": format(self._master(), "x"), "issued": sorted(map(list, self._issued_set()))}
+        return {
+            "key": format(self._master(), "x"),
+            "issued": sorted(map(list, self._issued_set())),
+            "backend": self.backend,
+        }
 
     def load_state_dict(self, state: dict) -> NoiseSource:
+        """Restore the key and issued labels. The backend stays the configured one: it is
+        public configuration, each release records its own, and switching it between releases
+        (e.g. a snapshot written before ``serve`` defaulted to ``secure``) costs no privacy."""
         self._key = int(state["key"], 16)
         self._issued = {tuple(x) for x in state.get("issued", [])}
         return self
@@ -229,7 +250,9 @@ class NoiseSource:
         self._issued_set().discard(tuple(labels))
 
     def __repr__(self) -> str:
-        return "NoiseSource(seed=<secret>)"
+        if self.backend == "fast":
+            return "NoiseSource(seed=<secret>)"
+        return f"NoiseSource(seed=<secret>, backend={self.backend!r})"
 
     def __getstate__(self):  # pickling for multiprocessing keeps the key; never log the state
         return self.__dict__.copy()

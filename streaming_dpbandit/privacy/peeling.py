@@ -137,12 +137,13 @@ class Peeling:
         taken = np.zeros((n, d), dtype=bool)
         rows = np.arange(n)
         for i in range(self.s):
-            score = absV + rng.laplace(0.0, xi, size=(n, d))  # fresh vector every round
+            score = rng.laplace(absV, xi, size=(n, d))  # fresh vector every round (value as loc:
+            # the secure backend rounds it to its grid, docs/privacy/secure-noise.md)
             score[taken] = -np.inf  # mask after adding noise
             j = np.argmax(score, axis=1)
             chosen[:, i] = j
             taken[rows, j] = True
-        values = V[rows[:, None], chosen] + rng.laplace(0.0, xi, size=(n, self.s))
+        values = rng.laplace(V[rows[:, None], chosen], xi, size=(n, self.s))
         return chosen, values
 
     def accounting(self) -> dict:

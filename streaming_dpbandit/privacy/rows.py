@@ -5,6 +5,14 @@ Spec §1 (A6) and §10 item 3: every inserted row must satisfy ‖a‖² = ‖x�
 is rejected, x is scaled to norm ≤ L and y clipped to [−B̃, B̃]; the numbers of clipped actions
 and rewards are returned (counted as metrics, values never logged).
 
+What counts as clipped: an action whose norm exceeds the *declared* bound L, i.e. whose computed
+‖x‖² exceeds L²·(1 + (d + 2)·2⁻⁵²) — above every float64 rounding error of the computed
+squared norm ((d + 1)·2⁻⁵³ relative), so a unit-normalised x (‖x‖ = L up to an ulp) is never
+counted, and an x counted is certainly over L. Rows between the rounding margin Lq below and L
+are still scaled to Lq (the grid margin, part of rounding, not of clipping) but not counted: the
+count used to include every such row, which made "clipped actions" ≈ 100 % on
+unit-normalised streams (issue 22 §3). A reward counts when clipping changed it.
+
 Rows are also rounded to the grid 2⁻¹⁶ so that the exact prefix sum M = Σ a aᵀ can be kept as
 integers (units of 2⁻³²): the same rows then give a bit-identical M in any order and any
 micro-batching, so a release recomputed after a crash from the same rows and the same noise
@@ -81,7 +89,10 @@ def prepare_rows(
         norms_overflow = overflowing_norms(X, sq)
     big = sq > Lq * Lq
     n_big = int(np.count_nonzero(big))
+    n_x = 0
     if n_big:
+        # over the declared L beyond rounding (overflowed rows have sq = inf: counted)
+        n_x = int(np.count_nonzero(sq > L * L * (1.0 + (d + 2) * 2.0**-52)))
         # x ← x·min(1, Lq/‖x‖) for every row in one pass (factor exactly 1.0 where ‖x‖ ≤ Lq)
         f = np.sqrt(sq, out=sq)
         if norms_overflow is not None:
@@ -97,7 +108,7 @@ def prepare_rows(
     np.minimum(yo, Bq, out=yo)
     n_y = int(np.count_nonzero(yo != y))
     _round_grid(out)
-    return out, n_big, n_y
+    return out, n_x, n_y
 
 
 def overflowing_norms(X: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,15 @@ PAPER_LABEL = (
 )
 
 
+#: How each noise backend draws (the privacy statement's "Noise:" line).
+NOISE_BACKENDS = {
+    "secure": "secure backend — exact discrete Laplace/Gaussian noise on a public grid from a "
+    "keyed SHAKE-256 stream (docs/privacy/secure-noise.md)",
+    "fast": "fast backend — numpy floating-point samplers, whose low-order output bits can leak "
+    "(Mironov 2012); for simulation, or where that risk is accepted",
+}
+
+
 @dataclasses.dataclass
 class PrivacyStatement:
     """What a policy (or a ledger) guarantees, in words a privacy officer can check.
@@ -43,6 +52,7 @@ class PrivacyStatement:
     scope: str = ""
     caveats: tuple[str, ...] = ()
     label: str | None = None
+    noise_backend: str | None = None
 
     @property
     def effective_label(self) -> str | None:
@@ -71,6 +81,8 @@ class PrivacyStatement:
             lines.append(f"Label: calibration '{self.calibration}' is {label}.")
         lines.append(f"Privacy unit: {self.unit}.")
         lines.append(f"Neighbouring datasets: {self.neighbouring}.")
+        if self.noise_backend:
+            lines.append(f"Noise: {NOISE_BACKENDS.get(self.noise_backend, self.noise_backend)}.")
         if self.scope:
             lines.append(f"Scope: {self.scope}")
         for c in self.caveats:

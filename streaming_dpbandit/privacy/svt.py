@@ -177,8 +177,9 @@ class SparseVector:
             raise ValueError("SVT queries contain NaN or infinite values")
         n, m = Q.shape
         c = self.cap
-        thr = self.tau + rng.laplace(0.0, self.sigma, size=(n, c))
-        noisy = Q + rng.laplace(0.0, 2.0 * self.sigma, size=(n, m))
+        # values as loc: a secure stream releases them on its grid (docs/privacy/secure-noise.md)
+        thr = rng.laplace(self.tau, self.sigma, size=(n, c))
+        noisy = rng.laplace(Q, 2.0 * self.sigma, size=(n, m))
         out = np.full((n, c), -1, dtype=np.int64)
         start = np.zeros(n, dtype=np.int64)  # next position to compare
         active = np.ones(n, dtype=bool)

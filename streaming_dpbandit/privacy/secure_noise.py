@@ -1,0 +1,238 @@
+"""The secure noise backend: exact discrete Laplace and Gaussian noise on a public grid.
+
+Floating-point Laplace and Gaussian samplers leak through the low-order bits of their output
+(Mironov, CCS 2012): the set of floats ``x + noise`` can reach depends on ``x``. This backend
+releases values on a public grid instead, with noise drawn *exactly* from the discrete
+distributions, so no output bit depends on anything but the grid release:
+
+* **grid** — for noise scale b (Laplace scale, or Gaussian σ) the grid is γ = 2^(⌊log₂ b⌋ − 30),
+  a public power of two with b/γ ∈ [2³⁰, 2³¹);
+* **value** — the value to protect is rounded to the grid, R = rint(x/γ) (exact: γ is a power of
+  two);
+* **noise** — Z ~ DLap(b/γ) (pmf ∝ exp(−|z|γ/b)) or Z ~ N_ℤ(0, (b/γ)²) (pmf ∝ exp(−z²γ²/2b²)),
+  sampled exactly with Canonne, Kamath and Steinke's algorithms (NeurIPS 2020, Algorithms 1–3)
+  in integer arithmetic;
+* **release** — fl(R + Z)·γ: a function of the integer R + Z alone (the float rounding of a large
+  sum is post-processing), on the grid γ.
+
+Privacy (derivation: ``docs/privacy/secure-noise.md``): rounding moves each coordinate by at most
+γ/2, so neighbouring R differ by at most Δ/γ + 1 per coordinate; the discrete Laplace mechanism is
+then (ε + n·γ/b)-DP for ε = Δ₁/b over n coordinates, the discrete Gaussian ρ-zCDP with
+√(2ρ) ≤ (Δ₂ + √n·γ)/σ (CKS Thm 14/15; their multivariate correction is below e^(−2⁶⁰)). With
+γ/b ≤ 2⁻³⁰ the extra terms are at most n·2⁻³⁰ in ε and a relative √n·2⁻³⁰/√(2ρ) in √(2ρ).
+
+Randomness: each stream's bits are the SHAKE-256 output of a 32-byte stream seed (keyed
+BLAKE2b of the master key and the labels, as for the fast backend) and a block counter — a
+keyed extendable-output function from the standard library (OpenSSL), so a release recomputed
+after a crash from the same labels is bit-identical. OpenDP's audited samplers cannot be used
+for that: they draw from OpenDP's own unseedable CSPRNG (``opendp._data.fill_bytes``), so a
+re-processed episode would get fresh noise.
+
+Only ``laplace`` and ``normal`` are provided, with the value to protect as ``loc``
+(``rng.laplace(x, b)``, not ``x + rng.laplace(0, b)``: adding grid noise to an off-grid value in
+floating point would leak the value's low bits). Every other sampler raises, so a mechanism not
+migrated to this interface fails loudly instead of silently using floating-point noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = [
+    "GRID_BITS",
+    "SecureGenerator",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "grid_of",
+]
+
+#: b/γ ∈ [2^GRID_BITS, 2^(GRID_BITS+1)) for noise scale b and grid γ.
+GRID_BITS = 30
+_BLOCK = 4096
+
+
+def grid_of(scale: float) -> float:
+    """The public grid γ = 2^(⌊log₂ scale⌋ − 30) of noise with scale ``scale`` (> 0).
+
+    >>> grid_of(1.0) == 2.0**-30, grid_of(3.0) == 2.0**-29
+    (True, True)
+    """
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError("the noise scale must be positive and finite")
+    return math.ldexp(1.0, math.frexp(scale)[1] - 1 - GRID_BITS)
+
+
+class _Bits:
+    """Exact uniform integers from SHAKE-256(seed ‖ block counter), 64-bit words at a time."""
+
+    __slots__ = ("_block", "_i", "_seed", "_words")
+
+    def __init__(self, seed: bytes):
+        self._seed = seed
+        self._block = 0
+        self._words: list[int] = []
+        self._i = 0
+
+    def _word(self) -> int:
+        if self._i == len(self._words):
+            blk = self._seed + self._block.to_bytes(8, "little")
+            raw = hashlib.shake_256(blk).digest(_BLOCK)
+            self._words = np.frombuffer(raw, dtype="<u8").tolist()
+            self._block += 1
+            self._i = 0
+        w = self._words[self._i]
+        self._i += 1
+        return w
+
+    def below(self, m: int) -> int:
+        """Uniform on {0, …, m − 1}, by rejection on the top k = ⌈log₂ m⌉ bits (exact)."""
+        if m == 1:
+            return 0
+        k = (m - 1).bit_length()
+        if k <= 64:
+            shift = 64 - k
+            while True:
+                v = self._word() >> shift
+                if v < m:
+                    return v
+        words = -(-k // 64)
+        shift = 64 * words - k
+        while True:
+            v = 0
+            for _ in range(words):
+                v = (v << 64) | self._word()
+            v >>= shift
+            if v < m:
+                return v
+
+
+def _bernoulli(bits: _Bits, num: int, den: int) -> bool:
+    """Bernoulli(num/den), 0 ≤ num ≤ den."""
+    return bits.below(den) < num
+
+
+def _bernoulli_exp1(bits: _Bits, num: int, den: int) -> bool:
+    """Bernoulli(exp(−num/den)) for 0 ≤ num/den ≤ 1 (CKS Algorithm 1)."""
+    k = 1
+    while _bernoulli(bits, num, den * k):
+        k += 1
+    return k % 2 == 1
+
+
+def _bernoulli_exp(bits: _Bits, num: int, den: int) -> bool:
+    """Bernoulli(exp(−num/den)) for num/den ≥ 0."""
+    whole, rest = divmod(num, den)
+    for _ in range(whole):
+        if not _bernoulli_exp1(bits, 1, 1):
+            return False
+    return _bernoulli_exp1(bits, rest, den)
+
+
+def _dlaplace(bits: _Bits, t: int, s: int) -> int:
+    """One draw of DLap(t/s): P[Z = z] ∝ exp(−|z|·s/t) (CKS Algorithm 2)."""
+    while True:
+        u = bits.below(t)
+        if not _bernoulli_exp(bits, u, t):
+            continue
+        v = 0
+        while _bernoulli_exp1(bits, 1, 1):
+            v += 1
+        y = (u + t * v) // s
+        if bits.below(2):
+            if y == 0:
+                continue
+            return -y
+        return y
+
+
+def _dgauss(bits: _Bits, sigma2: Fraction) -> int:
+    """One draw of N_ℤ(0, σ²): P[Z = z] ∝ exp(−z²/2σ²) (CKS Algorithm 3)."""
+    t = math.isqrt(sigma2.numerator // sigma2.denominator) + 1  # ⌊σ⌋ + 1
+    s2n, s2d = sigma2.numerator, sigma2.denominator
+    while True:
+        y = _dlaplace(bits, t, 1)
+        # C ~ Bernoulli(exp(−(|y| − σ²/t)² / 2σ²)), the exponent as one fraction num/den
+        a = abs(y) * t * s2d - s2n  # (|y| − σ²/t)·t·s2d
+        num = a * a * s2d
+        den = 2 * s2n * (t * s2d) ** 2
+        if _bernoulli_exp(bits, num, den):
+            return y
+
+
+def discrete_laplace(bits: _Bits, scale: Fraction, n: int) -> np.ndarray:
+    """n i.i.d. draws of DLap(scale) (scale a positive rational), as float64 integers."""
+    t, s = scale.numerator, scale.denominator
+    return np.array([_dlaplace(bits, t, s) for _ in range(n)], dtype=np.float64)
+
+
+def discrete_gaussian(bits: _Bits, sigma: Fraction, n: int) -> np.ndarray:
+    """n i.i.d. draws of N_ℤ(0, σ²) (σ a positive rational), as float64 integers."""
+    sigma2 = sigma * sigma
+    return np.array([_dgauss(bits, sigma2) for _ in range(n)], dtype=np.float64)
+
+
+class SecureGenerator:
+    """The secure counterpart of a noise stream: grid-valued ``laplace`` and ``normal``.
+
+    Built by :meth:`~.noise.NoiseSource.generator` when the source's backend is ``"secure"``.
+
+    Examples
+    --------
+    >>> g = SecureGenerator(bytes(32))
+    >>> out = g.laplace(np.array([0.3, 10.0]), 1.0)
+    >>> gamma = grid_of(1.0)
+    >>> bool(np.all(out / gamma == np.rint(out / gamma)))  # on the public grid
+    True
+    >>> bool(np.array_equal(out, SecureGenerator(bytes(32)).laplace(np.array([0.3, 10.0]), 1.0)))
+    True
+    >>> SecureGenerator(bytes(32)).standard_normal(3)
+    Traceback (most recent call last):
+    ...
+    NotImplementedError: the secure noise backend has no standard_normal(): ...
+    """
+
+    backend = "secure"
+
+    def __init__(self, seed: bytes):
+        self._bits = _Bits(seed)
+
+    def _release(self, loc, scale: float, size, draw) -> np.ndarray | float:
+        scale = float(scale)
+        gamma = grid_of(scale)
+        loc_arr = np.asarray(loc, dtype=np.float64)
+        shape = loc_arr.shape if size is None else (size if isinstance(size, tuple) else (size,))
+        if size is not None:
+            loc_arr = np.broadcast_to(loc_arr, shape)
+        if not np.all(np.isfinite(loc_arr)):
+            raise ValueError("the value to protect must be finite")
+        n = int(np.prod(shape)) if shape else 1
+        rational = Fraction(scale) / Fraction(gamma)  # exact: both are floats
+        z = draw(self._bits, rational, n).reshape(shape)
+        out = (np.rint(loc_arr / gamma) + z) * gamma
+        if out.shape == () and size is None and np.ndim(loc) == 0:
+            return float(out)
+        return out
+
+    def laplace(self, loc=0.0, scale: float = 1.0, size=None):
+        """``loc`` rounded to the grid γ of ``scale`` plus γ·DLap(scale/γ)."""
+        return self._release(loc, scale, size, discrete_laplace)
+
+    def normal(self, loc=0.0, scale: float = 1.0, size=None):
+        """``loc`` rounded to the grid γ of ``scale`` plus γ·N_ℤ(0, (scale/γ)²)."""
+        return self._release(loc, scale, size, discrete_gaussian)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise NotImplementedError(
+            f"the secure noise backend has no {name}(): the mechanism calling it is not "
+            "migrated to grid-valued noise (docs/privacy/secure-noise.md lists the ones that "
+            "are); use noise_backend='fast' for it"
+        )
+
+    def __repr__(self) -> str:
+        return "SecureGenerator(<secret>)"
