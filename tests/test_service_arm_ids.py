@@ -24,7 +24,7 @@ def runtime(arms=None):
     x = np.array([[1.0, 0.0]] * 20)
     for arm, r in (("good", 1.0), ("bad", -1.0), ("meh", 0.2)):
         pol.learn_arms(x, np.full(20, r), [arm] * 20)
-    pol._since = pol.batch_size  # make the refit due, as after a batch of decisions
+    pol.decide(np.zeros((64, 1, 2)), arm_ids=["good"])  # a batch of decisions is over
     pol.refit()
     return BanditRuntime("shop", b, pol)
 
