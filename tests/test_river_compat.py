@@ -183,3 +183,23 @@ def test_shared_dict_features_by_name_and_by_column():
     restored = LinUCBDisjoint(d=3, beta=0.0, seed=0).load_state_dict(loads(dumps(pol.state_dict())))
     assert restored._river_features == pol._river_features
     np.testing.assert_allclose(restored.coefficients["z"], pol.coefficients["z"])
+
+
+def test_one_hot_arms_follow_arm_ids_in_any_order():
+    """The multi-armed wrapper gives each arm id its own coordinate: with the arm list
+    shuffled per pull, the best arm ("y") is still the one pulled most (by position, the old
+    wrapper averaged the arms and pulled them about equally)."""
+    from streaming_dpbandit.policies import LinUCB
+    from streaming_dpbandit.policies.multi_armed import OneHotArms
+
+    means = {"x": 0.0, "y": 1.0, "z": 0.2}
+    rng = np.random.default_rng(0)
+    pol = OneHotArms(LinUCB(d=3, beta=0.3, seed=0), n_arms=3)
+    pulls = dict.fromkeys(means, 0)
+    for _ in range(300):
+        arm = pol.pull([str(a) for a in rng.permutation(list(means))])
+        pulls[arm] += 1
+        pol.update(arm, means[arm] + 0.1 * rng.normal())
+    assert pulls["y"] > 200, pulls
+    with pytest.raises(ValueError, match="more than n_arms"):
+        pol.pull(["x", "w"])
