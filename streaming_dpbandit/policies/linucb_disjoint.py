@@ -22,9 +22,11 @@ counted (``expired_feedback``).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
+from scipy.linalg import lapack
 
 from ..estimators.ucb_model import oful_beta
 from ._arm_slots import ArmSlots
@@ -173,19 +175,27 @@ class LinUCBDisjoint(Policy):
 
     # -- model ---------------------------------------------------------------------------------
     def _build(self, idx: np.ndarray) -> None:
-        """Refactor the models of slots ``idx`` from their statistics (batched over arms)."""
-        G = self._G[idx]
-        G = 0.5 * (G + G.transpose(0, 2, 1))
-        C = np.linalg.cholesky(G)
-        Cinv = np.linalg.inv(C)  # lower triangular
-        z = np.einsum("kij,kj->ki", Cinv, self._u[idx])
+        """Refactor the models of slots ``idx`` from their statistics.
+
+        Per arm: Cholesky V = C·Cᵀ (LAPACK ``potrf``) and the triangular inverse C⁻¹
+        (``trtri``) — 2d³/3 flops, a quarter of a general inverse; θ = C⁻ᵀ(C⁻¹u) batched.
+        """
+        d = self.d
+        G, u = self._G, self._u
+        Cinv = np.empty((idx.size, d, d))
+        logdet = np.empty(idx.size)
+        for j, s in enumerate(idx.tolist()):
+            C, info = lapack.dpotrf(G[s].T, lower=1)  # G symmetric: its F-order view, no copy
+            if info != 0:  # pragma: no cover - reg·I + Σ x xᵀ with reg > 0 is SPD
+                raise np.linalg.LinAlgError(f"arm {self._slots.ids[s]!r}: V is not SPD")
+            Cinv[j], info = lapack.dtrtri(C, lower=1)
+            logdet[j] = 2.0 * np.log(np.diagonal(C)).sum()
+        z = np.einsum("kij,kj->ki", Cinv, u[idx])
         self._theta[idx] = np.einsum("kji,kj->ki", Cinv, z)  # V⁻¹u = C⁻ᵀ C⁻¹ u
         self._proj[idx] = Cinv.transpose(0, 2, 1)  # x @ proj[s] = C_s⁻¹ x
         if self.beta is None:
-            logdet = 2.0 * np.log(np.diagonal(C, axis1=1, axis2=2)).sum(axis=1)
-            d = self.d
             self._wid[idx] = [
-                oful_beta(ld, d, self.reg, self.alpha, self.sigma, self.S) for ld in logdet
+                oful_beta(float(ld), d, self.reg, self.alpha, self.sigma, self.S) for ld in logdet
             ]
         self._epoch += 1
 
@@ -270,27 +280,31 @@ class LinUCBDisjoint(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
     def _concat(self, slots: np.ndarray):
-        """(θ of the K arms (d, K), their projections side by side (d, K·d), widths (K,))."""
+        """For the K arms of ``slots``: [their projections side by side | their θ] (d, K·d + K)
+        and their widths (K,)."""
         key = (self._epoch, slots.tobytes())
         if self._cat is None or self._cat[0] != key:
             K, d = slots.size, self.d
-            P = np.ascontiguousarray(self._proj[slots].transpose(1, 0, 2).reshape(d, K * d))
-            self._cat = (key, np.ascontiguousarray(self._theta[slots].T), P, self._wid[slots])
+            P = np.empty((d, K * d + K))
+            P[:, : K * d] = self._proj[slots].transpose(1, 0, 2).reshape(d, K * d)
+            P[:, K * d :] = self._theta[slots].T
+            self._cat = (key, P, self._wid[slots].copy())
         return self._cat[1:]
 
     def _scores_shared_ids(self, X: np.ndarray, slots: np.ndarray) -> np.ndarray:
         B, K, d = X.shape
-        Th, P, wid = self._concat(slots)
+        P, wid = self._concat(slots)
         if X.strides[1] == 0 or K == 1:  # one context for every arm: one GEMM for all arms
-            ctx = X[:, 0, :]
-            mean = ctx @ Th
-            Y = (ctx @ P).reshape(B, K, d)
+            Y = X[:, 0, :] @ P  # (B, K·d + K): C_a⁻¹x for every arm a, then θ_aᵀx
+            mean = Y[:, K * d :]
+            Y = Y[:, : K * d].reshape(B, K, d)
+            sq = np.einsum("bkd,bkd->bk", Y, Y)
         else:
             Xk = X.transpose(1, 0, 2)  # (K, B, d)
-            mean = np.einsum("kbd,dk->bk", Xk, Th)
-            Y = np.matmul(Xk, self._proj[slots]).transpose(1, 0, 2)  # (B, K, d): C_a⁻¹ x
-        np.multiply(Y, Y, out=Y)
-        width = np.sqrt(Y.sum(axis=2))
+            mean = np.einsum("kbd,dk->bk", Xk, P[:, K * d :])
+            Y = np.matmul(Xk, self._proj[slots])  # (K, B, d): C_a⁻¹ x
+            sq = np.einsum("kbd,kbd->bk", Y, Y)
+        width = np.sqrt(sq, out=sq)
         width *= wid
         width += mean
         return width
@@ -353,21 +367,22 @@ class LinUCBDisjoint(Policy):
         if not (np.isfinite(X).all() and np.isfinite(y).all()):
             raise ValueError("contexts and rewards must be finite")
         self._slots.touch(arms, self._t)
+        G, u, dirty = self._G, self._u, self._dirty
         if arms.size == 1 or (arms == arms[0]).all():
             a = int(arms[0])
-            self._G[a] += X.T @ X
-            self._u[a] += X.T @ y
-            self._dirty[a] = True
+            G[a] += X.T @ X
+            u[a] += X.T @ y
+            dirty[a] = True
         else:
             order = np.argsort(arms, kind="stable")
-            sa = arms[order]
-            cuts = np.flatnonzero(np.diff(sa)) + 1
-            for seg in np.split(order, cuts):
-                a = int(arms[seg[0]])
-                Xa = X[seg]
-                self._G[a] += Xa.T @ Xa
-                self._u[a] += Xa.T @ y[seg]
-                self._dirty[a] = True
+            sa, Xs, ys = arms[order], X[order], y[order]
+            cuts = [0, *(np.flatnonzero(sa[1:] != sa[:-1]) + 1).tolist(), sa.size]
+            for i, j in itertools.pairwise(cuts):
+                a = int(sa[i])
+                Xa = Xs[i:j]
+                G[a] += Xa.T @ Xa
+                u[a] += ys[i:j] @ Xa
+                dirty[a] = True
         self._counters["rows_learned"] += int(y.size)
 
     # -- persistence ---------------------------------------------------------------------------
