@@ -288,3 +288,21 @@ def test_disjoint_frozen_decisions_insert_nothing():
     assert dumps(pol.state_dict()) == before
     live = pol.decide(np.ones((3, 2, 2)), arm_ids=["c", "a"])
     assert np.array_equal(frozen.arms, live.arms) and "c" in pol.arm_ids
+
+
+@pytest.mark.parametrize("n_arms", [5, 100])  # one SYRK per arm; all outer products at once
+def test_disjoint_learning_equals_one_ridge_per_arm(n_arms):
+    rng = np.random.default_rng(4)
+    pol = LinUCBDisjoint(d=3, max_arms=200, beta=1.0, batch_size=1, seed=0)
+    X = rng.normal(size=(400, 3))
+    y = rng.normal(size=400)
+    ids = rng.integers(0, n_arms, 400)
+    pol.learn_arms(X, y, [f"a{i}" for i in ids])
+    pol.decide(np.zeros((1, 1, 3)), arm_ids=["a0"])
+    pol.refit()
+    for a in np.unique(ids)[:10]:
+        sel = ids == a
+        V = np.eye(3) + X[sel].T @ X[sel]
+        np.testing.assert_allclose(
+            pol.coefficients[f"a{a}"], np.linalg.solve(V, X[sel].T @ y[sel]), rtol=1e-10
+        )

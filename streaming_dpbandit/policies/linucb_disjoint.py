@@ -35,6 +35,9 @@ from .linucb import decide_arms
 
 __all__ = ["LinUCBDisjoint"]
 
+#: Largest B·d² (floats) for which ``learn`` forms every row's outer product at once.
+_OUTER_MAX = 1 << 18
+
 
 class LinUCBDisjoint(Policy):
     """Per-arm ridge models with UCB scores, keyed by arm id, batched and vectorised.
@@ -189,7 +192,8 @@ class LinUCBDisjoint(Policy):
             if info != 0:  # pragma: no cover - reg·I + Σ x xᵀ with reg > 0 is SPD
                 raise np.linalg.LinAlgError(f"arm {self._slots.ids[s]!r}: V is not SPD")
             Cinv[j], info = lapack.dtrtri(C, lower=1)
-            logdet[j] = 2.0 * np.log(np.diagonal(C)).sum()
+            if self.beta is None:
+                logdet[j] = 2.0 * np.log(np.diagonal(C)).sum()
         z = np.einsum("kij,kj->ki", Cinv, u[idx])
         self._theta[idx] = np.einsum("kji,kj->ki", Cinv, z)  # V⁻¹u = C⁻ᵀ C⁻¹ u
         self._proj[idx] = Cinv.transpose(0, 2, 1)  # x @ proj[s] = C_s⁻¹ x
@@ -376,13 +380,19 @@ class LinUCBDisjoint(Policy):
         else:
             order = np.argsort(arms, kind="stable")
             sa, Xs, ys = arms[order], X[order], y[order]
-            cuts = [0, *(np.flatnonzero(sa[1:] != sa[:-1]) + 1).tolist(), sa.size]
-            for i, j in itertools.pairwise(cuts):
-                a = int(sa[i])
-                Xa = Xs[i:j]
-                G[a] += Xa.T @ Xa
-                u[a] += ys[i:j] @ Xa
-                dirty[a] = True
+            starts = np.flatnonzero(np.r_[True, sa[1:] != sa[:-1]])
+            uniq = sa[starts]
+            if uniq.size > 64 and y.size * self.d * self.d <= _OUTER_MAX:
+                # many arms: every row's x xᵀ at once, summed by arm (a loop costs per arm)
+                G[uniq] += np.add.reduceat(Xs[:, :, None] * Xs[:, None, :], starts, axis=0)
+                u[uniq] += np.add.reduceat(Xs * ys[:, None], starts, axis=0)
+            else:  # one SYRK per arm
+                for i, j in itertools.pairwise([*starts.tolist(), sa.size]):
+                    a = int(sa[i])
+                    Xa = Xs[i:j]
+                    G[a] += Xa.T @ Xa
+                    u[a] += ys[i:j] @ Xa
+            dirty[uniq] = True
         self._counters["rows_learned"] += int(y.size)
 
     # -- persistence ---------------------------------------------------------------------------
