@@ -306,3 +306,14 @@ def test_disjoint_learning_equals_one_ridge_per_arm(n_arms):
         np.testing.assert_allclose(
             pol.coefficients[f"a{a}"], np.linalg.solve(V, X[sel].T @ y[sel]), rtol=1e-10
         )
+
+
+def test_disjoint_snapshot_under_a_new_max_arms():
+    pol = LinUCBDisjoint(d=2, max_arms=4, beta=1.0, batch_size=8, seed=0)
+    pol.decide(np.ones((1, 4, 2)), arm_ids=["a", "b", "c", "d"])
+    state = loads(dumps(pol.state_dict()))
+    bigger = LinUCBDisjoint(d=2, max_arms=6, beta=1.0, batch_size=8, seed=0).load_state_dict(state)
+    bigger.decide(np.ones((1, 2, 2)), arm_ids=["e", "f"])
+    assert len(bigger.arm_ids) == 6 and bigger.counters["evicted_arms"] == 0
+    with pytest.raises(ValueError, match="max_arms = 2 is smaller"):
+        LinUCBDisjoint(d=2, max_arms=2, beta=1.0, batch_size=8, seed=0).load_state_dict(state)

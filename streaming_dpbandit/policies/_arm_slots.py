@@ -124,8 +124,15 @@ class ArmSlots:
         }
 
     @classmethod
-    def from_state(cls, state: dict) -> ArmSlots:
-        out = cls(int(state["max_arms"]), int(state["capacity"]))
+    def from_state(cls, state: dict, max_arms: int | None = None) -> ArmSlots:
+        """Restore; ``max_arms`` (the policy's parameter now) may grow the bound, not shrink
+        it below the slots the snapshot uses."""
+        cap = int(state["capacity"])
+        if max_arms is not None and max_arms < cap:
+            raise ValueError(
+                f"the snapshot keeps up to {cap} arm models; max_arms = {max_arms} is smaller"
+            )
+        out = cls(int(state["max_arms"]) if max_arms is None else int(max_arms), cap)
         out.capacity = int(state["capacity"])
         out.ids = [_hashable(a) for a in state["ids"]]
         out.stamp = np.asarray(state["stamp"], dtype=np.int64).copy()

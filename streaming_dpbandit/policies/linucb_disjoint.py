@@ -430,7 +430,7 @@ class LinUCBDisjoint(Policy):
         self._t = int(state["t"])
         self._since = int(state["since"])
         self._version = int(state["version"])
-        self._slots = ArmSlots.from_state(state["arms"])
+        self._slots = ArmSlots.from_state(state["arms"], self.max_arms)
         self._G = np.asarray(state["G"], dtype=np.float64).copy()
         self._u = np.asarray(state["u"], dtype=np.float64).copy()
         self._theta = np.asarray(state["theta"], dtype=np.float64).copy()
