@@ -16,7 +16,8 @@
      medians and best of the repeats are reported, ratios of medians are the headline;
    * batches: the batched implementations (ours, MABWiser, plain numpy) decide and learn in
      batches of ``batch`` rounds; River and Vowpal Wabbit decide one event per call (their
-     APIs have no batch decision).
+     APIs have no batch decision), and ours also run per event (``batch_size=1``: a decision
+     and a model update per event) beside them.
 
    Two like-for-like tables:
 
@@ -165,9 +166,10 @@ def _disjoint_loop(pol, s: Stream, lo: int, hi: int) -> None:
         t += m
 
 
-ours_linucb_disjoint = _prepared(
-    lambda s: LinUCBDisjoint(d=s.d, beta=1.0, batch_size=BATCH, seed=0), _disjoint_loop
-)
+def ours_linucb_disjoint(batch: int = BATCH):
+    return _prepared(
+        lambda s: LinUCBDisjoint(d=s.d, beta=1.0, batch_size=batch, seed=0), _disjoint_loop
+    )
 
 
 # -- plain numpy ceilings ------------------------------------------------------------------------
@@ -353,6 +355,7 @@ def run_group(impls: dict, s: Stream, lo: int, hi: int, repeats: int) -> dict:
                 errors[name] = str(err)
                 continue
             c, w = timed(go)
+            print(f"  {name} d={s.d}: {n / c:,.0f} events/cpu-s", file=sys.stderr, flush=True)
             cpu[name].append(n / c)
             wall[name].append(n / w)
     out = {}
@@ -386,7 +389,8 @@ def bench_throughput(quick: bool) -> dict:
         s = Stream(d, hi)
         per_arm = run_group(
             {
-                "ours_linucb_disjoint": ours_linucb_disjoint,
+                "ours_linucb_disjoint": ours_linucb_disjoint(),
+                "ours_linucb_disjoint_per_event": ours_linucb_disjoint(1),
                 "river_linucb_disjoint": river_linucb,
                 "mabwiser_linucb": mabwiser_linucb,
                 "numpy_per_arm_inverse_per_batch": numpy_per_arm,
@@ -399,6 +403,7 @@ def bench_throughput(quick: bool) -> dict:
         shared = run_group(
             {
                 "ours_linucb": ours_linucb(),
+                "ours_linucb_per_event": ours_linucb(1),
                 "vw_cb_explore_adf": vw_cb_explore_adf,
                 "numpy_inverse_per_batch": numpy_inverse_per_batch,
                 "numpy_sherman_morrison": numpy_sherman_morrison,
@@ -433,6 +438,9 @@ def bench_throughput(quick: bool) -> dict:
                 "ours_disjoint_over_river": _ratio(
                     per_arm, "ours_linucb_disjoint", "river_linucb_disjoint"
                 ),
+                "ours_disjoint_per_event_over_river": _ratio(
+                    per_arm, "ours_linucb_disjoint_per_event", "river_linucb_disjoint"
+                ),
                 "ours_disjoint_over_mabwiser": _ratio(
                     per_arm, "ours_linucb_disjoint", "mabwiser_linucb"
                 ),
@@ -446,6 +454,9 @@ def bench_throughput(quick: bool) -> dict:
             "shared_theta": shared,
             "shared_theta_ratios_cpu_median": {
                 "ours_linucb_over_vw": _ratio(shared, "ours_linucb", "vw_cb_explore_adf"),
+                "ours_linucb_per_event_over_vw": _ratio(
+                    shared, "ours_linucb_per_event", "vw_cb_explore_adf"
+                ),
                 "ours_linucb_over_ceiling": round(ours / ceiling, 3) if ceiling else None,
             },
             "private": private,
@@ -587,8 +598,8 @@ def profile_loops() -> None:
     from pyinstrument import Profiler
 
     for name, prepare, d in (
-        ("ours_linucb_disjoint", ours_linucb_disjoint, 20),
-        ("ours_linucb_disjoint", ours_linucb_disjoint, 100),
+        ("ours_linucb_disjoint", ours_linucb_disjoint(), 20),
+        ("ours_linucb_disjoint", ours_linucb_disjoint(), 100),
         ("ours_linucb", ours_linucb(), 20),
         ("ours_dp_linucb_gaussian", ours_dp("gaussian"), 20),
     ):
