@@ -317,3 +317,23 @@ def test_disjoint_snapshot_under_a_new_max_arms():
     assert len(bigger.arm_ids) == 6 and bigger.counters["evicted_arms"] == 0
     with pytest.raises(ValueError, match="max_arms = 2 is smaller"):
         LinUCBDisjoint(d=2, max_arms=2, beta=1.0, batch_size=8, seed=0).load_state_dict(state)
+
+
+def test_disjoint_cached_scores_follow_every_refit():
+    """The side-by-side model matrix is cached per decision set and patched at each refit:
+    its scores equal those of a matrix built afresh."""
+    rng = np.random.default_rng(2)
+    pol = LinUCBDisjoint(d=3, beta=0.7, batch_size=1, seed=0)
+    ids = ["a", "b", "c", "d"]
+    for _ in range(60):
+        if pol.refit_due():
+            pol.refit()
+        x = rng.normal(size=3)
+        dec = pol.decide(np.broadcast_to(x, (1, 4, 3)), arm_ids=ids)
+        pol.learn(x[None], [rng.normal()], dec.rounds)
+    pol.refit()
+    X = np.broadcast_to(rng.normal(size=(5, 1, 3)), (5, 4, 3))
+    slots = pol._slots_of(ids, pol.t, False)
+    cached = pol._scores_shared_ids(X, slots)
+    pol._cat = None
+    np.testing.assert_array_equal(cached, pol._scores_shared_ids(X, slots))

@@ -50,6 +50,7 @@ class ArmSlots:
         self.evicted = 0
         self._next = 1  # first never-used slot
         self._assigned: list[int] = []
+        self._last: tuple[list, np.ndarray] | None = None  # (ids, slots) of the last lookup
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -79,6 +80,7 @@ class ArmSlots:
             raise ValueError(f"one batch offers more than max_arms = {self.max_arms} distinct arms")
         del self.slot[self.ids[s]]
         self.evicted += 1
+        self._last = None
         return s
 
     def lookup(self, arm_ids, stamp: int, insert: bool = True) -> np.ndarray:
@@ -86,6 +88,12 @@ class ArmSlots:
 
         ``insert=False``: unknown arms get slot 0 (the prior) and nothing is marked.
         """
+        last = self._last
+        if last is not None and last[0] == arm_ids:  # the same decision set as last time
+            slots = last[1]
+            if insert:
+                self.stamp[slots] = stamp
+            return slots
         get = self.slot.get
         out = [get(a, 0) for a in arm_ids]
         if not insert:
@@ -106,6 +114,8 @@ class ArmSlots:
                     out[i] = s
             slots = np.asarray(out, dtype=np.int64)
         self.stamp[0] = 0
+        if 0 not in out:
+            self._last = (list(arm_ids), slots)
         return slots
 
     def touch(self, slots: np.ndarray, stamp: int) -> None:

@@ -148,12 +148,12 @@ class LinUCBDisjoint(Policy):
         proj = np.empty((n, d, d))
         proj[:] = np.eye(d) / math.sqrt(self.reg)
         wid = np.full(n, self._prior_width())
-        dirty = np.zeros(n, dtype=bool)
         if k:
             G[:k], u[:k], theta[:k] = self._G, self._u, self._theta
-            proj[:k], wid[:k], dirty[:k] = self._proj, self._wid, self._dirty
+            proj[:k], wid[:k] = self._proj, self._wid
+        else:
+            self._dirty: set[int] = set()  # slots learned since the model was built
         self._G, self._u, self._theta, self._proj, self._wid = G, u, theta, proj, wid
-        self._dirty = dirty
         self._epoch = getattr(self, "_epoch", 0) + 1
         self._cat = None
 
@@ -172,7 +172,7 @@ class LinUCBDisjoint(Policy):
                 self._theta[f] = 0.0
                 self._proj[f] = np.eye(self.d) / math.sqrt(self.reg)
                 self._wid[f] = self._prior_width()
-                self._dirty[f] = False
+                self._dirty.difference_update(fresh)
                 self._epoch += 1
         return slots
 
@@ -194,14 +194,32 @@ class LinUCBDisjoint(Policy):
             Cinv[j], info = lapack.dtrtri(C, lower=1)
             if self.beta is None:
                 logdet[j] = 2.0 * np.log(np.diagonal(C)).sum()
-        z = np.einsum("kij,kj->ki", Cinv, u[idx])
-        self._theta[idx] = np.einsum("kji,kj->ki", Cinv, z)  # V⁻¹u = C⁻ᵀ C⁻¹ u
+        if idx.size == 1:
+            s0 = int(idx[0])
+            self._theta[s0] = (Cinv[0] @ u[s0]) @ Cinv[0]  # V⁻¹u = C⁻ᵀ C⁻¹ u
+        else:
+            z = np.einsum("kij,kj->ki", Cinv, u[idx])
+            self._theta[idx] = np.einsum("kji,kj->ki", Cinv, z)
         self._proj[idx] = Cinv.transpose(0, 2, 1)  # x @ proj[s] = C_s⁻¹ x
         if self.beta is None:
             self._wid[idx] = [
                 oful_beta(float(ld), d, self.reg, self.alpha, self.sigma, self.S) for ld in logdet
             ]
-        self._epoch += 1
+        self._patch_concat(idx)
+
+    def _patch_concat(self, idx: np.ndarray) -> None:
+        """Write the rebuilt models of ``idx`` into the cached side-by-side matrix."""
+        cat = self._cat
+        if cat is None:
+            return
+        (_, _), P, wid, pos = cat
+        d = self.d
+        K = wid.size
+        for s in idx.tolist():
+            for k in pos.get(s, ()):
+                P[:, k * d : (k + 1) * d] = self._proj[s]
+                P[:, K * d + k] = self._theta[s]
+                wid[k] = self._wid[s]
 
     @property
     def model_version(self) -> int:
@@ -237,10 +255,9 @@ class LinUCBDisjoint(Policy):
         self._state()
         if self._since < self.batch_size:
             return []
-        idx = np.flatnonzero(self._dirty)
-        if idx.size:
-            self._build(idx)
-            self._dirty[idx] = False
+        if self._dirty:
+            self._build(np.array(sorted(self._dirty)))
+            self._dirty.clear()
         self._since = 0
         self._version += 1
         return []
@@ -285,15 +302,19 @@ class LinUCBDisjoint(Policy):
 
     def _concat(self, slots: np.ndarray):
         """For the K arms of ``slots``: [their projections side by side | their θ] (d, K·d + K)
-        and their widths (K,)."""
+        and their widths (K,). Cached while the arms of the decision set stay the same; a
+        refit patches the blocks of the arms it rebuilt (``_patch_concat``)."""
         key = (self._epoch, slots.tobytes())
         if self._cat is None or self._cat[0] != key:
             K, d = slots.size, self.d
             P = np.empty((d, K * d + K))
             P[:, : K * d] = self._proj[slots].transpose(1, 0, 2).reshape(d, K * d)
             P[:, K * d :] = self._theta[slots].T
-            self._cat = (key, P, self._wid[slots].copy())
-        return self._cat[1:]
+            pos: dict[int, list[int]] = {}
+            for k, s in enumerate(slots.tolist()):
+                pos.setdefault(s, []).append(k)
+            self._cat = (key, P, self._wid[slots].copy(), pos)
+        return self._cat[1:3]
 
     def _scores_shared_ids(self, X: np.ndarray, slots: np.ndarray) -> np.ndarray:
         B, K, d = X.shape
@@ -368,15 +389,15 @@ class LinUCBDisjoint(Policy):
     def _accumulate(self, X: np.ndarray, y: np.ndarray, arms: np.ndarray) -> None:
         if y.size == 0:
             return
-        if not (np.isfinite(X).all() and np.isfinite(y).all()):
-            raise ValueError("contexts and rewards must be finite")
+        if not math.isfinite(float(np.add.reduce(X, axis=None)) + float(np.add.reduce(y))):
+            raise ValueError("contexts and rewards must be finite")  # (or sum beyond 1e308)
         self._slots.touch(arms, self._t)
-        G, u, dirty = self._G, self._u, self._dirty
+        G, u = self._G, self._u
         if arms.size == 1 or (arms == arms[0]).all():
             a = int(arms[0])
             G[a] += X.T @ X
             u[a] += X.T @ y
-            dirty[a] = True
+            self._dirty.add(a)
         else:
             order = np.argsort(arms, kind="stable")
             sa, Xs, ys = arms[order], X[order], y[order]
@@ -392,7 +413,7 @@ class LinUCBDisjoint(Policy):
                     Xa = Xs[i:j]
                     G[a] += Xa.T @ Xa
                     u[a] += ys[i:j] @ Xa
-            dirty[uniq] = True
+            self._dirty.update(uniq.tolist())
         self._counters["rows_learned"] += int(y.size)
 
     # -- persistence ---------------------------------------------------------------------------
@@ -411,7 +432,7 @@ class LinUCBDisjoint(Policy):
             "theta": self._theta.copy(),
             "proj": self._proj.copy(),
             "width": self._wid.copy(),
-            "dirty": self._dirty.copy(),
+            "dirty": sorted(self._dirty),
             "pending_rounds": self._ring_round[live].copy(),
             "pending_slots": self._ring_slot[live].copy(),
             "pending_gens": self._ring_gen[live].copy(),
@@ -436,7 +457,7 @@ class LinUCBDisjoint(Policy):
         self._theta = np.asarray(state["theta"], dtype=np.float64).copy()
         self._proj = np.asarray(state["proj"], dtype=np.float64).copy()
         self._wid = np.asarray(state["width"], dtype=np.float64).copy()
-        self._dirty = np.asarray(state["dirty"], dtype=bool).copy()
+        self._dirty = {int(a) for a in state["dirty"]}
         self._epoch += 1
         self._cat = None
         r = np.asarray(state["pending_rounds"], dtype=np.int64)
