@@ -1,23 +1,39 @@
-"""LinUCB / DP-LinUCB benchmarks (issue 4). Prints one JSON document.
+"""LinUCB / DP-LinUCB benchmarks (issues 4 and 24). Prints one JSON document.
 
-1. ``throughput``: decisions + updates per second on the same stream (K = 10 per-arm features,
-   d = 20 and d = 100), side by side in one run, for
-   * ours: ``LinUCB`` (shared θ over per-arm features), ``LinUCBDisjoint``, ``DPLinUCB``
-     (Gaussian and Wishart, certified, ε = 1, δ = 1e-6, n_cap = 2^24) — all through the full
-     policy interface (refit_due / refit / decide / learn), batches of 256;
-   * the anchors: River's ``LinUCBDisjoint`` (pull/update per event), MABWiser's ``LinUCB``
-     (predict / partial_fit in mini-batches of 100), Vowpal Wabbit's ``--cb_explore_adf``
-     through its Python API (per event), and two plain numpy LinUCBs with batches of 256:
-     rank-1 Sherman–Morrison updates of V⁻¹ in a loop, and V⁻¹ recomputed per batch (the
-     practical ceiling is the faster of the two).
-   River and MABWiser fit one model per arm on a shared context: they get row 0 of each round's
-   (K, d) features as the context (the same K·d² work per decision); VW and ours get the per-arm
-   features. Every implementation sees the same rounds; rewards are μ[t, a] + noise[t].
-   Timing: BLAS pinned to one thread (OPENBLAS_NUM_THREADS=1, set before numpy is imported; the
-   multi-threaded BLAS is 30× slower on this shared 2-core machine); the fast implementations
-   are run interleaved, 7 times each, and the best run is reported.
+1. ``throughput``: decisions + updates per second, side by side in one run, under one protocol
+   for every implementation (``PROTOCOL`` below, copied into the JSON):
+
+   * the same events: a pool of ``warmup + events`` rounds per d (K = 10 arms); every
+     implementation warms up on the first ``warmup`` rounds with its own decide/learn loop
+     (MABWiser's first call is ``fit`` with round-robin arms: it cannot predict before a fit)
+     and is timed on the next ``events`` rounds;
+   * the same repeats: ``repeats`` rounds, the implementations interleaved in each; every
+     repeat builds a fresh instance;
+   * set-up outside the timed region for all: construction, the warm-up, and input formatting
+     (River's dict contexts, VW's text lines, our arm-id list) happen before the clock starts;
+   * timer: CPU time of the process (``time.process_time``; BLAS pinned to one thread, so it is
+     the work done, robust to the other jobs on this shared 2-core machine) and wall time;
+     medians and best of the repeats are reported, ratios of medians are the headline;
+   * batches: the batched implementations (ours, MABWiser, plain numpy) decide and learn in
+     batches of ``batch`` rounds; River and Vowpal Wabbit decide one event per call (their
+     APIs have no batch decision), and ours also run per event (``batch_size=1``: a decision
+     and a model update per event) beside them.
+
+   Two like-for-like tables:
+
+   * **per-arm models on a shared context** (``per_arm``): our ``LinUCBDisjoint`` (keyed by arm
+     id: the K ids are passed with every batch), River's ``LinUCBDisjoint``, MABWiser's
+     ``LinUCB`` and a plain numpy per-arm LinUCB (V_a⁻¹ recomputed per batch, the practical
+     ceiling); rewards μ = ⟨θ_a, x⟩ + noise;
+   * **one shared θ over per-arm features** (``shared_theta``): our ``LinUCB``, Vowpal Wabbit's
+     ``--cb_explore_adf`` (Python API) and two plain numpy LinUCBs (V⁻¹ recomputed per batch;
+     rank-1 Sherman–Morrison updates); rewards μ = ⟨θ, x_a⟩ + noise.
+
+   ``private`` reports DP-LinUCB (Gaussian and Wishart, certified, ε = 1, δ = 1e-6,
+   n_cap = 2^24) against our LinUCB, batches of 256 and 1024.
 2. ``memory``: bytes of the tree state for (d = 5, m = 27) and (d = 100, m = 31) vs the spec's
-   (m + 2)·(d+1)(d+2)/2 doubles, plus the sqrt-Toeplitz state after T steps.
+   (m + 2)·(d+1)(d+2)/2 doubles, plus the sqrt-Toeplitz state after T steps; and the disjoint
+   policy's state with a stream of new arms (flat at ``max_arms``).
 3. ``batching``: what batching does to regret — LinUCB and DP-LinUCB on the paper's environment
    for several batch sizes, common random numbers.
 4. ``noise``: per-entry noise standard deviation of the tree and the factorisation at equal
@@ -36,6 +52,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import json
 import platform
+import statistics
 import sys
 import time
 import tracemalloc
@@ -50,132 +67,213 @@ from streaming_dpbandit.privacy.gram_calibration import calibrate_gram_release
 
 K = 10
 BATCH = 256
-POOL = 8192  # rounds of the stream kept in memory, cycled
+PROTOCOL = {
+    "arms": K,
+    "batch": BATCH,
+    "warmup": 512,
+    "events": 8192,
+    "repeats": 5,
+    "timer": "time.process_time (CPU of this process; BLAS one thread) and wall",
+    "setup_in_timed_region": False,
+    "order": "interleaved per repeat, fresh instance per repeat",
+    "per_event_apis": ["river", "vw"],
+}
 
 
 class Stream:
-    """A fixed pool of rounds (per-arm unit features, linear rewards) that every method cycles."""
+    """``warmup + events`` rounds: a shared context with per-arm θ_a (per-arm models) and
+    per-arm unit features with one θ (shared-θ models); every implementation sees them all."""
 
-    def __init__(self, d: int, seed: int = 0):
+    def __init__(self, d: int, n: int, seed: int = 0):
         rng = np.random.default_rng(seed)
-        X = rng.standard_normal((POOL, K, d))
+        X = rng.standard_normal((n, K, d))
         X /= np.linalg.norm(X, axis=2, keepdims=True)
         theta = rng.standard_normal(d)
         theta /= np.linalg.norm(theta)
+        thetas = rng.standard_normal((K, d)) / np.sqrt(d)
         self.d = d
-        self.X = X
-        self.mu = X @ theta
-        self.noise = 0.1 * rng.standard_normal(POOL)
+        self.n = n
+        self.X = X  # (n, K, d) per-arm features
+        self.mu = X @ theta  # (n, K) shared θ
+        self.ctx = np.ascontiguousarray(X[:, 0])  # (n, d) shared context
+        self.mu_arm = self.ctx @ thetas.T  # (n, K) per-arm θ_a
+        self.noise = 0.1 * rng.standard_normal(n)
 
-    def reward(self, j: int, arms: np.ndarray) -> np.ndarray:
+    def reward(self, j: int, arms: np.ndarray, per_arm: bool = False) -> np.ndarray:
         rows = np.arange(j, j + arms.size)
-        return self.mu[rows, arms] + self.noise[rows]
+        mu = self.mu_arm if per_arm else self.mu
+        return mu[rows, arms] + self.noise[rows]
+
+
+# Every implementation is ``prepare(s, lo, hi) -> go``: ``prepare`` builds it, formats its
+# inputs and warms it up on rounds [0, lo) — outside the clock —; ``go()`` (timed) processes
+# rounds [lo, hi).
 
 
 # -- ours --------------------------------------------------------------------------------------
-def run_policy(pol, s: Stream, n: int) -> None:
-    t = 0
+def _policy_loop(pol, s: Stream, lo: int, hi: int, batch: int = BATCH) -> None:
+    t = lo
     X = s.X
-    while t < n:
+    while t < hi:
         if pol.refit_due():
             pol.refit()
-        j = t % POOL
-        m = min(pol.max_decide_batch(), POOL - j)
-        Xb = X[j : j + m]
+        m = min(pol.max_decide_batch(), batch, hi - t)
+        Xb = X[t : t + m]
         dec = pol.decide(Xb)
         a = dec.arms
-        pol.learn(Xb[np.arange(m), a], s.reward(j, a), dec.rounds)
+        pol.learn(Xb[np.arange(m), a], s.reward(t, a), dec.rounds)
         t += m
 
 
-def ours_linucb(s, n, batch=BATCH):
-    run_policy(LinUCB(d=s.d, beta=1.0, batch_size=batch, seed=0), s, n)
+def _prepared(make, loop):
+    def prepare(s: Stream, lo: int, hi: int):
+        pol = make(s)
+        loop(pol, s, 0, lo)
+        return lambda: loop(pol, s, lo, hi)
+
+    return prepare
 
 
-def ours_linucb_disjoint(s, n):
-    pol = LinUCBDisjoint(d=s.d, n_arms=K, beta=1.0, batch_size=BATCH, seed=0)
-    t = 0
-    while t < n:
+def ours_linucb(batch: int = BATCH):
+    return _prepared(
+        lambda s: LinUCB(d=s.d, beta=1.0, batch_size=batch, seed=0),
+        lambda pol, s, a, b: _policy_loop(pol, s, a, b, batch),
+    )
+
+
+def ours_dp(noise: str, batch: int = BATCH):
+    return _prepared(
+        lambda s: DPLinUCB(
+            d=s.d, epsilon=1.0, delta=1e-6, n_cap=1 << 24, noise=noise, batch_size=batch, seed=0
+        ),
+        lambda pol, s, a, b: _policy_loop(pol, s, a, b, batch),
+    )
+
+
+ARM_IDS = [f"arm-{k}" for k in range(K)]
+
+
+def _disjoint_loop(pol, s: Stream, lo: int, hi: int) -> None:
+    t = lo
+    d = s.d
+    while t < hi:
         if pol.refit_due():
             pol.refit()
-        j = t % POOL
-        m = min(BATCH, pol.max_decide_batch(), POOL - j)
-        ctx = s.X[j : j + m, 0]
-        dec = pol.decide(np.broadcast_to(ctx[:, None, :], (m, K, s.d)))
-        pol.learn(ctx, s.reward(j, dec.arms), dec.rounds)
+        m = min(pol.max_decide_batch(), hi - t)
+        ctx = s.ctx[t : t + m]
+        dec = pol.decide(np.broadcast_to(ctx[:, None, :], (m, K, d)), arm_ids=ARM_IDS)
+        pol.learn(ctx, s.reward(t, dec.arms, per_arm=True), dec.rounds)
         t += m
 
 
-def ours_dp(noise, batch=BATCH):
-    def run(s, n):
-        pol = DPLinUCB(
-            d=s.d, epsilon=1.0, delta=1e-6, n_cap=1 << 24, noise=noise, batch_size=batch, seed=0
-        )
-        run_policy(pol, s, n)
-
-    return run
+def ours_linucb_disjoint(batch: int = BATCH):
+    return _prepared(
+        lambda s: LinUCBDisjoint(d=s.d, beta=1.0, batch_size=batch, seed=0), _disjoint_loop
+    )
 
 
 # -- plain numpy ceilings ------------------------------------------------------------------------
-def numpy_inverse_per_batch(s: Stream, n: int, alpha: float = 1.0) -> None:
+def numpy_inverse_per_batch(s: Stream, lo: int, hi: int, alpha: float = 1.0):
     d = s.d
-    A = np.eye(d)
-    b = np.zeros(d)
-    Ainv = np.eye(d)
-    theta = np.zeros(d)
-    t = 0
-    while t < n:
-        j = t % POOL
-        m = min(BATCH, POOL - j)
-        Xb = s.X[j : j + m]
-        flat = Xb.reshape(-1, d)
-        sc = flat @ theta + alpha * np.sqrt(np.einsum("ij,ij->i", flat @ Ainv, flat))
-        a = sc.reshape(m, K).argmax(axis=1)
-        xc = Xb[np.arange(m), a]
-        A += xc.T @ xc
-        b += xc.T @ s.reward(j, a)
-        Ainv = np.linalg.inv(A)
-        theta = Ainv @ b
-        t += m
+    st = {"A": np.eye(d), "b": np.zeros(d), "Ainv": np.eye(d), "theta": np.zeros(d)}
+
+    def loop(a0, a1):
+        A, b = st["A"], st["b"]
+        t = a0
+        while t < a1:
+            m = min(BATCH, a1 - t)
+            Xb = s.X[t : t + m]
+            flat = Xb.reshape(-1, d)
+            Ainv, theta = st["Ainv"], st["theta"]
+            sc = flat @ theta + alpha * np.sqrt(np.einsum("ij,ij->i", flat @ Ainv, flat))
+            arm = sc.reshape(m, K).argmax(axis=1)
+            xc = Xb[np.arange(m), arm]
+            A += xc.T @ xc
+            b += xc.T @ s.reward(t, arm)
+            st["Ainv"] = np.linalg.inv(A)
+            st["theta"] = st["Ainv"] @ b
+            t += m
+
+    loop(0, lo)
+    return lambda: loop(lo, hi)
 
 
-def numpy_sherman_morrison(s: Stream, n: int, alpha: float = 1.0) -> None:
+def numpy_sherman_morrison(s: Stream, lo: int, hi: int, alpha: float = 1.0):
     d = s.d
-    b = np.zeros(d)
-    Ainv = np.eye(d)
-    theta = np.zeros(d)
-    t = 0
-    while t < n:
-        j = t % POOL
-        m = min(BATCH, POOL - j)
-        Xb = s.X[j : j + m]
-        flat = Xb.reshape(-1, d)
-        sc = flat @ theta + alpha * np.sqrt(np.einsum("ij,ij->i", flat @ Ainv, flat))
-        a = sc.reshape(m, K).argmax(axis=1)
-        xc = Xb[np.arange(m), a]
-        for x in xc:  # rank-1 Sherman–Morrison updates of A⁻¹
-            v = Ainv @ x
-            Ainv -= np.outer(v, v) / (1.0 + x @ v)
-        b += xc.T @ s.reward(j, a)
-        theta = Ainv @ b
-        t += m
+    st = {"b": np.zeros(d), "Ainv": np.eye(d), "theta": np.zeros(d)}
+
+    def loop(a0, a1):
+        Ainv, b = st["Ainv"], st["b"]
+        t = a0
+        while t < a1:
+            m = min(BATCH, a1 - t)
+            Xb = s.X[t : t + m]
+            flat = Xb.reshape(-1, d)
+            theta = st["theta"]
+            sc = flat @ theta + alpha * np.sqrt(np.einsum("ij,ij->i", flat @ Ainv, flat))
+            arm = sc.reshape(m, K).argmax(axis=1)
+            xc = Xb[np.arange(m), arm]
+            for x in xc:  # rank-1 Sherman–Morrison updates of A⁻¹
+                v = Ainv @ x
+                Ainv -= np.outer(v, v) / (1.0 + x @ v)
+            b += xc.T @ s.reward(t, arm)
+            st["theta"] = Ainv @ b
+            t += m
+
+    loop(0, lo)
+    return lambda: loop(lo, hi)
+
+
+def numpy_per_arm(s: Stream, lo: int, hi: int, alpha: float = 1.0):
+    """Plain numpy disjoint LinUCB: V_a⁻¹ recomputed per batch, one GEMM per arm."""
+    d = s.d
+    A = np.broadcast_to(np.eye(d), (K, d, d)).copy()
+    bvec = np.zeros((K, d))
+    st = {"Ainv": A.copy(), "theta": np.zeros((K, d))}
+
+    def loop(a0, a1):
+        t = a0
+        while t < a1:
+            m = min(BATCH, a1 - t)
+            ctx = s.ctx[t : t + m]
+            Ainv, theta = st["Ainv"], st["theta"]
+            sc = ctx @ theta.T
+            for a in range(K):
+                sc[:, a] += alpha * np.sqrt(np.einsum("ij,ij->i", ctx @ Ainv[a], ctx))
+            arm = sc.argmax(axis=1)
+            r = s.reward(t, arm, per_arm=True)
+            for a in range(K):
+                sel = arm == a
+                xa = ctx[sel]
+                A[a] += xa.T @ xa
+                bvec[a] += xa.T @ r[sel]
+            st["Ainv"] = np.linalg.inv(A)
+            st["theta"] = np.einsum("kij,kj->ki", st["Ainv"], bvec)
+            t += m
+
+    loop(0, lo)
+    return lambda: loop(lo, hi)
 
 
 # -- anchors ---------------------------------------------------------------------------------------
-def river_linucb(s: Stream, n: int) -> None:
+def river_linucb(s: Stream, lo: int, hi: int):
     from river import bandit
 
     pol = bandit.LinUCBDisjoint(alpha=1.0, seed=0)
-    arms = list(range(K))
-    ctxs = [dict(enumerate(s.X[t, 0].tolist())) for t in range(min(n, POOL))]
-    for t in range(n):
-        ctx = ctxs[t % len(ctxs)]
-        arm = pol.pull(arms, context=ctx)
-        j = t % POOL
-        pol.update(arm, ctx, float(s.mu[j, arm] + s.noise[j]))
+    ctxs = [dict(enumerate(row)) for row in s.ctx[:hi].tolist()]
+    rewards = (s.mu_arm[:hi] + s.noise[:hi, None]).tolist()
+
+    def loop(a0, a1):
+        for t in range(a0, a1):
+            ctx = ctxs[t]
+            arm = pol.pull(ARM_IDS, context=ctx)
+            pol.update(arm, ctx, rewards[t][ARM_IDS.index(arm)])
+
+    loop(0, lo)
+    return lambda: loop(lo, hi)
 
 
-def mabwiser_linucb(s: Stream, n: int, mini: int = 100) -> None:
+def mabwiser_linucb(s: Stream, lo: int, hi: int):
     from mabwiser.mab import MAB, LearningPolicy
 
     mab = MAB(
@@ -183,127 +281,197 @@ def mabwiser_linucb(s: Stream, n: int, mini: int = 100) -> None:
         learning_policy=LearningPolicy.LinUCB(alpha=1.0, l2_lambda=1.0),
         seed=0,
     )
-    ctx0 = s.X[:mini, 0]
-    mab.fit(np.arange(mini) % K, s.reward(0, np.arange(mini) % K), ctx0)  # warm start
-    t = 0
-    while t < n:
-        j = t % POOL
-        m = min(mini, POOL - j)
-        ctx = s.X[j : j + m, 0]
-        arms = np.asarray(mab.predict(ctx)).reshape(-1)
-        mab.partial_fit(arms, s.reward(j, arms), ctx)
-        t += m
+
+    def loop(a0, a1):
+        t = a0
+        while t < a1:
+            m = min(BATCH, a1 - t)
+            ctx = s.ctx[t : t + m]
+            arms = np.asarray(mab.predict(ctx)).reshape(-1)
+            mab.partial_fit(arms, s.reward(t, arms, per_arm=True), ctx)
+            t += m
+
+    first = np.arange(min(BATCH, lo)) % K  # its first call must be fit(): round-robin arms
+    mab.fit(first, s.reward(0, first, per_arm=True), s.ctx[: first.size])
+    loop(first.size, lo)
+    return lambda: loop(lo, hi)
 
 
-def vw_cb_explore_adf(s: Stream, n: int) -> None:
+def vw_cb_explore_adf(s: Stream, lo: int, hi: int):
     import vowpalwabbit
 
     vw = vowpalwabbit.Workspace("--cb_explore_adf --quiet --random_seed 0")
-    feats = {}
-
-    def lines(j):
-        if j not in feats:
-            feats[j] = [
-                "|a " + " ".join(f"{i}:{v:.6f}" for i, v in enumerate(row)) for row in s.X[j]
-            ]
-        return feats[j]
-
+    lines = [
+        ["|a " + " ".join(f"{i}:{v:.6f}" for i, v in enumerate(row)) for row in s.X[t]]
+        for t in range(hi)
+    ]
     rng = np.random.default_rng(0)
-    for t in range(n):
-        j = t % POOL
-        acts = lines(j)
-        pmf = np.asarray(vw.predict("\n".join(acts)))
-        arm = int(min(np.searchsorted(np.cumsum(pmf), rng.random() * pmf.sum()), K - 1))
-        cost = -float(s.mu[j, arm] + s.noise[j])
-        labelled = list(acts)
-        labelled[arm] = f"0:{cost}:{pmf[arm]} {acts[arm]}"
-        vw.learn("\n".join(labelled))
-    vw.finish()
+    coins = rng.random(hi).tolist()
+    rewards = (s.mu[:hi] + s.noise[:hi, None]).tolist()
+
+    def loop(a0, a1):
+        for t in range(a0, a1):
+            acts = lines[t]
+            pmf = vw.predict("\n".join(acts))
+            cum, arm = 0.0, K - 1
+            total = sum(pmf)
+            for i, p in enumerate(pmf):
+                cum += p
+                if coins[t] * total < cum:
+                    arm = i
+                    break
+            labelled = list(acts)
+            labelled[arm] = f"0:{-rewards[t][arm]}:{pmf[arm]} {acts[arm]}"
+            vw.learn("\n".join(labelled))
+
+    loop(0, lo)
+    return lambda: loop(lo, hi)
 
 
 # -- timing ---------------------------------------------------------------------------------------
-def timed(fn, s, n) -> float:
-    t0 = time.perf_counter()
-    fn(s, n)
-    return time.perf_counter() - t0
+def timed(go) -> tuple[float, float]:
+    w0, c0 = time.perf_counter(), time.process_time()
+    go()
+    return time.process_time() - c0, time.perf_counter() - w0
+
+
+def _median_best(xs):
+    return (statistics.median(xs), max(xs)) if xs else (None, None)
+
+
+def run_group(impls: dict, s: Stream, lo: int, hi: int, repeats: int) -> dict:
+    """Interleaved repeats of every implementation on rounds [lo, hi) after a warm-up."""
+    cpu: dict[str, list] = {k: [] for k in impls}
+    wall: dict[str, list] = {k: [] for k in impls}
+    errors = {}
+    n = hi - lo
+    for _ in range(repeats):
+        for name, prepare in impls.items():
+            if name in errors:
+                continue
+            try:
+                go = prepare(s, lo, hi)  # set-up and warm-up: not timed
+            except ImportError as err:
+                errors[name] = str(err)
+                continue
+            c, w = timed(go)
+            print(f"  {name} d={s.d}: {n / c:,.0f} events/cpu-s", file=sys.stderr, flush=True)
+            cpu[name].append(n / c)
+            wall[name].append(n / w)
+    out = {}
+    for name in impls:
+        if name in errors:
+            out[name] = {"error": errors[name]}
+            continue
+        mc, bc = _median_best(cpu[name])
+        mw, bw = _median_best(wall[name])
+        out[name] = {
+            "events_per_cpu_s_median": round(mc),
+            "events_per_cpu_s_best": round(bc),
+            "events_per_wall_s_median": round(mw),
+            "events_per_wall_s_best": round(bw),
+        }
+    return out
+
+
+def _ratio(res: dict, a: str, b: str, key: str = "events_per_cpu_s_median"):
+    x, y = res.get(a, {}).get(key), res.get(b, {}).get(key)
+    return round(x / y, 2) if x and y else None
 
 
 def bench_throughput(quick: bool) -> dict:
-    out = {}
+    proto = dict(PROTOCOL)
+    if quick:
+        proto.update(events=2048, repeats=3)
+    lo, hi, repeats = proto["warmup"], proto["warmup"] + proto["events"], proto["repeats"]
+    out = {"protocol": proto}
     for d in (20, 100):
-        s = Stream(d)
-        big = (1 << 15) if quick else (1 << 17)
-        if d == 100:
-            big //= 4
-        fast = {
-            "ours_linucb": (ours_linucb, big),
-            "ours_linucb_disjoint": (ours_linucb_disjoint, big),
-            "ours_dp_linucb_gaussian": (ours_dp("gaussian"), big),
-            "ours_dp_linucb_wishart": (ours_dp("wishart"), big),
-            "numpy_inverse_per_batch": (numpy_inverse_per_batch, big),
-            "numpy_sherman_morrison": (numpy_sherman_morrison, big // 4),
-            # the same policies refreshing every 1024 rounds (the batch size is a parameter)
-            "ours_linucb_b1024": (lambda s, n: ours_linucb(s, n, 1024), big),
-            "ours_dp_linucb_gaussian_b1024": (ours_dp("gaussian", 1024), big),
-            "ours_dp_linucb_wishart_b1024": (ours_dp("wishart", 1024), big),
-        }
-        repeats = 3 if quick else 7
-        best: dict[str, float] = {}
-        for fn, n in fast.values():  # warm-up
-            fn(s, min(n, 4 * BATCH))
-        for _ in range(repeats):  # interleaved: machine load hits every method alike
-            for name, (fn, n) in fast.items():
-                rate = n / timed(fn, s, n)
-                best[name] = max(best.get(name, 0.0), rate)
-        slow_n = {"river": 300 if d == 100 else 2000, "mabwiser": 4000, "vw": 4000}
-        if quick:
-            slow_n = {k: v // 4 for k, v in slow_n.items()}
-        anchors = {
-            "river_linucb_disjoint": (river_linucb, slow_n["river"]),
-            "mabwiser_linucb_minibatch100": (mabwiser_linucb, slow_n["mabwiser"]),
-            "vw_cb_explore_adf": (vw_cb_explore_adf, slow_n["vw"]),
-        }
-        for name, (fn, n) in anchors.items():
-            try:
-                rate = max(n / timed(fn, s, n) for _ in range(2))
-            except ImportError as err:
-                rate = None
-                best[name + "_error"] = str(err)
-            best[name] = rate
-        ceiling = max(best["numpy_inverse_per_batch"], best["numpy_sherman_morrison"])
-        ours = best["ours_linucb"]
-        ratios = {
-            k: (ours / v if v else None)
-            for k, v in best.items()
-            if not k.startswith("ours") and not k.endswith("_error")
-        }
-        out[f"d={d}"] = {
-            "events_per_s": {k: (round(v) if isinstance(v, float) else v) for k, v in best.items()},
-            "ours_linucb_over": {k: (round(v, 3) if v else None) for k, v in ratios.items()},
-            "ours_linucb_over_ceiling": round(ours / ceiling, 3),
-            "ours_linucb_disjoint_over_river": (
-                round(best["ours_linucb_disjoint"] / best["river_linucb_disjoint"], 1)
-                if best.get("river_linucb_disjoint")
-                else None
-            ),
-            "ours_linucb_disjoint_over_mabwiser": (
-                round(best["ours_linucb_disjoint"] / best["mabwiser_linucb_minibatch100"], 1)
-                if best.get("mabwiser_linucb_minibatch100")
-                else None
-            ),
-            "dp_gaussian_over_ours_linucb": round(best["ours_dp_linucb_gaussian"] / ours, 3),
-            "dp_wishart_over_ours_linucb": round(best["ours_dp_linucb_wishart"] / ours, 3),
-            "b1024_dp_gaussian_over_ours_linucb": round(
-                best["ours_dp_linucb_gaussian_b1024"] / best["ours_linucb_b1024"], 3
-            ),
-            "b1024_dp_wishart_over_ours_linucb": round(
-                best["ours_dp_linucb_wishart_b1024"] / best["ours_linucb_b1024"], 3
-            ),
-            "events": {
-                **{k: v[1] for k, v in fast.items()},
-                **{k: v[1] for k, v in anchors.items()},
+        s = Stream(d, hi)
+        per_arm = run_group(
+            {
+                "ours_linucb_disjoint": ours_linucb_disjoint(),
+                "ours_linucb_disjoint_per_event": ours_linucb_disjoint(1),
+                "river_linucb_disjoint": river_linucb,
+                "mabwiser_linucb": mabwiser_linucb,
+                "numpy_per_arm_inverse_per_batch": numpy_per_arm,
             },
-            "repeats_fast": repeats,
+            s,
+            lo,
+            hi,
+            repeats,
+        )
+        shared = run_group(
+            {
+                "ours_linucb": ours_linucb(),
+                "ours_linucb_per_event": ours_linucb(1),
+                "vw_cb_explore_adf": vw_cb_explore_adf,
+                "numpy_inverse_per_batch": numpy_inverse_per_batch,
+                "numpy_sherman_morrison": numpy_sherman_morrison,
+            },
+            s,
+            lo,
+            hi,
+            repeats,
+        )
+        private = run_group(
+            {
+                "ours_linucb": ours_linucb(),
+                "ours_dp_linucb_gaussian": ours_dp("gaussian"),
+                "ours_dp_linucb_wishart": ours_dp("wishart"),
+                "ours_linucb_b1024": ours_linucb(1024),
+                "ours_dp_linucb_gaussian_b1024": ours_dp("gaussian", 1024),
+                "ours_dp_linucb_wishart_b1024": ours_dp("wishart", 1024),
+            },
+            s,
+            lo,
+            hi,
+            repeats,
+        )
+        ceiling = max(
+            (shared.get(k, {}).get("events_per_cpu_s_median") or 0)
+            for k in ("numpy_inverse_per_batch", "numpy_sherman_morrison")
+        )
+        ours = shared["ours_linucb"]["events_per_cpu_s_median"]
+        out[f"d={d}"] = {
+            "per_arm": per_arm,
+            "per_arm_ratios_cpu_median": {
+                "ours_disjoint_over_river": _ratio(
+                    per_arm, "ours_linucb_disjoint", "river_linucb_disjoint"
+                ),
+                "ours_disjoint_per_event_over_river": _ratio(
+                    per_arm, "ours_linucb_disjoint_per_event", "river_linucb_disjoint"
+                ),
+                "ours_disjoint_over_mabwiser": _ratio(
+                    per_arm, "ours_linucb_disjoint", "mabwiser_linucb"
+                ),
+                "ours_disjoint_over_numpy_per_arm": _ratio(
+                    per_arm, "ours_linucb_disjoint", "numpy_per_arm_inverse_per_batch"
+                ),
+                "ours_disjoint_over_mabwiser_wall_median": _ratio(
+                    per_arm, "ours_linucb_disjoint", "mabwiser_linucb", "events_per_wall_s_median"
+                ),
+            },
+            "shared_theta": shared,
+            "shared_theta_ratios_cpu_median": {
+                "ours_linucb_over_vw": _ratio(shared, "ours_linucb", "vw_cb_explore_adf"),
+                "ours_linucb_per_event_over_vw": _ratio(
+                    shared, "ours_linucb_per_event", "vw_cb_explore_adf"
+                ),
+                "ours_linucb_over_ceiling": round(ours / ceiling, 3) if ceiling else None,
+            },
+            "private": private,
+            "private_ratios_cpu_median": {
+                "dp_gaussian_over_linucb": _ratio(
+                    private, "ours_dp_linucb_gaussian", "ours_linucb"
+                ),
+                "dp_wishart_over_linucb": _ratio(private, "ours_dp_linucb_wishart", "ours_linucb"),
+                "b1024_dp_gaussian_over_linucb": _ratio(
+                    private, "ours_dp_linucb_gaussian_b1024", "ours_linucb_b1024"
+                ),
+                "b1024_dp_wishart_over_linucb": _ratio(
+                    private, "ours_dp_linucb_wishart_b1024", "ours_linucb_b1024"
+                ),
+            },
         }
     return out
 
@@ -429,18 +597,46 @@ def bench_noise() -> list:
 def profile_loops() -> None:
     from pyinstrument import Profiler
 
-    for name, fn, d in (
-        ("ours_linucb", ours_linucb, 20),
+    for name, prepare, d in (
+        ("ours_linucb_disjoint", ours_linucb_disjoint(), 20),
+        ("ours_linucb_disjoint", ours_linucb_disjoint(), 100),
+        ("ours_linucb", ours_linucb(), 20),
         ("ours_dp_linucb_gaussian", ours_dp("gaussian"), 20),
-        ("ours_dp_linucb_wishart", ours_dp("wishart"), 100),
     ):
-        s = Stream(d)
+        s = Stream(d, 512 + (1 << 15))
+        go = prepare(s, 512, s.n)
         prof = Profiler(interval=0.0002)
         prof.start()
-        fn(s, 1 << 16)
+        go()
         prof.stop()
         print(f"==== profile: {name} (d={d}) ====", file=sys.stderr)
         print(prof.output_text(show_all=False), file=sys.stderr)
+
+
+def bench_disjoint_memory() -> dict:
+    """State of LinUCBDisjoint (d = 20, max_arms = 1000) under a stream of new arms: 20 new
+    ids every round of 20 candidates; flat once max_arms arms are kept."""
+    pol = LinUCBDisjoint(d=20, max_arms=1000, beta=1.0, batch_size=256, seed=0)
+    rng = np.random.default_rng(0)
+    rows = []
+    tracemalloc.start()
+    for step in range(1, 401):
+        if pol.refit_due():
+            pol.refit()
+        ids = [f"item-{step}-{j}" for j in range(20)]
+        X = rng.standard_normal((1, 20, 20))
+        dec = pol.decide(X, arm_ids=ids)
+        pol.learn(X[0, dec.arms], [1.0], dec.rounds)
+        if step % 50 == 0:
+            rows.append(
+                {
+                    "arms_offered": 20 * step,
+                    "arms_kept": len(pol.arm_ids),
+                    "traced_bytes": tracemalloc.get_traced_memory()[0],
+                }
+            )
+    tracemalloc.stop()
+    return {"max_arms": 1000, "d": 20, "rows": rows}
 
 
 def main():
@@ -464,6 +660,7 @@ def main():
         result["throughput"] = bench_throughput(args.quick)
     if "memory" in only:
         result["memory"] = bench_memory()
+        result["disjoint_memory"] = bench_disjoint_memory()
     if "batching" in only:
         result["batching"] = bench_batching(args.quick)
     if "noise" in only:

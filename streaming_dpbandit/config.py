@@ -16,7 +16,14 @@ import json
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from .policies import (
     DPTSMAT,
@@ -210,11 +217,15 @@ class LinUCBConfig(_PolicyConfig):
 
 
 class LinUCBDisjointConfig(_PolicyConfig):
-    """Disjoint LinUCB: one ridge model per arm (non-private baseline)."""
+    """Disjoint LinUCB: one ridge model per arm, keyed by arm id (non-private baseline).
+
+    ``max_arms`` bounds the models kept (least recently used arm forgotten beyond it);
+    ``n_arms``, its name before arm-id keying, is still accepted.
+    """
 
     policy: Literal["linucb-disjoint"] = "linucb-disjoint"
     d: int = Field(gt=0)
-    n_arms: int = Field(gt=0)
+    max_arms: int = Field(1024, gt=0, validation_alias=AliasChoices("max_arms", "n_arms"))
     reg: float = Field(1.0, gt=0)
     beta: float | None = Field(None, ge=0)
     alpha: float = Field(0.01, gt=0, lt=1)

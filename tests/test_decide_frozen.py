@@ -13,7 +13,7 @@ PARAMS = {
     "fliphat": {"s": 2, "first_episode_len": 4},
     "dp-linucb": {"n_cap": 4096, "batch_size": 8},
     "linucb": {"batch_size": 4},
-    "linucb-disjoint": {"n_arms": K, "batch_size": 4},
+    "linucb-disjoint": {"max_arms": K, "batch_size": 4},
     "greedy": {"batch_size": 2},
     "lasso-bandit": {"refit_every": 20},
     "random": {},

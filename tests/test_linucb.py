@@ -85,7 +85,7 @@ def test_batched_linucb_learns():
         lambda: LinUCB(d=4, batch_size=16, seed=3),
         lambda: LinUCB(d=4, beta=0.7, seed=3),
         lambda: GreedyRidge(d=4, reg=0.5, batch_size=4, seed=3),
-        lambda: LinUCBDisjoint(d=4, n_arms=6, batch_size=16, seed=3),
+        lambda: LinUCBDisjoint(d=4, max_arms=6, batch_size=16, seed=3),
     ],
     ids=["linucb", "linucb-fixed-beta", "greedy", "disjoint"],
 )
@@ -139,7 +139,7 @@ def test_greedy_ols_with_reg_zero():
 
 def test_disjoint_is_one_ridge_per_arm_and_handles_delayed_feedback():
     rng = np.random.default_rng(1)
-    pol = LinUCBDisjoint(d=3, n_arms=3, beta=0.5, batch_size=64, pending_capacity=100, seed=0)
+    pol = LinUCBDisjoint(d=3, beta=0.5, batch_size=64, pending_capacity=100, seed=0)
     ctx = rng.normal(size=(64, 3))
     X = np.repeat(ctx[:, None, :], 3, axis=1)
     dec = pol.decide(X)
@@ -199,10 +199,141 @@ def test_ucb_model_repairs_a_non_pd_matrix_by_flooring_eigenvalues():
     [
         ("linucb", {}, "d: Field required"),
         ("linucb", {"d": 3, "batch_size": 0}, "greater than or equal to 1"),
-        ("linucb-disjoint", {"d": 3}, "n_arms"),
+        ("linucb-disjoint", {"d": 3, "max_arms": 0}, "greater than 0"),
         ("greedy", {"d": 3, "reg": -1}, "greater than or equal to 0"),
     ],
 )
 def test_configs_validate(name, params, message):
     with pytest.raises(ConfigError, match=message):
         policy_config(name, params)
+
+
+def test_disjoint_cold_start_and_per_round_arm_ids():
+    """Rows of one batch may offer different arms (a (B, K) table of ids), each learned by its
+    own model; a new arm scores from the prior (θ = 0, width β‖x‖/√reg)."""
+    pol = LinUCBDisjoint(d=2, beta=1.0, reg=4.0, batch_size=2, seed=0)
+    x = np.array([3.0, 4.0])
+    X = np.broadcast_to(x, (2, 2, 2))
+    ids = [["p", "q"], ["q", "r"]]
+    dec = pol.decide(X, arm_ids=ids)
+    chosen = [ids[i][a] for i, a in enumerate(dec.arms)]
+    pol.learn(X[:, 0], [10.0, 10.0], dec.rounds)
+    pol.refit()
+    for a in ("p", "q", "r"):
+        n = chosen.count(a)
+        expect = np.linalg.solve(4.0 * np.eye(2) + n * np.outer(x, x), n * 10.0 * x)
+        np.testing.assert_allclose(pol.coefficients[a], expect, atol=1e-12)
+    s = pol._scores_shared_ids(X[:1, :1], pol._slots_of(["new"], 3, True))[0, 0]
+    assert s == pytest.approx(5.0 / 2.0)  # prior: 0 + 1·‖x‖/√4
+    assert np.all(pol.coefficients["new"] == 0.0)
+
+
+def test_disjoint_is_keyed_by_id_not_position():
+    """Same arms in another order: the same arm wins (the old policy followed positions)."""
+    pol = LinUCBDisjoint(d=1, beta=0.0, batch_size=1, seed=0)
+    for _ in range(3):
+        if pol.refit_due():
+            pol.refit()
+        dec = pol.decide(np.ones((1, 2, 1)), arm_ids=["good", "bad"])
+        arm = ["good", "bad"][int(dec.arms[0])]
+        pol.learn([[1.0]], [1.0 if arm == "good" else -1.0], dec.rounds)
+    pol.refit()
+    dec = pol.decide(np.ones((1, 2, 1)), arm_ids=["bad", "good"])
+    assert int(dec.arms[0]) == 1
+
+
+def test_disjoint_bounds_arms_by_lru_eviction_with_flat_memory():
+    """At most max_arms models; the least recently used arm is forgotten (and starts cold if
+    it comes back); feedback pending for an evicted arm is dropped and counted; the state's
+    size stops growing once max_arms arms are kept."""
+    rng = np.random.default_rng(0)
+    pol = LinUCBDisjoint(d=3, max_arms=8, beta=1.0, batch_size=4, pending_capacity=64, seed=0)
+    sizes = []
+    for step in range(300):
+        if pol.refit_due():
+            pol.refit()
+        ids = [f"item{step * 4 + j}" for j in range(4)]  # four new arms every round
+        ctx = rng.normal(size=(1, 4, 3))
+        dec = pol.decide(ctx, arm_ids=ids)
+        pol.learn(ctx[0, dec.arms], [1.0], dec.rounds)
+        sizes.append(len(dumps(pol.state_dict())))
+    assert len(pol.arm_ids) == 8 and pol.counters["evicted_arms"] == 300 * 4 - 8
+    assert max(sizes[100:]) <= min(sizes[100:]) * 1.01  # flat (only the ids' digits grow)
+    assert pol._G.shape[0] == 9  # 8 slots and the prior
+    # the LRU arm goes first: keep "hot" in every round, it is never evicted
+    pol = LinUCBDisjoint(d=3, max_arms=3, beta=1.0, batch_size=1, seed=0)
+    for step in range(20):
+        if pol.refit_due():
+            pol.refit()
+        dec = pol.decide(np.ones((1, 2, 3)), arm_ids=["hot", f"cold{step}"])
+        if step == 5:
+            held = dec.rounds
+            held_slot = int(dec.arms[0])
+        else:
+            pol.learn(np.ones((1, 3)), [0.0], dec.rounds)
+    assert "hot" in pol.arm_ids and len(pol.arm_ids) == 3
+    assert held_slot == 1  # the unexplored cold arm has the wider bound
+    pol.learn(np.ones((1, 3)), [5.0], held)  # cold5 was evicted since: dropped, counted
+    assert pol.counters["evicted_feedback"] == 1
+    with pytest.raises(ValueError, match="more than max_arms"):
+        pol.refit()
+        pol.decide(np.ones((1, 4, 3)), arm_ids=["a", "b", "c", "d"])
+
+
+def test_disjoint_frozen_decisions_insert_nothing():
+    pol = LinUCBDisjoint(d=2, max_arms=2, beta=1.0, batch_size=4, seed=0)
+    pol.decide(np.ones((1, 2, 2)), arm_ids=["a", "b"])
+    before = dumps(pol.state_dict())
+    frozen = pol.decide_frozen(np.ones((3, 2, 2)), arm_ids=["c", "a"])
+    assert dumps(pol.state_dict()) == before
+    live = pol.decide(np.ones((3, 2, 2)), arm_ids=["c", "a"])
+    assert np.array_equal(frozen.arms, live.arms) and "c" in pol.arm_ids
+
+
+@pytest.mark.parametrize("n_arms", [5, 100])  # one SYRK per arm; all outer products at once
+def test_disjoint_learning_equals_one_ridge_per_arm(n_arms):
+    rng = np.random.default_rng(4)
+    pol = LinUCBDisjoint(d=3, max_arms=200, beta=1.0, batch_size=1, seed=0)
+    X = rng.normal(size=(400, 3))
+    y = rng.normal(size=400)
+    ids = rng.integers(0, n_arms, 400)
+    pol.learn_arms(X, y, [f"a{i}" for i in ids])
+    pol.decide(np.zeros((1, 1, 3)), arm_ids=["a0"])
+    pol.refit()
+    for a in np.unique(ids)[:10]:
+        sel = ids == a
+        V = np.eye(3) + X[sel].T @ X[sel]
+        np.testing.assert_allclose(
+            pol.coefficients[f"a{a}"], np.linalg.solve(V, X[sel].T @ y[sel]), rtol=1e-10
+        )
+
+
+def test_disjoint_snapshot_under_a_new_max_arms():
+    pol = LinUCBDisjoint(d=2, max_arms=4, beta=1.0, batch_size=8, seed=0)
+    pol.decide(np.ones((1, 4, 2)), arm_ids=["a", "b", "c", "d"])
+    state = loads(dumps(pol.state_dict()))
+    bigger = LinUCBDisjoint(d=2, max_arms=6, beta=1.0, batch_size=8, seed=0).load_state_dict(state)
+    bigger.decide(np.ones((1, 2, 2)), arm_ids=["e", "f"])
+    assert len(bigger.arm_ids) == 6 and bigger.counters["evicted_arms"] == 0
+    with pytest.raises(ValueError, match="max_arms = 2 is smaller"):
+        LinUCBDisjoint(d=2, max_arms=2, beta=1.0, batch_size=8, seed=0).load_state_dict(state)
+
+
+def test_disjoint_cached_scores_follow_every_refit():
+    """The side-by-side model matrix is cached per decision set and patched at each refit:
+    its scores equal those of a matrix built afresh."""
+    rng = np.random.default_rng(2)
+    pol = LinUCBDisjoint(d=3, beta=0.7, batch_size=1, seed=0)
+    ids = ["a", "b", "c", "d"]
+    for _ in range(60):
+        if pol.refit_due():
+            pol.refit()
+        x = rng.normal(size=3)
+        dec = pol.decide(np.broadcast_to(x, (1, 4, 3)), arm_ids=ids)
+        pol.learn(x[None], [rng.normal()], dec.rounds)
+    pol.refit()
+    X = np.broadcast_to(rng.normal(size=(5, 1, 3)), (5, 4, 3))
+    slots = pol._slots_of(ids, pol.t, False)
+    cached = pol._scores_shared_ids(X, slots)
+    pol._cat = None
+    np.testing.assert_array_equal(cached, pol._scores_shared_ids(X, slots))

@@ -163,6 +163,10 @@ class Policy(ContextualPolicy, abc.ABC):
     #: True when the policy implements the model-broadcast methods (``released_model``,
     #: ``load_released_model``, ``record_rounds``).
     supports_released_model: bool = False
+    #: True when the policy keeps per-arm models keyed by arm id: ``decide`` takes
+    #: ``arm_ids=`` (the callers in ``stream/`` and ``replay/`` pass them), and River's
+    #: shared-context dict ``{feature: value}`` is accepted by ``pull``/``update``.
+    keyed_by_arm_id: bool = False
 
     # River's Policy.__init__ sets reward bookkeeping we do not use; subclasses store their own
     # parameters only (River idiom) and build state lazily.
@@ -179,7 +183,7 @@ class Policy(ContextualPolicy, abc.ABC):
     #: Attributes that ``decide`` advances (restored by :meth:`decide_frozen`).
     _DECIDE_STATE: tuple[str, ...] = ("_t", "_since")
 
-    def decide_frozen(self, X: np.ndarray, event_ids=None, mask: np.ndarray | None = None):
+    def decide_frozen(self, X: np.ndarray, event_ids=None, mask: np.ndarray | None = None, **kw):
         """Decide B rounds with the model in force, leaving the policy's state unchanged.
 
         The frozen policy of off-policy evaluation: no rounds are consumed, no update becomes
@@ -204,7 +208,7 @@ class Policy(ContextualPolicy, abc.ABC):
         extra = self._save_decide_extra()
         self._frozen_eval = True
         try:
-            return self.decide(X, event_ids, mask)
+            return self.decide(X, event_ids, mask, **kw)
         finally:
             self._frozen_eval = False
             for a, v in saved.items():
@@ -353,22 +357,58 @@ class Policy(ContextualPolicy, abc.ABC):
     def pull(self, arm_ids, context=None):
         """River interface: choose one arm for one round (refits first if due)."""
         arm_ids = list(arm_ids)
-        X = context_matrix(arm_ids, context, getattr(self, "d", None))
+        X = self._river_matrix(arm_ids, context)
         if self.refit_due():
             self.refit()
-        dec = self.decide(X[None, :, :])
+        if self.keyed_by_arm_id:
+            dec = self.decide(X[None, :, :], arm_ids=arm_ids)
+        else:
+            dec = self.decide(X[None, :, :])
         self._river_last = (arm_ids, int(dec.rounds[0]))
         return arm_ids[int(dec.arms[0])]
 
     def update(self, arm_id, context, reward, **kwargs):
-        """River interface: learn the reward of the last ``pull``."""
+        """River interface: learn the reward of the last ``pull`` (a policy keyed by arm id
+        learns the reward of any ``arm_id``, as River's per-arm policies do)."""
         last = getattr(self, "_river_last", None)
-        if last is None:
-            raise RuntimeError("update() without a preceding pull()")
-        arm_ids, t = last
-        X = context_matrix(arm_ids, context, getattr(self, "d", None))
-        self.learn(X[[arm_ids.index(arm_id)]], np.array([float(reward)]), np.array([t]))
+        if self.keyed_by_arm_id:
+            if isinstance(context, Mapping):  # shared dict, or per-arm {arm_id: features}
+                row = self._river_matrix([arm_id], context)
+            elif last is not None and arm_id in last[0]:
+                row = self._river_matrix(last[0], context)[[last[0].index(arm_id)]]
+            else:
+                raise ValueError(f"no features for arm {arm_id!r} in the context")
+            self.learn_arms(row, [float(reward)], [arm_id])
+        else:
+            if last is None:
+                raise RuntimeError("update() without a preceding pull()")
+            arm_ids, t = last
+            X = self._river_matrix(arm_ids, context)
+            self.learn(X[[arm_ids.index(arm_id)]], np.array([float(reward)]), np.array([t]))
         self._n = getattr(self, "_n", 0) + 1
+
+    def _river_matrix(self, arm_ids: list, context) -> np.ndarray:
+        """(K, d) rows of a River context: per-arm, or (keyed policies) a shared dict."""
+        d = getattr(self, "d", None)
+        if self.keyed_by_arm_id:
+            from ._contexts import is_shared_context, shared_row
+
+            if is_shared_context(context):
+                cols = self.__dict__.setdefault("_river_features", {})
+                row = shared_row(context, d, cols)
+                return np.broadcast_to(row, (len(arm_ids), d))
+        elif (
+            isinstance(context, Mapping)
+            and context
+            and not all(a in context for a in arm_ids)
+            and all(not isinstance(v, (Mapping, Sequence, np.ndarray)) for v in context.values())
+        ):
+            raise ValueError(
+                f"{self.name} has one parameter shared by all arms: a shared context would give "
+                "every arm the same score; pass per-arm features {arm_id: features} "
+                "(or use linucb-disjoint, one model per arm)"
+            )
+        return context_matrix(arm_ids, context, d)
 
     @property
     def ranking(self):

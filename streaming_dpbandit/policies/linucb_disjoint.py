@@ -1,9 +1,19 @@
-"""Disjoint LinUCB: one ridge model per arm (Li, Chu, Langford & Schapire 2010, Alg. 1).
+"""Disjoint LinUCB: one ridge model per arm, keyed by arm id (Li, Chu, Langford & Schapire 2010).
 
 Arm a has its own V_a = reg·I + Σ_{rounds where a was chosen} x xᵀ and u_a; the score of arm a is
 ⟨θ̂_a, x_a⟩ + β_a‖x_a‖_{V_a⁻¹}, where x_a is the arm's feature vector (row a of the (K, d)
-decision set; pass the same context K times for the classic shared-context setting). The number
-of arms K is fixed (``n_arms``); arm identity is the position in the decision set.
+decision set; the classic shared-context setting passes the same context for every arm — a
+broadcast view costs one GEMM per batch for all arms).
+
+Arm identity. The models are keyed by the arm's id (``arm_ids`` of :meth:`LinUCBDisjoint.decide`,
+or River's ``pull(arm_ids, context)``), never by its position in the decision set, so the
+candidate set may change from request to request. An arm never seen starts from the prior
+(θ̂ = 0, V = reg·I: cold start). At most ``max_arms`` models are kept: when a new arm needs one
+and all are taken, the arm used least recently (last offered in a decision set or updated)
+is forgotten; it starts cold if it comes back, and feedback still pending for it is dropped and
+counted (``evicted_feedback``). Memory is bounded by ``max_arms`` models of d² + O(d) floats.
+Without ``arm_ids``, the arm at position k of the decision set has id k (a fixed arm list, as in
+the simulators).
 
 ``learn`` receives only (context, reward, round), so the policy remembers the arm it chose per
 round in a ring buffer of ``pending_capacity`` rounds; feedback for an older round is dropped and
@@ -12,25 +22,32 @@ counted (``expired_feedback``).
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 from scipy.linalg import lapack
 
 from ..estimators.ucb_model import oful_beta
+from ._arm_slots import ArmSlots
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
 
 __all__ = ["LinUCBDisjoint"]
 
+#: Largest B·d² (floats) for which ``learn`` forms every row's outer product at once.
+_OUTER_MAX = 1 << 18
+
 
 class LinUCBDisjoint(Policy):
-    """Per-arm ridge models with UCB scores, batched and vectorised over arms.
+    """Per-arm ridge models with UCB scores, keyed by arm id, batched and vectorised.
 
     Parameters
     ----------
     d
         Feature dimension.
-    n_arms
-        Number of arms K (every decision set has K rows).
+    max_arms
+        Most per-arm models kept; beyond it the least recently used arm is forgotten.
     reg, beta, alpha, sigma, S, batch_size, ties, seed
         As in :class:`~.linucb.LinUCB` (the theoretical width is computed per arm).
     pending_capacity
@@ -38,29 +55,36 @@ class LinUCBDisjoint(Policy):
 
     Examples
     --------
+    The candidate set changes every round (three of five arms, in any order); each arm keeps
+    its own model:
+
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
-    >>> thetas = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
-    >>> pol = LinUCBDisjoint(d=2, n_arms=3, beta=0.5, batch_size=4, seed=0)
-    >>> while pol.t < 600:
+    >>> thetas = {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [-1.0, 0.0], "d": [0.0, -1.0],
+    ...           "e": [0.5, 0.5]}
+    >>> pol = LinUCBDisjoint(d=2, beta=0.5, batch_size=1, seed=0)
+    >>> for _ in range(2000):
     ...     if pol.refit_due():
     ...         _ = pol.refit()
-    ...     ctx = rng.normal(size=(pol.max_decide_batch(), 2))
-    ...     X = np.repeat(ctx[:, None, :], 3, axis=1)            # a shared context per round
-    ...     dec = pol.decide(X)
-    ...     r = np.einsum("bd,bd->b", ctx, thetas[dec.arms]) + 0.1 * rng.normal(size=len(ctx))
-    ...     pol.learn(ctx, r, dec.rounds)
-    >>> np.round(pol.coefficients, 1).tolist()
-    [[1.0, 0.0], [-0.0, 1.0], [-1.0, 0.0]]
+    ...     ids = rng.permutation(list(thetas))[:3].tolist()
+    ...     ctx = rng.normal(size=2)
+    ...     dec = pol.decide(np.broadcast_to(ctx, (1, 3, 2)), arm_ids=ids)
+    ...     arm = ids[int(dec.arms[0])]
+    ...     pol.learn(ctx[None], [ctx @ thetas[arm] + 0.1 * rng.normal()], dec.rounds)
+    >>> {a: np.round(th, 1).tolist() for a, th in sorted(pol.coefficients.items())}
+    {'a': [1.0, 0.0], 'b': [0.0, 1.0], 'c': [-1.0, -0.0], 'd': [-0.0, -1.0], 'e': [0.5, 0.5]}
+
+    River's shared-context dict works too (``pull(arm_ids, {feature: value})``).
 
     """
 
     name = "linucb-disjoint"
+    keyed_by_arm_id = True
 
     def __init__(
         self,
         d: int,
-        n_arms: int,
+        max_arms: int = 1024,
         reg: float = 1.0,
         beta: float | None = None,
         alpha: float = 0.01,
@@ -72,7 +96,7 @@ class LinUCBDisjoint(Policy):
         seed: int | None = None,
     ):
         self.d = d
-        self.n_arms = n_arms
+        self.max_arms = max_arms
         self.reg = reg
         self.beta = beta
         self.alpha = alpha
@@ -83,62 +107,143 @@ class LinUCBDisjoint(Policy):
         self.ties = ties
         self.seed = seed
 
+    # -- state ---------------------------------------------------------------------------------
     def _state(self):
         if not hasattr(self, "_G"):
-            if self.d < 1 or self.n_arms < 1 or self.batch_size < 1 or self.pending_capacity < 1:
-                raise ValueError("need d, n_arms, batch_size, pending_capacity >= 1")
-            if self.reg <= 0 and self.beta is None:
-                raise ValueError("reg must be > 0 for the theoretical width")
-            K, d = self.n_arms, self.d
+            if min(self.d, self.max_arms, self.batch_size, self.pending_capacity) < 1:
+                raise ValueError("need d, max_arms, batch_size, pending_capacity >= 1")
+            if not self.reg > 0:
+                raise ValueError("reg must be > 0 (the prior of a cold arm is reg·I)")
             self._t = 0
             self._since = 0
             self._version = 0
-            self._G = np.broadcast_to(self.reg * np.eye(d), (K, d, d)).copy()
-            self._u = np.zeros((K, d))
-            self._ring_arm = np.zeros(self.pending_capacity, dtype=np.int32)
+            self._slots = ArmSlots(self.max_arms)
+            self._alloc(self._slots.capacity + 1)
+            self._ring_slot = np.zeros(self.pending_capacity, dtype=np.int64)
+            self._ring_gen = np.zeros(self.pending_capacity, dtype=np.int64)
             self._ring_round = np.zeros(self.pending_capacity, dtype=np.int64)
-            self._counters = {"rows_learned": 0, "expired_feedback": 0}
+            self._counters = {
+                "rows_learned": 0,
+                "expired_feedback": 0,
+                "evicted_feedback": 0,
+            }
             self._coin_key()
-            self._refresh()
         return self
 
-    def _refresh(self) -> None:
-        self._mG, self._mu = self._G.copy(), self._u.copy()
-        self._build(self._mG, self._mu)
+    def _prior_width(self) -> float:
+        if self.beta is not None:
+            return float(self.beta)
+        d = self.d
+        return oful_beta(d * math.log(self.reg), d, self.reg, self.alpha, self.sigma, self.S)
 
-    def _build(self, G: np.ndarray, u: np.ndarray) -> None:
-        K, d = self.n_arms, self.d
-        C = np.linalg.cholesky(0.5 * (G + G.transpose(0, 2, 1)))
-        Cinv = np.stack([lapack.dtrtri(C[a], lower=1)[0] for a in range(K)])
-        z = np.einsum("kij,kj->ki", Cinv, u)
-        self._theta = np.einsum("kji,kj->ki", Cinv, z)  # V⁻¹u = C⁻ᵀ C⁻¹ u
-        self._proj = Cinv.transpose(0, 2, 1).copy()  # x @ proj[a] = C_a⁻¹ x
-        logdet = 2.0 * np.log(np.diagonal(C, axis1=1, axis2=2)).sum(axis=1)
-        if self.beta is None:
-            self._width = np.array(
-                [oful_beta(ld, d, self.reg, self.alpha, self.sigma, self.S) for ld in logdet]
-            )
+    def _alloc(self, n: int) -> None:
+        """Arrays for n slots (slot 0 is the prior), keeping the rows that exist."""
+        d = self.d
+        old = getattr(self, "_G", None)
+        k = 0 if old is None else old.shape[0]
+        G = np.empty((n, d, d))
+        G[:] = self.reg * np.eye(d)
+        u = np.zeros((n, d))
+        theta = np.zeros((n, d))
+        proj = np.empty((n, d, d))
+        proj[:] = np.eye(d) / math.sqrt(self.reg)
+        wid = np.full(n, self._prior_width())
+        if k:
+            G[:k], u[:k], theta[:k] = self._G, self._u, self._theta
+            proj[:k], wid[:k] = self._proj, self._wid
         else:
-            self._width = np.full(K, float(self.beta))
+            self._dirty: set[int] = set()  # slots learned since the model was built
+        self._G, self._u, self._theta, self._proj, self._wid = G, u, theta, proj, wid
+        self._epoch = getattr(self, "_epoch", 0) + 1
+        self._cat = None
+
+    def _slots_of(self, ids, stamp: int, insert: bool) -> np.ndarray:
+        """Slots of the arm ids; new arms start from the prior (unless ``insert`` is False)."""
+        sl = self._slots
+        slots = sl.lookup(ids, stamp, insert)
+        if insert:
+            fresh = sl.take_assigned()
+            if fresh:
+                if sl.capacity + 1 > self._G.shape[0]:
+                    self._alloc(sl.capacity + 1)
+                f = np.asarray(fresh)
+                self._G[f] = self.reg * np.eye(self.d)
+                self._u[f] = 0.0
+                self._theta[f] = 0.0
+                self._proj[f] = np.eye(self.d) / math.sqrt(self.reg)
+                self._wid[f] = self._prior_width()
+                self._dirty.difference_update(fresh)
+                self._epoch += 1
+        return slots
+
+    # -- model ---------------------------------------------------------------------------------
+    def _build(self, idx: np.ndarray) -> None:
+        """Refactor the models of slots ``idx`` from their statistics.
+
+        Per arm: Cholesky V = C·Cᵀ (LAPACK ``potrf``) and the triangular inverse C⁻¹
+        (``trtri``) — 2d³/3 flops, a quarter of a general inverse; θ = C⁻ᵀ(C⁻¹u) batched.
+        """
+        d = self.d
+        G, u = self._G, self._u
+        Cinv = np.empty((idx.size, d, d))
+        logdet = np.empty(idx.size)
+        for j, s in enumerate(idx.tolist()):
+            C, info = lapack.dpotrf(G[s].T, lower=1)  # G symmetric: its F-order view, no copy
+            if info != 0:  # pragma: no cover - reg·I + Σ x xᵀ with reg > 0 is SPD
+                raise np.linalg.LinAlgError(f"arm {self._slots.ids[s]!r}: V is not SPD")
+            Cinv[j], info = lapack.dtrtri(C, lower=1)
+            if self.beta is None:
+                logdet[j] = 2.0 * np.log(np.diagonal(C)).sum()
+        if idx.size == 1:
+            s0 = int(idx[0])
+            self._theta[s0] = (Cinv[0] @ u[s0]) @ Cinv[0]  # V⁻¹u = C⁻ᵀ C⁻¹ u
+        else:
+            z = np.einsum("kij,kj->ki", Cinv, u[idx])
+            self._theta[idx] = np.einsum("kji,kj->ki", Cinv, z)
+        self._proj[idx] = Cinv.transpose(0, 2, 1)  # x @ proj[s] = C_s⁻¹ x
+        if self.beta is None:
+            self._wid[idx] = [
+                oful_beta(float(ld), d, self.reg, self.alpha, self.sigma, self.S) for ld in logdet
+            ]
+        self._patch_concat(idx)
+
+    def _patch_concat(self, idx: np.ndarray) -> None:
+        """Write the rebuilt models of ``idx`` into the cached side-by-side matrix."""
+        cat = self._cat
+        if cat is None:
+            return
+        (_, _), P, wid, pos = cat
+        d = self.d
+        K = wid.size
+        for s in idx.tolist():
+            for k in pos.get(s, ()):
+                P[:, k * d : (k + 1) * d] = self._proj[s]
+                P[:, K * d + k] = self._theta[s]
+                wid[k] = self._wid[s]
 
     @property
     def model_version(self) -> int:
         return self._state()._version
 
     @property
-    def coefficients(self) -> np.ndarray:
-        """θ̂_a of every arm (K, d)."""
-        return self._state()._theta.copy()
+    def arm_ids(self) -> list:
+        """Ids of the arms whose models are kept (at most ``max_arms``)."""
+        return list(self._state()._slots.slot)
+
+    @property
+    def coefficients(self) -> dict:
+        """θ̂_a of every kept arm, by arm id (the model in force)."""
+        self._state()
+        return {a: self._theta[s].copy() for a, s in self._slots.slot.items()}
 
     @property
     def counters(self) -> dict:
-        return dict(self._state()._counters)
-
-    def _save_decide_extra(self):
-        return self._ring_arm.copy(), self._ring_round.copy()
-
-    def _restore_decide_extra(self, saved) -> None:
-        self._ring_arm, self._ring_round = saved
+        self._state()
+        return {
+            **self._counters,
+            "arms_kept": len(self._slots),
+            "evicted_arms": self._slots.evicted,
+        }
 
     def refit_due(self) -> bool:
         return self._state()._since >= self.batch_size
@@ -150,33 +255,104 @@ class LinUCBDisjoint(Policy):
         self._state()
         if self._since < self.batch_size:
             return []
-        self._refresh()
+        if self._dirty:
+            self._build(np.array(sorted(self._dirty)))
+            self._dirty.clear()
         self._since = 0
         self._version += 1
         return []
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    # -- deciding ------------------------------------------------------------------------------
+    def decide(self, X, event_ids=None, mask=None, arm_ids=None) -> DecisionBatch:
+        """Decide B rounds. ``X`` is (B, K, d); ``arm_ids`` the K ids of the decision set
+        (shared by every round) or a (B, K) table of them (per round; masked cells are
+        ignored). Without ids, position k is arm k."""
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
-        if K != self.n_arms:
-            raise ValueError(f"expected {self.n_arms} arms, got {K}")
-        Xk = X.transpose(1, 0, 2)  # (K, B, d)
-        mean = np.einsum("kbd,kd->bk", Xk, self._theta)
-        Y = np.matmul(Xk, self._proj)  # (K, B, d): C_a⁻¹ x
-        width = np.sqrt(np.einsum("kbd,kbd->bk", Y, Y))
-        scores = mean + width * self._width
+        frozen = getattr(self, "_frozen_eval", False)
         t0 = self._t
+        stamp = t0 + B
+        ids, rows = _id_rows(arm_ids, B, K)
+        if rows is None:
+            if len(ids) != K:
+                raise ValueError(f"{len(ids)} arm ids for a decision set of {K} arms")
+            slots = self._slots_of(ids, stamp, not frozen)
+            scores = self._scores_shared_ids(X, slots)
+        else:
+            S = np.zeros((B, K), dtype=np.int64)
+            cells = np.ones((B, K), dtype=bool) if mask is None else np.asarray(mask, bool)
+            bi, ki = np.nonzero(cells)
+            cell_ids = [rows[b][k] for b, k in zip(bi.tolist(), ki.tolist())]
+            if None in cell_ids:
+                raise ValueError("an available arm has no id (None) in arm_ids")
+            S[bi, ki] = self._slots_of(cell_ids, stamp, not frozen)
+            scores = self._scores_by_cell(X, S)
         rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores, mask, rounds, event_ids)
-        slot = rounds % self.pending_capacity
-        self._ring_arm[slot] = arms
-        self._ring_round[slot] = rounds
+        if not frozen:
+            chosen = slots[arms] if rows is None else S[np.arange(B), arms]
+            slot = rounds % self.pending_capacity
+            self._ring_slot[slot] = chosen
+            self._ring_gen[slot] = self._slots.gen[chosen]
+            self._ring_round[slot] = rounds
         self._t = t0 + B
         self._since += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
+    def _concat(self, slots: np.ndarray):
+        """For the K arms of ``slots``: [their projections side by side | their θ] (d, K·d + K)
+        and their widths (K,). Cached while the arms of the decision set stay the same; a
+        refit patches the blocks of the arms it rebuilt (``_patch_concat``)."""
+        key = (self._epoch, slots.tobytes())
+        if self._cat is None or self._cat[0] != key:
+            K, d = slots.size, self.d
+            P = np.empty((d, K * d + K))
+            P[:, : K * d] = self._proj[slots].transpose(1, 0, 2).reshape(d, K * d)
+            P[:, K * d :] = self._theta[slots].T
+            pos: dict[int, list[int]] = {}
+            for k, s in enumerate(slots.tolist()):
+                pos.setdefault(s, []).append(k)
+            self._cat = (key, P, self._wid[slots].copy(), pos)
+        return self._cat[1:3]
+
+    def _scores_shared_ids(self, X: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        B, K, d = X.shape
+        P, wid = self._concat(slots)
+        if X.strides[1] == 0 or K == 1:  # one context for every arm: one GEMM for all arms
+            Y = X[:, 0, :] @ P  # (B, K·d + K): C_a⁻¹x for every arm a, then θ_aᵀx
+            mean = Y[:, K * d :]
+            Y = Y[:, : K * d].reshape(B, K, d)
+            sq = np.einsum("bkd,bkd->bk", Y, Y)
+        else:
+            Xk = X.transpose(1, 0, 2)  # (K, B, d)
+            mean = np.einsum("kbd,dk->bk", Xk, P[:, K * d :])
+            Y = np.matmul(Xk, self._proj[slots])  # (K, B, d): C_a⁻¹ x
+            sq = np.einsum("kbd,kbd->bk", Y, Y)
+        width = np.sqrt(sq, out=sq)
+        width *= wid
+        width += mean
+        return width
+
+    def _scores_by_cell(self, X: np.ndarray, S: np.ndarray) -> np.ndarray:
+        """Scores when the arm ids differ between rounds: grouped by arm, one GEMM per arm."""
+        B, K, d = X.shape
+        flat = X.reshape(B * K, d)
+        s = S.reshape(-1)
+        mean = np.einsum("nd,nd->n", flat, self._theta[s])
+        width = np.empty(B * K)
+        order = np.argsort(s, kind="stable")
+        ss = s[order]
+        cuts = np.flatnonzero(np.diff(ss)) + 1
+        for seg in np.split(order, cuts):
+            a = s[seg[0]]
+            Y = flat[seg] @ self._proj[a]
+            width[seg] = np.sqrt(np.einsum("nd,nd->n", Y, Y)) * self._wid[a]
+        return (mean + width).reshape(B, K)
+
+    # -- learning ------------------------------------------------------------------------------
     def learn(self, contexts, rewards, rounds, ids=None) -> None:
+        """Learn the rewards of earlier decisions (by round); the ring remembers their arms."""
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -189,15 +365,58 @@ class LinUCBDisjoint(Policy):
             raise ValueError("learn() got a round that was never decided")
         slot = rounds % self.pending_capacity
         known = self._ring_round[slot] == rounds
+        arms = self._ring_slot[slot]
+        live = known & (self._slots.gen[arms] == self._ring_gen[slot])
+        n_live = int(np.count_nonzero(live))
         self._counters["expired_feedback"] += int(y.size - np.count_nonzero(known))
-        arms = self._ring_arm[slot]
-        for a in np.unique(arms[known]).tolist():
-            sel = known & (arms == a)
-            Xa = X[sel]
-            self._G[a] += Xa.T @ Xa
-            self._u[a] += Xa.T @ y[sel]
-        self._counters["rows_learned"] += int(np.count_nonzero(known))
+        self._counters["evicted_feedback"] += int(np.count_nonzero(known) - n_live)
+        if n_live < y.size:
+            X, y, arms = X[live], y[live], arms[live]
+        self._accumulate(X, y, arms)
 
+    def learn_arms(self, contexts, rewards, arm_ids) -> None:
+        """Learn rows by arm id directly (River's ``update(arm_id, context, reward)`` for any
+        arm, e.g. a logged one); arms never seen start from the prior."""
+        self._state()
+        X = np.asarray(contexts, dtype=np.float64).reshape(-1, self.d)
+        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        ids = list(arm_ids)
+        if X.shape[0] != y.size or len(ids) != y.size:
+            raise ValueError("learn_arms expects contexts (B, d), rewards (B,) and B arm ids")
+        if y.size:
+            self._accumulate(X, y, self._slots_of(ids, max(self._t, 1), True))
+
+    def _accumulate(self, X: np.ndarray, y: np.ndarray, arms: np.ndarray) -> None:
+        if y.size == 0:
+            return
+        if not math.isfinite(float(np.add.reduce(X, axis=None)) + float(np.add.reduce(y))):
+            raise ValueError("contexts and rewards must be finite")  # (or sum beyond 1e308)
+        self._slots.touch(arms, self._t)
+        G, u = self._G, self._u
+        if arms.size == 1 or (arms == arms[0]).all():
+            a = int(arms[0])
+            G[a] += X.T @ X
+            u[a] += X.T @ y
+            self._dirty.add(a)
+        else:
+            order = np.argsort(arms, kind="stable")
+            sa, Xs, ys = arms[order], X[order], y[order]
+            starts = np.flatnonzero(np.r_[True, sa[1:] != sa[:-1]])
+            uniq = sa[starts]
+            if uniq.size > 64 and y.size * self.d * self.d <= _OUTER_MAX:
+                # many arms: every row's x xᵀ at once, summed by arm (a loop costs per arm)
+                G[uniq] += np.add.reduceat(Xs[:, :, None] * Xs[:, None, :], starts, axis=0)
+                u[uniq] += np.add.reduceat(Xs * ys[:, None], starts, axis=0)
+            else:  # one SYRK per arm
+                for i, j in itertools.pairwise([*starts.tolist(), sa.size]):
+                    a = int(sa[i])
+                    Xa = Xs[i:j]
+                    G[a] += Xa.T @ Xa
+                    u[a] += ys[i:j] @ Xa
+            self._dirty.update(uniq.tolist())
+        self._counters["rows_learned"] += int(y.size)
+
+    # -- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         self._state()
         live = self._ring_round > max(0, self._t - self.pending_capacity)
@@ -207,30 +426,72 @@ class LinUCBDisjoint(Policy):
             "t": self._t,
             "since": self._since,
             "version": self._version,
+            "arms": self._slots.state_dict(),
             "G": self._G.copy(),
             "u": self._u.copy(),
-            "model_G": self._mG,
-            "model_u": self._mu,
+            "theta": self._theta.copy(),
+            "proj": self._proj.copy(),
+            "width": self._wid.copy(),
+            "dirty": sorted(self._dirty),
             "pending_rounds": self._ring_round[live].copy(),
-            "pending_arms": self._ring_arm[live].copy(),
+            "pending_slots": self._ring_slot[live].copy(),
+            "pending_gens": self._ring_gen[live].copy(),
             "counters": dict(self._counters),
+            "features": getattr(self, "_river_features", None),
             "tie_key": self._tie_key,
         }
 
     def load_state_dict(self, state: dict) -> LinUCBDisjoint:
         self._state()
+        if "arms" not in state:
+            raise ValueError(
+                "this linucb-disjoint snapshot predates arm-id keying (its models follow list "
+                "positions); start this bandit from a fresh state"
+            )
         self._t = int(state["t"])
         self._since = int(state["since"])
         self._version = int(state["version"])
+        self._slots = ArmSlots.from_state(state["arms"], self.max_arms)
         self._G = np.asarray(state["G"], dtype=np.float64).copy()
         self._u = np.asarray(state["u"], dtype=np.float64).copy()
-        self._mG = np.asarray(state["model_G"], dtype=np.float64).copy()
-        self._mu = np.asarray(state["model_u"], dtype=np.float64).copy()
+        self._theta = np.asarray(state["theta"], dtype=np.float64).copy()
+        self._proj = np.asarray(state["proj"], dtype=np.float64).copy()
+        self._wid = np.asarray(state["width"], dtype=np.float64).copy()
+        self._dirty = {int(a) for a in state["dirty"]}
+        self._epoch += 1
+        self._cat = None
         r = np.asarray(state["pending_rounds"], dtype=np.int64)
         self._ring_round[:] = 0
         self._ring_round[r % self.pending_capacity] = r
-        self._ring_arm[r % self.pending_capacity] = np.asarray(state["pending_arms"])
+        self._ring_slot[r % self.pending_capacity] = np.asarray(state["pending_slots"])
+        self._ring_gen[r % self.pending_capacity] = np.asarray(state["pending_gens"])
         self._counters = dict(state["counters"])
+        feats = state.get("features")
+        if feats is not None:
+            self._river_features = dict(feats)
         self._tie_key = int(state["tie_key"])
-        self._build(self._mG, self._mu)
         return self
+
+
+def _id_rows(arm_ids, B: int, K: int) -> tuple[list | None, list | None]:
+    """(ids shared by every round, None) or (None, per-round rows of ids)."""
+    if arm_ids is None:
+        return list(range(K)), None
+    if isinstance(arm_ids, np.ndarray):
+        if arm_ids.ndim == 1:
+            return arm_ids.tolist(), None
+        if arm_ids.shape != (B, K):
+            raise ValueError(f"arm_ids has shape {arm_ids.shape}, the decision sets ({B}, {K})")
+        rows = arm_ids.tolist()
+    else:
+        arm_ids = list(arm_ids)
+        if not arm_ids or not isinstance(arm_ids[0], (list, np.ndarray)):
+            return arm_ids, None
+        rows = [list(r) for r in arm_ids]
+        if len(rows) != B or any(len(r) > K for r in rows):
+            raise ValueError(f"arm_ids must be K = {K} ids or B = {B} rows of ids")
+        rows = [r + [None] * (K - len(r)) for r in rows]
+    first = rows[0]
+    if None not in first and all(r == first for r in rows):
+        return first, None
+    return None, rows

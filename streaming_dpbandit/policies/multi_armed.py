@@ -6,6 +6,11 @@ per-arm-feature policy of this package (``d = K``) as a *non-contextual* River p
 ``bandit.evaluate`` — whose harness calls ``pull(arm_ids)`` and ``update(arm, reward)`` without
 a context — can drive it honestly: the context is the fixed one-hot decision set, not something
 smuggled in from the environment.
+
+Arm identity: arm ids get their coordinate e_i in order of first appearance (not by their
+position in ``arm_ids``), so the pulled arms may come in any order and subsets. The wrapped
+model has d = K coordinates, so at most ``n_arms`` distinct arms can be served (one more is an
+error: a fixed-dimension model cannot forget an arm).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ class OneHotArms(RiverPolicy):
     policy
         A policy of this package with ``d == n_arms`` (e.g. ``LinUCB(d=K)`` or ``DPLinUCB(d=K)``).
     n_arms
-        Number of arms K; arm i of ``arm_ids`` is feature vector e_i.
+        Number of arms K; the i-th distinct arm id seen has feature vector e_i.
 
     Examples
     --------
@@ -37,6 +42,8 @@ class OneHotArms(RiverPolicy):
     ...     pol.update(arm, [0.0, 1.0, 0.2][arm])
     >>> max(pol._counts, key=pol._counts.get)
     1
+    >>> pol.pull([2, 1, 0]) == 1  # the same arm in another position
+    True
 
     """
 
@@ -45,16 +52,22 @@ class OneHotArms(RiverPolicy):
         self.policy = policy
         self.n_arms = n_arms
 
-    def _context(self, k: int) -> np.ndarray:
-        if k > self.n_arms or getattr(self.policy, "d", k) != self.n_arms:
+    def _context(self, arm_ids: list) -> np.ndarray:
+        if getattr(self.policy, "d", self.n_arms) != self.n_arms:
             raise ValueError(f"the wrapped policy needs d = n_arms = {self.n_arms}")
-        return np.eye(self.n_arms)[:k]
+        index = self.__dict__.setdefault("_index", {})
+        for a in arm_ids:
+            if a not in index:
+                if len(index) >= self.n_arms:
+                    raise ValueError(f"more than n_arms = {self.n_arms} distinct arms")
+                index[a] = len(index)
+        return np.eye(self.n_arms)[[index[a] for a in arm_ids]]
 
     def _pull(self, arm_ids):
         arm_ids = list(arm_ids)
-        return self.policy.pull(arm_ids, self._context(len(arm_ids)))
+        return self.policy.pull(arm_ids, self._context(arm_ids))
 
     def update(self, arm_id, *reward_args, **reward_kwargs):
         super().update(arm_id, *reward_args, **reward_kwargs)
         arm_ids, _ = self.policy._river_last
-        self.policy.update(arm_id, self._context(len(arm_ids)), float(reward_args[0]))
+        self.policy.update(arm_id, self._context(arm_ids), float(reward_args[0]))

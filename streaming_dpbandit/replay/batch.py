@@ -36,6 +36,10 @@ class LoggedBatch:
         (B, K) available arms when events have different candidate sets; ``None``: all K.
     times
         Event times (seconds since the epoch), when the log has them.
+    arm_ids
+        (B, K) ids of the candidate arms (object array; ``None`` under the mask), when the log
+        names them; ``None``: the arm at position k is arm k (a fixed catalogue). Policies
+        with per-arm models (``keyed_by_arm_id``) key their models by these ids.
 
     Examples
     --------
@@ -54,6 +58,7 @@ class LoggedBatch:
     contexts: Contexts
     mask: np.ndarray | None = None
     times: np.ndarray | None = None
+    arm_ids: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -83,7 +88,14 @@ class LoggedBatch:
             contexts=self.contexts.take(np.arange(len(self))[idx]),
             mask=None if self.mask is None else self.mask[idx],
             times=None if self.times is None else self.times[idx],
+            arm_ids=None if self.arm_ids is None else self.arm_ids[idx],
         )
+
+    def arm_id_kwargs(self, policy, rows=slice(None)) -> dict:
+        """``{"arm_ids": ...}`` of ``rows`` for a policy keyed by arm id, else ``{}``."""
+        if not getattr(policy, "keyed_by_arm_id", False) or self.arm_ids is None:
+            return {}
+        return {"arm_ids": self.arm_ids[rows]}
 
     def validate(self, where: str = "log") -> None:
         """Check shapes and values; raise :class:`LogFormatError` naming the first bad event."""

@@ -187,7 +187,9 @@ class ReplayMethod:
             else:
                 blk = min(n - pos, self._block(m, K, batch.d))
             sl = slice(pos, pos + blk)
-            dec = pol.decide_frozen(X[sl], ids[sl], None if mask is None else mask[sl])
+            dec = pol.decide_frozen(
+                X[sl], ids[sl], None if mask is None else mask[sl], **batch.arm_id_kwargs(pol, sl)
+            )
             hit = np.flatnonzero(dec.arms == acts[sl])
             if hit.size > m:
                 hit = hit[:m]
@@ -199,7 +201,12 @@ class ReplayMethod:
             if hit.size:
                 rows = pos + hit
                 Xr = X[rows]
-                live = pol.decide(Xr, ids[rows], None if mask is None else mask[rows])
+                live = pol.decide(
+                    Xr,
+                    ids[rows],
+                    None if mask is None else mask[rows],
+                    **batch.arm_id_kwargs(pol, rows),
+                )
                 if not np.array_equal(live.arms, acts[rows]):
                     raise RuntimeError(
                         f"{pol.name}: decide() disagrees with decide_frozen() for the same "

@@ -39,5 +39,7 @@ def frozen_choices(
     if has_distribution(policy):
         probs = target_probabilities(policy, batch)
         return (policy.sample(probs, batch.event_ids) if need_arms else None), probs
-    dec = policy.decide_frozen(batch.contexts.dense(), batch.event_ids, batch.mask)
+    dec = policy.decide_frozen(
+        batch.contexts.dense(), batch.event_ids, batch.mask, **batch.arm_id_kwargs(policy)
+    )
     return np.asarray(dec.arms, dtype=np.int64), None

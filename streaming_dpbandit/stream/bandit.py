@@ -14,7 +14,7 @@ from ..privacy.ledger import ReleaseRecord
 from .join import EarlyFeedback, JoinStore, Resolution
 from .schemas import ContextEvent, Feedback, decision_encoder
 
-__all__ = ["BadInput", "BanditRuntime"]
+__all__ = ["BadInput", "BanditRuntime", "arm_id_kwargs"]
 
 WINDOW = 1000
 
@@ -36,6 +36,18 @@ class Pending:
     X: np.ndarray  # (K, d)
     arm_ids: list[str]
     received: float  # perf_counter when polled
+
+
+def arm_id_kwargs(policy: Policy, batch: list[Pending]) -> dict:
+    """``{"arm_ids": ...}`` for a policy keyed by arm id (its per-arm models follow the ids,
+    not the positions): one list when every event offers the same arms in the same order,
+    else a row per event (shorter rows are padded under the mask). ``{}`` for other policies."""
+    if not policy.keyed_by_arm_id:
+        return {}
+    first = batch[0].arm_ids
+    if all(p.arm_ids == first for p in batch):
+        return {"arm_ids": first}
+    return {"arm_ids": [p.arm_ids for p in batch]}
 
 
 class BanditRuntime:
@@ -107,12 +119,23 @@ class BanditRuntime:
                 if unknown:
                     raise BadInput("unknown_arm", f"arm {unknown[0]!r} is not in the catalogue")
             return X, ids
+        shared = ev.shared_features()
+        if self.policy.keyed_by_arm_id:  # one model per arm id: the context serves every arm
+            if shared.shape[0] != self.d:
+                raise BadInput(
+                    "wrong_dimension",
+                    f"shared context has {shared.shape[0]} features, bandit expects {self.d}",
+                )
+            if self.catalogue is not None:
+                unknown = [a for a in ids if a not in self.catalogue]
+                if unknown:
+                    raise BadInput("unknown_arm", f"arm {unknown[0]!r} is not in the catalogue")
+            return np.broadcast_to(shared, (len(ids), self.d)), ids
         if self.catalogue is None:
             raise BadInput(
                 "shared_context_unsupported", "this bandit has no arm catalogue for shared contexts"
             )
         k_all = len(self.catalogue)
-        shared = ev.shared_features()
         width = len(shared)
         if width * k_all != self.d:
             raise BadInput(
@@ -146,7 +169,7 @@ class BanditRuntime:
                 k = p.X.shape[0]
                 X[i, :k] = p.X
                 mask[i, :k] = True
-        dec = self.policy.decide(X, event_ids=ids, mask=mask)
+        dec = self.policy.decide(X, event_ids=ids, mask=mask, **arm_id_kwargs(self.policy, batch))
         arms = dec.arms.tolist()
         rounds = dec.rounds.tolist()
         chosen = X[np.arange(B), dec.arms]

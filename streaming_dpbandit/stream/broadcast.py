@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from ..config import ConfigError, ServiceSettings
 from ..metrics import ServiceMetrics
-from .bandit import BadInput, BanditRuntime, Pending
+from .bandit import BadInput, BanditRuntime, Pending, arm_id_kwargs
 from .join import EarlyFeedback, JoinStore
 from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
 from .schemas import ContextEvent, DeadLetter, Decision
@@ -489,7 +489,10 @@ class DecisionReplica:
             mask[i, : p.X.shape[0]] = True
         pol = rt.policy
         dec = pol.decide_frozen(
-            X, event_ids=[p.event.event_id for p in batch], mask=None if mask.all() else mask
+            X,
+            event_ids=[p.event.event_id for p in batch],
+            mask=None if mask.all() else mask,
+            **arm_id_kwargs(pol, batch),
         )
         now = time.time()
         calibration = getattr(pol, "calibration", "non-private")

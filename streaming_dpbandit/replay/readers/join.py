@@ -32,10 +32,11 @@ __all__ = ["EventJoin", "JoinedEvent"]
 class JoinedEvent:
     """One event with its context, decision and (maybe) reward."""
 
-    __slots__ = ("X", "arm", "event_id", "propensity", "reward", "time")
+    __slots__ = ("X", "arm", "arm_ids", "event_id", "propensity", "reward", "time")
 
-    def __init__(self, event_id, X, arm, propensity, time):
+    def __init__(self, event_id, X, arm, propensity, time, arm_ids=None):
         self.event_id = event_id
+        self.arm_ids = arm_ids
         self.X = X
         self.arm = arm
         self.propensity = propensity
@@ -218,7 +219,7 @@ class EventJoin:
                 f"{where}: event {eid!r}: decision arm {dec.arm_id!r} (index {k}) is not the "
                 "context's candidate at that index"
             )
-        ev = JoinedEvent(eid, X, k, float(dec.propensity), t)
+        ev = JoinedEvent(eid, X, k, float(dec.propensity), t, ids)
         self._queue[eid] = ev
         held = self._fb.pop(eid, None)
         if held is not None:
@@ -334,10 +335,13 @@ def to_batch(events: list[JoinedEvent], d: int):
     K = max(e.X.shape[0] for e in events)
     X = np.zeros((B, K, d))
     mask = np.zeros((B, K), dtype=bool)
+    arm_ids = np.full((B, K), None, dtype=object)
     for i, e in enumerate(events):
         k = e.X.shape[0]
         X[i, :k] = e.X
         mask[i, :k] = True
+        if e.arm_ids is not None:
+            arm_ids[i, :k] = e.arm_ids
     return LoggedBatch(
         event_ids=np.array([e.event_id for e in events], dtype=object),
         actions=np.array([e.arm for e in events], dtype=np.int64),
@@ -347,4 +351,5 @@ def to_batch(events: list[JoinedEvent], d: int):
         contexts=DenseContexts(X),
         mask=None if mask.all() else mask,
         times=np.array([e.time for e in events], dtype=np.float64),
+        arm_ids=arm_ids if all(e.arm_ids is not None for e in events) else None,
     )
