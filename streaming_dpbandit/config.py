@@ -14,29 +14,32 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .policies import (
-    DPTSMAT,
-    DPUCBMAT,
-    FLIPHAT,
-    LDPGLB,
-    LDPGLOC,
-    LDPUCB,
-    DPLinUCB,
-    GreedyRidge,
-    LassoBandit,
-    LinUCB,
-    LinUCBDisjoint,
-    Policy,
-    PrivateLASSO,
-    RandomPolicy,
-    SALassoBandit,
-    TablePolicy,
-    THLassoBandit,
-)
+from .errors import ConfigError
+
+# The policy classes are imported where they are used (``build``, the table policy's check), so
+# that importing the configuration loads neither numpy nor the policies.
+if TYPE_CHECKING:
+    from .policies import (
+        FLIPHAT,
+        LDPGLB,
+        LDPGLOC,
+        LDPUCB,
+        DPLinUCB,
+        GreedyRidge,
+        LassoBandit,
+        LinUCB,
+        LinUCBDisjoint,
+        Policy,
+        PrivateLASSO,
+        RandomPolicy,
+        SALassoBandit,
+        TablePolicy,
+        THLassoBandit,
+    )
 
 __all__ = [
     "ConfigError",
@@ -66,10 +69,6 @@ __all__ = [
     "policy_config",
     "validate_for_mode",
 ]
-
-
-class ConfigError(ValueError):
-    """A user-facing configuration error (printed as one line by the CLI)."""
 
 
 class _PolicyConfig(BaseModel):
@@ -126,6 +125,8 @@ class FliphatConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> FLIPHAT:
+        from .policies import FLIPHAT
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return FLIPHAT(**params, seed=seed)
@@ -138,6 +139,8 @@ class RandomConfig(_PolicyConfig):
     d: int | None = Field(None, gt=0)
 
     def build(self, seed: int | None = None, **overrides) -> RandomPolicy:
+        from .policies import RandomPolicy
+
         return RandomPolicy(**{"d": self.d, **overrides}, seed=seed)
 
 
@@ -150,6 +153,8 @@ class TableConfig(_PolicyConfig):
 
     @model_validator(mode="after")
     def _check(self):
+        from .policies import TablePolicy
+
         try:
             TablePolicy(self.probabilities)._table()
         except ValueError as err:
@@ -157,6 +162,8 @@ class TableConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> TablePolicy:
+        from .policies import TablePolicy
+
         params = {"probabilities": self.probabilities, "d": self.d, **overrides}
         return TablePolicy(**params, seed=seed)
 
@@ -172,6 +179,8 @@ class LassoBanditConfig(_PolicyConfig):
     max_iter: int = Field(1000, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> LassoBandit:
+        from .policies import LassoBandit
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LassoBandit(**params, seed=seed)
@@ -190,6 +199,8 @@ class LinUCBConfig(_PolicyConfig):
     batch_size: int = Field(1, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> LinUCB:
+        from .policies import LinUCB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LinUCB(**params, seed=seed)
@@ -210,6 +221,8 @@ class LinUCBDisjointConfig(_PolicyConfig):
     pending_capacity: int = Field(1 << 16, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> LinUCBDisjoint:
+        from .policies import LinUCBDisjoint
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LinUCBDisjoint(**params, seed=seed)
@@ -224,6 +237,8 @@ class GreedyConfig(_PolicyConfig):
     batch_size: int = Field(1, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> GreedyRidge:
+        from .policies import GreedyRidge
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return GreedyRidge(**params, seed=seed)
@@ -267,6 +282,8 @@ class DPLinUCBConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> DPLinUCB:
+        from .policies import DPLinUCB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return DPLinUCB(**params, seed=seed)
@@ -346,6 +363,8 @@ class PrivateLassoConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> PrivateLASSO:
+        from .policies import PrivateLASSO
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return PrivateLASSO(**params, seed=seed)
@@ -368,6 +387,8 @@ class THLassoConfig(_LassoBaselineConfig):
     first_refit: int = Field(2, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> THLassoBandit:
+        from .policies import THLassoBandit
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return THLassoBandit(**params, seed=seed)
@@ -382,6 +403,8 @@ class SALassoConfig(_LassoBaselineConfig):
     refit_every: int = Field(200, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> SALassoBandit:
+        from .policies import SALassoBandit
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return SALassoBandit(**params, seed=seed)
@@ -473,6 +496,8 @@ class DPMatroidConfig(_PolicyConfig):
         params = self.model_dump(exclude={"policy", "private", "items"})
         params["item_ids"] = self.item_ids()
         params.update(overrides)
+        from .policies import DPTSMAT, DPUCBMAT
+
         cls = DPUCBMAT if self.policy == "dpucb-mat" else DPTSMAT
         return cls(**params, seed=seed)
 
@@ -551,6 +576,8 @@ class LDPGLBConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> LDPGLB:
+        from .policies import LDPGLB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LDPGLB(**params, seed=seed)
@@ -574,6 +601,8 @@ class LDPUCBConfig(_PolicyConfig):
     bandit_id: str = "default"
 
     def build(self, seed: int | None = None, **overrides) -> LDPUCB:
+        from .policies import LDPUCB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LDPUCB(**params, seed=seed)
@@ -599,6 +628,8 @@ class LDPGLOCConfig(_PolicyConfig):
     bandit_id: str = "default"
 
     def build(self, seed: int | None = None, **overrides) -> LDPGLOC:
+        from .policies import LDPGLOC
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LDPGLOC(**params, seed=seed)

@@ -1,5 +1,7 @@
 """Bandit policies, one per file, all sharing :class:`~.base.Policy`'s interface."""
 
+from __future__ import annotations
+
 from .base import DecisionBatch, Policy
 from .dp_linucb import DPLinUCB
 from .dpts_mat import DPTSMAT
@@ -14,7 +16,6 @@ from .linucb import LinUCB
 from .linucb_disjoint import LinUCBDisjoint
 from .matroid_base import MatroidPolicy, SlateBatch
 from .matroid_baselines import OMM, CTSGaussian
-from .multi_armed import OneHotArms
 from .private_lasso import PrivateLASSO
 from .private_lasso_paper import PrivateLASSOPaper
 from .random import RandomPolicy
@@ -74,3 +75,13 @@ __all__ = [
     "THLassoBandit",
     "TablePolicy",
 ]
+
+
+def __getattr__(name: str):
+    # OneHotArms subclasses River's (non-contextual) bandit Policy: importing it loads
+    # river.bandit (≈ 1 s, scipy.stats), so it is imported on first use only.
+    if name == "OneHotArms":
+        from .multi_armed import OneHotArms
+
+        return OneHotArms
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
