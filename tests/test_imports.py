@@ -73,3 +73,19 @@ def test_river_registration_when_river_bandit_is_imported_later_or_first():
     for code in (later, first):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
+
+
+def test_simulate_table_does_without_the_pld_accountant_json_keeps_it(tmp_path):
+    """The table shows basic ε, δ (no PLD figure): printing it does not import dp-accounting;
+    the JSON still carries the PLD accountant's ε at δ."""
+    out = tmp_path / "sim.json"
+    code = (
+        "from streaming_dpbandit.cli import main\n"
+        "main(['simulate', '--policy', 'fliphat', '--seeds', '1', '--jobs', '1',\n"
+        "      '--no-progress', '--horizon', '300', '--env-param', 'd=20'])\n"
+    )
+    assert heavy(loaded_after(code), ("dp_accounting", "river.bandit", "scipy.stats")) == []
+    code_json = code.replace("'d=20'", f"'d=20', '--json', {str(out)!r}")
+    assert "dp_accounting" in loaded_after(code_json)
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["privacy"]["epsilon_at_delta_pld"] <= run["privacy"]["epsilon"] + 1e-9
