@@ -89,3 +89,19 @@ def test_simulate_table_does_without_the_pld_accountant_json_keeps_it(tmp_path):
     assert "dp_accounting" in loaded_after(code_json)
     run = json.loads(out.read_text())["runs"][0]
     assert run["privacy"]["epsilon_at_delta_pld"] <= run["privacy"]["epsilon"] + 1e-9
+
+
+def test_lazy_registries_resolve_every_entry_and_name():
+    from streaming_dpbandit import envs, policies
+
+    for module, registries in (
+        (policies, (policies.REGISTRY, policies.SLATE_REGISTRY)),
+        (envs, (envs.REGISTRY, envs.MATROID_REGISTRY)),
+    ):
+        for registry in registries:
+            for key in registry:
+                assert registry[key].name == key
+        for name in module.__all__:
+            assert getattr(module, name) is not None
+        with pytest.raises(AttributeError):
+            module.NoSuchPolicy  # noqa: B018
