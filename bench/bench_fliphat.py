@@ -7,8 +7,24 @@
 2. ``simulation``: rounds per second at the paper setting (d = 400, K = 3) for one FLIPHAT
    policy, next to the floor "drawing the contexts" of the same rounds.
 3. ``memory``: traced memory at each episode boundary over many episodes (forgetting).
+4. ``end_to_end`` (issue 24, P5): one FLIPHAT repetition end to end (d = 400, K = 3, T = 10⁴),
+   ``dpbandit simulate`` against the authors' JAX code, each in a fresh process, alternated, with
+   the same algorithm settings (profile ``paper-as-authors``: the paper calibration, no context
+   clipping, ⌊0.15·ln(1 + n·b_max²)⌋ N-IHT iterations per fit, s = 10, η = 1e-4, δ = 0.01,
+   b_max = C = ‖β*‖₁). Wall and CPU (user + sys) seconds of each process, the regret at T of
+   each repetition, and the ratios. The authors' side needs two things this repository does not
+   ship (their code stays theirs):
 
-Usage: python bench/bench_fliphat.py [--quick]
+   - their repository: ``git clone https://github.com/sunritc/FLIPHAT .cache/fliphat-authors``
+     (commit 4b696b7; only ``SparseBandit/`` is used), or ``--authors-dir``;
+   - JAX in a separate venv (their versions, on Python 3.11):
+     ``python -m venv .cache/venv-jax && .cache/venv-jax/bin/pip install jax==0.4.23
+     jaxlib==0.4.23 numpy==1.26.3 scipy==1.11.4``, or ``--jax-python``.
+
+   Without them the section records the ``dpbandit simulate`` side only and says why.
+
+Usage: python bench/bench_fliphat.py [--quick] [--sections refit,simulation,memory,end_to_end]
+       [--e2e-reps 5] [--authors-dir DIR] [--jax-python PYTHON]
 """
 
 from __future__ import annotations
@@ -16,9 +32,17 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 
@@ -165,10 +189,163 @@ def bench_memory(d, episodes, form):
     }
 
 
+ROOT = Path(__file__).resolve().parent.parent
+#: The authors' settings of their setting 2 (simulation.py: SLCB(s=10, epsilon=ε, delta=0.01,
+#: eta=1e-4, M=0.15)), as ``dpbandit simulate`` options.
+PAPER_AS_AUTHORS = {
+    "calibration": "paper",
+    "clip_contexts": "false",
+    "m_schedule": "log",
+    "m0": "0.15",
+    "m_guard": "allow_zero",
+    "s": "10",
+    "eta": "1e-4",
+}
+
+
+def _run_timed(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[float, float, str]:
+    """Wall and CPU (user + sys) seconds of one child process, and its stdout."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=3600)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} failed: {out.stderr.strip()[-2000:]}")
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return wall, cpu, out.stdout
+
+
+def _ours(seed: int, horizon: int, epsilon: float, m0: float, write_json: bool) -> dict:
+    """``dpbandit simulate`` of one repetition; ``write_json`` adds ``--json`` (whose privacy
+    block carries the PLD accountant's ε at δ: dp-accounting is imported); else the regret is
+    read from the printed table."""
+    params = PAPER_AS_AUTHORS | {"m0": str(m0)}
+    with tempfile.TemporaryDirectory() as tmp:
+        out_json = Path(tmp) / "sim.json"
+        cmd = [sys.executable, "-m", "streaming_dpbandit.cli", "simulate", "--policy", "fliphat",
+               "--env", "fliphat-paper", "--seeds", "1", "--seed", str(seed), "--jobs", "1",
+               "--no-progress", "--horizon", str(horizon), "--epsilon", str(epsilon),
+               "--delta", "0.01", "--calibration", params.pop("calibration")]  # fmt: skip
+        if write_json:
+            cmd += ["--json", str(out_json)]
+        for k, v in params.items():
+            cmd += ["--policy-param", f"{k}={v}"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        wall, cpu, stdout = _run_timed(cmd, env)
+        if write_json:
+            sim = json.loads(out_json.read_text())
+            return {
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "simulate_loop_s": sim["elapsed_s"],
+                "regret": sim["runs"][0]["final_regret"]["mean"],
+            }
+    # the table's row: "fliphat ε=1  10000  6,958.2 ± 0.0  ..."; the header line gives the time
+    loop_s = float(re.search(r", ([0-9.]+) s$", stdout.splitlines()[0]).group(1))
+    regret = float(re.search(r"([0-9][0-9,]*\.[0-9]) ± ", stdout).group(1).replace(",", ""))
+    return {"wall_s": wall, "cpu_s": cpu, "simulate_loop_s": loop_s, "regret": regret}
+
+
+def _authors(seed, horizon, epsilon, m0, authors_dir: Path, jax_python: str) -> dict:
+    cmd = [jax_python, str(ROOT / "bench" / "fliphat_authors_run.py"), str(seed), str(horizon),
+           "400", "3", str(epsilon), str(m0)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(authors_dir), "JAX_PLATFORMS": "cpu"}
+    wall, cpu, out = _run_timed(cmd, env)
+    res = json.loads(out.strip().splitlines()[-1])
+    return {"wall_s": wall, "cpu_s": cpu} | res
+
+
+def _mean_se(xs: list[float]) -> dict:
+    se = statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else None
+    return {"mean": statistics.fmean(xs), "se": se, "n": len(xs)}
+
+
+def bench_end_to_end(reps, authors_dir, jax_python, horizon=10_000, epsilon=1.0, m0=0.15):
+    """P5: one repetition end to end, ours and the authors' alternated (see the module doc)."""
+    have_authors = (authors_dir / "SparseBandit" / "fliphat_simulation_utils.py").exists() and (
+        Path(jax_python).exists()
+    )
+    ours, ours_json, theirs = [], [], []
+    for i in range(reps):
+        # alternate who goes first, so that drift of the machine hits both sides alike
+        order = ("ours", "ours_json", "authors")
+        for side in order if i % 2 == 0 else order[::-1]:
+            if side == "ours":
+                ours.append(_ours(i, horizon, epsilon, m0, write_json=False))
+            elif side == "ours_json":
+                ours_json.append(_ours(i, horizon, epsilon, m0, write_json=True))
+            elif have_authors:
+                theirs.append(_authors(i, horizon, epsilon, m0, authors_dir, jax_python))
+    out = {
+        "protocol": {
+            "setting": f"FLIPHAT paper env: d = 400, K = 3, s* = 5, AR(0.1) contexts, "
+            f"N(0, 0.1²) noise, T = {horizon}, ε = {epsilon}, δ = 0.01",
+            "profile": "paper-as-authors: calibration=paper, clip_contexts=false, "
+            f"m_schedule=log (⌊{m0}·ln(1 + n·b_max²)⌋ iterations, zero allowed), s=10, "
+            "eta=1e-4, b_max = C = ‖β*‖₁ (oracle, as the authors)",
+            "ours": "python -m streaming_dpbandit.cli simulate ... --seeds 1 --jobs 1 "
+            "(fresh process: start-up, simulation, regret table; the regret is read from the "
+            "table, the authors' output is a regret too)",
+            "ours_json": "the same with --json FILE: the JSON's privacy block adds the PLD "
+            "accountant's ε at δ (dp-accounting, with scipy.stats, is imported)",
+            "authors": "bench/fliphat_authors_run.py: their SLCB.play() of simulation.py's "
+            "setting 2, one ε, data drawn up front (fresh process, their JAX 0.4.23)",
+            "repetitions": reps,
+            "order": "alternated pairs (ours first in even pairs, authors first in odd ones)",
+            "timing": "wall and CPU (user + sys, from getrusage of the child) per process; "
+            "medians; the machine is shared, so CPU seconds are the steadier figure",
+            "caveat": "the authors' play() runs its last episode to full length (2^13 − 1 "
+            "rounds from t = 8,191; JAX clamps the indices past T), so it decides 16,370 "
+            "rounds for T = 10⁴; its regret is read at T",
+            "seeds": "each side draws its own data from its own seed i (same law, same β*)",
+        },
+        "ours": ours,
+        "ours_json": ours_json,
+        "ours_regret": _mean_se([r["regret"] for r in ours]),
+        "ours_median_wall_s": statistics.median(r["wall_s"] for r in ours),
+        "ours_median_cpu_s": statistics.median(r["cpu_s"] for r in ours),
+        "ours_median_loop_s": statistics.median(r["simulate_loop_s"] for r in ours),
+        "ours_json_median_wall_s": statistics.median(r["wall_s"] for r in ours_json),
+        "ours_json_median_cpu_s": statistics.median(r["cpu_s"] for r in ours_json),
+    }
+    if not theirs:
+        out["authors"] = (
+            f"not run: needs {authors_dir}/SparseBandit (github.com/sunritc/FLIPHAT) and a "
+            f"Python with JAX at {jax_python} (see the module docstring)"
+        )
+        return out
+    ra, rb = _mean_se([r["regret"] for r in ours]), _mean_se([r["regret"] for r in theirs])
+    se = ((ra["se"] or 0) ** 2 + (rb["se"] or 0) ** 2) ** 0.5
+    out |= {
+        "authors": theirs,
+        "authors_regret": rb,
+        "regret_difference_in_se": (ra["mean"] - rb["mean"]) / se if se > 0 else None,
+        "authors_median_wall_s": statistics.median(r["wall_s"] for r in theirs),
+        "authors_median_cpu_s": statistics.median(r["cpu_s"] for r in theirs),
+    }
+    out["speedup_wall"] = out["authors_median_wall_s"] / out["ours_median_wall_s"]
+    out["speedup_cpu"] = out["authors_median_cpu_s"] / out["ours_median_cpu_s"]
+    out["speedup_wall_per_pair"] = [b["wall_s"] / a["wall_s"] for a, b in zip(ours, theirs)]
+    out["speedup_cpu_per_pair"] = [b["cpu_s"] / a["cpu_s"] for a, b in zip(ours, theirs)]
+    out["speedup_wall_with_json"] = out["authors_median_wall_s"] / out["ours_json_median_wall_s"]
+    out["speedup_cpu_with_json"] = out["authors_median_cpu_s"] / out["ours_json_median_cpu_s"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument(
+        "--sections",
+        default="refit,simulation,memory,end_to_end",
+        help="comma-separated sections to run",
+    )
+    ap.add_argument("--e2e-reps", type=int, default=5, help="end_to_end: alternated pairs")
+    ap.add_argument("--authors-dir", type=Path, default=ROOT / ".cache" / "fliphat-authors")
+    ap.add_argument("--jax-python", default=str(ROOT / ".cache" / "venv-jax" / "bin" / "python"))
     args = ap.parse_args()
+    sections = set(args.sections.split(","))
     if args.quick:
         ns, ds, horizon, mem_eps = [2**10, 2**12], [100, 400], 4096, 8
     else:
@@ -178,13 +355,23 @@ def main():
             "python": platform.python_version(),
             "numpy": np.__version__,
             "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg(),
         },
-        "refit": bench_refit(ns, ds),
-        "refit_m3_gram_or_rows": bench_refit(ns[:2], ds[:2], iterations=3),
-        "simulation": bench_simulation(horizon),
-        "memory": [bench_memory(400, mem_eps, "gram"), bench_memory(400, mem_eps, "h")],
     }
-    for row in result["refit"] + result["refit_m3_gram_or_rows"]:
+    if "refit" in sections:
+        result["refit"] = bench_refit(ns, ds)
+        result["refit_m3_gram_or_rows"] = bench_refit(ns[:2], ds[:2], iterations=3)
+    if "simulation" in sections:
+        result["simulation"] = bench_simulation(horizon)
+    if "memory" in sections:
+        result["memory"] = [bench_memory(400, mem_eps, "gram"), bench_memory(400, mem_eps, "h")]
+    if "end_to_end" in sections:
+        result["end_to_end"] = bench_end_to_end(
+            1 if args.quick else args.e2e_reps, args.authors_dir, args.jax_python
+        )
+    result["machine"]["load_average_at_end"] = os.getloadavg()
+    for row in result.get("refit", []) + result.get("refit_m3_gram_or_rows", []):
         for k, v in row.items():
             if isinstance(v, float):
                 row[k] = float(f"{v:.4g}")

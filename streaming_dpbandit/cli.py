@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import ConfigError, parse_kv, policy_config
+from .errors import ConfigError
+
+# Heavy modules (the pydantic configuration, numpy, the policies, River, matplotlib, Kafka) are
+# imported by the commands that use them, so that ``dpbandit --help`` starts at once
+# (tests/test_imports.py checks the import graph).
 
 __all__ = ["main"]
 
@@ -22,6 +26,20 @@ EXIT_USAGE = 2
 #: Policies that serve slates over a matroid (no per-arm contexts, no dimension d).
 SLATE_POLICIES = ("dpucb-mat", "dpts-mat")
 EXIT_TARGET_FAILED = 1
+
+
+def parse_kv(items: list[str] | None, what: str = "--policy-param") -> dict:
+    """:func:`streaming_dpbandit.config.parse_kv`, imported on first use."""
+    from .config import parse_kv
+
+    return parse_kv(items, what)
+
+
+def policy_config(name: str, params: dict):
+    """:func:`streaming_dpbandit.config.policy_config`, imported on first use."""
+    from .config import policy_config
+
+    return policy_config(name, params)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -25,25 +25,28 @@ from pydantic import (
     model_validator,
 )
 
-from .policies import (
-    DPTSMAT,
-    DPUCBMAT,
-    FLIPHAT,
-    LDPGLB,
-    LDPGLOC,
-    LDPUCB,
-    DPLinUCB,
-    GreedyRidge,
-    LassoBandit,
-    LinUCB,
-    LinUCBDisjoint,
-    Policy,
-    PrivateLASSO,
-    RandomPolicy,
-    SALassoBandit,
-    TablePolicy,
-    THLassoBandit,
-)
+from .errors import ConfigError
+
+# The policy classes are imported where they are used (``build``, the table policy's check), so
+# that importing the configuration loads neither numpy nor the policies.
+if TYPE_CHECKING:
+    from .policies import (
+        FLIPHAT,
+        LDPGLB,
+        LDPGLOC,
+        LDPUCB,
+        DPLinUCB,
+        GreedyRidge,
+        LassoBandit,
+        LinUCB,
+        LinUCBDisjoint,
+        Policy,
+        PrivateLASSO,
+        RandomPolicy,
+        SALassoBandit,
+        TablePolicy,
+        THLassoBandit,
+    )
 
 __all__ = [
     "ConfigError",
@@ -75,12 +78,10 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """A user-facing configuration error (printed as one line by the CLI)."""
-
-
 class _PolicyConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a model's validator is built when it is first used, not at import (most
+    # commands use one or two of these models; building them all took ≈ 0.2 s of start-up)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     private: bool = False
 
     def build(self, seed: int | None = None, **overrides) -> Policy:
@@ -147,6 +148,8 @@ class FliphatConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> FLIPHAT:
+        from .policies import FLIPHAT
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return FLIPHAT(**params, seed=seed)
@@ -159,6 +162,8 @@ class RandomConfig(_PolicyConfig):
     d: int | None = Field(None, gt=0)
 
     def build(self, seed: int | None = None, **overrides) -> RandomPolicy:
+        from .policies import RandomPolicy
+
         return RandomPolicy(**{"d": self.d, **overrides}, seed=seed)
 
 
@@ -171,6 +176,8 @@ class TableConfig(_PolicyConfig):
 
     @model_validator(mode="after")
     def _check(self):
+        from .policies import TablePolicy
+
         try:
             TablePolicy(self.probabilities)._table()
         except ValueError as err:
@@ -178,6 +185,8 @@ class TableConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> TablePolicy:
+        from .policies import TablePolicy
+
         params = {"probabilities": self.probabilities, "d": self.d, **overrides}
         return TablePolicy(**params, seed=seed)
 
@@ -193,6 +202,8 @@ class LassoBanditConfig(_PolicyConfig):
     max_iter: int = Field(1000, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> LassoBandit:
+        from .policies import LassoBandit
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LassoBandit(**params, seed=seed)
@@ -211,6 +222,8 @@ class LinUCBConfig(_PolicyConfig):
     batch_size: int = Field(1, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> LinUCB:
+        from .policies import LinUCB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LinUCB(**params, seed=seed)
@@ -235,6 +248,8 @@ class LinUCBDisjointConfig(_PolicyConfig):
     pending_capacity: int = Field(1 << 16, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> LinUCBDisjoint:
+        from .policies import LinUCBDisjoint
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LinUCBDisjoint(**params, seed=seed)
@@ -249,6 +264,8 @@ class GreedyConfig(_PolicyConfig):
     batch_size: int = Field(1, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> GreedyRidge:
+        from .policies import GreedyRidge
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return GreedyRidge(**params, seed=seed)
@@ -292,6 +309,8 @@ class DPLinUCBConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> DPLinUCB:
+        from .policies import DPLinUCB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return DPLinUCB(**params, seed=seed)
@@ -371,6 +390,8 @@ class PrivateLassoConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> PrivateLASSO:
+        from .policies import PrivateLASSO
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return PrivateLASSO(**params, seed=seed)
@@ -393,6 +414,8 @@ class THLassoConfig(_LassoBaselineConfig):
     first_refit: int = Field(2, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> THLassoBandit:
+        from .policies import THLassoBandit
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return THLassoBandit(**params, seed=seed)
@@ -407,13 +430,15 @@ class SALassoConfig(_LassoBaselineConfig):
     refit_every: int = Field(200, ge=1)
 
     def build(self, seed: int | None = None, **overrides) -> SALassoBandit:
+        from .policies import SALassoBandit
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return SALassoBandit(**params, seed=seed)
 
 
 class _Matroid(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     expected_rank: int | None = Field(None, ge=1, description="assertion on the computed rank")
 
 
@@ -499,6 +524,8 @@ class DPMatroidConfig(_PolicyConfig):
         params = self.model_dump(exclude={"policy", "private", "items"})
         params["item_ids"] = self.item_ids()
         params.update(overrides)
+        from .policies import DPTSMAT, DPUCBMAT
+
         cls = DPUCBMAT if self.policy == "dpucb-mat" else DPTSMAT
         return cls(**params, seed=seed)
 
@@ -577,6 +604,8 @@ class LDPGLBConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> LDPGLB:
+        from .policies import LDPGLB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LDPGLB(**params, seed=seed)
@@ -600,6 +629,8 @@ class LDPUCBConfig(_PolicyConfig):
     bandit_id: str = "default"
 
     def build(self, seed: int | None = None, **overrides) -> LDPUCB:
+        from .policies import LDPUCB
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LDPUCB(**params, seed=seed)
@@ -631,6 +662,8 @@ class LDPGLOCConfig(_PolicyConfig):
         return self
 
     def build(self, seed: int | None = None, **overrides) -> LDPGLOC:
+        from .policies import LDPGLOC
+
         params = self.model_dump(exclude={"policy", "private"})
         params.update(overrides)
         return LDPGLOC(**params, seed=seed)
@@ -783,7 +816,7 @@ from pydantic_settings import (  # noqa: E402
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class TopicsSettings(_Section):
@@ -803,7 +836,7 @@ class KafkaSettings(_Section):
     bootstrap_servers: str = Field(min_length=1)
     group_id: str = "dpbandit"
     client_id: str = "dpbandit"
-    topics: TopicsSettings = TopicsSettings()
+    topics: TopicsSettings = Field(default_factory=TopicsSettings)
     create_topics: bool = True
     partitions: int = Field(6, ge=1)
     replication_factor: int = Field(1, ge=1)
@@ -905,7 +938,7 @@ class BanditSettings(_Section):
         description="local: devices privatise their own reports (policy ldp-glb); the feedback "
         "topic carries LDP reports and the service publishes model snapshots",
     )
-    local: LocalBanditSettings = LocalBanditSettings()
+    local: LocalBanditSettings = Field(default_factory=LocalBanditSettings)
     feedback_window: float = Field(60.0, gt=0, description="seconds of event time")
     on_expiry: Literal["drop", "default"] = "drop"
     default_reward: float = 0.0
@@ -983,18 +1016,22 @@ class ServiceSettings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="DPBANDIT_", env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix="DPBANDIT_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+        defer_build=True,
     )
 
     mode: Literal["service", "simulation"] = "service"
     kafka: KafkaSettings | None = None
-    scaling: ScalingSettings = ScalingSettings()
-    simulation: SimulationSource = SimulationSource()
+    scaling: ScalingSettings = Field(default_factory=ScalingSettings)
+    simulation: SimulationSource = Field(default_factory=SimulationSource)
     file: FileSource | None = None
     bandits: dict[str, BanditSettings] = Field(default_factory=dict)
-    snapshots: SnapshotSettings = SnapshotSettings()
-    metrics: MetricsSettings = MetricsSettings()
-    model_server: ModelServerSettings = ModelServerSettings()
+    snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    model_server: ModelServerSettings = Field(default_factory=ModelServerSettings)
     max_message_bytes: int = Field(1_000_000, ge=1024)
     max_batch: int = Field(2048, ge=1)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -15,6 +15,23 @@ def test_contexts_equal_cholesky_of_the_ar_covariance():
     np.testing.assert_allclose(X.reshape(10, 60), z @ np.linalg.cholesky(S).T, atol=1e-12)
 
 
+@pytest.mark.parametrize("rows", [3, 511, 512, 3000])
+def test_ar_filter_paths_equal_lfilter_bit_for_bit(rows):
+    """Both paths of ar_filter (lfilter below LFILTER_MAX_ROWS, the column recurrence above)
+    return exactly lfilter's values, so a simulation's numbers do not depend on the batch size."""
+    from scipy.signal import lfilter
+
+    from streaming_dpbandit.envs.fliphat_paper import LFILTER_MAX_ROWS, ar_filter
+
+    assert 3 < LFILTER_MAX_ROWS <= 3000
+    z = np.random.default_rng(rows).standard_normal((rows, 400))
+    c = np.sqrt(1 - 0.1**2)
+    ref = z.copy()
+    ref[:, 0] /= c
+    expected = lfilter([c], [1.0, -0.1], ref, axis=-1)
+    assert np.array_equal(ar_filter(z.copy(), 0.1), expected)
+
+
 def test_moments_of_contexts():
     env = FliphatPaperEnv(d=20, K=3)
     X = env.contexts(np.random.default_rng(0), 40_000).reshape(-1, 20)

@@ -19,7 +19,6 @@ actions by an orthogonal Q with Q e₁ = θ*.
 from __future__ import annotations
 
 import numpy as np
-from scipy import integrate
 
 from .base import Environment
 
@@ -157,6 +156,8 @@ class ShariffSheffetEnv(Environment):
 
     def mean_suboptimal_projection(self) -> float:
         """E[h] of a non-optimal action (truncated, rescaled Beta)."""
+        from scipy import integrate
+
         lo, hi = self._h_range()
         p = (self.d - 3) / 2.0
         dens = lambda x: (1.0 - x * x) ** p  # noqa: E731

@@ -31,7 +31,7 @@ def _fmt_eps(v) -> str:
 
 def simulation_table(result: SimulationResult) -> str:
     rows = []
-    for row in result.summary():
+    for row in result.summary(pld=False):  # the table shows no PLD figure
         pr = row["privacy"]
         f = row["final_regret"]
         if pr["private"] and pr.get("epsilon_zcdp") is not None:

@@ -214,13 +214,15 @@ class SimulationResult:
             raise KeyError(f"round {t} is not on the recorded grid")
         return self.curves[key][:, i]
 
-    def privacy(self, spec: RunSpec) -> dict:
+    def privacy(self, spec: RunSpec, pld: bool = True) -> dict:
+        """Privacy spent by a run; ``pld=False`` leaves out ``epsilon_at_delta_pld`` (the PLD
+        accountant: dp-accounting takes about a second to import, with scipy.stats)."""
         recs = self.records[spec.key]
         if spec.epsilon is None:
             return {"private": False, "calibration": "non-private"}
         acc = Accountant(recs)
         bandit = recs[0].bandit_id if recs else "default"
-        sp = acc.spend(bandit, delta=spec.delta)
+        sp = acc.spend(bandit, delta=spec.delta if pld else None)
         out = {
             "private": True,
             "epsilon": sp.basic_epsilon,
@@ -230,6 +232,8 @@ class SimulationResult:
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }
+        if not pld:
+            del out["epsilon_at_delta_pld"]
         if sp.rho is not None and spec.delta and sp.pure_epsilon is None:  # pure ε: exact already
             from ..privacy.zcdp import epsilon_from_rho
 
@@ -244,7 +248,7 @@ class SimulationResult:
             out["label"] = PAPER_LABEL
         return out
 
-    def summary(self) -> list[dict]:
+    def summary(self, pld: bool = True) -> list[dict]:
         rows = []
         for spec in self.specs:
             f = self.finals[spec.key]
@@ -271,7 +275,7 @@ class SimulationResult:
                         "se": cse.tolist(),
                         "per_run": self.curves[spec.key].tolist(),
                     },
-                    "privacy": self.privacy(spec),
+                    "privacy": self.privacy(spec, pld),
                     "counters": self.counters.get(spec.key, {}),
                 }
             )

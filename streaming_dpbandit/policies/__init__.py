@@ -1,53 +1,91 @@
-"""Bandit policies, one per file, all sharing :class:`~.base.Policy`'s interface."""
+"""Bandit policies, one per file, all sharing :class:`~.base.Policy`'s interface.
 
+The policy modules are imported on first use (``from streaming_dpbandit.policies import FLIPHAT``,
+``REGISTRY["fliphat"]``): together they import SciPy's linear algebra, optimisation and sparse
+modules, and ``OneHotArms`` River's bandit module, which one policy seldom needs.
+"""
+
+from __future__ import annotations
+
+from ..utils.lazy import LazyRegistry, lazy_attribute
 from .base import DecisionBatch, Policy
-from .dp_linucb import DPLinUCB
-from .dpts_mat import DPTSMAT
-from .dpucb_mat import DPUCBMAT
-from .fliphat import FLIPHAT
-from .greedy import GreedyRidge
-from .lasso_bandit import LassoBandit
-from .ldp_glb import LDPGLB
-from .ldp_gloc import LDPGLOC
-from .ldp_ucb import LDPUCB
-from .linucb import LinUCB
-from .linucb_disjoint import LinUCBDisjoint
-from .matroid_base import MatroidPolicy, SlateBatch
-from .matroid_baselines import OMM, CTSGaussian
-from .multi_armed import OneHotArms
-from .private_lasso import PrivateLASSO
-from .private_lasso_paper import PrivateLASSOPaper
-from .random import RandomPolicy
-from .sa_lasso import SALassoBandit
-from .table import TablePolicy
-from .th_lasso import THLassoBandit
+
+#: Module of each public class of the package.
+_MODULES = {
+    "CTSGaussian": "matroid_baselines",
+    "DPLinUCB": "dp_linucb",
+    "DPTSMAT": "dpts_mat",
+    "DPUCBMAT": "dpucb_mat",
+    "FLIPHAT": "fliphat",
+    "GreedyRidge": "greedy",
+    "LDPGLB": "ldp_glb",
+    "LDPGLOC": "ldp_gloc",
+    "LDPUCB": "ldp_ucb",
+    "LassoBandit": "lasso_bandit",
+    "LinUCB": "linucb",
+    "LinUCBDisjoint": "linucb_disjoint",
+    "MatroidPolicy": "matroid_base",
+    "OMM": "matroid_baselines",
+    "OneHotArms": "multi_armed",
+    "PrivateLASSO": "private_lasso",
+    "PrivateLASSOPaper": "private_lasso_paper",
+    "RandomPolicy": "random",
+    "SALassoBandit": "sa_lasso",
+    "SlateBatch": "matroid_base",
+    "THLassoBandit": "th_lasso",
+    "TablePolicy": "table",
+}
+
+
+def _entries(names: dict[str, str]) -> dict[str, tuple[str, str]]:
+    return {key: (_MODULES[cls], cls) for key, cls in names.items()}
+
 
 #: Policies by registry name (the CLI's ``--policy``).
-REGISTRY: dict[str, type[Policy]] = {
-    FLIPHAT.name: FLIPHAT,
-    RandomPolicy.name: RandomPolicy,
-    LassoBandit.name: LassoBandit,
-    LinUCB.name: LinUCB,
-    LinUCBDisjoint.name: LinUCBDisjoint,
-    GreedyRidge.name: GreedyRidge,
-    DPLinUCB.name: DPLinUCB,
-    PrivateLASSO.name: PrivateLASSO,
-    THLassoBandit.name: THLassoBandit,
-    SALassoBandit.name: SALassoBandit,
-    LDPGLB.name: LDPGLB,
-    LDPUCB.name: LDPUCB,
-    LDPGLOC.name: LDPGLOC,
-    TablePolicy.name: TablePolicy,
-}
+REGISTRY: LazyRegistry = LazyRegistry(
+    __name__,
+    _entries(
+        {
+            "fliphat": "FLIPHAT",
+            "random": "RandomPolicy",
+            "lasso-bandit": "LassoBandit",
+            "linucb": "LinUCB",
+            "linucb-disjoint": "LinUCBDisjoint",
+            "greedy": "GreedyRidge",
+            "dp-linucb": "DPLinUCB",
+            "private-lasso": "PrivateLASSO",
+            "th-lasso": "THLassoBandit",
+            "sa-lasso": "SALassoBandit",
+            "ldp-glb": "LDPGLB",
+            "ldp-ucb": "LDPUCB",
+            "ldp-gloc": "LDPGLOC",
+            "table": "TablePolicy",
+        }
+    ),
+)
 
 #: Slate (matroid) policies by registry name: they decide with ``decide_slates``, not
 #: ``decide``; OMM and CTS-Gaussian are non-private, simulation-only baselines.
-SLATE_REGISTRY: dict[str, type[MatroidPolicy]] = {
-    DPUCBMAT.name: DPUCBMAT,
-    DPTSMAT.name: DPTSMAT,
-    OMM.name: OMM,
-    CTSGaussian.name: CTSGaussian,
-}
+SLATE_REGISTRY: LazyRegistry = LazyRegistry(
+    __name__,
+    _entries(
+        {
+            "dpucb-mat": "DPUCBMAT",
+            "dpts-mat": "DPTSMAT",
+            "omm": "OMM",
+            "cts-gaussian": "CTSGaussian",
+        }
+    ),
+)
+
+
+def __getattr__(name: str):
+    return lazy_attribute(__name__, _MODULES, name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULES])
+
 
 __all__ = [
     "DPTSMAT",

@@ -1,6 +1,7 @@
 """The policy interface shared by every bandit algorithm of the product (DESIGN §4).
 
-A policy is River-compatible — it subclasses ``river.bandit.base.ContextualPolicy``, so
+A policy is River-compatible — a virtual subclass of ``river.bandit.base.ContextualPolicy``
+(registered without importing River's bandit module, see ``_river.py``), so
 ``pull(arm_ids, context)`` / ``update(arm_id, context, reward)`` work and River's harnesses can
 drive it — but its fast path is vectorised:
 
@@ -47,12 +48,13 @@ import secrets
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from river.bandit.base import ContextualPolicy
+from river.base import Base
 
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
 from ..utils.hashing import uniform_coins
+from ._river import register_contextual_policy
 
 __all__ = ["DecisionBatch", "Policy", "argmax_random_ties", "context_matrix"]
 
@@ -148,7 +150,8 @@ def context_matrix(arm_ids: Sequence, context, d: int | None = None) -> np.ndarr
     return X
 
 
-class Policy(ContextualPolicy, abc.ABC):
+@register_contextual_policy
+class Policy(Base, abc.ABC):
     """Base class of every policy. Subclasses implement the vectorised methods."""
 
     #: Registry name of the policy (e.g. ``"fliphat"``).
@@ -168,8 +171,9 @@ class Policy(ContextualPolicy, abc.ABC):
     #: shared-context dict ``{feature: value}`` is accepted by ``pull``/``update``.
     keyed_by_arm_id: bool = False
 
-    # River's Policy.__init__ sets reward bookkeeping we do not use; subclasses store their own
-    # parameters only (River idiom) and build state lazily.
+    # River's Policy.__init__ sets reward bookkeeping we do not use (hence no subclassing of
+    # ContextualPolicy, only its interface); subclasses store their own parameters only
+    # (River idiom) and build state lazily.
 
     # -- vectorised interface --------------------------------------------------------------
     @abc.abstractmethod
@@ -351,7 +355,7 @@ class Policy(ContextualPolicy, abc.ABC):
         return X
 
     # -- River compatibility ---------------------------------------------------------------
-    def _pull(self, arm_ids, context):  # River's abstract hook
+    def _pull(self, arm_ids, context):  # River's abstract hook (kept for River's callers)
         return self.pull(arm_ids, context)
 
     def pull(self, arm_ids, context=None):

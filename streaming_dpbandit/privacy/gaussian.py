@@ -17,12 +17,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, special
+
+# scipy.special and scipy.optimize (≈ 0.3 s to import) are imported by the functions that use
+# them: every policy module imports this one, few policies calibrate a Gaussian mechanism.
 
 __all__ = ["GaussianMechanism", "analytic_gaussian_sigma", "gaussian_delta"]
 
 
 def _log_ndtr(x: float) -> float:
+    from scipy import special
+
     return float(special.log_ndtr(x))
 
 
@@ -52,6 +56,8 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     lo, hi = 1e-6 * sensitivity, sensitivity
     while gaussian_delta(hi, epsilon, sensitivity) > delta:
         hi *= 2.0
+    from scipy import optimize
+
     f = lambda s: gaussian_delta(s, epsilon, sensitivity) - delta  # noqa: E731
     sigma = optimize.brentq(f, lo, hi, xtol=1e-12 * sensitivity, rtol=1e-12, maxiter=500)
     # brentq may land a hair below the root; step up until the guarantee holds exactly.

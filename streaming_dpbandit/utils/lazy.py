@@ -1,0 +1,70 @@
+"""Registries whose classes are imported on first use (start-up time, issue 24).
+
+A package that registers one class per module (policies, environments) would otherwise import
+every module, and every heavy dependency of any of them, to use one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+
+__all__ = ["LazyRegistry", "lazy_attribute"]
+
+
+def lazy_attribute(package: str, where: Mapping[str, str], name: str):
+    """Attribute ``name`` of ``package`` from its submodule ``where[name]`` (PEP 562 helper).
+
+    >>> lazy_attribute("streaming_dpbandit.policies", {"FLIPHAT": "fliphat"}, "FLIPHAT").name
+    'fliphat'
+    """
+    module = where.get(name)
+    if module is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{package}.{module}"), name)
+
+
+class LazyRegistry(Mapping):
+    """Read-only mapping ``registry name → class``; a class is imported when first looked up.
+
+    Parameters
+    ----------
+    package
+        The package holding the modules.
+    entries
+        ``{registry name: (module, class name)}``; each class's own ``name`` attribute must
+        equal its registry name (checked when it is imported).
+
+    Examples
+    --------
+    >>> reg = LazyRegistry("streaming_dpbandit.policies", {"random": ("random", "RandomPolicy")})
+    >>> sorted(reg), reg["random"].__name__, "fliphat" in reg
+    (['random'], 'RandomPolicy', False)
+    """
+
+    def __init__(self, package: str, entries: Mapping[str, tuple[str, str]]):
+        self._package = package
+        self._entries = dict(entries)
+        self._loaded: dict[str, type] = {}
+
+    def __getitem__(self, key: str) -> type:
+        cls = self._loaded.get(key)
+        if cls is None:
+            module, attr = self._entries[key]
+            cls = getattr(importlib.import_module(f"{self._package}.{module}"), attr)
+            if getattr(cls, "name", key) != key:
+                raise RuntimeError(f"{attr}.name is {cls.name!r}, registered as {key!r}")
+            self._loaded[key] = cls
+        return cls
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __repr__(self) -> str:
+        return f"LazyRegistry({self._package!r}, {sorted(self._entries)})"

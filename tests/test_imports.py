@@ -1,0 +1,107 @@
+"""Start-up: importing the package and ``dpbandit --help`` load no heavy module (issue 24).
+
+Checked on the import graph in a fresh interpreter, not on a time (speed is measured in bench/):
+River's bandit module (≈ 1 s through scipy.stats), scipy.stats, matplotlib, Kafka, dp-accounting
+and Prometheus are imported by the commands that use them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("river", "scipy", "numpy", "matplotlib", "kafka", "dp_accounting", "prometheus_client")
+HEAVY_FOR_POLICIES = ("river.bandit", "scipy.stats", "matplotlib", "kafka", "dp_accounting")
+
+
+def loaded_after(code: str) -> set[str]:
+    """Top-level names of the modules in sys.modules after running ``code`` in a fresh process."""
+    probe = (
+        f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)), file=sys.__stderr__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        timeout=120,
+    )
+    last = out.stderr.strip().splitlines()[-1]
+    return set(json.loads(last))
+
+
+def heavy(modules: set[str], names=HEAVY) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in names))
+
+
+def test_import_package_loads_nothing_heavy():
+    assert heavy(loaded_after("import streaming_dpbandit")) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"], ["serve", "--help"]])
+def test_help_loads_nothing_heavy(argv):
+    code = (
+        "from streaming_dpbandit.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+    )
+    mods = loaded_after(code)
+    assert "streaming_dpbandit.cli" in mods
+    assert heavy(mods, (*HEAVY, "pydantic", "streaming_dpbandit.config")) == []
+
+
+def test_policies_do_not_load_river_bandit_or_scipy_stats():
+    """The policies are River-compatible without importing River's bandit module."""
+    mods = loaded_after("import streaming_dpbandit.policies")
+    assert heavy(mods, HEAVY_FOR_POLICIES) == []
+
+
+def test_river_registration_when_river_bandit_is_imported_later_or_first():
+    later = (
+        "from streaming_dpbandit.policies import FLIPHAT, LinUCB\n"
+        "from river import bandit\n"
+        "assert isinstance(LinUCB(d=2), bandit.base.ContextualPolicy)\n"
+        "assert issubclass(FLIPHAT, bandit.base.ContextualPolicy)\n"
+    )
+    first = "from river import bandit\n" + later
+    for code in (later, first):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+
+
+def test_simulate_table_does_without_the_pld_accountant_json_keeps_it(tmp_path):
+    """The table shows basic ε, δ (no PLD figure): printing it does not import dp-accounting;
+    the JSON still carries the PLD accountant's ε at δ."""
+    out = tmp_path / "sim.json"
+    code = (
+        "from streaming_dpbandit.cli import main\n"
+        "main(['simulate', '--policy', 'fliphat', '--seeds', '1', '--jobs', '1',\n"
+        "      '--no-progress', '--horizon', '300', '--env-param', 'd=20'])\n"
+    )
+    assert heavy(loaded_after(code), ("dp_accounting", "river.bandit", "scipy.stats")) == []
+    code_json = code.replace("'d=20'", f"'d=20', '--json', {str(out)!r}")
+    assert "dp_accounting" in loaded_after(code_json)
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["privacy"]["epsilon_at_delta_pld"] <= run["privacy"]["epsilon"] + 1e-9
+
+
+def test_lazy_registries_resolve_every_entry_and_name():
+    from streaming_dpbandit import envs, policies
+
+    for module, registries in (
+        (policies, (policies.REGISTRY, policies.SLATE_REGISTRY)),
+        (envs, (envs.REGISTRY, envs.MATROID_REGISTRY)),
+    ):
+        for registry in registries:
+            for key in registry:
+                assert registry[key].name == key
+        for name in module.__all__:
+            assert getattr(module, name) is not None
+        with pytest.raises(AttributeError):
+            module.NoSuchPolicy  # noqa: B018
