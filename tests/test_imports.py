@@ -77,11 +77,13 @@ def test_river_registration_when_river_bandit_is_imported_later_or_first():
 
 def test_simulate_table_does_without_the_pld_accountant_json_keeps_it(tmp_path):
     """The table shows basic ε, δ (no PLD figure): printing it does not import dp-accounting;
-    the JSON still carries the PLD accountant's ε at δ."""
+    the JSON still carries the PLD accountant's ε at δ. (FLIPHAT's certified default calibrates
+    Peeling with the PLD accountant, so the closed form is chosen here.)"""
     out = tmp_path / "sim.json"
     code = (
         "from streaming_dpbandit.cli import main\n"
         "main(['simulate', '--policy', 'fliphat', '--seeds', '1', '--jobs', '1',\n"
+        "      '--policy-param', 'accountant=closed_form',\n"
         "      '--no-progress', '--horizon', '300', '--env-param', 'd=20'])\n"
     )
     assert heavy(loaded_after(code), ("dp_accounting", "river.bandit", "scipy.stats")) == []
