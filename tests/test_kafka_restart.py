@@ -10,6 +10,7 @@ getting the partitions within half the session shows the restart did not wait fo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,12 +18,15 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 import yaml
-from stream_helpers import BANDIT, bandit_config, kafka_topics
+from kafka import KafkaProducer
+from stream_helpers import BANDIT, D, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.schemas import context_message
 
 pytestmark = pytest.mark.kafka
 
@@ -117,13 +121,24 @@ def test_a_restart_gets_the_partitions_without_waiting_for_the_session(
 def test_a_second_process_with_the_same_static_membership_stops_the_first(kafka_broker, tmp_path):
     """Single mode runs one process per group; a second one with the same (default)
     ``group.instance.id`` fences the first, which stops with one clear error line and exit
-    status 2 instead of going on deciding next to it."""
+    status 2 at its next offset commit (after a snapshot) instead of going on deciding next to
+    it."""
     name = f"fenced-{os.getpid()}"
     log_path = tmp_path / "a.log"
+    data = settings_data(kafka_broker.bootstrap, name, tmp_path / "a")
+    data["snapshots"]["interval_s"] = 1.0
     with log_path.open("a") as log:
-        first = serve(settings_data(kafka_broker.bootstrap, name, tmp_path / "a"), tmp_path, log)
+        first = serve(data, tmp_path, log)
         try:
             wait_assigned(log_path, 120)
+            producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+            for i in range(20):  # offsets to commit
+                msg = context_message(f"e{i}", BANDIT, 1000.0 + i, np.ones((3, D)) / D, list("abc"))
+                producer.send(
+                    f"{name}.contexts", key=BANDIT.encode(), value=json.dumps(msg).encode()
+                )
+            producer.flush()
+            producer.close()
             other = settings(kafka_broker.bootstrap, name, tmp_path / "b")
             transport = KafkaTransport(other.kafka)
             transport.open({})

@@ -338,6 +338,17 @@ class KafkaTransport(Transport):
         )
         self.consumer.subscribe([s.topics.contexts, s.topics.feedback], listener=Listener())
 
+    def _fenced(self) -> Exception:
+        """The error of a static member that another process replaced (kafka-python reports
+        it at the next offset commit or poll; until then the client keeps fetching)."""
+        from .service import ServiceStartError
+
+        return ServiceStartError(
+            f"another process joined consumer group {self.settings.group_id!r} as static "
+            f"member {self.instance_id!r}: run one `dpbandit serve` per group in "
+            "scaling.mode single (docs/operations.md, Scaling)"
+        )
+
     def _rejoin(self) -> None:
         """Replace a consumer whose group join stalled (see the module docstring)."""
         self.join_restarts += 1
@@ -368,13 +379,7 @@ class KafkaTransport(Transport):
         try:
             batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except FencedInstanceIdError:
-            from .service import ServiceStartError
-
-            raise ServiceStartError(
-                f"another process joined consumer group {self.settings.group_id!r} as static "
-                f"member {self.instance_id!r}: run one `dpbandit serve` per group in "
-                "scaling.mode single (docs/operations.md, Scaling)"
-            ) from None
+            raise self._fenced() from None
         if not batches and self.watchdog.stalled(self.consumer):
             self._rejoin()
             return []
@@ -448,9 +453,13 @@ class KafkaTransport(Transport):
             if tp in mine
         }
         if data:
+            from kafka.errors import FencedInstanceIdError
+
             self._to_commit = data
             try:
                 self.consumer.commit_async(data, callback=_log_commit_failure)
+            except FencedInstanceIdError:
+                raise self._fenced() from None
             except Exception as err:
                 log.debug("offset commit failed: %s", err)
 
