@@ -103,10 +103,13 @@ class Decisions:
 
 
 def serve(cfg_path: Path, pythonpath: str, log) -> subprocess.Popen:
+    # run from the tree itself: ``python -m`` puts the working directory first on sys.path,
+    # so started from another tree it would run that tree's package whatever PYTHONPATH says
     return subprocess.Popen(
         [sys.executable, "-m", "streaming_dpbandit.cli", "serve", "--config", str(cfg_path)],
         stdout=log,
         stderr=log,
+        cwd=pythonpath,
         env=dict(os.environ, PYTHONPATH=pythonpath, OPENBLAS_NUM_THREADS="1"),
     )
 
@@ -217,6 +220,7 @@ def main() -> None:
         ],
         stdout=gen_log,
         stderr=gen_log,
+        cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
     results = {"rate": args.rate, "trials": args.trials, "work": str(work)}
