@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
@@ -858,11 +859,72 @@ class KafkaSettings(_Section):
         description="re-create the consumer when its group membership has not been stable for "
         "this long (kafka-python 3.0 can stall in a re-join for ever); 0 disables",
     )
+    session_timeout_ms: int = Field(
+        10_000,
+        ge=1000,
+        description="consumer-group session: how long the broker waits for a member that "
+        "stopped heartbeating (a killed process) before its partitions move or a newcomer may "
+        "take them; the broker accepts 6,000-300,000 by default (kafka-python's default, "
+        "45,000, made a restart after kill -9 wait ~45 s)",
+    )
+    heartbeat_interval_ms: int | None = Field(
+        None,
+        ge=100,
+        description="consumer heartbeats; default a fifth of session_timeout_ms (at least 300)",
+    )
+    static_membership: bool = Field(
+        True,
+        description="scaling.mode single: join the consumer group as a static member "
+        "(group.instance.id = group_instance_id, or <group_id>-single), so a restarted "
+        "process takes its partitions back at once, without waiting for the session timeout "
+        "of the one it replaces (docs/operations.md, Restarts)",
+    )
+    group_instance_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="static membership id (KIP-345): in single mode default <group_id>-single; "
+        "in group mode none unless set (then unique per replica, e.g. the pod name)",
+    )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_cafile: str | None = None
+
+    @model_validator(mode="after")
+    def _heartbeat_below_session(self):
+        if self.heartbeat_interval_ms is not None and (
+            self.heartbeat_interval_ms >= self.session_timeout_ms
+        ):
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        return self
+
+    def heartbeat_ms(self) -> int:
+        """The consumer's heartbeat interval: the setting, else a fifth of the session.
+
+        >>> KafkaSettings(bootstrap_servers="h:1", session_timeout_ms=6000).heartbeat_ms()
+        1200
+        """
+        if self.heartbeat_interval_ms is not None:
+            return self.heartbeat_interval_ms
+        return max(300, self.session_timeout_ms // 5)
+
+    def instance_id(self, single: bool) -> str | None:
+        """The consumer's ``group.instance.id`` (None: a dynamic member).
+
+        >>> KafkaSettings(bootstrap_servers="h:1", group_id="shop/eu").instance_id(single=True)
+        'shop_eu-single'
+        >>> KafkaSettings(bootstrap_servers="h:1").instance_id(single=False) is None
+        True
+        """
+        if self.group_instance_id is not None:
+            return self.group_instance_id
+        if not single or not self.static_membership:
+            return None
+        return re.sub(r"[^A-Za-z0-9._-]", "_", self.group_id)[:240] + "-single"
 
 
 class ScalingSettings(_Section):
@@ -880,12 +942,17 @@ class ScalingSettings(_Section):
     commit_interval_s: float = Field(
         1.0, gt=0, description="transaction commit interval: bounds the decisions' visibility"
     )
-    session_timeout_ms: int = Field(
-        10_000,
-        ge=1000,
-        description="consumer-group session: how fast a dead replica's partitions move",
-    )
     transaction_timeout_ms: int = Field(60_000, ge=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data):
+        if isinstance(data, dict) and "session_timeout_ms" in data:
+            raise ValueError(
+                "scaling.session_timeout_ms moved to kafka.session_timeout_ms (one setting for "
+                "both scaling modes)"
+            )
+        return data
 
 
 class SimulationSource(_Section):

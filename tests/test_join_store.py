@@ -69,3 +69,53 @@ def test_a_snapshot_with_held_feedback_as_rows_still_loads():
     ]
     back = JoinStore(d=2, window=5.0, capacity=8, retention=10.0).load_state_dict(old)
     assert back.early == store.early
+
+
+class _CountingPending(dict):
+    """A pending store that counts the decisions read through ``values()``."""
+
+    read = 0
+
+    def values(self):
+        for v in super().values():
+            _CountingPending.read += 1
+            yield v
+
+
+def test_oldest_pending_round_reads_one_decision_when_rounds_came_in_order():
+    """Issue 19, item 6: a bandit waiting for its release asks for the oldest pending round at
+    every poll; that read every pending decision (tens of thousands in a catch-up). Decisions
+    are added in round order, so the oldest is the first pending one. Out of order (never the
+    case in the service), the answer is still the minimum."""
+    rng = np.random.default_rng(0)
+    js = JoinStore(d=1, window=10.0, capacity=20_000, retention=60.0)
+    js.add_many(
+        [f"e{i}" for i in range(10_000)],
+        list(range(1, 10_001)),
+        [1.0] * 10_000,
+        np.zeros((10_000, 1)),
+    )
+    for i in rng.permutation(5_000):  # resolve half of them, in random order
+        js.take_joined(f"e{i}")
+    import collections
+
+    counting = type("CountingOrdered", (_CountingPending, collections.OrderedDict), {})
+    js.pending = counting(js.pending)
+    _CountingPending.read = 0
+    assert js.oldest_pending_round() == 5_001
+    assert _CountingPending.read == 1
+    # out of order: the minimum, by looking at all of them
+    js2 = JoinStore(d=1, window=10.0, capacity=8, retention=60.0)
+    js2.add_many(["a", "b"], [7, 9], [1.0, 1.0], np.zeros((2, 1)))
+    js2.add("c", 3, 1.0, np.zeros(1))
+    assert js2.oldest_pending_round() == 3
+    js3 = JoinStore(d=1, window=10.0, capacity=8, retention=60.0)
+    js3.add_many(["a", "b", "c"], [7, 2, 9], [1.0] * 3, np.zeros((3, 1)))
+    assert js3.oldest_pending_round() == 2
+    js3.take_joined("b")
+    assert js3.oldest_pending_round() == 7
+    # a restored store keeps the order of the snapshot
+    js4 = JoinStore(d=1, window=10.0, capacity=20_000, retention=60.0).load_state_dict(
+        js.state_dict()
+    )
+    assert js4.oldest_pending_round() == 5_001 and js4._rounds_in_order

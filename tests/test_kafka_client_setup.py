@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 from kafka.record import util
+from pydantic import ValidationError
 
 from streaming_dpbandit.config import KafkaSettings
 from streaming_dpbandit.stream import kafka_transport
@@ -23,3 +25,65 @@ def test_a_missing_native_crc32c_is_warned_about_once(monkeypatch, caplog):
         "kafka-python checks record CRC-32C in pure Python, about 3x slower: install the "
         "'crc32c' package (pip install 'kafka-python[crc32c]')"
     ]
+
+
+def test_session_heartbeat_and_static_membership_reach_the_consumer(monkeypatch):
+    """Issue 19, item 4: the single-mode consumer takes its session, heartbeat and static
+    membership from the ``kafka`` settings (kafka-python's defaults, a 45-s session and a
+    dynamic member, made a restart after ``kill -9`` wait for the old member's session)."""
+    import kafka
+
+    created = []
+
+    class Consumer:
+        def __init__(self, **kw):
+            created.append(kw)
+
+        def partitions_for_topic(self, topic):
+            return {0}
+
+        def subscribe(self, topics, listener):
+            pass
+
+    monkeypatch.setattr(kafka, "KafkaConsumer", Consumer)
+    for data, expected in [
+        ({}, (10_000, 2_000, "dpbandit-single")),
+        ({"session_timeout_ms": 6000, "group_id": "a b"}, (6_000, 1_200, "a_b-single")),
+        ({"heartbeat_interval_ms": 500, "group_instance_id": "pod-0"}, (10_000, 500, "pod-0")),
+        ({"static_membership": False}, (10_000, 2_000, None)),
+    ]:
+        t = kafka_transport.KafkaTransport(KafkaSettings(bootstrap_servers="127.0.0.1:9", **data))
+        t.settings = t.settings.model_copy(update={"create_topics": False})
+        t.start_offsets, t.delivered, t.paused = {}, {}, set()
+        t._join()
+        kw = created[-1]
+        assert (
+            kw["session_timeout_ms"],
+            kw["heartbeat_interval_ms"],
+            kw["group_instance_id"],
+        ) == expected, data
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"kafka": {"bootstrap_servers": "h:1", "heartbeat_interval_ms": 10_000}},
+            "heartbeat_interval_ms (10000) must be below session_timeout_ms (10000)",
+        ),
+        (
+            {"kafka": {"bootstrap_servers": "h:1", "group_instance_id": "a/b"}},
+            "group_instance_id",
+        ),
+        (
+            {"kafka": {"bootstrap_servers": "h:1"}, "scaling": {"session_timeout_ms": 6000}},
+            "scaling.session_timeout_ms moved to kafka.session_timeout_ms",
+        ),
+    ],
+)
+def test_bad_session_settings_are_one_clear_error(data, message):
+    from streaming_dpbandit.config import ServiceSettings
+
+    with pytest.raises(ValidationError) as err:
+        ServiceSettings.model_validate({"mode": "service", **data})
+    assert message in str(err.value)

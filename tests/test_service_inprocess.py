@@ -309,3 +309,115 @@ def test_bad_input_leaves_no_reference_cycles_holding_queued_events(stream, tmp_
         gc.garbage.clear()
         gc.enable()
     assert not cyclic & {"ContextEvent", "Pending", "BadInput", "ValidationError", "frame"}
+
+
+class _FetchLikeTransport:
+    """Kafka-like delivery over a recorded stream: the consumer "fetches" ``fetch`` records of
+    one partition, then of the other, and hands them out ``per_poll`` at a time (as kafka-python
+    with a small ``max_poll_records`` does). Contexts run up to a fetch ahead of their feedback,
+    so a bandit blocked at a release has hundreds of queued contexts for many polls."""
+
+    def __init__(self, path, fetch: int = 600, per_poll: int = 20):
+        from streaming_dpbandit.stream.sources import FileSource
+        from streaming_dpbandit.stream.transport import Record
+
+        self.topics = ("dpbandit.contexts", "dpbandit.feedback")
+        logs = {t: [] for t in self.topics}
+
+        def emit(topic, key, value):
+            logs[topic].append(Record(topic, 0, len(logs[topic]), key, value))
+
+        FileSource(path, self.topics).generate(emit, 10**9)
+        self.logs, self.fetch, self.per_poll = logs, fetch, per_poll
+        self.polls = 0
+
+    # the Transport interface, as the service uses it
+    def open(self, start_offsets):
+        self.pos = {t: 0 for t in self.topics}
+        self.buffer, self.turn = [], 0
+
+    def poll(self, max_records, timeout_s):
+        self.polls += 1
+        if not self.buffer:
+            for _ in self.topics:  # the next partition with records left
+                topic = self.topics[self.turn % 2]
+                self.turn += 1
+                start = self.pos[topic]
+                self.buffer = self.logs[topic][start : start + self.fetch]
+                self.pos[topic] += len(self.buffer)
+                if self.buffer:
+                    break
+        out, self.buffer = self.buffer[: self.per_poll], self.buffer[self.per_poll :]
+        return out
+
+    def send(self, topic, key, value):
+        pass
+
+    def send_many(self, topic, key, values):
+        pass
+
+    def flush(self):
+        pass
+
+    def pause(self, tp):
+        raise AssertionError("the queue never grows to the pause threshold here")
+
+    def resume(self, tp):
+        pass
+
+    def lag(self):
+        return {}
+
+    def assigned(self):
+        return {(t, 0) for t in self.topics}
+
+    def commit(self, offsets):
+        pass
+
+    @property
+    def exhausted(self):
+        return not self.buffer and all(self.pos[t] >= len(self.logs[t]) for t in self.topics)
+
+    def close(self):
+        pass
+
+
+def test_a_blocked_bandit_does_not_rescan_its_queued_contexts_at_every_poll(
+    stream, reference, tmp_path, monkeypatch
+):
+    """Issue 19, item 6: with small polls, a bandit blocked at a release used to re-read every
+    queued context (up to ``max_batch``) at each poll to build its next run, and so crawled
+    through a catch-up. Each context is now looked at once per poll only while the bandit can
+    decide it: over the whole run, at most once per record plus once per poll (the queue's
+    head). The outcome is the reference's."""
+    from stream_helpers import settings
+
+    from streaming_dpbandit.metrics import ServiceMetrics
+    from streaming_dpbandit.stream import service as service_module
+
+    _, ref_svc, _, _ = reference
+    scanned = [0]
+    blocked_queue = []
+    parse = service_module.Service._parse_context
+
+    def counting_parse(self, r, received):
+        scanned[0] += 1
+        return parse(self, r, received)
+
+    monkeypatch.setattr(service_module.Service, "_parse_context", counting_parse)
+    transport = _FetchLikeTransport(stream[0], fetch=1500)
+    svc = service_module.Service(
+        settings(tmp_path / "state", max_batch=2048), transport, ServiceMetrics()
+    )
+    svc.open()
+
+    def progress(s):
+        if s.blocked:
+            blocked_queue.append(sum(len(q) for tp, q in s.queues.items() if tp in s.blocked))
+
+    svc.run(progress)
+    assert svc.state_bytes() == ref_svc.state_bytes()
+    n_contexts = len(transport.logs["dpbandit.contexts"])
+    # the situation of the issue did occur: many polls blocked with hundreds of contexts queued
+    assert len(blocked_queue) > 100 and max(blocked_queue) > 300
+    assert scanned[0] <= n_contexts + transport.polls, (scanned[0], n_contexts, transport.polls)

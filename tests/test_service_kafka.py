@@ -2,14 +2,16 @@
 
 * end to end: a 20,000-event recorded stream with delayed, shuffled feedback → exactly one
   decision per context, and the learned state equals the in-process run on the same stream;
-* crashes: `dpbandit serve` is killed with SIGKILL at random moments 20+ times and the broker is
-  restarted mid-stream; the end state, the ledger and the decisions match the crash-free run;
+* crashes: `dpbandit serve` is killed with SIGKILL 22 times, each time at a random moment after
+  the process has published decisions of its own, and the broker is restarted mid-stream; the
+  end state, the ledger and the decisions match the crash-free run;
 * bad input: the 23-kind table goes to the dead-letter topic with its reasons;
 * /metrics scraped over HTTP shows the documented series with correct values.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -269,12 +271,61 @@ def test_a_decided_chunk_goes_to_the_partition_its_key_hashes_to(kafka_broker, t
     assert len({p for seen in where.values() for _, p in seen}) == PARTITIONS  # keys spread
 
 
+KILLS = 22  # every one of a process that is deciding
+
+
+class DecisionCount:
+    """Decisions published so far: the sum of the decisions topic's end offsets."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self.parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+
+    def __call__(self) -> int:
+        for _ in range(120):  # the broker may be restarting
+            try:
+                return sum(self.consumer.end_offsets(self.parts).values())
+            except Exception:
+                time.sleep(0.5)
+        raise RuntimeError("the broker did not answer for a minute")
+
+    def wait_beyond(self, before: int, proc, timeout: float = 600.0) -> float:
+        """Seconds until decisions beyond ``before`` appear; fails if ``proc`` exits or none
+        appear within ``timeout`` (a liveness bound, not a speed target: on a loaded 2-core
+        machine starting Python and importing the package took up to 90 s)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            assert proc.poll() is None, "the service exited: see serve.log"
+            if self() > before:
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        pytest.fail(f"the restarted service published no decision within {timeout:.0f} s")
+
+
 def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
-    kafka_broker, recorded, tmp_path
+    kafka_broker, recorded, tmp_path, capsys
 ):
+    """The recorded stream arrives in slices, one before each start, so that every process
+    has contexts to decide; each is killed with SIGKILL at a random moment after it has
+    published decisions of its own (the decisions topic grew since it started, and no other
+    process was alive), 22 times, with a broker restart in the middle. Before issue 19, a
+    restarted process waited out the 45-s session of the one it replaced, so most kills hit a
+    process that had never got its partitions. The end state, the ledger and the decisions
+    match the crash-free run."""
     topics = kafka_topics(f"crash{os.getpid()}")
     create_topics(kafka_broker, topics)
-    produce_file(kafka_broker.bootstrap, recorded["path"], topics)
+    lines = recorded["path"].read_text().splitlines()
+    n_slices = KILLS + 2  # one more after the broker restart, one for the last run
+    cuts = [round(i * len(lines) / n_slices) for i in range(n_slices + 1)]
+    slices = [lines[a:b] for a, b in itertools.pairwise(cuts)]
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all", linger_ms=5)
+
+    def produce_slice() -> None:
+        for line in slices.pop(0):
+            rec = json.loads(line)
+            producer.send(topics[rec["topic"]], key=BANDIT.encode(), value=rec["value"].encode())
+        producer.flush()
+
     port = free_port()
     cfg = kafka_settings(
         tmp_path / "state",
@@ -295,19 +346,36 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
         str(cfg_path),
         "--no-progress",
     ]
+    count = DecisionCount(kafka_broker.bootstrap, topics["decisions"])
     rng = random.Random(2026)
-    kills = 0
+    deciding_kills, to_first_decision = 0, []
     broker_restarted = False
-    while kills < 22:
+    for k in range(KILLS):
+        produce_slice()
+        before = count()  # the previous process is dead: only this one writes decisions now
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-        time.sleep(rng.uniform(0.3, 3.5))
-        if kills == 10 and not broker_restarted:
+        to_first_decision.append(count.wait_beyond(before, proc))
+        if k == KILLS // 2:
             kafka_broker.restart()  # the broker goes away and comes back while the service runs
             broker_restarted = True
-            time.sleep(rng.uniform(0.5, 2.0))
+            before = count()
+            produce_slice()
+            count.wait_beyond(before, proc)  # deciding again
+        time.sleep(rng.uniform(0.0, 1.0))
+        assert proc.poll() is None and count() > before  # killed while deciding
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        kills += 1
+        deciding_kills += 1
+    with capsys.disabled():
+        print(
+            f"\nkill -9: {deciding_kills} kills, each of a process that had published decisions "
+            f"since its start; start to first decision median "
+            f"{sorted(to_first_decision)[len(to_first_decision) // 2]:.1f} s, "
+            f"max {max(to_first_decision):.1f} s"
+        )
+    assert not slices[1:]
+    produce_slice()
+    producer.close()
     # a last run to the end of the stream, then a graceful stop (SIGTERM)
     proc = subprocess.Popen(cmd, stdout=log, stderr=log)
     deadline = time.time() + 600
@@ -336,7 +404,7 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    assert kills >= 20 and broker_restarted
+    assert deciding_kills >= 20 and broker_restarted
     snap = SnapshotStore(tmp_path / "state").load()
     assert learned_state_bytes(snap["bandits"]) == recorded["state"]  # nothing lost or doubled
     assert ledger_digests(tmp_path / "state") == recorded["ledger"]  # no release re-drawn

@@ -311,6 +311,9 @@ class DecisionReplica:
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 max_poll_records=k.max_poll_records,
+                session_timeout_ms=k.session_timeout_ms,
+                heartbeat_interval_ms=k.heartbeat_ms(),
+                group_instance_id=k.instance_id(single=False),
             )
         except Exception as err:  # e.g. kafka.errors.NoBrokersAvailable
             raise ServiceStartError(

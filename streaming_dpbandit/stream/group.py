@@ -360,8 +360,9 @@ class GroupService:
                 fetch_max_bytes=64 * 1024 * 1024,
                 # the same indices of both input topics: a replica owns whole tasks
                 partition_assignment_strategy=[RangePartitionAssignor],
-                session_timeout_ms=self.settings.scaling.session_timeout_ms,
-                heartbeat_interval_ms=max(300, self.settings.scaling.session_timeout_ms // 5),
+                session_timeout_ms=k.session_timeout_ms,
+                heartbeat_interval_ms=k.heartbeat_ms(),
+                group_instance_id=k.instance_id(single=False),
             )
         except ServiceStartError:
             raise

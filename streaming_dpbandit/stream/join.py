@@ -112,6 +112,8 @@ class JoinStore:
         self.capacity = capacity
         self.retention = retention
         self.pending: collections.OrderedDict[str, Pending] = collections.OrderedDict()
+        self._last_round = -(1 << 62)  # the round of the latest decision added
+        self._rounds_in_order = True  # every decision was added after a smaller round
         self._contexts = np.zeros((min(capacity, 1024), d))
         self._free: list[int] = list(range(self._contexts.shape[0] - 1, -1, -1))
         self._by_time: list[tuple[float, int, str]] = []  # heap of (event time, seq, id), lazy
@@ -149,6 +151,9 @@ class JoinStore:
         slot = self._slot()
         self._contexts[slot] = context
         self.pending[event_id] = Pending(event_id, round, event_time, slot)
+        if round < self._last_round:
+            self._rounds_in_order = False
+        self._last_round = round
         heapq.heappush(self._by_time, (event_time, self._seq, event_id))
         self._seq += 1
         return evicted
@@ -178,6 +183,10 @@ class JoinStore:
             heapq.heappush(heap, (t, seq, eid))
             seq += 1
         self._seq = seq
+        if rounds:
+            if rounds[0] < self._last_round or any(map(operator.lt, rounds[1:], rounds)):
+                self._rounds_in_order = False
+            self._last_round = rounds[-1]
         return []
 
     def _clock(self, by: str) -> float:
@@ -323,8 +332,21 @@ class JoinStore:
         return [self._resolve(eid, "expired", None) for eid in list(self.pending)]
 
     def oldest_pending_round(self) -> int | None:
+        """Smallest round of a pending decision (None if none is pending).
+
+        Asked at every poll while a bandit waits for a release: decisions are added in round
+        order, so it is the oldest pending one (O(1)); only a store that was given rounds out
+        of order looks at every pending decision.
+
+        >>> js = JoinStore(d=1, window=10.0, capacity=8, retention=60.0)
+        >>> _ = js.add_many(["a", "b", "c"], [4, 5, 6], [1.0, 1.0, 1.0], np.zeros((3, 1)))
+        >>> _ = js.take_joined("a"); js.oldest_pending_round()
+        5
+        """
         if not self.pending:
             return None
+        if self._rounds_in_order:
+            return next(iter(self.pending.values())).round
         return min(p.round for p in self.pending.values())
 
     def _remember(self, event_id: str, outcome: str, event_time: float) -> None:

@@ -1,6 +1,12 @@
 """The Kafka transport (kafka-python): a consumer group over the input topics and an
 idempotent producer for the output topics.
 
+The consumer is a static group member by default (``kafka.static_membership``, KIP-345): a
+restarted process, with the same ``group.instance.id``, takes the partitions back at once
+instead of waiting ``kafka.session_timeout_ms`` for the broker to drop the member it replaces;
+a second process with the same id fences the first, which stops with a clear error. A dynamic
+member (``static_membership: false``) leaves the group when it closes (SIGTERM).
+
 Offsets live in the service's snapshots, not in Kafka: when partitions are assigned, the
 consumer seeks to the snapshot's next offset (or the beginning of a partition it has never
 seen); when they are assigned again later in the same process (a re-join), it seeks to where its
@@ -287,6 +293,7 @@ class KafkaTransport(Transport):
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
         s = self.settings
+        self.instance_id = s.instance_id(single=True)
         self.consumer = KafkaConsumer(
             **_common(s),
             group_id=s.group_id,
@@ -294,6 +301,9 @@ class KafkaTransport(Transport):
             auto_offset_reset="earliest",
             max_poll_records=s.max_poll_records,
             fetch_max_bytes=64 * 1024 * 1024,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_ms(),
+            group_instance_id=self.instance_id,
         )
         transport = self
 
@@ -320,7 +330,24 @@ class KafkaTransport(Transport):
         # join only once the input topics' partitions are known: a just-created topic (by
         # ensure_topics above, or by an operator moments ago) would give an empty assignment
         wait_for_partitions(self.consumer, [s.topics.contexts, s.topics.feedback])
+        log.info(
+            "joining consumer group %s (%s, session %.0f s)",
+            s.group_id,
+            f"static member {self.instance_id}" if self.instance_id else "dynamic member",
+            s.session_timeout_ms / 1000,
+        )
         self.consumer.subscribe([s.topics.contexts, s.topics.feedback], listener=Listener())
+
+    def _fenced(self) -> Exception:
+        """The error of a static member that another process replaced (kafka-python reports
+        it at the next offset commit or poll; until then the client keeps fetching)."""
+        from .service import ServiceStartError
+
+        return ServiceStartError(
+            f"another process joined consumer group {self.settings.group_id!r} as static "
+            f"member {self.instance_id!r}: run one `dpbandit serve` per group in "
+            "scaling.mode single (docs/operations.md, Scaling)"
+        )
 
     def _rejoin(self) -> None:
         """Replace a consumer whose group join stalled (see the module docstring)."""
@@ -347,7 +374,12 @@ class KafkaTransport(Transport):
         return obj
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
-        batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        from kafka.errors import FencedInstanceIdError
+
+        try:
+            batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except FencedInstanceIdError:
+            raise self._fenced() from None
         if not batches and self.watchdog.stalled(self.consumer):
             self._rejoin()
             return []
@@ -421,9 +453,13 @@ class KafkaTransport(Transport):
             if tp in mine
         }
         if data:
+            from kafka.errors import FencedInstanceIdError
+
             self._to_commit = data
             try:
                 self.consumer.commit_async(data, callback=_log_commit_failure)
+            except FencedInstanceIdError:
+                raise self._fenced() from None
             except Exception as err:
                 log.debug("offset commit failed: %s", err)
 

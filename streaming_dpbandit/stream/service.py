@@ -406,11 +406,19 @@ class Service:
                 self.metrics.events.labels(rt.bandit_id, bad.reason).inc()
                 self._pop(tp, q)
                 continue
+            if not self._release_gate(rt):
+                # blocked before deciding anything: the queued contexts behind this one are
+                # not read (a blocked bandit polled 20 records at a time re-read up to
+                # max_batch queued contexts per poll, issue 19)
+                self._block(tp, rt)
+                return
             run = [pend]
             seen = {pend.event.event_id}
             js = rt.join
             j = 1
-            while j < len(q) and len(run) < cap:
+            # up to the next release: contexts past it would be read now and again after it
+            limit = min(cap, rt.policy.max_decide_batch())
+            while j < len(q) and len(run) < limit:
                 r2, rec2 = q[j]
                 nxt = self._parse_context(r2, rec2)
                 if isinstance(nxt, BadInput) or nxt[0] is not rt:
@@ -427,11 +435,24 @@ class Service:
                 seen.add(eid)
                 j += 1
             if not self._decide_run(tp, q, rt, run):
-                self.blocked[tp] = rt.bandit_id
-                self.metrics.blocked.labels(rt.bandit_id).set(1)
+                self._block(tp, rt)
                 return
         if tp in self.blocked:
             self.metrics.blocked.labels(self.blocked.pop(tp)).set(0)
+
+    def _release_gate(self, rt: BanditRuntime) -> bool:
+        """Make the bandit's due release, if any: False while it waits for rewards (the
+        release reads decisions not resolved yet), True once the bandit may decide."""
+        if rt.policy.refit_due():
+            rt.flush_learning()
+            if not rt.refit_ready():
+                return False
+            self._release(rt)
+        return True
+
+    def _block(self, tp: TP, rt: BanditRuntime) -> None:
+        self.blocked[tp] = rt.bandit_id
+        self.metrics.blocked.labels(rt.bandit_id).set(1)
 
     def _decide_run(
         self, tp: TP, q: collections.deque, rt: BanditRuntime, run: list[Pending]
@@ -439,11 +460,8 @@ class Service:
         i = 0
         pol = rt.policy
         while i < len(run):
-            if pol.refit_due():
-                rt.flush_learning()
-                if not rt.refit_ready():
-                    return False
-                self._release(rt)
+            if not self._release_gate(rt):
+                return False
             n = min(pol.max_decide_batch(), len(run) - i)
             chunk = run[i : i + n]
             messages = rt.decide_messages(chunk)
