@@ -1061,7 +1061,7 @@ def _kafka_ledger(bootstrap: str, topic: str) -> list:
 
 def _cmd_budget(args) -> int:
     from .experiments.report import format_table
-    from .privacy.accountant import Accountant
+    from .privacy.accountant import ACCOUNTANT_NAMES, Accountant, format_of_record
     from .privacy.ledger import LedgerCorruptError, read_ledger
     from .privacy.statement import PrivacyStatement
 
@@ -1084,13 +1084,15 @@ def _cmd_budget(args) -> int:
         sp = acc.spend(b, delta=delta)
         last = recs[-1]
         notes = sorted({r.note for r in recs if r.note})
+        rec = sp.of_record()
         st = PrivacyStatement(
             model=last.privacy_model,
             unit=last.privacy_unit or "see the policy's documentation",
             neighbouring=last.neighbouring or "see the policy's documentation",
-            epsilon=sp.epsilon_at_delta if sp.epsilon_at_delta is not None else sp.basic_epsilon,
-            delta=delta if delta is not None else sp.basic_delta,
+            epsilon=rec["epsilon"],
+            delta=rec["delta"],
             rho=sp.rho,
+            accountant=ACCOUNTANT_NAMES[rec["accountant"]],
             calibration=",".join(sp.calibrations),
             scope=f"{sp.releases} releases over {sp.slices or 1} disjoint data slice(s), "
             "composed by the ledger's accountant.",
@@ -1115,6 +1117,7 @@ def _cmd_budget(args) -> int:
                 "-"
                 if sp["epsilon_at_delta"] is None
                 else f"{sp['epsilon_at_delta']:.4g} @ δ={sp['target_delta']:.3g}",
+                format_of_record(sp["of_record"]),
                 ",".join(sp["calibrations"]) + ("" if sp["dp_valid"] else " (NOT DP-valid)"),
             ]
         )
@@ -1133,6 +1136,7 @@ def _cmd_budget(args) -> int:
                 "basic (ε, δ)",
                 "zCDP ρ",
                 "ε at δ (PLD)",
+                "of record (tightest)",
                 "calibration",
             ],
             rows,

@@ -135,6 +135,19 @@ class ServiceMetrics:
             ["bandit", "calibration", "accountant"],
             registry=r,
         )
+        self.eps_of_record = Gauge(
+            "dpbandit_privacy_epsilon_of_record",
+            "ε of the accountant of record: the tightest valid guarantee of the ledger "
+            "(accountant=pure, pld, zcdp or basic names it; the same number as `dpbandit budget`)",
+            ["bandit", "calibration", "accountant"],
+            registry=r,
+        )
+        self.delta_of_record = Gauge(
+            "dpbandit_privacy_delta_of_record",
+            "δ of the accountant of record (0 for pure ε)",
+            ["bandit", "calibration", "accountant"],
+            registry=r,
+        )
         self.delta_spent = Gauge(
             "dpbandit_privacy_delta_spent",
             "δ spent per bandit (basic composition of the ledger)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..privacy.accountant import format_of_record
 from .runner import SimulationResult
 
 __all__ = ["episode_slopes", "format_table", "plot_curves", "simulation_table"]
@@ -34,11 +35,8 @@ def simulation_table(result: SimulationResult) -> str:
     for row in result.summary():
         pr = row["privacy"]
         f = row["final_regret"]
-        if pr["private"] and pr.get("epsilon_zcdp") is not None:
-            spent = f"ρ={pr['rho']:.4g} ⇒ ε={pr['epsilon_zcdp']:.4g}, δ={pr['delta']:g}"
         if pr["private"]:
-            if pr.get("epsilon_zcdp") is None:
-                spent = f"ε={pr['epsilon']:g}, δ={pr['delta']:g}"
+            spent = format_of_record(pr["of_record"])
             calib = pr["calibration"] + ("" if pr["dp_valid"] else " (not DP-valid)")
             rel = str(pr["releases"])
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ..experiments.report import format_table
+from ..privacy.accountant import ACCOUNTANT_NAMES
 from .result import ReplayResult
 
 __all__ = ["plot_replay", "replay_table"]
@@ -25,11 +26,13 @@ def _ci(ci) -> str:
 def _spent(p: dict) -> str:
     if not p.get("private"):
         return "non-private"
-    eps = p.get("epsilon_at_delta")
-    if eps is None:
-        eps = p.get("basic_epsilon")
-    delta = p.get("target_delta") or p.get("basic_delta")
-    text = f"ε={_num(eps, 3)}, δ={_num(delta, 2)} ({p.get('releases', 0)} rel.)"
+    rec = p.get("of_record")
+    if rec is None:  # slate replays report their certified ε (pure) only
+        eps, delta, by = p.get("epsilon_certified", p.get("basic_epsilon")), 0.0, "pure ε"
+    else:
+        eps, delta = rec["epsilon"], rec["delta"]
+        by = ACCOUNTANT_NAMES.get(rec["accountant"], rec["accountant"])
+    text = f"ε={_num(eps, 3)}, δ={_num(delta, 2)} ({by}; {p.get('releases', 0)} rel.)"
     if not p.get("dp_valid", True):
         text += " NOT DP-valid"
     return text

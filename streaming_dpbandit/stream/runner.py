@@ -225,12 +225,13 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
 
 def print_summary(summary: dict, out) -> None:
     from ..experiments.report import format_table
+    from ..privacy.accountant import format_of_record
 
     rows = []
     for name, b in summary["bandits"].items():
         st = b["stats"]
         pr = b["privacy"] or {}
-        eps = pr.get("epsilon_at_delta")
+        rec = pr.get("of_record")
         rows.append(
             [
                 name,
@@ -241,13 +242,7 @@ def print_summary(summary: dict, out) -> None:
                 f"{st.get('expired', 0) + st.get('expired_forced', 0):,}",
                 "-" if b["mean_reward_window"] is None else f"{b['mean_reward_window']:.3f}",
                 "-" if not pr else f"{pr.get('releases', 0)}",
-                f"ε={eps:.3g}, δ={pr.get('target_delta'):.2g}"
-                if eps is not None
-                else (
-                    f"ε={pr['pure_epsilon']:.3g} (pure)"
-                    if pr.get("pure_epsilon") is not None
-                    else "-"
-                ),
+                "-" if rec is None else format_of_record(rec, 3),
             ]
         )
     where = summary.get("state_directory") or summary.get("state_topic")

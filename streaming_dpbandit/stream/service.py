@@ -118,6 +118,7 @@ class Service:
         self.transport = transport
         self.metrics = metrics or ServiceMetrics()
         self.topics = settings.kafka.topics if settings.kafka else TopicsSettings()
+        self._record_labels: dict[str, tuple[str, str, str]] = {}
 
     # -- set-up -----------------------------------------------------------------------------
     def _build_bandits(self) -> None:
@@ -671,9 +672,17 @@ class Service:
             delta = getattr(rt.policy, "delta", None)
             sp = acc.spend(name, delta=delta if delta else None)
             calib = ",".join(sp.calibrations)
-            self.metrics.eps_spent.labels(name, calib, "basic").set(sp.basic_epsilon)
-            if sp.epsilon_at_delta is not None:
-                self.metrics.eps_spent.labels(name, calib, "pld").set(sp.epsilon_at_delta)
+            for cand in sp.candidates():  # pure, pld, zcdp (at the policy's δ), basic
+                self.metrics.eps_spent.labels(name, calib, cand["accountant"]).set(cand["epsilon"])
+            rec = sp.of_record()
+            labels = (name, calib, rec["accountant"])
+            old = self._record_labels.get(name)
+            if old is not None and old != labels:  # the accountant of record changed
+                self.metrics.eps_of_record.remove(*old)
+                self.metrics.delta_of_record.remove(*old)
+            self._record_labels[name] = labels
+            self.metrics.eps_of_record.labels(*labels).set(rec["epsilon"])
+            self.metrics.delta_of_record.labels(*labels).set(rec["delta"])
             self.metrics.delta_spent.labels(name, calib).set(sp.basic_delta)
             if sp.rho is not None:
                 self.metrics.rho_spent.labels(name).set(sp.rho)
