@@ -113,6 +113,24 @@ def _writable(path: str | None, what: str) -> None:
         raise ConfigError(f"{what}: directory {parent} is not writable")
 
 
+#: Image formats of ``--plot`` (matplotlib's, by file suffix).
+PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def _plot_target(path: str | None) -> None:
+    """``--plot``: a writable directory and an image format, checked before anything runs."""
+    if path is None:
+        return
+    _writable(path, "--plot")
+    suffix = Path(path).suffix.lower()
+    if suffix not in PLOT_FORMATS:
+        raise ConfigError(
+            f"--plot {path}: "
+            + (f"unsupported image format {suffix!r}" if suffix else "no image format suffix")
+            + f"; use one of {', '.join(PLOT_FORMATS)}"
+        )
+
+
 def _build_env(name: str, params: dict):
     from .envs import REGISTRY
 
@@ -121,11 +139,19 @@ def _build_env(name: str, params: dict):
         raise ConfigError(
             f"unknown environment {name!r}; choose from {', '.join(sorted(REGISTRY))}"
         )
+    import inspect
+
+    sig = inspect.signature(cls).parameters.values()
+    accepted = [p.name for p in sig if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in sig):
+        raise ConfigError(
+            f"unknown --env-param {', '.join(unknown)} for {name}; it takes "
+            f"{', '.join(accepted) or 'none'}"
+        )
     try:
         return cls(**params)
-    except TypeError as err:
-        raise ConfigError(f"invalid --env-param for {name}: {err}") from None
-    except ValueError as err:
+    except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid --env-param for {name}: {err}") from None
 
 
@@ -417,7 +443,7 @@ def _cmd_simulate(args) -> int:
     from .experiments.runner import RunSpec, simulate
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     env = _build_env(args.env, parse_kv(args.env_param, "--env-param"))
     horizon = args.horizon or 10_000
     names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
@@ -623,7 +649,7 @@ def _cmd_replay(args) -> int:
     from .replay.report import plot_replay, replay_table
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     wanted = [e.strip() for e in args.estimator.split(",") if e.strip()]
     allowed = ("replay", "ips", "snips", "dm", "dr")
     bad = [e for e in wanted if e not in allowed]
@@ -723,7 +749,7 @@ def _cmd_replay_slates(args, names: list[str], wanted: list[str]) -> int:
     if args.calibration not in ("certified", "paper"):
         raise ConfigError(f"{names[0]}: calibration must be certified or paper")
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     log_params = parse_kv(args.log_param, "--log-param")
     bad = set(log_params) - {"bandit", "bandit_id", "feedback_window", "default_reward"}
     if bad:
@@ -854,7 +880,7 @@ def _cmd_reproduce(args) -> int:
     from .privacy.statement import PAPER_LABEL
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     env_params = parse_kv(args.env_param, "--env-param")
     _build_env("fliphat-paper", env_params)  # validate early, with a clear error
 
@@ -909,7 +935,7 @@ def _reproduce_dp_linucb(args) -> int:
     from .privacy.gram_calibration import LABELS
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     env_params = parse_kv(args.env_param, "--env-param")
     unknown = set(env_params) - {"d", "gap"}
     if unknown:
@@ -973,7 +999,7 @@ def _cmd_reproduce_private_lasso(args) -> int:
     from .experiments.private_lasso import run_reproduction
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     if args.env_param:
         raise ConfigError("reproduce private-lasso takes no --env-param (its set-ups are fixed)")
     report = run_reproduction(
@@ -992,7 +1018,7 @@ def _cmd_reproduce_dp_matroid(args) -> int:
     from .experiments.dp_matroid import FULL, MOVIELENS_ENV, QUICK, run_reproduction
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     if args.env_param:
         raise ConfigError("reproduce dp-matroid takes no --env-param (the instances are fixed)")
     ml = args.movielens or os.environ.get(MOVIELENS_ENV)
@@ -1015,7 +1041,7 @@ def _cmd_reproduce_ldp_glb(args) -> int:
     from .experiments.ldp_glb import FULL, QUICK, run_reproduction
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     if args.env_param:
         raise ConfigError("reproduce ldp-glb takes no --env-param (its set-ups are fixed)")
     if args.epsilon:
@@ -1155,6 +1181,12 @@ def _cmd_budget(args) -> int:
 
 # -- explain -----------------------------------------------------------------------------------
 def _cmd_explain(args) -> int:
+    from .config import _CONFIGS
+
+    if args.policy not in _CONFIGS:
+        raise ConfigError(
+            f"unknown policy {args.policy!r}; choose from {', '.join(sorted(_CONFIGS))}"
+        )
     params = parse_kv(args.policy_param)
     if args.policy not in ("random", *SLATE_POLICIES) and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
@@ -1214,6 +1246,8 @@ def build_service_settings(args):
     if args.no_progress:
         over["progress"] = False
     data = _deep_merge(base.model_dump(exclude_unset=False), over)
+    if data.get("log_json"):
+        data["progress"] = False  # every stderr line is JSON: no progress bar
     embedded = not data.get("kafka") and not data.get("file")
     notes = []
     if embedded and not data.get("bandits"):
@@ -1248,13 +1282,48 @@ def build_service_settings(args):
             f"embedded default: bandit {sim['bandit_id']!r} runs FLIPHAT (certified, "
             f"ε=1, δ=1e-6; b_max = the simulated environment's ‖β*‖₁)"
         )
-    if embedded and not args.state_dir and "snapshots" not in (base.model_fields_set or set()):
+    if data.get("file") and not data.get("kafka") and not data.get("bandits"):
+        ids = _file_bandit_ids(data["file"]["path"])
+        which = f" (its events are for bandit {', '.join(map(repr, ids))})" if ids else ""
+        raise ConfigError(
+            f"--file {data['file']['path']}: no bandit is configured{which}, so every event "
+            "would be dead-lettered as unknown_bandit: give --config FILE.yaml with a 'bandits:' "
+            "section (docs/service.md)"
+        )
+    state_set = bool(args.state_dir) or "snapshots" in (base.model_fields_set or set())
+    if embedded and not state_set:
         data["snapshots"]["directory"] = tempfile.mkdtemp(prefix="dpbandit-state-")
+    elif not state_set:
+        where = Path(data["snapshots"]["directory"]).resolve()
+        notes.append(
+            f"state (snapshots and the privacy ledger) in {where}: the default "
+            "snapshots.directory; set --state-dir or snapshots.directory to choose"
+        )
     try:
         settings = ServiceSettings.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, "invalid configuration: ")) from None
     return settings, notes
+
+
+def _file_bandit_ids(path: str, lines: int = 1000) -> list[str]:
+    """The bandit ids named in the first lines of a JSONL message file (for an error line)."""
+    ids: dict[str, None] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for _, line in zip(range(lines), f):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                value = msg.get("value", msg) if isinstance(msg, dict) else None
+                if isinstance(value, dict) and isinstance(value.get("bandit_id"), str):
+                    ids.setdefault(value["bandit_id"][:64])
+                if len(ids) >= 5:
+                    break
+    except OSError:
+        return []
+    return list(ids)
 
 
 def _embedded_slate_bandit(sim: dict) -> tuple[dict, str]:
@@ -1281,13 +1350,13 @@ def _embedded_slate_bandit(sim: dict) -> tuple[dict, str]:
 
 
 def _cmd_serve(args) -> int:
-    from .logs import setup_logging
+    from .logs import cli_logger, setup_logging
     from .stream.runner import run_service
 
     settings, notes = build_service_settings(args)
     setup_logging(settings.log_level, settings.log_json)
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        cli_logger().info(note)
     from .stream.service import ServiceStartError
 
     try:
@@ -1332,15 +1401,31 @@ COMMANDS = {
 }
 
 
+def _close_progress_bars() -> None:
+    """Close live tqdm bars, so that an error line starts a line of its own."""
+    tqdm_mod = sys.modules.get("tqdm")
+    cls = getattr(tqdm_mod, "tqdm", None)
+    for bar in list(getattr(cls, "_instances", None) or ()):
+        try:
+            bar.close()
+        except Exception:  # a broken bar must not hide the error
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .logs import scoped_logging
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with scoped_logging():
+            return COMMANDS[args.command](args)
     except ConfigError as err:
+        _close_progress_bars()
         print(f"dpbandit {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        _close_progress_bars()
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into a reader that stopped early (| head)

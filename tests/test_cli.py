@@ -24,7 +24,7 @@ BAD = [
     (["simulate", "--policy", "fliphat", "--env", "mars"], "unknown environment"),
     (["simulate", "--policy", "fliphat", "--env-param", "d=abc"], "must be an integer"),
     (["simulate", "--policy", "fliphat", "--env-param", "K=1"], "at least K = 2"),
-    (["simulate", "--policy", "fliphat", "--env-param", "foo=1"], "unexpected keyword"),
+    (["simulate", "--policy", "fliphat", "--env-param", "foo=1"], "unknown --env-param foo"),
     (["simulate", "--policy", "fliphat", "--json", "/no/such/dir/x.json"], "does not exist"),
     (["simulate", "--policy", "fliphat", "--calibration", "x"], "invalid choice"),
     (["simulate"], "required"),
@@ -344,3 +344,16 @@ def test_reproduce_dp_linucb_reports_the_accountant_of_record(tmp_path, capsys):
         assert format_of_record(rec) in line and f" {pr['releases']} " in line
     tree = next(r for r in private if r["key"] == "tree certified ε=1")
     assert tree["privacy"]["of_record"]["epsilon"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_simulate_plot_says_what_the_shaded_bands_are(tmp_path, monkeypatch):
+    """Issue 21: the regret plot's legend names its shaded bands."""
+    import matplotlib.figure
+
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    argv = ["simulate", "--policy", "random,greedy", "--horizon", "200", "--seeds", "2"]
+    assert run([*argv, "--jobs", "1", "--no-progress", "--plot", str(tmp_path / "p.png")]) == 0
+    (fig,) = saved
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(t.startswith("shaded: 95% band of the mean (±1.96 s.e., 2 seeds)") for t in texts)

@@ -196,6 +196,8 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
         rows, cols, figsize=(7.5 * cols, 3.8 * rows), dpi=110, squeeze=False, sharey=True
     )
     op = result.on_policy
+    # a value cannot leave the rewards' range (a click rate is in [0, 1]): clip the bands to it
+    rlo, rhi = result.log.get("reward_range") or (-math.inf, math.inf)
     for ax, run in zip(axes.flat, runs):
         curves = []
         if run["replay"] is not None:
@@ -205,8 +207,8 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
         for name, c in curves:
             if not c["events"]:
                 continue
-            lo = [math.nan if v is None else v for v in c["lo"]]
-            hi = [math.nan if v is None else v for v in c["hi"]]
+            lo = [math.nan if v is None else max(v, rlo) for v in c["lo"]]
+            hi = [math.nan if v is None else min(v, rhi) for v in c["hi"]]
             val = [math.nan if v is None else v for v in c["value"]]
             ax.plot(c["events"], val, lw=1.4, label=name)
             ax.fill_between(c["events"], lo, hi, alpha=0.18)
@@ -226,8 +228,13 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
         ax.set_visible(False)
     axes[0][0].set_ylabel(f"estimated value ({result.level:.0%} interval)")
     where = result.log.get("path") or result.log.get("bootstrap", "")
+    bands = f"shaded: {result.level:.0%} normal intervals"
+    if math.isfinite(rlo) and math.isfinite(rhi):
+        bands += f", clipped to the logged reward range [{rlo:g}, {rhi:g}]"
     fig.suptitle(
-        title or f"{result.log.get('format')} log {where}: {result.events:,} events", fontsize=9
+        (title or f"{result.log.get('format')} log {where}: {result.events:,} events")
+        + f"\n{bands}",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path)

@@ -256,7 +256,12 @@ class Learner(Service):
         )
         self.transport.flush()
         self.published.append(msg)
-        log.info("bandit %s: published model version %d", rt.bandit_id, msg.model_version)
+        log.info(
+            "bandit %s: published model version %d",
+            rt.bandit_id,
+            msg.model_version,
+            extra={"bandit": rt.bandit_id, "model_version": msg.model_version},
+        )
 
 
 # -- decision replicas ------------------------------------------------------------------------
@@ -330,7 +335,8 @@ class DecisionReplica:
         replica = self
 
         def assigned(parts) -> None:
-            log.info("contexts partitions assigned: %s", sorted(p.partition for p in parts))
+            assigned = sorted(p.partition for p in parts)
+            log.info("contexts partitions assigned: %s", assigned, extra={"partitions": assigned})
 
         if hasattr(subs, "AsyncConsumerRebalanceListener"):  # kafka-python >= 3
 
@@ -407,6 +413,7 @@ class DecisionReplica:
                 name,
                 msg.model_version,
                 now - msg.published_at,
+                extra={"bandit": name, "model_version": msg.model_version},
             )
 
     def _bad_model(self, partition, offset, raw, reason, detail) -> None:
@@ -578,7 +585,8 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)
     if port:
-        print(f"metrics: http://{settings.metrics.host}:{port}/metrics", file=sys.stderr)
+        url = f"http://{settings.metrics.host}:{port}/metrics"
+        log.info("metrics: %s", url, extra={"url": url})
     try:
         if settings.broadcast.role == "decider":
             replica = DecisionReplica(settings, metrics)

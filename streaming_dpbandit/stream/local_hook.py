@@ -207,6 +207,7 @@ class LocalBandits:
                 snap.model_version,
                 snap.phase,
                 snap.reports,
+                extra={"bandit": rt.bandit_id, "model_version": snap.model_version},
             )
         rt.outbox = []
 

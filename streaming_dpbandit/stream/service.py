@@ -574,6 +574,7 @@ class Service:
                 "last snapshot",
                 rt.bandit_id,
                 type(err).__name__,
+                extra={"bandit": rt.bandit_id},
             )
             raise
         if not records:
@@ -588,6 +589,11 @@ class Service:
                 rec.mechanism,
                 rec.calibration,
                 rec.model_version,
+                extra={
+                    "bandit": rt.bandit_id,
+                    "release_id": rec.release_id,
+                    "model_version": rec.model_version,
+                },
             )
 
     @staticmethod
