@@ -20,6 +20,7 @@ re-processed after a crash get the same decisions (decisions are at-least-once a
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import os
@@ -60,6 +61,21 @@ FEEDBACK_OUTCOMES = (
     ("fb_unknown_item", "unknown_item"),
     ("fb_not_in_slate", "item_not_in_slate"),
 )
+
+
+def dead_letter_bandit(bandits, bandit: str | None, key: bytes | None) -> str:
+    """The ``bandit`` label of a dead letter: a configured bandit (named, or the Kafka key),
+    else "" — never a name taken from a message (label values must stay bounded).
+
+    >>> dead_letter_bandit({"shop": None}, None, b"shop"), dead_letter_bandit({}, "x", None)
+    ('shop', '')
+    """
+    if bandit is None and key:
+        try:
+            bandit = key.decode("utf-8")
+        except UnicodeDecodeError:
+            bandit = None
+    return bandit if bandit is not None and bandit in bandits else ""
 
 
 class ServiceStartError(RuntimeError):
@@ -456,7 +472,7 @@ class Service:
                 [now - p.received for p in chunk],
             )
             self.metrics.events.labels(rt.bandit_id, "decided").inc(n)
-            rt.after_decisions(chunk, self._dead_source)
+            rt.after_decisions(chunk, functools.partial(self._dead_source, bandit=rt.bandit_id))
             i += n
         if tp in self.blocked:
             self.metrics.blocked.labels(self.blocked.pop(tp)).set(0)
@@ -523,7 +539,11 @@ class Service:
             rt.advance_watermark(msg.event_time)
             self.metrics.feedback.labels(rt.bandit_id, "watermark").inc()
             return
-        rt.on_feedback(msg, (r.topic, r.partition, r.offset), self._dead_source)
+        rt.on_feedback(
+            msg,
+            (r.topic, r.partition, r.offset),
+            functools.partial(self._dead_source, bandit=rt.bandit_id),
+        )
 
     # -- dead letters -----------------------------------------------------------------------
     def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
@@ -541,10 +561,15 @@ class Service:
             at=time.time(),
         )
         self.transport.send(self.topics.dead_letter, r.key, dl.model_dump_json().encode())
-        self.metrics.dead_letters.labels(r.topic, reason).inc()
+        self.metrics.dead_letters.labels(self._dl_bandit(bandit, r.key), r.topic, reason).inc()
         self.dead_count[reason] += 1
 
-    def _dead_source(self, source: tuple[str, int, int], reason: str, detail: str) -> None:
+    def _dl_bandit(self, bandit: str | None, key: bytes | None) -> str:
+        return dead_letter_bandit(self.settings.bandits, bandit, key)
+
+    def _dead_source(
+        self, source: tuple[str, int, int], reason: str, detail: str, bandit: str | None = None
+    ) -> None:
         """Dead-letter a message known by (topic, partition, offset), e.g. held feedback."""
         topic, part, off = source
         dl = DeadLetter(
@@ -558,7 +583,7 @@ class Service:
             at=time.time(),
         )
         self.transport.send(self.topics.dead_letter, None, dl.model_dump_json().encode())
-        self.metrics.dead_letters.labels(topic, reason).inc()
+        self.metrics.dead_letters.labels(self._dl_bandit(bandit, None), topic, reason).inc()
         self.dead_count[reason] += 1
 
     # -- releases, snapshots, ledger --------------------------------------------------------
