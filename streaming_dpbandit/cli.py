@@ -38,8 +38,8 @@ def _epsilons(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers, got {text!r}"
         ) from None
-    if not vals or any(not v > 0 for v in vals):
-        raise argparse.ArgumentTypeError("every ε must be a positive number")
+    if not vals or any(not (0 < v < float("inf")) for v in vals):
+        raise argparse.ArgumentTypeError("every ε must be a positive, finite number")
     return vals
 
 
@@ -449,6 +449,8 @@ def _cmd_simulate(args) -> int:
     names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
     from .config import _CONFIGS
 
+    if not names:
+        raise ConfigError("--policy names no policy; choose from " + ", ".join(sorted(_CONFIGS)))
     for name in names:
         if name not in _CONFIGS:
             raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(_CONFIGS))}")
@@ -564,6 +566,8 @@ def _replay_specs(args, reader) -> list:
     from .replay.evaluate import PolicySpec
 
     names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--policy names no policy; choose from " + ", ".join(sorted(_CONFIGS)))
     for name in names:
         if name not in _CONFIGS:
             raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(_CONFIGS))}")

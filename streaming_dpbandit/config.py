@@ -659,6 +659,10 @@ def parse_kv(items: list[str] | None, what: str = "--policy-param") -> dict:
 
     >>> parse_kv(["s=10", "calibration=paper", "feature_mean=[0, 1]", "clip_contexts=false"])
     {'s': 10, 'calibration': 'paper', 'feature_mean': [0, 1], 'clip_contexts': False}
+    >>> parse_kv(["sigma=1e309"])
+    Traceback (most recent call last):
+    ...
+    streaming_dpbandit.config.ConfigError: --policy-param sigma: '1e309' is not a finite number
     """
     out = {}
     for item in items or []:
@@ -672,6 +676,10 @@ def parse_kv(items: list[str] | None, what: str = "--policy-param") -> dict:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
             out[key] = raw
+        value = out[key]
+        non_finite = isinstance(value, float) and not math.isfinite(value)
+        if non_finite or raw.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"):
+            raise ConfigError(f"{what} {key}: {raw!r} is not a finite number")
     return out
 
 
