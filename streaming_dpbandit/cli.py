@@ -368,13 +368,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", metavar="FILE.yaml", help="YAML settings file")
     p.add_argument("--kafka", metavar="HOST:PORT", help="Kafka bootstrap servers")
-    p.add_argument("--file", metavar="EVENTS.jsonl", help="replay a JSONL file of messages")
+    p.add_argument(
+        "--file",
+        metavar="EVENTS.jsonl",
+        help="replay a JSONL file of messages (its bandits come from --config's 'bandits:')",
+    )
     p.add_argument("--events", type=_positive_int, help="events of the embedded simulation")
     p.add_argument("--state-dir", metavar="DIR", help="snapshots and ledger directory")
     p.add_argument("--metrics-port", type=int, help="port of /metrics (0: any free port)")
     p.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument("--mode", choices=["service", "simulation"], help="deployment mode")
-    p.add_argument("--log-json", action="store_true", help="JSON log lines")
+    p.add_argument(
+        "--log-json",
+        action="store_true",
+        help="every stderr line one JSON object, structured fields as keys (no progress bar)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--summary-json", metavar="FILE", help="write the end-of-run summary as JSON")
     p.add_argument(

@@ -49,6 +49,9 @@ __all__ = [
 
 PAPER_D = 5
 PAPER_HORIZON = 50_000_000
+#: Smallest horizon at which R1–R3 are judged (spec §12.3's CI smoke size, where they hold:
+#: tests/test_reproduction.py); below it they are "not assessed at this size".
+R_TARGETS_HORIZON = 1 << 19
 PAPER_SEEDS = 35
 PAPER_DELTA = 0.1
 PAPER_SWEEP = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
@@ -334,10 +337,11 @@ def run_reproduction(
         res = simulate(env, specs, seeds=seeds, base_seed=base_seed, jobs=jobs, progress=progress)
         results[float(gap)] = res
         got = check_targets(res, float(gap), epsilons, full)
-        if not full:
-            # R1–R3 are the paper's orderings at its size; a reduced run shows them, B and F
-            # (properties of the mechanisms at any size) are checked
-            why = f"paper: d = {PAPER_D}, n = {PAPER_HORIZON:.0e}; this run: d = {d}, n = {horizon}"
+        if not full and horizon < R_TARGETS_HORIZON:
+            # R1–R3 are the paper's orderings; they are checked from the spec's CI size (n = 2¹⁹,
+            # where they hold) up; a smaller run shows them. B and F (properties of the
+            # mechanisms) are checked at any size
+            why = f"checked from n = 2^19; this run: n = {horizon:,}"
             got = [
                 not_assessed(c, why) if c.target.startswith("R") and c.passed is not None else c
                 for c in got
