@@ -94,7 +94,15 @@ def setup_logging(level: str = "INFO", json_lines: bool = False, timestamps: boo
     if json_lines:  # the client library's own warnings are stderr lines too: JSON as well
         kafka.handlers[:] = [handler]
         kafka.propagate = False
-    warnings.showwarning = _show_warning
+    if _warnings_not_recorded():
+        warnings.showwarning = _show_warning
+
+
+def _warnings_not_recorded() -> bool:
+    """False while a caller records warnings (``warnings.catch_warnings(record=True)``,
+    ``pytest.warns``): they stay theirs, not routed to logging."""
+    impl = getattr(warnings, "_showwarnmsg_impl", None)
+    return getattr(impl, "__module__", None) == "warnings"
 
 
 @contextlib.contextmanager
