@@ -56,8 +56,8 @@ def _epsilons(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers, got {text!r}"
         ) from None
-    if not vals or any(not v > 0 for v in vals):
-        raise argparse.ArgumentTypeError("every ε must be a positive number")
+    if not vals or any(not (0 < v < float("inf")) for v in vals):
+        raise argparse.ArgumentTypeError("every ε must be a positive, finite number")
     return vals
 
 
@@ -131,6 +131,24 @@ def _writable(path: str | None, what: str) -> None:
         raise ConfigError(f"{what}: directory {parent} is not writable")
 
 
+#: Image formats of ``--plot`` (matplotlib's, by file suffix).
+PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def _plot_target(path: str | None) -> None:
+    """``--plot``: a writable directory and an image format, checked before anything runs."""
+    if path is None:
+        return
+    _writable(path, "--plot")
+    suffix = Path(path).suffix.lower()
+    if suffix not in PLOT_FORMATS:
+        raise ConfigError(
+            f"--plot {path}: "
+            + (f"unsupported image format {suffix!r}" if suffix else "no image format suffix")
+            + f"; use one of {', '.join(PLOT_FORMATS)}"
+        )
+
+
 def _build_env(name: str, params: dict):
     from .envs import REGISTRY
 
@@ -139,11 +157,19 @@ def _build_env(name: str, params: dict):
         raise ConfigError(
             f"unknown environment {name!r}; choose from {', '.join(sorted(REGISTRY))}"
         )
+    import inspect
+
+    sig = inspect.signature(cls).parameters.values()
+    accepted = [p.name for p in sig if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in sig):
+        raise ConfigError(
+            f"unknown --env-param {', '.join(unknown)} for {name}; it takes "
+            f"{', '.join(accepted) or 'none'}"
+        )
     try:
         return cls(**params)
-    except TypeError as err:
-        raise ConfigError(f"invalid --env-param for {name}: {err}") from None
-    except ValueError as err:
+    except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid --env-param for {name}: {err}") from None
 
 
@@ -360,13 +386,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", metavar="FILE.yaml", help="YAML settings file")
     p.add_argument("--kafka", metavar="HOST:PORT", help="Kafka bootstrap servers")
-    p.add_argument("--file", metavar="EVENTS.jsonl", help="replay a JSONL file of messages")
+    p.add_argument(
+        "--file",
+        metavar="EVENTS.jsonl",
+        help="replay a JSONL file of messages (its bandits come from --config's 'bandits:')",
+    )
     p.add_argument("--events", type=_positive_int, help="events of the embedded simulation")
     p.add_argument("--state-dir", metavar="DIR", help="snapshots and ledger directory")
     p.add_argument("--metrics-port", type=int, help="port of /metrics (0: any free port)")
     p.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument("--mode", choices=["service", "simulation"], help="deployment mode")
-    p.add_argument("--log-json", action="store_true", help="JSON log lines")
+    p.add_argument(
+        "--log-json",
+        action="store_true",
+        help="every stderr line one JSON object, structured fields as keys (no progress bar)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--summary-json", metavar="FILE", help="write the end-of-run summary as JSON")
     p.add_argument(
@@ -435,12 +469,14 @@ def _cmd_simulate(args) -> int:
     from .experiments.runner import RunSpec, simulate
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     env = _build_env(args.env, parse_kv(args.env_param, "--env-param"))
     horizon = args.horizon or 10_000
     names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
     from .config import _CONFIGS
 
+    if not names:
+        raise ConfigError("--policy names no policy; choose from " + ", ".join(sorted(_CONFIGS)))
     for name in names:
         if name not in _CONFIGS:
             raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(_CONFIGS))}")
@@ -556,6 +592,8 @@ def _replay_specs(args, reader) -> list:
     from .replay.evaluate import PolicySpec
 
     names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--policy names no policy; choose from " + ", ".join(sorted(_CONFIGS)))
     for name in names:
         if name not in _CONFIGS:
             raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(_CONFIGS))}")
@@ -643,7 +681,7 @@ def _cmd_replay(args) -> int:
     from .replay.report import plot_replay, replay_table
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     wanted = [e.strip() for e in args.estimator.split(",") if e.strip()]
     allowed = ("replay", "ips", "snips", "dm", "dr")
     bad = [e for e in wanted if e not in allowed]
@@ -743,7 +781,7 @@ def _cmd_replay_slates(args, names: list[str], wanted: list[str]) -> int:
     if args.calibration not in ("certified", "paper"):
         raise ConfigError(f"{names[0]}: calibration must be certified or paper")
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     log_params = parse_kv(args.log_param, "--log-param")
     bad = set(log_params) - {"bandit", "bandit_id", "feedback_window", "default_reward"}
     if bad:
@@ -874,7 +912,7 @@ def _cmd_reproduce(args) -> int:
     from .privacy.statement import PAPER_LABEL
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     env_params = parse_kv(args.env_param, "--env-param")
     _build_env("fliphat-paper", env_params)  # validate early, with a clear error
 
@@ -929,7 +967,7 @@ def _reproduce_dp_linucb(args) -> int:
     from .privacy.gram_calibration import LABELS
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     env_params = parse_kv(args.env_param, "--env-param")
     unknown = set(env_params) - {"d", "gap"}
     if unknown:
@@ -993,7 +1031,7 @@ def _cmd_reproduce_private_lasso(args) -> int:
     from .experiments.private_lasso import run_reproduction
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     if args.env_param:
         raise ConfigError("reproduce private-lasso takes no --env-param (its set-ups are fixed)")
     report = run_reproduction(
@@ -1012,7 +1050,7 @@ def _cmd_reproduce_dp_matroid(args) -> int:
     from .experiments.dp_matroid import FULL, MOVIELENS_ENV, QUICK, run_reproduction
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     if args.env_param:
         raise ConfigError("reproduce dp-matroid takes no --env-param (the instances are fixed)")
     ml = args.movielens or os.environ.get(MOVIELENS_ENV)
@@ -1035,7 +1073,7 @@ def _cmd_reproduce_ldp_glb(args) -> int:
     from .experiments.ldp_glb import FULL, QUICK, run_reproduction
 
     _writable(args.json, "--json")
-    _writable(args.plot, "--plot")
+    _plot_target(args.plot)
     if args.env_param:
         raise ConfigError("reproduce ldp-glb takes no --env-param (its set-ups are fixed)")
     if args.epsilon:
@@ -1081,7 +1119,7 @@ def _kafka_ledger(bootstrap: str, topic: str) -> list:
 
 def _cmd_budget(args) -> int:
     from .experiments.report import format_table
-    from .privacy.accountant import Accountant
+    from .privacy.accountant import ACCOUNTANT_NAMES, Accountant, format_of_record
     from .privacy.ledger import LedgerCorruptError, read_ledger
     from .privacy.statement import PrivacyStatement
 
@@ -1104,13 +1142,15 @@ def _cmd_budget(args) -> int:
         sp = acc.spend(b, delta=delta)
         last = recs[-1]
         notes = sorted({r.note for r in recs if r.note})
+        rec = sp.of_record()
         st = PrivacyStatement(
             model=last.privacy_model,
             unit=last.privacy_unit or "see the policy's documentation",
             neighbouring=last.neighbouring or "see the policy's documentation",
-            epsilon=sp.epsilon_at_delta if sp.epsilon_at_delta is not None else sp.basic_epsilon,
-            delta=delta if delta is not None else sp.basic_delta,
+            epsilon=rec["epsilon"],
+            delta=rec["delta"],
             rho=sp.rho,
+            accountant=ACCOUNTANT_NAMES[rec["accountant"]],
             calibration=",".join(sp.calibrations),
             scope=f"{sp.releases} releases over {sp.slices or 1} disjoint data slice(s), "
             "composed by the ledger's accountant.",
@@ -1136,6 +1176,7 @@ def _cmd_budget(args) -> int:
                 "-"
                 if sp["epsilon_at_delta"] is None
                 else f"{sp['epsilon_at_delta']:.4g} @ δ={sp['target_delta']:.3g}",
+                format_of_record(sp["of_record"]),
                 ",".join(sp["calibrations"]) + ("" if sp["dp_valid"] else " (NOT DP-valid)"),
                 item["statement"]["noise_backend"],
             ]
@@ -1155,6 +1196,7 @@ def _cmd_budget(args) -> int:
                 "basic (ε, δ)",
                 "zCDP ρ",
                 "ε at δ (PLD)",
+                "of record (tightest)",
                 "calibration",
                 "noise",
             ],
@@ -1174,6 +1216,12 @@ def _cmd_budget(args) -> int:
 
 # -- explain -----------------------------------------------------------------------------------
 def _cmd_explain(args) -> int:
+    from .config import _CONFIGS
+
+    if args.policy not in _CONFIGS:
+        raise ConfigError(
+            f"unknown policy {args.policy!r}; choose from {', '.join(sorted(_CONFIGS))}"
+        )
     params = parse_kv(args.policy_param)
     if args.policy not in ("random", *SLATE_POLICIES) and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
@@ -1233,6 +1281,8 @@ def build_service_settings(args):
     if args.no_progress:
         over["progress"] = False
     data = _deep_merge(base.model_dump(exclude_unset=False), over)
+    if data.get("log_json"):
+        data["progress"] = False  # every stderr line is JSON: no progress bar
     embedded = not data.get("kafka") and not data.get("file")
     notes = []
     if embedded and not data.get("bandits"):
@@ -1267,13 +1317,48 @@ def build_service_settings(args):
             f"embedded default: bandit {sim['bandit_id']!r} runs FLIPHAT (certified, "
             f"ε=1, δ=1e-6; b_max = the simulated environment's ‖β*‖₁)"
         )
-    if embedded and not args.state_dir and "snapshots" not in (base.model_fields_set or set()):
+    if data.get("file") and not data.get("kafka") and not data.get("bandits"):
+        ids = _file_bandit_ids(data["file"]["path"])
+        which = f" (its events are for bandit {', '.join(map(repr, ids))})" if ids else ""
+        raise ConfigError(
+            f"--file {data['file']['path']}: no bandit is configured{which}, so every event "
+            "would be dead-lettered as unknown_bandit: give --config FILE.yaml with a 'bandits:' "
+            "section (docs/service.md)"
+        )
+    state_set = bool(args.state_dir) or "snapshots" in (base.model_fields_set or set())
+    if embedded and not state_set:
         data["snapshots"]["directory"] = tempfile.mkdtemp(prefix="dpbandit-state-")
+    elif not state_set:
+        where = Path(data["snapshots"]["directory"]).resolve()
+        notes.append(
+            f"state (snapshots and the privacy ledger) in {where}: the default "
+            "snapshots.directory; set --state-dir or snapshots.directory to choose"
+        )
     try:
         settings = ServiceSettings.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, "invalid configuration: ")) from None
     return settings, notes
+
+
+def _file_bandit_ids(path: str, lines: int = 1000) -> list[str]:
+    """The bandit ids named in the first lines of a JSONL message file (for an error line)."""
+    ids: dict[str, None] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for _, line in zip(range(lines), f):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                value = msg.get("value", msg) if isinstance(msg, dict) else None
+                if isinstance(value, dict) and isinstance(value.get("bandit_id"), str):
+                    ids.setdefault(value["bandit_id"][:64])
+                if len(ids) >= 5:
+                    break
+    except OSError:
+        return []
+    return list(ids)
 
 
 def _embedded_slate_bandit(sim: dict) -> tuple[dict, str]:
@@ -1300,13 +1385,13 @@ def _embedded_slate_bandit(sim: dict) -> tuple[dict, str]:
 
 
 def _cmd_serve(args) -> int:
-    from .logs import setup_logging
+    from .logs import cli_logger, setup_logging
     from .stream.runner import run_service
 
     settings, notes = build_service_settings(args)
     setup_logging(settings.log_level, settings.log_json)
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        cli_logger().info(note)
     from .stream.service import ServiceStartError
 
     try:
@@ -1351,15 +1436,31 @@ COMMANDS = {
 }
 
 
+def _close_progress_bars() -> None:
+    """Close live tqdm bars, so that an error line starts a line of its own."""
+    tqdm_mod = sys.modules.get("tqdm")
+    cls = getattr(tqdm_mod, "tqdm", None)
+    for bar in list(getattr(cls, "_instances", None) or ()):
+        try:
+            bar.close()
+        except Exception:  # a broken bar must not hide the error
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .logs import scoped_logging
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with scoped_logging():
+            return COMMANDS[args.command](args)
     except ConfigError as err:
+        _close_progress_bars()
         print(f"dpbandit {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        _close_progress_bars()
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into a reader that stopped early (| head)

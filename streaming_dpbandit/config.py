@@ -725,6 +725,10 @@ def parse_kv(items: list[str] | None, what: str = "--policy-param") -> dict:
 
     >>> parse_kv(["s=10", "calibration=paper", "feature_mean=[0, 1]", "clip_contexts=false"])
     {'s': 10, 'calibration': 'paper', 'feature_mean': [0, 1], 'clip_contexts': False}
+    >>> parse_kv(["sigma=1e309"])
+    Traceback (most recent call last):
+    ...
+    streaming_dpbandit.config.ConfigError: --policy-param sigma: '1e309' is not a finite number
     """
     out = {}
     for item in items or []:
@@ -738,6 +742,10 @@ def parse_kv(items: list[str] | None, what: str = "--policy-param") -> dict:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
             out[key] = raw
+        value = out[key]
+        non_finite = isinstance(value, float) and not math.isfinite(value)
+        if non_finite or raw.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"):
+            raise ConfigError(f"{what} {key}: {raw!r} is not a finite number")
     return out
 
 
@@ -1191,6 +1199,22 @@ def _check_slate_bandit(name: str, b: BanditSettings) -> None:
 _YAML_FILE: dict = {}
 
 
+def _check_yaml_top_level(path: str) -> None:
+    """One clear line for a YAML file whose top level is not a mapping of settings."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return  # reported, with its position, by the settings source below
+    if data is not None and not isinstance(data, dict):
+        kinds = {list: "a list", str: "a string", int: "a number", float: "a number"}
+        kind = kinds.get(type(data), f"a {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of settings (e.g. 'bandits:'), not {kind}"
+        )
+
+
 def load_service_settings(path: str | None = None, **overrides) -> ServiceSettings:
     """Build :class:`ServiceSettings` from an optional YAML file, the environment and overrides.
 
@@ -1198,6 +1222,8 @@ def load_service_settings(path: str | None = None, **overrides) -> ServiceSettin
     """
     if path is not None and not Path(path).is_file():
         raise ConfigError(f"no configuration file at {path}")
+    if path is not None:
+        _check_yaml_top_level(path)
     _YAML_FILE["path"] = path
     try:
         return ServiceSettings(**overrides)

@@ -8,7 +8,16 @@ in ``docs/metrics.md`` (name, type, labels, meaning).
 from __future__ import annotations
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+)
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 __all__ = ["ServiceMetrics", "observe_many"]
 
@@ -16,11 +25,28 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5
 
 
 class ServiceMetrics:
-    """All collectors of one service instance, on their own registry."""
+    """All collectors of one service instance, on their own registry: the ``dpbandit_`` series,
+    ``dpbandit_build_info{version=...}``, and the client library's ``process_*`` (CPU, memory,
+    file descriptors) and ``python_info`` collectors.
+
+    The ``_created`` series of counters and histograms are disabled (process-wide): Prometheus
+    does not need them to compute rates, and they would double the number of counter series
+    (docs/metrics.md).
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None):
+        from . import __version__
+
+        disable_created_metrics()
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        if registry is None:  # a fresh registry: the process and platform collectors too
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+        self.build_info = Info(
+            "dpbandit_build", "Version of the running dpbandit (value 1)", registry=r
+        )
+        self.build_info.info({"version": __version__})
         self.events = Counter(
             "dpbandit_events_total", "Context events by outcome", ["bandit", "outcome"], registry=r
         )
@@ -50,8 +76,11 @@ class ServiceMetrics:
             ["bandit"],
             registry=r,
         )
-        self.episode = Gauge(
-            "dpbandit_episode", "Current model version (episode) per bandit", ["bandit"], registry=r
+        self.model_version = Gauge(
+            "dpbandit_model_version",
+            "Version of the model in force per bandit (it counts the private model updates)",
+            ["bandit"],
+            registry=r,
         )
         self.rounds = Gauge("dpbandit_rounds", "Rounds decided per bandit", ["bandit"], registry=r)
         self.episode_progress = Gauge(
@@ -119,8 +148,9 @@ class ServiceMetrics:
         )
         self.dead_letters = Counter(
             "dpbandit_dead_letters_total",
-            "Messages sent to the dead-letter topic",
-            ["topic", "reason"],
+            "Messages sent to the dead-letter topic (bandit: a configured bandit the message "
+            "names, else empty)",
+            ["bandit", "topic", "reason"],
             registry=r,
         )
         self.ledger_releases = Gauge(
@@ -132,6 +162,19 @@ class ServiceMetrics:
         self.eps_spent = Gauge(
             "dpbandit_privacy_epsilon_spent",
             "ε spent per bandit, from the persisted ledger",
+            ["bandit", "calibration", "accountant"],
+            registry=r,
+        )
+        self.eps_of_record = Gauge(
+            "dpbandit_privacy_epsilon_of_record",
+            "ε of the accountant of record: the tightest valid guarantee of the ledger "
+            "(accountant=pure, pld, zcdp or basic names it; the same number as `dpbandit budget`)",
+            ["bandit", "calibration", "accountant"],
+            registry=r,
+        )
+        self.delta_of_record = Gauge(
+            "dpbandit_privacy_delta_of_record",
+            "δ of the accountant of record (0 for pure ε)",
             ["bandit", "calibration", "accountant"],
             registry=r,
         )

@@ -44,7 +44,12 @@ def service_metrics() -> dict[str, set[str]]:
     ``_sum``, gauges ``<name>``: the names a PromQL query can select.
     """
     out: dict[str, set[str]] = {}
-    for c in vars(ServiceMetrics()).values():
+    metrics = ServiceMetrics()
+    # unlabelled and standard series (process_*, python_info, dpbandit_build_info): as collected
+    for fam in metrics.registry.collect():
+        for s in fam.samples:
+            out.setdefault(s.name, set(s.labels))
+    for c in vars(metrics).values():
         if isinstance(c, Counter):
             out[c._name + "_total"] = set(c._labelnames)
         elif isinstance(c, Histogram):

@@ -87,3 +87,74 @@ def test_bandits_compose_sequentially():
 def test_zero_records_cost_nothing():
     sp = Accountant([rec(0, eps=0.0, accounting=[{"type": "zero"}])]).spend("b", delta=0.01)
     assert sp.pure_epsilon == 0 and sp.epsilon_at_delta == pytest.approx(0.0, abs=1e-9)
+
+
+def _spend(**kw):
+    from streaming_dpbandit.privacy.accountant import Spend
+
+    base = dict(
+        bandit_id="b",
+        releases=3,
+        pure_epsilon=None,
+        basic_epsilon=3.0,
+        basic_delta=3e-6,
+        rho=None,
+        epsilon_at_delta=None,
+        target_delta=1e-6,
+        calibrations=["certified"],
+        dp_valid=True,
+        slices=0,
+    )
+    base.update(kw)
+    return Spend(**base)
+
+
+OF_RECORD = [
+    # (spend fields, accountant of record, its ε, its δ)
+    ({"epsilon_at_delta": 1.2, "rho": 0.03}, "pld", 1.2, 1e-6),
+    # zCDP converted at δ beats a looser PLD figure
+    (
+        {"epsilon_at_delta": 2.0, "rho": 0.01},
+        "zcdp",
+        0.01 + 2 * math.sqrt(0.01 * math.log(1e6)),
+        1e-6,
+    ),
+    # the case: certified at ε = 1 (basic, δ = target), PLD 1.000003, ρ ⇒ 2.4
+    (
+        {
+            "basic_epsilon": 1.0,
+            "basic_delta": 0.1,
+            "epsilon_at_delta": 1.000003,
+            "rho": 0.424,
+            "target_delta": 0.1,
+        },
+        "basic",
+        1.0,
+        0.1,
+    ),
+    # pure ε (δ = 0) wins a tie with PLD
+    (
+        {"pure_epsilon": 1.0, "basic_delta": 0.0, "basic_epsilon": 1.0, "epsilon_at_delta": 1.0},
+        "pure",
+        1.0,
+        0.0,
+    ),
+    # basic composition whose Σδ exceeds the target δ is not valid at that δ
+    ({"basic_epsilon": 0.5, "basic_delta": 1e-3, "epsilon_at_delta": 0.9}, "pld", 0.9, 1e-6),
+    # no target δ: pure ε if it exists, else basic
+    (
+        {"target_delta": None, "pure_epsilon": 2.0, "basic_epsilon": 2.0, "basic_delta": 0.0},
+        "pure",
+        2.0,
+        0.0,
+    ),
+    ({"target_delta": None}, "basic", 3.0, 3e-6),
+]
+
+
+@pytest.mark.parametrize("fields, name, eps, delta", OF_RECORD)
+def test_accountant_of_record_is_the_tightest_valid_guarantee(fields, name, eps, delta):
+    rec = _spend(**fields).of_record()
+    assert rec["accountant"] == name
+    assert rec["epsilon"] == pytest.approx(eps) and rec["delta"] == pytest.approx(delta)
+    assert _spend(**fields).to_dict()["of_record"] == rec

@@ -24,7 +24,7 @@ BAD = [
     (["simulate", "--policy", "fliphat", "--env", "mars"], "unknown environment"),
     (["simulate", "--policy", "fliphat", "--env-param", "d=abc"], "must be an integer"),
     (["simulate", "--policy", "fliphat", "--env-param", "K=1"], "at least K = 2"),
-    (["simulate", "--policy", "fliphat", "--env-param", "foo=1"], "unexpected keyword"),
+    (["simulate", "--policy", "fliphat", "--env-param", "foo=1"], "unknown --env-param foo"),
     (["simulate", "--policy", "fliphat", "--json", "/no/such/dir/x.json"], "does not exist"),
     (["simulate", "--policy", "fliphat", "--calibration", "x"], "invalid choice"),
     (["simulate"], "required"),
@@ -152,9 +152,12 @@ def test_reproduce_small_run_json(tmp_path, capsys):
             "d=60",
         ]
     )
-    assert code in (0, 1)
+    assert code == 0  # issue 21: what a small run cannot reach is "not assessed", not FAIL
     data = json.loads(js.read_text())
     assert {t["target"] for t in data["targets"]} >= {"T1", "T3", "T5", "T6"}
+    t6 = next(t for t in data["targets"] if t["target"] == "T6")
+    assert t6["passed"] is None and t6["note"].startswith("not assessed at this size")
+    assert "not assessed" in capsys.readouterr().out
     assert any(t["expected"].startswith("n/a") for t in data["targets"])  # unpublished cells
 
 
@@ -241,11 +244,18 @@ def test_reproduce_dp_linucb_small_run(tmp_path, capsys):
             str(js),
         ]
     )
-    assert code in (0, 1)
+    assert code == 0  # issue 21: R1–R3 at n = 4096 are "not assessed at this size"
     out = capsys.readouterr().out
     assert "authors_code_2018" in out and "Experiment 2/3 only" in out
     data = json.loads(js.read_text())
     assert {t["target"] for t in data["targets"]} == {"R1", "R2", "R3", "F", "B"}
+    for t in data["targets"]:
+        if t["target"] in ("F", "B"):
+            assert t["passed"] is True, t  # mechanism properties: checked at every size
+        elif t["passed"] is None:
+            assert t["note"].startswith(("not assessed at this size", "information only")), t
+        else:
+            raise AssertionError(f"a paper-size target was judged at n = 4096: {t}")
     assert main(["reproduce", "dp-linucb", "--env-param", "K=3"]) == 2
 
 
@@ -318,3 +328,44 @@ def test_serve_refuses_damaged_state_and_missing_files(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     assert run(["serve", "--config", str(tmp_path / "nope.yaml")]) == 2
     assert "no configuration file" in capsys.readouterr().err
+
+
+def test_reproduce_dp_linucb_reports_the_accountant_of_record(tmp_path, capsys):
+    """Issue 21 item 2: the table shows the tightest valid guarantee, named, and the number of
+    releases made — the same figures as the JSON (not ρ ⇒ ε = 2.4 and "1 release")."""
+    from streaming_dpbandit.privacy.accountant import format_of_record
+
+    js = tmp_path / "rep.json"
+    argv = ["reproduce", "dp-linucb", "--seeds", "2", "--horizon", "2048", "--epsilon", "1"]
+    argv += ["--env-param", "d=3", "--env-param", "gap=0.1", "--batch-size", "128"]
+    assert run([*argv, "--jobs", "1", "--no-progress", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "⇒" not in out
+    runs = json.loads(js.read_text())["gaps"]["0.1"]["runs"]
+    private = [r for r in runs if r["privacy"]["private"]]
+    assert private
+    for r in private:
+        pr = r["privacy"]
+        rec = pr["of_record"]
+        valid = [pr["epsilon"]] if pr["delta"] <= r["delta"] else []
+        valid += [pr["epsilon_at_delta_pld"]]
+        assert rec["epsilon"] <= min(valid) + 1e-12
+        assert rec["delta"] <= r["delta"]
+        assert pr["releases"] == r["counters"]["releases"] == 2048 // 128
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(r["key"] + " "))
+        assert format_of_record(rec) in line and f" {pr['releases']} " in line
+    tree = next(r for r in private if r["key"] == "tree certified ε=1")
+    assert tree["privacy"]["of_record"]["epsilon"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_simulate_plot_says_what_the_shaded_bands_are(tmp_path, monkeypatch):
+    """Issue 21: the regret plot's legend names its shaded bands."""
+    import matplotlib.figure
+
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    argv = ["simulate", "--policy", "random,greedy", "--horizon", "200", "--seeds", "2"]
+    assert run([*argv, "--jobs", "1", "--no-progress", "--plot", str(tmp_path / "p.png")]) == 0
+    (fig,) = saved
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(t.startswith("shaded: 95% band of the mean (±1.96 s.e., 2 seeds)") for t in texts)

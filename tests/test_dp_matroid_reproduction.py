@@ -140,3 +140,27 @@ def test_cli_explain_and_simulate_for_slate_policies(capsys):
     assert "2ε-DP" in out["label"]
     assert main(["simulate", "--policy", "dpts-mat"]) == 2
     assert "reproduce dp-matroid" in capsys.readouterr().err
+
+
+def test_reproduction_plot_has_no_empty_subplot_and_labels_its_bars(tmp_path, monkeypatch):
+    """Issue 21: the quick profile skips S3; its plot has no empty frame for it, and the error
+    bars say what they are."""
+    import dataclasses
+
+    import matplotlib.figure
+
+    from streaming_dpbandit.experiments.dp_matroid import QUICK, run_reproduction
+
+    prof = dataclasses.replace(QUICK, horizon=200, seeds_q1=2, seeds=2, sweep=(1.0, 2.0))
+    prof = dataclasses.replace(prof, seeds_sweep=2)
+    rep = run_reproduction(prof)
+    assert "s3" not in rep.extras
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    rep.plot(str(tmp_path / "rep.png"))
+    (fig,) = saved
+    assert len(fig.axes) == 3  # S1/S2 for each algorithm and the S4 sweep
+    for ax in fig.axes:
+        assert ax.lines or ax.collections, f"empty subplot {ax.get_title()!r}"
+    s4 = next(ax for ax in fig.axes if ax.get_title() == "S4")
+    assert all("95% CI" in t.get_text() for t in s4.get_legend().get_texts())

@@ -74,7 +74,7 @@ def test_dashboard_structure(dash):
         for t in p["targets"]:
             assert t["datasource"] == p["datasource"] and t["expr"].strip(), p["title"]
             # every bandit-labelled series follows the bandit selector
-            if "bandit" in t.get("legendFormat", "") and "dpbandit_dead_letters" not in t["expr"]:
+            if "bandit" in t.get("legendFormat", "").replace("dpbandit", ""):
                 assert '$bandit"' in t["expr"], (p["title"], t["expr"])
 
 
@@ -93,6 +93,8 @@ def test_every_exported_metric_is_on_the_dashboard(dash):
     known = service_metrics()
     missing = []
     for name in sorted(known):
+        if name.startswith(("process_", "python_")):
+            continue  # the client library's standard series: CPU and memory are checked below
         base = re.sub(r"_(bucket|count|sum)$", "", name)
         if base + "_bucket" in known:  # a histogram: any of its three series will do
             if not used & {base + "_bucket", base + "_count", base + "_sum"}:
@@ -122,6 +124,21 @@ def test_dashboard_shows_what_the_issue_asks_for(dash):
     }
     for title, metric in wanted.items():
         assert metric in " ".join(t["expr"] for t in by_title[title]["targets"]), title
+    # issue 21: time to budget exhaustion, CPU and memory, dead letters per $bandit, the version
+    ttl = " ".join(t["expr"] for t in by_title["Time to budget exhaustion"]["targets"])
+    assert "dpbandit_privacy_epsilon_budget" in ttl and "dpbandit_privacy_epsilon_of_record" in ttl
+    assert "deriv(" in ttl and by_title["Time to budget exhaustion"]["fieldConfig"]["defaults"][
+        "unit"
+    ] in ("s", "dtdurations")
+    cpu = " ".join(t["expr"] for t in by_title["CPU"]["targets"])
+    assert re.search(r"rate\(process_cpu_seconds_total\{[^}]*\}\[", cpu)
+    mem = " ".join(t["expr"] for t in by_title["Memory"]["targets"])
+    assert "process_resident_memory_bytes" in mem
+    dead = by_title["Dead letters"]["targets"]
+    assert all('bandit=~"$bandit"' in t["expr"] for t in dead)
+    used = set().union(*(promql_metric_names(e) for _, e in queries(dash)))
+    assert {"dpbandit_build_info", "dpbandit_model_version"} <= used
+    assert "dpbandit_episode" not in used
     latency = [t["expr"] for t in by_title["Decision latency"]["targets"]]
     assert {re.match(r"histogram_quantile\(([\d.]+),", e).group(1) for e in latency} == {
         "0.5",
@@ -144,7 +161,7 @@ def test_dashboard_checks_catch_a_wrong_metric(dash):
 def test_metrics_doc_lists_exactly_what_the_service_exports():
     """docs/metrics.md — what dashboards and rules are written against — matches the registry:
     names, types and labels."""
-    from prometheus_client import Counter, Gauge, Histogram
+    from prometheus_client import Counter, Gauge, Histogram, Info
 
     from streaming_dpbandit.metrics import ServiceMetrics
     from streaming_dpbandit.stream.local import LocalMetrics
@@ -152,6 +169,9 @@ def test_metrics_doc_lists_exactly_what_the_service_exports():
     sm = ServiceMetrics()
     exported = {}
     for c in [*vars(sm).values(), *vars(LocalMetrics(sm)).values()]:
+        if isinstance(c, Info):  # one gauge sample of value 1, its facts as labels
+            exported[c._name + "_info"] = ("gauge", set(c._value))
+            continue
         for cls, kind, suffix in ((Counter, "counter", "_total"), (Histogram, "histogram", "")):
             if isinstance(c, cls):
                 exported[c._name + suffix] = (kind, set(c._labelnames))

@@ -2,7 +2,8 @@
 
 The quick profile (seconds, fixed seeds) is a scaled-down version of the full reproduction
 (docs/private-lasso.md). Its T2 (non-private √T exponent) and T4 (slopes in d) need horizons the
-quick profile does not have and are only reported; every other target must pass.
+quick profile does not have: they are shown, labelled "not assessed at this size"; every other
+target must pass, and the command exits 0.
 """
 
 import json
@@ -39,7 +40,11 @@ def test_reproduce_private_lasso_quick(tmp_path, capsys):
     assert {t["target"] for t in targets} >= ROBUST | {"T2", "T4"}
     failed = [t for t in targets if t["target"] in ROBUST and t["passed"] is False]
     assert not failed, "\n".join(f"{t['target']} {t['cell']}: {t['measured']}" for t in failed)
-    assert code in (0, 1)  # 1 when a reported-only target (T2/T4 at quick horizons) misses
+    assert code == 0  # issue 21: T2/T4 at quick horizons are "not assessed at this size"
+    for t in targets:
+        if t["target"] in ("T2", "T4") and t["passed"] is None:
+            assert t["note"].startswith(("not assessed at this size", "support not recovered"))
+        assert t["target"] not in ("T2", "T4") or t["passed"] is not False, t
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = data["sections"][0]
     assert table["headers"][:3] == ["d", "T", "seeds"] and len(table["rows"]) == 1
@@ -72,7 +77,7 @@ def test_simulate_runs_the_new_policies_on_the_new_environments(capsys):
     )
     assert code == 0
     out = capsys.readouterr().out
-    assert "private-lasso ε=64" in out and "ρ=" in out and "th-lasso" in out
+    assert "private-lasso ε=64" in out and "(PLD)" in out and "th-lasso" in out
 
 
 def test_simulate_paper_variant_is_labelled(capsys):

@@ -235,9 +235,12 @@ def test_prometheus_scrapes_the_service_during_a_simulated_stream(stack):
     # 4. the recording rules and the budget alert, evaluated by Prometheus itself
     ratio = api.value(f"bandit:dpbandit_privacy_budget_used:ratio{{{sel}}}")
     assert ratio == pytest.approx(EPSILON / BUDGET, rel=1e-6)
-    assert api.value(
-        f"bandit:dpbandit_privacy_epsilon_spent:pld_or_basic{{{sel}}}"
-    ) == pytest.approx(pld)
+    of_record = api.query(f"dpbandit_privacy_epsilon_of_record{{{sel}}}")
+    assert len(of_record) == 1, of_record  # one series: the accountant of record, named
+    assert float(of_record[0]["value"][1]) == pytest.approx(min(basic, pld))
+    assert api.value(f"bandit:dpbandit_privacy_epsilon_spent:of_record{{{sel}}}") == pytest.approx(
+        min(basic, pld)
+    )
     dl_ratio = api.query("job:dpbandit_dead_letters:ratio_rate5m")
     assert len(dl_ratio) == 1 and 0 <= float(dl_ratio[0]["value"][1]) < 0.05, dl_ratio
     alerts = api.query(f'ALERTS{{alertname="DPBanditPrivacyBudgetHigh",{sel}}}')
@@ -270,6 +273,7 @@ def test_prometheus_scrapes_the_service_during_a_simulated_stream(stack):
     assert summary["decisions"] == b["rounds"] == EVENTS
     assert b["privacy"]["releases"] == releases
     assert b["privacy"]["basic_epsilon"] == pytest.approx(basic, abs=1e-12)
+    assert b["privacy"]["of_record"]["epsilon"] == pytest.approx(min(basic, pld))
     assert joined == b["stats"]["joined"] > 0.9 * EVENTS
     assert dead == sum(summary["dead_letters"].values())
     assert regret == pytest.approx(summary["source"]["pseudo_regret"]) and regret > 0

@@ -105,7 +105,12 @@ def _mutations():
             "increase(dpbandit_refit_failures_total[1h]) > 0",
             "dpbandit_refit_failures_total > 5",
         ),
-        ("pld_or_basic", r, '{accountant="pld"})\n', '{accountant="basic"})\n'),
+        (
+            "of_record",
+            r,
+            "(dpbandit_privacy_epsilon_of_record)\n",
+            '(dpbandit_privacy_epsilon_spent{accountant="basic"})\n',
+        ),
         ("ratio_rate5m", r, '{outcome!="watermark"}[5m]))\n', "[5m]))\n"),
         (
             "ratio_rate5m",

@@ -226,3 +226,30 @@ def test_kafka_is_not_imported_by_the_replay_package():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_plot_bands_of_a_click_rate_stay_in_its_range_and_are_explained(tmp_path, monkeypatch):
+    """Issue 21: the OBD slice's click rate is ~0.004, whose early normal intervals go below
+    0; the plot clips them to the logged reward range [0, 1] and its caption says what the
+    shaded bands are."""
+    import matplotlib.figure
+    from matplotlib.collections import PolyCollection
+
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    argv = ["replay", "--log", RANDOM, "--policy", "table", "--policy-param",
+            f"from_log={BTS}", "--estimator", "ips",
+            "--bootstrap", "0", "--plot", str(tmp_path / "p.png"), "--no-progress",
+            "--json", str(tmp_path / "r.json")]  # fmt: skip
+    assert run(argv) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    lo = res["runs"][0]["offpolicy"]["estimates"]["ips"]["curve"]["lo"]
+    assert min(v for v in lo if v is not None) < 0  # the unclipped interval does go below 0
+    (fig,) = saved
+    bands = [c for ax in fig.axes for c in ax.collections if isinstance(c, PolyCollection)]
+    assert bands
+    for band in bands:
+        for path in band.get_paths():
+            ys = path.vertices[:, 1]
+            assert np.nanmin(ys) >= 0 and np.nanmax(ys) <= 1
+    assert "shaded: 95% normal intervals" in fig._suptitle.get_text()

@@ -274,10 +274,22 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_nothing_else_is_lost(
     for reason in set(expected.values()):
         n = sum(1 for r in expected.values() if r == reason)
         total = sum(
-            reg.get_sample_value("dpbandit_dead_letters_total", {"topic": t, "reason": reason}) or 0
+            reg.get_sample_value(
+                "dpbandit_dead_letters_total", {"bandit": b, "topic": t, "reason": reason}
+            )
+            or 0
             for t in ("dpbandit.contexts", "dpbandit.feedback")
+            for b in ("", BANDIT, CATALOG)
         )
         assert total == n, reason
+    # the bandit label names configured bandits only (never a name from a message)
+    labels = {
+        s.labels["bandit"]
+        for fam in reg.collect()
+        if fam.name == "dpbandit_dead_letters"
+        for s in fam.samples
+    }
+    assert labels <= {"", BANDIT, CATALOG} and labels - {""}, labels
 
 
 def test_bad_input_leaves_no_reference_cycles_holding_queued_events(stream, tmp_path):

@@ -532,7 +532,8 @@ def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path):
     stats = svc.bandits[BANDIT].stats
     assert sample(m, "dpbandit_events_total", bandit=BANDIT, outcome="decided") == 3000
     assert sample(m, "dpbandit_rounds", bandit=BANDIT) == 3000
-    assert sample(m, "dpbandit_episode", bandit=BANDIT) == svc.bandits[BANDIT].policy.model_version
+    mv = svc.bandits[BANDIT].policy.model_version
+    assert sample(m, "dpbandit_model_version", bandit=BANDIT) == mv
     assert sample(m, "dpbandit_ledger_releases", bandit=BANDIT) == len(recs) >= 3
     assert (
         sample(

@@ -350,4 +350,4 @@ def test_embedded_serve_runs_slates(tmp_path, monkeypatch, capsys):
     assert "DPTS-MAT" in capsys.readouterr().err  # the embedded default is announced
     table = io.StringIO()
     print_summary(s, table)
-    assert "ε=1 (pure)" in table.getvalue()
+    assert "ε=1, δ=0 (pure ε, exact sum)" in table.getvalue()

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from ..envs.shariff_sheffet import ShariffSheffetEnv
-from .fliphat import TargetCheck, checks_table
+from .fliphat import NOT_ASSESSED, TargetCheck, checks_table, not_assessed
 from .runner import RunSpec, SimulationResult, simulate
 
 __all__ = [
@@ -49,6 +49,9 @@ __all__ = [
 
 PAPER_D = 5
 PAPER_HORIZON = 50_000_000
+#: Smallest horizon at which R1–R3 are judged (spec §12.3's CI smoke size, where they hold:
+#: tests/test_reproduction.py); below it they are "not assessed at this size".
+R_TARGETS_HORIZON = 1 << 19
 PAPER_SEEDS = 35
 PAPER_DELTA = 0.1
 PAPER_SWEEP = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
@@ -195,8 +198,20 @@ def check_targets(result: SimulationResult, gap: float, epsilons, full: bool) ->
 def _later_checks(result, gap, epsilons, full, mean) -> list[TargetCheck]:
     checks: list[TargetCheck] = []
     # R2 and R3: the ε sweep
-    if gap > 0:
-        eps_sorted = sorted({1.0, *map(float, epsilons)})
+    eps_sorted = sorted({1.0, *map(float, epsilons)})
+    if gap > 0 and len(eps_sorted) < 2:
+        checks.append(
+            TargetCheck(
+                "R2",
+                f"Δ={gap:g}: Gaussian regret against ε",
+                "decreasing in ε",
+                "one ε only",
+                "-",
+                None,
+                f"{NOT_ASSESSED}: the ε sweep needs at least two values of --epsilon",
+            )
+        )
+    elif gap > 0:
         problems = []
         for lo, hi in itertools.pairwise(eps_sorted):
             d_, s_ = _paired(result, f"gauss ε={hi:g}", f"gauss ε={lo:g}")  # R(lo) − R(hi)
@@ -321,5 +336,15 @@ def run_reproduction(
         )
         res = simulate(env, specs, seeds=seeds, base_seed=base_seed, jobs=jobs, progress=progress)
         results[float(gap)] = res
-        checks += check_targets(res, float(gap), epsilons, full)
+        got = check_targets(res, float(gap), epsilons, full)
+        if not full and horizon < R_TARGETS_HORIZON:
+            # R1–R3 are the paper's orderings; they are checked from the spec's CI size (n = 2¹⁹,
+            # where they hold) up; a smaller run shows them. B and F (properties of the
+            # mechanisms) are checked at any size
+            why = f"checked from n = 2^19; this run: n = {horizon:,}"
+            got = [
+                not_assessed(c, why) if c.target.startswith("R") and c.passed is not None else c
+                for c in got
+            ]
+        checks += got
     return results, checks

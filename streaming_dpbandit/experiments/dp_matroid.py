@@ -213,9 +213,11 @@ class MatroidReport:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(2, 2, figsize=(12, 9), dpi=100)
         a = self.sections["S1S2"]
-        for ax, algo in zip(axes[0], ALGOS):
+        s3 = self.extras.get("s3")
+        sw = self.extras.get("sweep")
+
+        def curves(ax, algo):
             for key in [
                 f"{algo} ε={e:g}" for e in (*EPS_EXTREMES[:1], EPS_PAPER, EPS_EXTREMES[1])
             ] + [BASELINE[algo]]:
@@ -224,12 +226,11 @@ class MatroidReport:
             ax.axhline(self.extras["exact"]["optimal_return"], color="k", ls="--", label="optimal")
             ax.set_xscale("log")
             ax.set_xlabel("round s")
-            ax.set_ylabel("expected per-round return")
+            ax.set_ylabel("expected per-round return (mean over seeds)")
             ax.set_title(f"{algo} (paper calibration)")
             ax.legend(fontsize=8)
-        s3 = self.extras.get("s3")
-        ax = axes[1][0]
-        if s3:
+
+        def s3_panel(ax):
             for algo in ALGOS:
                 ax.plot(s3["t"], s3[algo], label=algo)
             ax.set_xscale("log")
@@ -237,20 +238,29 @@ class MatroidReport:
             ax.set_ylabel("R_n / ln n")
             ax.set_title("S3 (ε = 2)")
             ax.legend()
-        else:
-            ax.set_axis_off()
-        sw = self.extras.get("sweep")
-        ax = axes[1][1]
-        if sw:
+
+        def sweep_panel(ax):
             inv = 1 / np.asarray(sw["eps"])
             for algo in ALGOS:
                 m = np.array([x[0] for x in sw[algo]])
                 se = np.array([x[1] for x in sw[algo]])
-                ax.errorbar(inv, m, yerr=1.96 * se, fmt="o", ms=3, label=algo)
+                ax.errorbar(inv, m, yerr=1.96 * se, fmt="o", ms=3, label=f"{algo} (bars: 95% CI)")
             ax.set_xlabel("1/ε")
             ax.set_ylabel("R_10⁴")
             ax.set_title("S4")
             ax.legend()
+
+        # only the panels with data: the quick profile skips S3, so no empty subplot
+        panels = [lambda ax, algo=algo: curves(ax, algo) for algo in ALGOS]
+        panels += [s3_panel] if s3 else []
+        panels += [sweep_panel] if sw else []
+        rows = (len(panels) + 1) // 2
+        fig, axes = plt.subplots(rows, 2, figsize=(12, 4.5 * rows), dpi=100, squeeze=False)
+        flat = list(axes.flat)
+        for draw, ax in zip(panels, flat):
+            draw(ax)
+        for ax in flat[len(panels) :]:
+            fig.delaxes(ax)  # an odd number of panels: no empty frame
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)

@@ -107,9 +107,15 @@ def reproduction_specs(
     return specs
 
 
+#: Note prefix (and result column) of a target that a reduced run cannot reach: it is neither
+#: a pass nor a failure, and does not change the exit status.
+NOT_ASSESSED = "not assessed at this size"
+
+
 @dataclasses.dataclass
 class TargetCheck:
-    """One target: expected vs measured; ``passed`` is None for informational rows."""
+    """One target: expected vs measured; ``passed`` is None for informational rows (and for
+    targets :data:`NOT_ASSESSED` at a reduced size, whose note starts with that phrase)."""
 
     target: str
     cell: str
@@ -181,17 +187,20 @@ def check_targets(
     # T3: random policy, E[R(T)] = T·E[max of K normals]·√(β*ᵀΣβ*)
     m, se = _mean_se(result.finals["random"])
     exp = env.random_regret_per_round() * horizon
-    checks.append(
-        TargetCheck(
-            "T3",
-            f"random, T={horizon}",
-            f"{exp:,.0f}",
-            f"{m:,.0f} ± {se:,.0f}",
-            "±2%",
-            abs(m - exp) <= T3_TOLERANCE * exp,
-            f"{100 * (m - exp) / exp:+.2f}%",
-        )
+    t3 = TargetCheck(
+        "T3",
+        f"random, T={horizon}",
+        f"{exp:,.0f}",
+        f"{m:,.0f} ± {se:,.0f}",
+        "±2%",
+        abs(m - exp) <= T3_TOLERANCE * exp,
+        f"{100 * (m - exp) / exp:+.2f}%",
     )
+    if Z_EVERY_T * se > T3_TOLERANCE * exp and abs(m - exp) <= T3_TOLERANCE * exp + Z_EVERY_T * se:
+        # too few repetitions for ±2% to be decided (the Monte-Carlo error is larger); a miss
+        # beyond ±2% + 4 s.e. is still a failure at any size
+        t3 = not_assessed(t3, f"Monte-Carlo s.e. {100 * se / exp:.1f}% of the target")
+    checks.append(t3)
     # T4 (informational): read off the paper's figure; the exact configuration gives ≈ 390.
     m, se = _mean_se(result.finals["lasso-bandit"])
     if horizon == CURVE_HORIZON and published:
@@ -272,17 +281,34 @@ def check_targets(
                 i = int(np.searchsorted(g, T1_HORIZON))
                 if not mean[i] > Z_STRICT * se[i]:
                     problems.append(f"ε={eps:g} not strictly {what} at t=10⁴")
-    checks.append(
-        TargetCheck(
-            "T6",
-            "ordering in ε and between baselines",
-            "non-increasing in ε; Lasso < FLIPHAT < random",
-            "holds" if not problems else "; ".join(problems[:3]),
-            f"{Z_EVERY_T:g} s.e. at every t, strict ({Z_STRICT:g} s.e.) at 10⁴/2·10⁴",
-            not problems,
-        )
+    t6 = TargetCheck(
+        "T6",
+        "ordering in ε and between baselines",
+        "non-increasing in ε; Lasso < FLIPHAT < random",
+        "holds" if not problems else "; ".join(problems[:3]),
+        f"{Z_EVERY_T:g} s.e. at every t, strict ({Z_STRICT:g} s.e.) at 10⁴/2·10⁴",
+        not problems,
     )
+    if horizon < T1_HORIZON or not published:
+        # the paper states the ordering for its configuration at 10⁴ and 2·10⁴ rounds
+        t6 = not_assessed(t6, f"the paper's configuration at T ≥ 10⁴; this run T = {horizon}")
+    checks.append(t6)
     return checks
+
+
+def not_assessed(c: TargetCheck, why: str) -> TargetCheck:
+    """``c`` relabelled as beyond this run's size: measured and shown, neither pass nor fail."""
+    note = f"{NOT_ASSESSED} ({why})"
+    if c.passed is False and c.note:
+        note += f"; measured: {c.note}"
+    return dataclasses.replace(c, passed=None, note=note)
+
+
+def result_label(c: TargetCheck) -> str:
+    """PASS, FAIL, "not assessed" (a target beyond a reduced run's reach) or info."""
+    if c.passed is None and c.note.startswith(NOT_ASSESSED):
+        return "not assessed"
+    return {True: "PASS", False: "FAIL", None: "info"}[c.passed]
 
 
 def checks_table(checks: list[TargetCheck]) -> str:
@@ -293,7 +319,7 @@ def checks_table(checks: list[TargetCheck]) -> str:
             c.expected,
             c.measured,
             c.tolerance,
-            {True: "PASS", False: "FAIL", None: "info"}[c.passed],
+            result_label(c),
             c.note,
         ]
         for c in checks

@@ -441,7 +441,11 @@ class Report:
             ax.set_title(f"{cell}, ε = {eps:g}", fontsize=9)
             ax.set_xlabel("t")
             ax.set_ylabel("cumulative pseudo-regret")
-            ax.legend(fontsize=7)
+            from matplotlib.patches import Patch
+
+            handles, _ = ax.get_legend_handles_labels()
+            handles.append(Patch(color="grey", alpha=0.3, label="shaded: mean ± ½ s.d. over seeds"))
+            ax.legend(handles=handles, fontsize=7)
             ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(path, dpi=110)

@@ -2,27 +2,57 @@
 
 from __future__ import annotations
 
+from ..privacy.accountant import format_of_record
 from .runner import SimulationResult
 
 __all__ = ["episode_slopes", "format_table", "plot_curves", "simulation_table"]
 
 
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """Plain-text table with right-aligned columns.
+#: Width of a table written anywhere but a terminal (a file, a pipe); ``COLUMNS`` overrides.
+NON_TERMINAL_WIDTH = 200
+#: No column is wrapped narrower than this.
+MIN_COLUMN = 8
+
+
+def table_width() -> int:
+    """The terminal's width (``COLUMNS`` if set), or :data:`NON_TERMINAL_WIDTH` without one."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((NON_TERMINAL_WIDTH, 24)).columns)
+
+
+def format_table(headers: list[str], rows: list[list[str]], width: int | None = None) -> str:
+    """Plain-text table (``tabulate``), right-aligned, that fits ``width`` columns (default: the
+    terminal's, :func:`table_width`): the widest columns are wrapped (at spaces where they can
+    be) until the table fits or every column is :data:`MIN_COLUMN` wide.
 
     >>> print(format_table(["a", "bb"], [["1", "22"], ["333", "4"]]))
-      a  bb
-    ---  --
-      1  22
-    333   4
+      a    bb
+    ---  ----
+      1    22
+    333     4
+    >>> print(format_table(["policy", "note"], [["fliphat", "a long note that wraps"]], width=24))
+      policy         note
+    --------  -----------
+     fliphat  a long note
+               that wraps
     """
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    from tabulate import tabulate
+
+    width = table_width() if width is None else width
+    opts = {"tablefmt": "simple", "disable_numparse": True, "stralign": "right"}
+    text = tabulate(rows, headers, **opts)
+    if max(map(len, text.splitlines()), default=0) <= width:
+        return text
+    caps = [
+        max([len(h), *(len(line) for r in rows for line in str(r[i]).splitlines())])
+        for i, h in enumerate(headers)
     ]
-    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
-    out = [line(headers), line(["-" * w for w in widths])]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
+    # tabulate pads every column by 2 (its MIN_PADDING) and separates them by 2 spaces
+    budget = width - 4 * len(headers) + 2
+    while sum(caps) > budget and max(caps) > MIN_COLUMN:
+        caps[caps.index(max(caps))] -= 1
+    return tabulate(rows, headers, maxcolwidths=caps, maxheadercolwidths=caps, **opts)
 
 
 def _fmt_eps(v) -> str:
@@ -31,14 +61,12 @@ def _fmt_eps(v) -> str:
 
 def simulation_table(result: SimulationResult) -> str:
     rows = []
-    for row in result.summary(pld=False):  # the table shows no PLD figure
+    # the table shows the accountant of record, which may be the PLD accountant
+    for row in result.summary():
         pr = row["privacy"]
         f = row["final_regret"]
-        if pr["private"] and pr.get("epsilon_zcdp") is not None:
-            spent = f"ρ={pr['rho']:.4g} ⇒ ε={pr['epsilon_zcdp']:.4g}, δ={pr['delta']:g}"
         if pr["private"]:
-            if pr.get("epsilon_zcdp") is None:
-                spent = f"ε={pr['epsilon']:g}, δ={pr['delta']:g}"
+            spent = format_of_record(pr["of_record"])
             calib = pr["calibration"] + ("" if pr["dp_valid"] else " (not DP-valid)")
             rel = str(pr["releases"])
         else:
@@ -86,7 +114,17 @@ def plot_curves(result: SimulationResult, path: str, title: str = "") -> None:
         (title or f"{result.env.get('name', '')}: {result.seeds} repetitions") + note, fontsize=10
     )
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    from matplotlib.patches import Patch
+
+    handles, _ = ax.get_legend_handles_labels()
+    handles.append(
+        Patch(
+            color="grey",
+            alpha=0.3,
+            label=f"shaded: 95% band of the mean (±1.96 s.e., {result.seeds} seeds)",
+        )
+    )
+    ax.legend(handles=handles, fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

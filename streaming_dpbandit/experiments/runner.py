@@ -223,12 +223,19 @@ class SimulationResult:
         acc = Accountant(recs)
         bandit = recs[0].bandit_id if recs else "default"
         sp = acc.spend(bandit, delta=spec.delta if pld else None)
+        made = self.counters.get(spec.key, {}).get("releases")
         out = {
             "private": True,
+            # the accountant of record: the tightest valid guarantee, named (what tables show)
+            "of_record": sp.of_record(),
             "epsilon": sp.basic_epsilon,
             "delta": sp.basic_delta,
             "epsilon_at_delta_pld": sp.epsilon_at_delta,
-            "releases": sp.releases,
+            "pure_epsilon": sp.pure_epsilon,
+            # releases made (repetition 0); a policy that counts them (DP-LinUCB, whose refreshes
+            # are post-processing of its epoch records) reports its count, else the ledger's
+            "releases": int(made) if made is not None else sp.releases,
+            "ledger_records": sp.releases,
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }

@@ -8,6 +8,12 @@ Three reports, each valid only where it applies (DESIGN §4):
 * **ε at a stated δ** from privacy-loss distributions composed by Google's ``dp-accounting``
   library (PLD, pessimistic estimate).
 
+The **accountant of record** (:meth:`Spend.of_record`) is the tightest of these valid
+guarantees: among pure ε (δ = 0), PLD ε at the target δ, zCDP ρ converted at the target δ
+(ε = ρ + 2√(ρ ln 1/δ)) and basic composition (Σε, Σδ), those whose δ does not exceed the target
+δ, the smallest ε (ties: the smaller δ, then the order pure, PLD, zCDP, basic). Every table,
+summary, metric and statement of the product reports it, with its name.
+
 Composition structure. Records of one bandit with ``composition="parallel"`` and distinct
 ``data_slice`` labels used disjoint data, a property the policy proves (FLIPHAT's forgetting:
 every row enters exactly one fit, spec §4). One person's data then reaches the sequential
@@ -25,9 +31,29 @@ from collections.abc import Iterable
 
 from .ledger import ReleaseRecord
 
-__all__ = ["Accountant", "Spend", "load_pld"]
+__all__ = ["ACCOUNTANT_NAMES", "Accountant", "Spend", "format_of_record", "load_pld"]
+
+#: Display names of the accountants (``Spend.of_record()["accountant"]``).
+ACCOUNTANT_NAMES = {
+    "pure": "pure ε, exact sum",
+    "pld": "PLD",
+    "zcdp": "zCDP",
+    "basic": "basic composition",
+}
 
 PLD_DISCRETIZATION = 1e-3
+
+
+def format_of_record(rec: dict, digits: int = 4) -> str:
+    """One-line text of an accountant-of-record guarantee (:meth:`Spend.of_record`).
+
+    >>> format_of_record({"accountant": "pld", "epsilon": 1.0000019, "delta": 0.1})
+    'ε=1, δ=0.1 (PLD)'
+    >>> format_of_record({"accountant": "pure", "epsilon": 2.5, "delta": 0.0})
+    'ε=2.5, δ=0 (pure ε, exact sum)'
+    """
+    name = ACCOUNTANT_NAMES.get(rec["accountant"], rec["accountant"])
+    return f"ε={rec['epsilon']:.{digits}g}, δ={rec['delta']:.{min(digits, 3)}g} ({name})"
 
 
 def load_pld() -> None:
@@ -117,8 +143,45 @@ class Spend:
     dp_valid: bool
     slices: int
 
+    def candidates(self) -> list[dict]:
+        """Every valid (ε, δ) guarantee the accountants give, named."""
+        out = []
+        if self.pure_epsilon is not None:
+            out.append({"accountant": "pure", "epsilon": self.pure_epsilon, "delta": 0.0})
+        target = self.target_delta
+        if target is not None and self.epsilon_at_delta is not None:
+            out.append({"accountant": "pld", "epsilon": self.epsilon_at_delta, "delta": target})
+        if target is not None and 0 < target < 1 and self.rho is not None:
+            from .zcdp import epsilon_from_rho
+
+            eps = epsilon_from_rho(self.rho, target)
+            out.append({"accountant": "zcdp", "epsilon": eps, "delta": target})
+        out.append(
+            {"accountant": "basic", "epsilon": self.basic_epsilon, "delta": self.basic_delta}
+        )
+        return out
+
+    def of_record(self) -> dict:
+        """The accountant of record: the tightest valid guarantee, named.
+
+        Among the guarantees of :meth:`candidates` whose δ is at most the target δ (all of
+        them when no δ is targeted), the smallest ε; ties go to the smaller δ.
+
+        >>> sp = Spend("b", 3, None, 3.0, 3e-6, 0.03, 1.2, 1e-6, ["certified"], True, 0)
+        >>> sp.of_record()
+        {'accountant': 'pld', 'epsilon': 1.2, 'delta': 1e-06}
+        """
+        cands = self.candidates()
+        if self.target_delta is not None:
+            ok = [c for c in cands if c["delta"] <= self.target_delta]
+            cands = ok or cands
+        order = {"pure": 0, "pld": 1, "zcdp": 2, "basic": 3}
+        return dict(min(cands, key=lambda c: (c["epsilon"], c["delta"], order[c["accountant"]])))
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["of_record"] = self.of_record()
+        return out
 
 
 class Accountant:

@@ -53,6 +53,8 @@ class PrivacyStatement:
     caveats: tuple[str, ...] = ()
     label: str | None = None
     noise_backend: str | None = None
+    #: which accountant gives (ε, δ): the ledger's accountant of record, when built from one
+    accountant: str | None = None
 
     @property
     def effective_label(self) -> str | None:
@@ -70,9 +72,10 @@ class PrivacyStatement:
         if self.rho is not None:
             parts.append(f"ρ = {self.rho:g} (zCDP)")
         guarantee = ", ".join(parts) if parts else "no release yet"
+        by = f" (accountant of record: {self.accountant})" if self.accountant else ""
         lines = [
             f"Guarantee: ({guarantee})-{self.model} differential privacy, "
-            f"{self.calibration} calibration."
+            f"{self.calibration} calibration{by}."
         ]
         label = self.effective_label
         if label == PAPER_LABEL:
@@ -95,4 +98,6 @@ class PrivacyStatement:
         out["label"] = self.effective_label
         if out["label"] is None:
             del out["label"]
+        if out["accountant"] is None:
+            del out["accountant"]
         return out

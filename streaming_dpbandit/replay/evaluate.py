@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import sys
 import time
 
@@ -189,9 +190,13 @@ def replay_log(
     t0 = time.perf_counter()
     offset = 0
     positions = 0
+    rlo, rhi = math.inf, -math.inf
     for batch in reader.chunks(chunk_size, max_events):
         end = offset + len(batch)
         onpolicy.update(batch.rewards, None, batch.positions, events=end)
+        if len(batch):
+            rlo = min(rlo, float(np.min(batch.rewards)))
+            rhi = max(rhi, float(np.max(batch.rewards)))
         positions = max(positions, int(batch.positions.max()) + 1)
         for run in runs:
             if run["replay"] is not None:
@@ -215,7 +220,7 @@ def replay_log(
     pass_s = time.perf_counter() - t0
     if offset == 0:
         raise ValueError("the log has no events to evaluate")
-    return ReplayResult.collect(
+    result = ReplayResult.collect(
         reader=reader,
         runs=runs,
         onpolicy=onpolicy,
@@ -239,3 +244,6 @@ def replay_log(
             "total_s": time.perf_counter() - t_start,
         },
     )
+    # the logged rewards' range (a click log: [0, 1]); the plot clips intervals to it
+    result.log["reward_range"] = [rlo, rhi]
+    return result

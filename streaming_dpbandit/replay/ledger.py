@@ -60,6 +60,7 @@ class InMemoryLedger:
                 "target_delta": delta,
                 "calibrations": [],
                 "dp_valid": True,
+                "of_record": {"accountant": "pure", "epsilon": 0.0, "delta": 0.0},
             }
         acc = Accountant(self.records)
         bandits = acc.bandits()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ..experiments.report import format_table
+from ..privacy.accountant import ACCOUNTANT_NAMES
 from .result import ReplayResult
 
 __all__ = ["plot_replay", "replay_table"]
@@ -25,11 +26,13 @@ def _ci(ci) -> str:
 def _spent(p: dict) -> str:
     if not p.get("private"):
         return "non-private"
-    eps = p.get("epsilon_at_delta")
-    if eps is None:
-        eps = p.get("basic_epsilon")
-    delta = p.get("target_delta") or p.get("basic_delta")
-    text = f"ε={_num(eps, 3)}, δ={_num(delta, 2)} ({p.get('releases', 0)} rel.)"
+    rec = p.get("of_record")
+    if rec is None:  # slate replays report their certified ε (pure) only
+        eps, delta, by = p.get("epsilon_certified", p.get("basic_epsilon")), 0.0, "pure ε"
+    else:
+        eps, delta = rec["epsilon"], rec["delta"]
+        by = ACCOUNTANT_NAMES.get(rec["accountant"], rec["accountant"])
+    text = f"ε={_num(eps, 3)}, δ={_num(delta, 2)} ({by}; {p.get('releases', 0)} rel.)"
     if not p.get("dp_valid", True):
         text += " NOT DP-valid"
     return text
@@ -193,6 +196,8 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
         rows, cols, figsize=(7.5 * cols, 3.8 * rows), dpi=110, squeeze=False, sharey=True
     )
     op = result.on_policy
+    # a value cannot leave the rewards' range (a click rate is in [0, 1]): clip the bands to it
+    rlo, rhi = result.log.get("reward_range") or (-math.inf, math.inf)
     for ax, run in zip(axes.flat, runs):
         curves = []
         if run["replay"] is not None:
@@ -202,8 +207,8 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
         for name, c in curves:
             if not c["events"]:
                 continue
-            lo = [math.nan if v is None else v for v in c["lo"]]
-            hi = [math.nan if v is None else v for v in c["hi"]]
+            lo = [math.nan if v is None else max(v, rlo) for v in c["lo"]]
+            hi = [math.nan if v is None else min(v, rhi) for v in c["hi"]]
             val = [math.nan if v is None else v for v in c["value"]]
             ax.plot(c["events"], val, lw=1.4, label=name)
             ax.fill_between(c["events"], lo, hi, alpha=0.18)
@@ -223,8 +228,13 @@ def plot_replay(result: ReplayResult, path: str, title: str = "") -> None:
         ax.set_visible(False)
     axes[0][0].set_ylabel(f"estimated value ({result.level:.0%} interval)")
     where = result.log.get("path") or result.log.get("bootstrap", "")
+    bands = f"shaded: {result.level:.0%} normal intervals"
+    if math.isfinite(rlo) and math.isfinite(rhi):
+        bands += f", clipped to the logged reward range [{rlo:g}, {rhi:g}]"
     fig.suptitle(
-        title or f"{result.log.get('format')} log {where}: {result.events:,} events", fontsize=9
+        (title or f"{result.log.get('format')} log {where}: {result.events:,} events")
+        + f"\n{bands}",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path)

@@ -437,7 +437,7 @@ class BanditRuntime:
         if m is None:
             return
         b = self.bandit_id
-        m.episode.labels(b).set(self.policy.model_version)
+        m.model_version.labels(b).set(self.policy.model_version)
         m.rounds.labels(b).set(self.policy.t)
         horizon = self.policy.max_decide_batch()
         if horizon < (1 << 40):

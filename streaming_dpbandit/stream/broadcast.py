@@ -27,6 +27,7 @@ a pickup delay (docs/scaling.md).
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import signal
@@ -42,7 +43,14 @@ from .bandit import BadInput, BanditRuntime, Pending, arm_id_kwargs
 from .join import EarlyFeedback, JoinStore
 from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
 from .schemas import ContextEvent, DeadLetter, Decision
-from .service import DLQ_PAYLOAD_BYTES, Service, ServiceStartError, _first_error, _reason
+from .service import (
+    DLQ_PAYLOAD_BYTES,
+    Service,
+    ServiceStartError,
+    _first_error,
+    _reason,
+    dead_letter_bandit,
+)
 from .transport import TP, Record
 
 __all__ = [
@@ -235,7 +243,7 @@ class Learner(Service):
             for _ in chunk:
                 self._pop(tp, q)
             self.metrics.events.labels(rt.bandit_id, "recorded").inc(n)
-            rt.after_decisions(chunk, self._dead_source)
+            rt.after_decisions(chunk, functools.partial(self._dead_source, bandit=rt.bandit_id))
             i += n
         if tp in self.blocked:
             self.metrics.blocked.labels(self.blocked.pop(tp)).set(0)
@@ -256,7 +264,12 @@ class Learner(Service):
         )
         self.transport.flush()
         self.published.append(msg)
-        log.info("bandit %s: published model version %d", rt.bandit_id, msg.model_version)
+        log.info(
+            "bandit %s: published model version %d",
+            rt.bandit_id,
+            msg.model_version,
+            extra={"bandit": rt.bandit_id, "model_version": msg.model_version},
+        )
 
 
 # -- decision replicas ------------------------------------------------------------------------
@@ -333,7 +346,8 @@ class DecisionReplica:
         replica = self
 
         def assigned(parts) -> None:
-            log.info("contexts partitions assigned: %s", sorted(p.partition for p in parts))
+            assigned = sorted(p.partition for p in parts)
+            log.info("contexts partitions assigned: %s", assigned, extra={"partitions": assigned})
 
         if hasattr(subs, "AsyncConsumerRebalanceListener"):  # kafka-python >= 3
 
@@ -404,12 +418,13 @@ class DecisionReplica:
                 )
                 continue
             self.pickups.append((name, msg.model_version, msg.published_at, now))
-            self.metrics.episode.labels(name).set(msg.model_version)
+            self.metrics.model_version.labels(name).set(msg.model_version)
             log.info(
                 "bandit %s: deciding with model version %d (published %.3f s ago)",
                 name,
                 msg.model_version,
                 now - msg.published_at,
+                extra={"bandit": name, "model_version": msg.model_version},
             )
 
     def _bad_model(self, partition, offset, raw, reason, detail) -> None:
@@ -545,7 +560,8 @@ class DecisionReplica:
             at=time.time(),
         )
         self.producer.send(self.topics.dead_letter, key=key, value=dl.model_dump_json().encode())
-        self.metrics.dead_letters.labels(topic, reason).inc()
+        bandit = dead_letter_bandit(self.settings.bandits, None, key)
+        self.metrics.dead_letters.labels(bandit, topic, reason).inc()
         self.dead_count[reason] += 1
 
     # -- the end ------------------------------------------------------------------------------
@@ -584,7 +600,8 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)
     if port:
-        print(f"metrics: http://{settings.metrics.host}:{port}/metrics", file=sys.stderr)
+        url = f"http://{settings.metrics.host}:{port}/metrics"
+        log.info("metrics: %s", url, extra={"url": url})
     try:
         if settings.broadcast.role == "decider":
             replica = DecisionReplica(settings, metrics)

@@ -412,10 +412,17 @@ class GroupService:
             try:
                 task.close_task("rebalance")
             except TaskLost as err:
-                log.warning("task %d lost while handing it over: %s", p, err)
+                log.warning(
+                    "task %d lost while handing it over: %s", p, err, extra={"partition": p}
+                )
                 self.lost.append(str(err))
         self.rebalances.append({"revoked": sorted(partitions), "s": time.monotonic() - t0})
-        log.info("revoked tasks %s in %.2f s", sorted(partitions), time.monotonic() - t0)
+        log.info(
+            "revoked tasks %s in %.2f s",
+            sorted(partitions),
+            time.monotonic() - t0,
+            extra={"partitions": sorted(partitions)},
+        )
 
     def _rebalanced(self) -> set[int]:
         """Act on what the listener noted during the last poll: hand over the revoked tasks
@@ -481,6 +488,7 @@ class GroupService:
             t_fenced - t0,
             t_read - t_fenced,
             t1 - t_read,
+            extra={"partitions": sorted(partitions)},
         )
 
     def _snapshot_start(self, p: int) -> int | None:
@@ -518,9 +526,16 @@ class GroupService:
                     pass
         self.lost.append(str(err))
         if err.fenced:
-            log.warning("task %d dropped: fenced by a newer owner (%s)", p, err)
+            log.warning(
+                "task %d dropped: fenced by a newer owner (%s)", p, err, extra={"partition": p}
+            )
         else:
-            log.warning("task %d dropped (%s); rejoining the consumer group", p, err)
+            log.warning(
+                "task %d dropped (%s); rejoining the consumer group",
+                p,
+                err,
+                extra={"partition": p},
+            )
             self._rejoin = True
 
     # -- the loop ---------------------------------------------------------------------------

@@ -309,7 +309,12 @@ class KafkaTransport(Transport):
 
         class Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked):
-                log.info("partitions revoked: %s", sorted((p.topic, p.partition) for p in revoked))
+                parts = sorted((p.topic, p.partition) for p in revoked)
+                log.info(
+                    "partitions revoked: %s",
+                    parts,
+                    extra={"partitions": [f"{t}:{n}" for t, n in parts]},
+                )
 
             def on_partitions_assigned(self, assigned):
                 for p in assigned:
@@ -323,8 +328,11 @@ class KafkaTransport(Transport):
                         transport.consumer.seek(p, off)
                     if key in transport.paused:  # a re-created consumer keeps the service's pauses
                         transport.consumer.pause(p)
+                parts = sorted((p.topic, p.partition) for p in assigned)
                 log.info(
-                    "partitions assigned: %s", sorted((p.topic, p.partition) for p in assigned)
+                    "partitions assigned: %s",
+                    parts,
+                    extra={"partitions": [f"{t}:{n}" for t, n in parts]},
                 )
 
         # join only once the input topics' partitions are known: a just-created topic (by

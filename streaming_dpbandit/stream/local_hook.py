@@ -207,6 +207,7 @@ class LocalBandits:
                 snap.model_version,
                 snap.phase,
                 snap.reports,
+                extra={"bandit": rt.bandit_id, "model_version": snap.model_version},
             )
         rt.outbox = []
 
@@ -225,6 +226,9 @@ class LocalBandits:
         cal = sp["calibration"]
         m.eps_spent.labels(rt.bandit_id, cal, "basic").set(sp["epsilon_per_report"])
         m.delta_spent.labels(rt.bandit_id, cal).set(sp["delta_per_report"])
+        # the per-report guarantee is the only accountant of a local bandit: its record
+        m.eps_of_record.labels(rt.bandit_id, cal, "basic").set(sp["epsilon_per_report"])
+        m.delta_of_record.labels(rt.bandit_id, cal, "basic").set(sp["delta_per_report"])
 
     # -- snapshots, metrics, summary ----------------------------------------------------------
     def add_to_snapshot(self, state: dict, _central_fingerprint=None) -> None:

@@ -105,9 +105,16 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
         return None, None
     from prometheus_client import start_http_server
 
-    server, _thread = start_http_server(
-        settings.metrics.port, settings.metrics.host, registry=metrics.registry
-    )
+    from .service import ServiceStartError
+
+    host, port = settings.metrics.host, settings.metrics.port
+    try:
+        server, _thread = start_http_server(port, host, registry=metrics.registry)
+    except OSError as err:  # port in use, address not available, permission denied
+        raise ServiceStartError(
+            f"cannot serve /metrics on {host}:{port} ({err.strerror or err}): choose another "
+            "--metrics-port (or metrics.port; 0 picks a free one) or --no-metrics"
+        ) from None
     return server, server.server_port
 
 
@@ -132,7 +139,8 @@ def run_service(
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)
     if port:
-        print(f"metrics: http://{settings.metrics.host}:{port}/metrics", file=sys.stderr)
+        url = f"http://{settings.metrics.host}:{port}/metrics"
+        log.info("metrics: %s", url, extra={"url": url})
     try:
         return _run(settings, transport, metrics, server, out, linger_s, group)
     finally:
@@ -156,7 +164,8 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
         model_server, mport = start_model_server(
             settings.model_server.host, settings.model_server.port, service.local.store
         )
-        print(f"models: http://{settings.model_server.host}:{mport}/v1/models", file=sys.stderr)
+        url = f"http://{settings.model_server.host}:{mport}/v1/models"
+        log.info("models: %s", url, extra={"url": url})
     bar = None
     total = None
     if isinstance(transport, InProcessTransport) and settings.file is None:
@@ -213,10 +222,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
     print_summary(summary, out)
     out.flush()
     if linger_s > 0 and server is not None and not service._stop:
-        print(
-            f"input finished; serving /metrics for {linger_s:g} s more (SIGTERM/SIGINT stops)",
-            file=sys.stderr,
-        )
+        log.info("input finished; serving /metrics for %g s more (SIGTERM/SIGINT stops)", linger_s)
         deadline = time.monotonic() + linger_s
         while not service._stop and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -225,12 +231,13 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
 
 def print_summary(summary: dict, out) -> None:
     from ..experiments.report import format_table
+    from ..privacy.accountant import format_of_record
 
     rows = []
     for name, b in summary["bandits"].items():
         st = b["stats"]
         pr = b["privacy"] or {}
-        eps = pr.get("epsilon_at_delta")
+        rec = pr.get("of_record")
         rows.append(
             [
                 name,
@@ -241,13 +248,7 @@ def print_summary(summary: dict, out) -> None:
                 f"{st.get('expired', 0) + st.get('expired_forced', 0):,}",
                 "-" if b["mean_reward_window"] is None else f"{b['mean_reward_window']:.3f}",
                 "-" if not pr else f"{pr.get('releases', 0)}",
-                f"ε={eps:.3g}, δ={pr.get('target_delta'):.2g}"
-                if eps is not None
-                else (
-                    f"ε={pr['pure_epsilon']:.3g} (pure)"
-                    if pr.get("pure_epsilon") is not None
-                    else "-"
-                ),
+                "-" if rec is None else format_of_record(rec, 3),
             ]
         )
     where = summary.get("state_directory") or summary.get("state_topic")

@@ -20,6 +20,7 @@ re-processed after a crash get the same decisions (decisions are at-least-once a
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import os
@@ -60,6 +61,21 @@ FEEDBACK_OUTCOMES = (
     ("fb_unknown_item", "unknown_item"),
     ("fb_not_in_slate", "item_not_in_slate"),
 )
+
+
+def dead_letter_bandit(bandits, bandit: str | None, key: bytes | None) -> str:
+    """The ``bandit`` label of a dead letter: a configured bandit (named, or the Kafka key),
+    else "" — never a name taken from a message (label values must stay bounded).
+
+    >>> dead_letter_bandit({"shop": None}, None, b"shop"), dead_letter_bandit({}, "x", None)
+    ('shop', '')
+    """
+    if bandit is None and key:
+        try:
+            bandit = key.decode("utf-8")
+        except UnicodeDecodeError:
+            bandit = None
+    return bandit if bandit is not None and bandit in bandits else ""
 
 
 class ServiceStartError(RuntimeError):
@@ -118,6 +134,7 @@ class Service:
         self.transport = transport
         self.metrics = metrics or ServiceMetrics()
         self.topics = settings.kafka.topics if settings.kafka else TopicsSettings()
+        self._record_labels: dict[str, tuple[str, str, str]] = {}
 
     # -- set-up -----------------------------------------------------------------------------
     def _build_bandits(self) -> None:
@@ -473,7 +490,7 @@ class Service:
                 [now - p.received for p in chunk],
             )
             self.metrics.events.labels(rt.bandit_id, "decided").inc(n)
-            rt.after_decisions(chunk, self._dead_source)
+            rt.after_decisions(chunk, functools.partial(self._dead_source, bandit=rt.bandit_id))
             i += n
         if tp in self.blocked:
             self.metrics.blocked.labels(self.blocked.pop(tp)).set(0)
@@ -540,7 +557,11 @@ class Service:
             rt.advance_watermark(msg.event_time)
             self.metrics.feedback.labels(rt.bandit_id, "watermark").inc()
             return
-        rt.on_feedback(msg, (r.topic, r.partition, r.offset), self._dead_source)
+        rt.on_feedback(
+            msg,
+            (r.topic, r.partition, r.offset),
+            functools.partial(self._dead_source, bandit=rt.bandit_id),
+        )
 
     # -- dead letters -----------------------------------------------------------------------
     def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
@@ -558,10 +579,15 @@ class Service:
             at=time.time(),
         )
         self.transport.send(self.topics.dead_letter, r.key, dl.model_dump_json().encode())
-        self.metrics.dead_letters.labels(r.topic, reason).inc()
+        self.metrics.dead_letters.labels(self._dl_bandit(bandit, r.key), r.topic, reason).inc()
         self.dead_count[reason] += 1
 
-    def _dead_source(self, source: tuple[str, int, int], reason: str, detail: str) -> None:
+    def _dl_bandit(self, bandit: str | None, key: bytes | None) -> str:
+        return dead_letter_bandit(self.settings.bandits, bandit, key)
+
+    def _dead_source(
+        self, source: tuple[str, int, int], reason: str, detail: str, bandit: str | None = None
+    ) -> None:
         """Dead-letter a message known by (topic, partition, offset), e.g. held feedback."""
         topic, part, off = source
         dl = DeadLetter(
@@ -575,7 +601,7 @@ class Service:
             at=time.time(),
         )
         self.transport.send(self.topics.dead_letter, None, dl.model_dump_json().encode())
-        self.metrics.dead_letters.labels(topic, reason).inc()
+        self.metrics.dead_letters.labels(self._dl_bandit(bandit, None), topic, reason).inc()
         self.dead_count[reason] += 1
 
     # -- releases, snapshots, ledger --------------------------------------------------------
@@ -591,6 +617,7 @@ class Service:
                 "last snapshot",
                 rt.bandit_id,
                 type(err).__name__,
+                extra={"bandit": rt.bandit_id},
             )
             raise
         if not records:
@@ -605,6 +632,11 @@ class Service:
                 rec.mechanism,
                 rec.calibration,
                 rec.model_version,
+                extra={
+                    "bandit": rt.bandit_id,
+                    "release_id": rec.release_id,
+                    "model_version": rec.model_version,
+                },
             )
 
     @staticmethod
@@ -689,9 +721,17 @@ class Service:
             delta = getattr(rt.policy, "delta", None)
             sp = acc.spend(name, delta=delta if delta else None)
             calib = ",".join(sp.calibrations)
-            self.metrics.eps_spent.labels(name, calib, "basic").set(sp.basic_epsilon)
-            if sp.epsilon_at_delta is not None:
-                self.metrics.eps_spent.labels(name, calib, "pld").set(sp.epsilon_at_delta)
+            for cand in sp.candidates():  # pure, pld, zcdp (at the policy's δ), basic
+                self.metrics.eps_spent.labels(name, calib, cand["accountant"]).set(cand["epsilon"])
+            rec = sp.of_record()
+            labels = (name, calib, rec["accountant"])
+            old = self._record_labels.get(name)
+            if old is not None and old != labels:  # the accountant of record changed
+                self.metrics.eps_of_record.remove(*old)
+                self.metrics.delta_of_record.remove(*old)
+            self._record_labels[name] = labels
+            self.metrics.eps_of_record.labels(*labels).set(rec["epsilon"])
+            self.metrics.delta_of_record.labels(*labels).set(rec["delta"])
             self.metrics.delta_spent.labels(name, calib).set(sp.basic_delta)
             if sp.rho is not None:
                 self.metrics.rho_spent.labels(name).set(sp.rho)
