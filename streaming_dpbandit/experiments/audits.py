@@ -453,7 +453,7 @@ def audit_blt(
     delta: float = 1e-2,
     d: int = 2,
     n_cap: int = 15,
-    steps: int = 160,
+    steps: int = 48,
     n: int = 400_000,
     seed: int = 7,
 ) -> AuditResult:
