@@ -232,6 +232,38 @@ _TABLE: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {
             0.0005484242884462447,
         ),
     ),
+    26: (
+        (
+            0.9028261738327901,
+            0.9973927423386829,
+            0.9999333011215026,
+            0.9999982991555677,
+            0.9999999658073796,
+        ),
+        (
+            0.32258223882453,
+            0.05837139393265395,
+            0.009357781332906889,
+            0.0014930132454326658,
+            0.00028991320272513105,
+        ),
+    ),
+    28: (
+        (
+            0.9247888588682747,
+            0.9984738490671416,
+            0.9999701459764864,
+            0.9999994177647479,
+            0.9999999907629932,
+        ),
+        (
+            0.3094474630918222,
+            0.047594221170638586,
+            0.006665384742714769,
+            0.0009300502691414483,
+            0.00015394235411961992,
+        ),
+    ),
 }
 
 
@@ -387,10 +419,10 @@ def fit_blt(n: int, buffers: int = BLT_BUFFERS, start=None) -> tuple[np.ndarray,
 def blt_parameters(n_steps: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The product's BLT(θ, ω) for a design horizon of ``n_steps`` releases (5 buffers).
 
-    Parameters fitted offline by :func:`fit_blt` for the horizons 2^k, k = 4, 6, …, 30
+    Parameters fitted offline by :func:`fit_blt` for the horizons 2^k, k = 4, 6, …, 28
     (``python bench/bench_blt.py --refit`` regenerates them; a test checks that a fresh fit at
     small k is not better); ``n_steps`` uses the entry of the smallest tabulated 2^k ≥
-    ``n_steps`` (the largest one beyond 2^30). Public constants: a function of the horizon only.
+    ``n_steps`` (the largest one beyond 2^28). Public constants: a function of the horizon only.
     The sensitivity of whatever parameters are used is computed, never assumed (any BLT with
     0 < θ < 1 is a valid mechanism; the fit only affects utility).
 
