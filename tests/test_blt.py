@@ -48,12 +48,14 @@ def test_inverse_sensitivity_and_error_match_dense_matrices(T):
     assert blt_max_error(th, w, T) == pytest.approx(np.sqrt((beta**2).sum()), rel=1e-9)
 
 
-@pytest.mark.parametrize("T", [10_000, 1_000_000])
-def test_blt_error_is_within_1_1_of_the_sqrt_factorisation_and_above_the_lower_bound(T):
+@pytest.mark.parametrize("T", [10_000, 1_000_000, (1 << 20) + 1])
+def test_blt_error_is_within_2_percent_of_the_sqrt_factorisation_and_above_the_lower_bound(T):
+    """Issue target 1.1×; measured ≤ 1.02× — also at the service's 2²⁰ + 1 steps, just past a
+    tabulated horizon (picking the next larger table entry there gave 1.043×)."""
     th, w = blt_parameters(T)
     blt = blt_sensitivity(th, w) * blt_max_error(th, w, T)
     sqrt = sqrt_toeplitz_norm(T) ** 2
-    assert counting_lower_bound(T) <= blt <= 1.1 * sqrt
+    assert counting_lower_bound(T) <= blt <= 1.02 * sqrt
     assert counting_lower_bound(T) <= sqrt
 
 

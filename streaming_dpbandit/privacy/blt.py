@@ -421,19 +421,21 @@ def blt_parameters(n_steps: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
     Parameters fitted offline by :func:`fit_blt` for the horizons 2^k, k = 4, 6, …, 28
     (``python bench/bench_blt.py --refit`` regenerates them; a test checks that a fresh fit at
-    small k is not better); ``n_steps`` uses the entry of the smallest tabulated 2^k ≥
-    ``n_steps`` (the largest one beyond 2^28). Public constants: a function of the horizon only.
-    The sensitivity of whatever parameters are used is computed, never assumed (any BLT with
-    0 < θ < 1 is a valid mechanism; the fit only affects utility).
+    small k is not better); ``n_steps`` uses the tabulated entry with the smallest
+    ‖C‖_{1→2}(∞)·max_{t<n_steps}‖B_{t,:}‖ (closed forms, a few microseconds each). Public
+    constants: a function of the horizon only. The sensitivity of whatever parameters are used
+    is computed, never assumed (any BLT with 0 < θ < 1 is a valid mechanism; the fit only
+    affects utility).
 
     >>> th, w = blt_parameters(10_000); len(th), bool(0 < min(th) and max(th) < 1)
     (5, True)
     """
     if n_steps < 1:
         raise ValueError("n_steps must be >= 1")
-    need = (int(n_steps) - 1).bit_length()
-    k = min((k for k in _TABLE if k >= need), default=max(_TABLE))
-    th, w = _TABLE[k]
+    th, w = min(
+        _TABLE.values(),
+        key=lambda p: blt_sensitivity(*p) * blt_max_error(p[0], p[1], int(n_steps)),
+    )
     return tuple(th), tuple(w)
 
 
