@@ -292,7 +292,7 @@ class DPLinUCBConfig(_PolicyConfig):
     sigma: float | None = Field(None, gt=0)
     horizon_mode: Literal["fixed", "doubling"] = "fixed"
     n0: int = Field(1024, ge=1)
-    tree_impl: Literal["binary", "sqrt_toeplitz"] = "binary"
+    tree_impl: Literal["binary", "sqrt_toeplitz", "blt"] = "binary"
     n_steps: int | None = Field(None, ge=1)
     batch_size: int = Field(1, ge=1)
     track_bounds: bool = False

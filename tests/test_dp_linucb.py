@@ -255,10 +255,19 @@ def test_dp_linucb_learns_with_a_large_budget():
         (4096, dict(noise="wishart", shift=True)),
         (1024, dict(noise="wishart", shift=False)),
         (1024, dict(noise="gaussian", tree_impl="sqrt_toeplitz")),
+        (1024, dict(noise="gaussian", tree_impl="blt")),
         (1024, dict(noise="gaussian", calibration="authors_code_2018")),
         (1024, dict(noise="gaussian", horizon_mode="doubling", n0=256)),
     ],
-    ids=["gauss", "wishart-shifted", "wishart-unshifted", "sqrt-toeplitz", "authors", "doubling"],
+    ids=[
+        "gauss",
+        "wishart-shifted",
+        "wishart-unshifted",
+        "sqrt-toeplitz",
+        "blt",
+        "authors",
+        "doubling",
+    ],
 )
 def test_every_release_of_a_long_run_is_pd_and_inside_the_bounds(n, kw):
     """Spec §9: λmin(H_t) ≥ ρ_min, λmax(H_t) ≤ ρ_max, ‖h_t‖_{H_t⁻¹} ≤ γ at every release.

@@ -72,8 +72,8 @@ def test_paper_calibration_violates_its_own_claim_at_the_paper_setting():
 
 @pytest.mark.parametrize(
     "fn",
-    [audits.audit_gram_tree, audits.audit_factorisation],
-    ids=["dp-linucb-tree-gaussian", "dp-linucb-sqrt-toeplitz"],
+    [audits.audit_gram_tree, audits.audit_factorisation, audits.audit_blt],
+    ids=["dp-linucb-tree-gaussian", "dp-linucb-sqrt-toeplitz", "dp-linucb-blt"],
 )
 def test_dp_linucb_gaussian_releases_certified_pass_and_halved_noise_is_caught(fn):
     """Certified = exact GDP composition: the end-to-end (ε, δ) claim itself is tight."""
@@ -83,6 +83,19 @@ def test_dp_linucb_gaussian_releases_certified_pass_and_halved_noise_is_caught(f
     halved = fn(multiplier=0.5, n=150_000)
     assert not halved.passed, halved
     assert halved.epsilon_lb > 1.5 * halved.claimed_epsilon
+
+
+def test_blt_audit_horizon_carries_the_whole_sensitivity():
+    """The BLT claim uses the all-horizon ‖C‖_{1→2}; the audited 48 steps must carry it, or
+    the audit would be loose (and a halved σ could slip through)."""
+    from streaming_dpbandit.policies import DPLinUCB
+    from streaming_dpbandit.privacy.blt import blt_sensitivity
+
+    pol = DPLinUCB(d=2, epsilon=1.0, delta=1e-2, n_cap=15, tree_impl="blt")
+    agg = pol._state()._agg.aggregator
+    assert blt_sensitivity(agg.theta, agg.omega, 48) > 0.9999 * blt_sensitivity(
+        agg.theta, agg.omega
+    )
 
 
 def test_dp_linucb_wishart_node_exact_profile_catches_halved_noise():

@@ -16,7 +16,9 @@ shifted Wishart; ``shift=False``: unshifted). Calibrations (see
 :mod:`streaming_dpbandit.privacy.gram_calibration` and docs/privacy/dp-linucb-calibration.md):
 ``certified`` (default), and the labelled options ``paper`` (valid but conservative), ``zcdp``
 (spec §3.2) and ``authors_code_2018`` (reproduction of §12.2). ``tree_impl="sqrt_toeplitz"``
-replaces the binary tree by the square-root factorisation mechanism (spec §11, Gaussian only).
+replaces the binary tree by the square-root factorisation mechanism (spec §11, Gaussian only);
+``tree_impl="blt"`` by its buffered linear Toeplitz approximation (O(b·d²) memory,
+docs/privacy/dp-linucb-blt.md).
 
 Batching: the release is refreshed every ``batch_size`` decisions (the spec's ``release_every``;
 1 by default), from every row inserted by then; the rounds in between are decided with the frozen
@@ -105,8 +107,8 @@ class DPLinUCB(Policy):
     horizon_mode, n0
         ``"fixed"`` (default) or ``"doubling"`` epochs of capacity n0·2^e (spec §7).
     tree_impl, n_steps
-        ``"binary"`` (the padded tree) or ``"sqrt_toeplitz"`` (horizon ``n_steps`` releases,
-        default ⌈n_cap / batch_size⌉ + 1).
+        ``"binary"`` (the padded tree), ``"sqrt_toeplitz"`` or ``"blt"`` (horizon ``n_steps``
+        releases, default ⌈n_cap / batch_size⌉ + 1).
     batch_size
         Decisions per release refresh (``release_every``).
     ties
@@ -211,7 +213,7 @@ class DPLinUCB(Policy):
         return float(self.B_tilde if self.sigma is None else self.sigma)
 
     def _steps(self) -> int | None:
-        if self.tree_impl != "sqrt_toeplitz":
+        if self.tree_impl not in ("sqrt_toeplitz", "blt"):
             return None
         # one release before the first row, then one per refresh with new rows
         return self.n_steps or 1 - (-self.n_cap // self.batch_size)

@@ -42,6 +42,7 @@ import math
 import numpy as np
 from scipy import optimize, special
 
+from .blt import blt_max_error, blt_parameters, blt_sensitivity
 from .factorization import sqrt_toeplitz_norm
 from .gaussian import analytic_gaussian_sigma
 from .tree import tree_levels
@@ -325,9 +326,9 @@ def calibrate_gram_release(
         raise ValueError("need epsilon > 0 and 0 < delta < 1")
     if wishart_gamma not in ("printed", "tight"):
         raise ValueError("wishart_gamma must be 'printed' or 'tight'")
-    if tree_impl not in ("binary", "sqrt_toeplitz"):
-        raise ValueError("tree_impl must be 'binary' or 'sqrt_toeplitz'")
-    if tree_impl == "sqrt_toeplitz":
+    if tree_impl not in ("binary", "sqrt_toeplitz", "blt"):
+        raise ValueError("tree_impl must be 'binary', 'sqrt_toeplitz' or 'blt'")
+    if tree_impl in ("sqrt_toeplitz", "blt"):
         if noise != "gaussian":
             raise ValueError("the factorisation mechanism is Gaussian-only (spec §11)")
         if calibration not in ("certified", "zcdp"):
@@ -395,6 +396,31 @@ def calibrate_gram_release(
             accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
             rho_spent = sens**2 / (2 * sigma**2)
             noise_law = {"law": "symmetrised gaussian", "sigma": sigma, "factorisation": "sqrt"}
+        elif tree_impl == "blt":
+            # docs/privacy/dp-linucb-blt.md: sensitivity bound valid for every horizon, error at T
+            T = int(n_steps) if n_steps else n
+            theta, omega = blt_parameters(T)
+            norm = blt_sensitivity(theta, omega)
+            row = blt_max_error(theta, omega, T)
+            sens = Lt2 * norm
+            if calibration == "certified":
+                sigma = analytic_gaussian_sigma(epsilon, delta, sens)
+            else:
+                sigma = sens / math.sqrt(2.0 * zcdp_rho_star(epsilon, delta))
+            entry_std = sigma * row * mult
+            per_node = {
+                "steps": T,
+                "buffers": len(theta),
+                "theta": tuple(float(v) for v in theta),
+                "omega": tuple(float(v) for v in omega),
+                "factor_norm": norm,
+                "sensitivity_horizon": "all",
+                "max_row_norm": row,
+                "sensitivity": sens,
+            }
+            accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
+            rho_spent = sens**2 / (2 * sigma**2)
+            noise_law = {"law": "symmetrised gaussian", "sigma": sigma, "factorisation": "blt"}
         else:
             sigma = gaussian_sigma(calibration, m, Lt, epsilon, delta)
             prior = 0.0

@@ -1,7 +1,8 @@
 """Continual private release of M_t = Σ_{s<t} a_s a_sᵀ, a_s = [x_s; y_s] (DP-LinUCB spec §1, §5–§7).
 
-:class:`ContinualGramRelease` is DP-LinUCB's private core: it owns the tree (or the
-square-root factorisation), its calibration, and the horizon handling of spec §7:
+:class:`ContinualGramRelease` is DP-LinUCB's private core: it owns the tree (or the square-root
+or BLT factorisation, ``tree_impl`` ``sqrt_toeplitz`` / ``blt``, fixed horizon only), its
+calibration, and the horizon handling of spec §7:
 
 ``fixed`` (default)
     One tree of capacity ``n_cap``. When it is full the release is frozen: later rows are not
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .blt import BLTAggregator
 from .factorization import SqrtToeplitzAggregator
 from .gram_calibration import GramCalibration, calibrate_gram_release
 from .matrix_noise import SymmetricGaussianNoise, WishartNoise
@@ -136,8 +138,20 @@ class ContinualGramRelease:
 
     def _new_aggregator(self, epoch: int):
         cal = self.calibration(epoch)
-        label = (*self.label, "fact" if self.tree_impl == "sqrt_toeplitz" else "tree", epoch)
+        kind = {"sqrt_toeplitz": "fact", "blt": "blt"}.get(self.tree_impl, "tree")
+        label = (*self.label, kind, epoch)
         Lt2 = cal.L_tilde**2
+        if self.tree_impl == "blt":
+            return BLTAggregator(
+                self.d + 1,
+                cal.per_node["steps"],
+                cal.per_node["theta"],
+                cal.per_node["omega"],
+                self._sampler(cal),
+                self._source(),
+                label,
+                row_norm_sq=Lt2,
+            )
         if self.tree_impl == "sqrt_toeplitz":
             return SqrtToeplitzAggregator(
                 self.d + 1,
