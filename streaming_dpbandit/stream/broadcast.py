@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from ..config import ConfigError, ServiceSettings
 from ..metrics import ServiceMetrics
-from .bandit import BadInput, BanditRuntime, Pending
+from .bandit import BadInput, BanditRuntime, Pending, unreadable
 from .join import EarlyFeedback, JoinStore
 from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
 from .schemas import ContextEvent, DeadLetter, Decision
@@ -196,6 +196,8 @@ class Learner(Service):
         if cached is not None:
             return cached
         try:
+            if r.value is None:  # a tombstone
+                raise BadInput("malformed_json", "the message has no value")
             if len(r.value) > self.settings.max_message_bytes:
                 raise BadInput(
                     "oversized", f"{len(r.value)} bytes > {self.settings.max_message_bytes}"
@@ -214,7 +216,10 @@ class Learner(Service):
             X = np.asarray(dec.features, dtype=np.float64)[None, :]
             out = (rt, Pending(dec, X, [dec.arm_id], received))
         except BadInput as bad:
-            out = bad
+            bad.__context__ = None  # (no reference cycle through the frames: see Service)
+            out = bad.with_traceback(None)
+        except Exception as err:  # unforeseen: no input may stop the loop
+            out = unreadable(err)
         if len(self._parsed) > 100_000:
             self._parsed.clear()
         self._parsed[id(r)] = out
@@ -470,6 +475,10 @@ class DecisionReplica:
                 raise BadInput("unknown_bandit", f"bandit {ev.bandit_id!r} is not configured")
             X, ids = rt.encode(ev)
         except BadInput as bad:
+            self._dead_raw(topic, partition, m.offset, raw, bad.reason, bad.detail, m.key)
+            return None
+        except Exception as err:  # unforeseen: no input may stop the loop
+            bad = unreadable(err)
             self._dead_raw(topic, partition, m.offset, raw, bad.reason, bad.detail, m.key)
             return None
         return rt, Pending(ev, X, ids, received)

@@ -34,7 +34,7 @@ from ..metrics import ServiceMetrics, observe_many
 from ..privacy.accountant import Accountant, load_pld
 from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
-from .bandit import BadInput, BanditRuntime, Pending
+from .bandit import BadInput, BanditRuntime, Pending, unreadable
 from .join import EARLY_SOURCE_KEYS
 from .local_hook import LocalBandits
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
@@ -343,6 +343,8 @@ class Service:
         if cached is not None:
             return cached
         try:
+            if r.value is None:  # a tombstone
+                raise BadInput("malformed_json", "the message has no value")
             if len(r.value) > self.settings.max_message_bytes:
                 raise BadInput(
                     "oversized", f"{len(r.value)} bytes > {self.settings.max_message_bytes}"
@@ -367,6 +369,8 @@ class Service:
             # events): a reference cycle per bad message that only the collector frees
             bad.__context__ = None
             out = bad.with_traceback(None)
+        except Exception as err:  # unforeseen: no input may stop the loop
+            out = unreadable(err)
         if len(self._parsed) > 100_000:
             self._parsed.clear()
         self._parsed[id(r)] = out
@@ -479,7 +483,10 @@ class Service:
         before = {name: rt.stats.copy() for name, rt in self.bandits.items()}
         while q:
             r, _ = q[0]
-            if self.local.claims(r):  # an LDP report (privacy=local bandits)
+            if r.value is None:  # a tombstone
+                self._dead(r, "malformed_json", "the message has no value")
+                self.metrics.feedback.labels("unknown", "malformed_json").inc()
+            elif self.local.claims(r):  # an LDP report (privacy=local bandits)
                 self.local.on_record(r, self._dead)
             else:
                 self._feedback_one(r)
@@ -509,6 +516,11 @@ class Service:
             self._dead(r, reason, _first_error(err))
             self.metrics.feedback.labels("unknown", reason).inc()
             return
+        except Exception as err:  # unforeseen: no input may stop the loop
+            bad = unreadable(err)
+            self._dead(r, bad.reason, bad.detail)
+            self.metrics.feedback.labels("unknown", bad.reason).inc()
+            return
         rt = self.bandits.get(msg.bandit_id)
         if rt is None and self.local.raw_for_local(msg.bandit_id, r, self._dead, msg):
             return  # a raw reward or heartbeat for a privacy=local bandit: never used
@@ -526,7 +538,8 @@ class Service:
 
     # -- dead letters -----------------------------------------------------------------------
     def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
-        payload = r.value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
+        value = r.value if r.value is not None else b""  # (a tombstone has none)
+        payload = value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
         if reason == "raw_data_for_local_bandit":
             payload = ""  # raw contexts/rewards of a privacy=local bandit are not copied
         dl = DeadLetter(
@@ -536,7 +549,7 @@ class Service:
             reason=reason,
             detail=detail[:500],
             payload=payload,
-            payload_bytes=len(r.value),
+            payload_bytes=len(value),
             at=time.time(),
         )
         self.transport.send(self.topics.dead_letter, r.key, dl.model_dump_json().encode())
