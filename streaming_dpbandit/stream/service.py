@@ -178,11 +178,24 @@ class Service:
             ) from None
         self.local.open(self.ledger)  # ledger records not yet appended; publish current models
         self.last_snapshot = time.monotonic()
+        if self._unsaved_keys(snap):
+            # Persist every secret key (tie-break coins, noise) before the first message is
+            # read: drawn from OS entropy when there is no seed, a key lost in a crash before
+            # the first snapshot would re-decide, differently, events already published.
+            self.snapshot("start")
         # computed at scrape time: the age keeps growing even if the loop hangs
         self.metrics.checkpoint_age.set_function(lambda: time.monotonic() - self.last_snapshot)
         self.started = time.monotonic()
         self._last_export = 0.0
         self._stop = False
+
+    def _unsaved_keys(self, snap: dict | None) -> bool:
+        """True when a bandit's state (and its secret keys) is in no snapshot yet: a new state
+        directory, or a bandit added to the configuration since the last snapshot."""
+        if snap is None:
+            return bool(self.bandits or self.local)
+        saved = set(snap["bandits"]) | set(snap.get("local", {}))
+        return bool(set(self.bandits) - saved or set(self.local.runtimes) - saved)
 
     def _restore(self, snap: dict | None) -> dict[TP, int]:
         """Load a snapshot's bandit states and offsets; ledger its unledgered releases; returns

