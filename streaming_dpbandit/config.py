@@ -959,6 +959,14 @@ class ServiceSettings(BaseSettings):
     idle_timeout_s: float = Field(
         30.0, gt=0, description="force-expire joins of a blocked bandit after this long idle"
     )
+    max_event_time_skew_s: float | None = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="contexts and rewards stamped more than this many seconds ahead of the "
+        "wall clock are dead-lettered (event_time_out_of_range): a far-future event would "
+        "stall its bandit until that time; null disables (simulated streams from the future)",
+    )
     broadcast: BroadcastSettings | None = None
 
     _yaml_file: Path | None = None

@@ -209,6 +209,8 @@ class Learner(Service):
             rt = self.bandits.get(dec.bandit_id)
             if rt is None:
                 raise BadInput("unknown_bandit", f"bandit {dec.bandit_id!r} is not configured")
+            if dec.event_time > self.time_limit:
+                raise self._too_late(dec.event_time)
             if len(dec.features) != rt.d:
                 raise BadInput(
                     "wrong_dimension", f"{len(dec.features)} features, bandit expects {rt.d}"
@@ -473,6 +475,13 @@ class DecisionReplica:
             rt = self.bandits.get(ev.bandit_id)
             if rt is None:
                 raise BadInput("unknown_bandit", f"bandit {ev.bandit_id!r} is not configured")
+            skew = self.settings.max_event_time_skew_s
+            if skew is not None and ev.event_time > time.time() + skew:
+                raise BadInput(  # (Service._too_late: it would stall the learner)
+                    "event_time_out_of_range",
+                    f"event_time is more than max_event_time_skew_s = {skew:g} s ahead of "
+                    "the wall clock",
+                )
             X, ids = rt.encode(ev)
         except BadInput as bad:
             self._dead_raw(topic, partition, m.offset, raw, bad.reason, bad.detail, m.key)

@@ -271,8 +271,30 @@ class Service:
                 self._idle_check()
         return self.finish()
 
+    def _refresh_time_limit(self) -> None:
+        """The latest event time accepted now: the wall clock plus the allowed skew."""
+        skew = self.settings.max_event_time_skew_s
+        self.time_limit = float("inf") if skew is None else time.time() + skew
+
+    def _too_late(self, event_time: float) -> BadInput | None:
+        """A BadInput for an event stamped beyond :attr:`time_limit`, else None.
+
+        One event from the future would stall its bandit: its decision stays pending (and
+        blocks the next release) until the feedback watermark reaches its time, and the
+        contexts watermark it sets turns every later reward into ``unknown_event``.
+        """
+        if event_time <= self.time_limit:
+            return None
+        ahead = event_time - self.time_limit + self.settings.max_event_time_skew_s
+        return BadInput(
+            "event_time_out_of_range",
+            f"event_time is {ahead:.6g} s ahead of the wall clock (max_event_time_skew_s = "
+            f"{self.settings.max_event_time_skew_s:g})",
+        )
+
     def process(self) -> None:
         """Process every queue as far as possible (contexts may block; feedback never does)."""
+        self._refresh_time_limit()
         for _ in range(3):  # feedback can unblock contexts processed in the same round
             progressed = False
             for tp in list(self.queues):
@@ -374,6 +396,8 @@ class Service:
                 )
             if rt is None:
                 raise BadInput(*self._missing_bandit(ev.bandit_id))
+            if ev.event_time > self.time_limit:
+                raise self._too_late(ev.event_time)
             X, ids = rt.encode(ev)
             out = (rt, Pending(ev, X, ids, received))
         except BadInput as bad:
@@ -542,10 +566,15 @@ class Service:
             self._dead(r, reason, detail)
             self.metrics.feedback.labels("unknown", reason).inc()
             return
-        if isinstance(msg, Watermark):
-            rt.last_feedback_wall = time.monotonic()
+        if isinstance(msg, Watermark):  # (not bounded: an end-of-stream heartbeat may be
+            rt.last_feedback_wall = time.monotonic()  # far ahead on purpose)
             rt.advance_watermark(msg.event_time)
             self.metrics.feedback.labels(rt.bandit_id, "watermark").inc()
+            return
+        if msg.event_time > self.time_limit:
+            bad = self._too_late(msg.event_time)
+            self._dead(r, bad.reason, bad.detail)
+            self.metrics.feedback.labels(rt.bandit_id, bad.reason).inc()
             return
         rt.on_feedback(msg, (r.topic, r.partition, r.offset), self._dead_source)
 
@@ -711,8 +740,12 @@ class Service:
         for name, rt in self.bandits.items():
             rt.export_metrics()
             self.metrics.blocked.labels(name).set(1 if name in blocked else 0)
-        for (topic, part), lag in self.transport.lag().items():
-            self.metrics.lag.labels(topic, str(part)).set(lag)
+        lag = self.transport.lag()
+        for tp, q in self.queues.items():  # read but not processed (e.g. behind a release)
+            if q:
+                lag[tp] = lag.get(tp, 0) + len(q)
+        for (topic, part), n in lag.items():
+            self.metrics.lag.labels(topic, str(part)).set(n)
         self.local.export_metrics()
 
     # -- the end ----------------------------------------------------------------------------
