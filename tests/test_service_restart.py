@@ -50,3 +50,62 @@ def test_a_bandit_added_to_the_configuration_gets_its_keys_saved_at_start(stream
     run_file(state, stream, max_batch=64, crash_after=1, bandits=bandits)
     snap = SnapshotStore(state).load()
     assert set(snap["bandits"]) == {BANDIT, "new"}
+
+
+# -- a missing, truncated or swapped ledger ------------------------------------------------------
+def _serve_cli(tmp_path, state, path) -> tuple[int, str]:
+    """``dpbandit serve --file`` with the helpers' bandit; (exit status, stderr)."""
+    import contextlib
+    import io
+
+    import yaml
+
+    from streaming_dpbandit.cli import main
+
+    cfg = {
+        "bandits": {BANDIT: bandit_config()},
+        "snapshots": {"directory": str(state), "interval_s": 3600},
+        "metrics": {"enabled": False},
+    }
+    cfg_path = tmp_path / "serve.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["serve", "--config", str(cfg_path), "--file", str(path), "--no-progress"])
+    return code, err.getvalue()
+
+
+@pytest.fixture()
+def served(stream, tmp_path):
+    """A state directory after a run with several releases, and its ledger's lines."""
+    state = tmp_path / "state"
+    _svc, _, summary = run_file(state, stream)
+    assert summary["bandits"][BANDIT]["model_version"] >= 2
+    return state, (state / "ledger.jsonl").read_text().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "emptied", "swapped"])
+def test_a_missing_or_truncated_ledger_is_refused_with_one_line(stream, served, tmp_path, damage):
+    state, lines = served
+    ledger = state / "ledger.jsonl"
+    if damage == "deleted":
+        ledger.unlink()
+    elif damage == "truncated":
+        ledger.write_text("".join(lines[:-1]))  # whole lines: the chain itself is intact
+    elif damage == "emptied":
+        ledger.write_text("")
+    else:  # another state directory's ledger (a different stream: different releases)
+        other = tmp_path / "other.jsonl"
+        record_stream(other, 800, seed=99, state_dir=tmp_path / "rec2")
+        run_file(tmp_path / "other-state", other)
+        ledger.write_bytes((tmp_path / "other-state" / "ledger.jsonl").read_bytes())
+    code, err = _serve_cli(tmp_path, state, stream)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "ledger" in err and "Traceback" not in err
+
+
+def test_an_intact_ledger_starts(stream, served, tmp_path):
+    state, _ = served
+    code, err = _serve_cli(tmp_path, state, stream)
+    assert code == 0, err

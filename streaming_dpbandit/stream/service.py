@@ -159,6 +159,11 @@ class Service:
             raise ServiceStartError(f"state directory {state_dir}: {err}") from None
         except RuntimeError as err:  # the ledger is locked by another process
             raise ServiceStartError(str(err)) from None
+        try:
+            self._check_ledger(snap)
+        except ServiceStartError:
+            self.ledger.close()
+            raise
         if self.ledger.repaired_bytes:
             log.warning(
                 "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
@@ -701,11 +706,48 @@ class Service:
                 name: self._fingerprint(self.settings.bandits[name]) for name in self.bandits
             },
         }
+        mark = self._ledger_mark()
+        if mark is not None:
+            state["ledger"] = mark
         self.local.add_to_snapshot(state, self._fingerprint)
         size = self._save_state(state)
         self.last_snapshot = time.monotonic()
         self.metrics.checkpoints.labels(reason).inc()
         self.metrics.checkpoint_bytes.set(size)
+
+    def _ledger_mark(self) -> dict | None:
+        """Where the ledger stood when a snapshot was written: its length, its last release id
+        and its hash chain's value (checked at start by :meth:`_check_ledger`)."""
+        chain_hash = getattr(self.ledger, "chain_hash", None)
+        if chain_hash is None:  # (a group task's ledger lives in a Kafka topic)
+            return None
+        records = self.ledger.records()
+        return {
+            "releases": len(records),
+            "last_release": records[-1].release_id if records else None,
+            "chain_hash": chain_hash(),
+        }
+
+    def _check_ledger(self, snap: dict | None) -> None:
+        """Refuse to start when the ledger lacks releases the snapshot was written after (a
+        deleted, truncated or swapped ledger): the spend would be under-reported."""
+        mark = None if snap is None else snap.get("ledger")
+        if mark is None:  # a new state directory, or a snapshot from before the mark
+            return
+        n, path = int(mark["releases"]), self.ledger.path
+        have = len(self.ledger)
+        if have < n:
+            raise ServiceStartError(
+                f"ledger {path} holds {have} releases but the snapshot was written after {n} "
+                f"(the last {mark['last_release']!r}): the ledger is missing or truncated; "
+                "restore it from a backup — refusing to serve with an incomplete privacy ledger"
+            )
+        if self.ledger.chain_hash(n) != mark["chain_hash"]:
+            raise ServiceStartError(
+                f"ledger {path} does not match the snapshot: its first {n} releases differ "
+                f"from those the snapshot was written after (the last {mark['last_release']!r}); "
+                "was it replaced by another state directory's ledger? Refusing to serve"
+            )
 
     def _save_state(self, state: dict) -> int:
         """Write a snapshot durably (the local directory); returns its size in bytes."""
