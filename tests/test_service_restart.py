@@ -109,3 +109,31 @@ def test_an_intact_ledger_starts(stream, served, tmp_path):
     state, _ = served
     code, err = _serve_cli(tmp_path, state, stream)
     assert code == 0, err
+
+
+# -- a state directory from a longer input ------------------------------------------------------
+def test_serve_file_with_offsets_past_its_end_exits_with_one_line(stream, served, tmp_path):
+    """Used to spin at full CPU for ever (``exhausted`` wanted exactly 0 unread records)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    state, _ = served
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(stream.read_text().splitlines(keepends=True)[:500]))
+    cfg = {
+        "bandits": {BANDIT: bandit_config()},
+        "snapshots": {"directory": str(state), "interval_s": 3600},
+        "metrics": {"enabled": False},
+    }
+    cfg_path = tmp_path / "serve.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "streaming_dpbandit.cli", "serve", "--config", str(cfg_path)]
+    proc = subprocess.run(
+        [*cmd, "--file", str(short), "--no-progress"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if "error" in x]  # (besides INFO logging)
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "ends before the snapshot's offsets" in errors[0]

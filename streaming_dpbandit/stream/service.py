@@ -271,6 +271,7 @@ class Service:
             if time.monotonic() - self._last_export >= METRICS_EXPORT_INTERVAL_S:
                 self._export_metrics()
             if self.transport.exhausted and not any(self.queues.values()):
+                self._check_overrun()
                 break
             if not records and self.blocked:
                 self._idle_check()
@@ -295,6 +296,21 @@ class Service:
             "event_time_out_of_range",
             f"event_time is {ahead:.6g} s ahead of the wall clock (max_event_time_skew_s = "
             f"{self.settings.max_event_time_skew_s:g})",
+        )
+
+    def _check_overrun(self) -> None:
+        """A finite input that ended before the snapshot's offsets: not this state's input."""
+        overrun = getattr(self.transport, "overrun", None)
+        over = overrun() if overrun is not None else {}
+        if not over:
+            return
+        where = ", ".join(f"{t}: offset {at} of {n}" for (t, _p), (at, n) in sorted(over.items()))
+        self.ledger.close()
+        self.transport.close()
+        raise ServiceStartError(
+            f"the input ends before the snapshot's offsets ({where}): the state directory "
+            f"{self.settings.snapshots.directory} was written from a longer input; use this "
+            "input's state directory, or a new one"
         )
 
     def process(self) -> None:
