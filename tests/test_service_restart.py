@@ -137,3 +137,17 @@ def test_serve_file_with_offsets_past_its_end_exits_with_one_line(stream, served
     errors = [x for x in proc.stderr.splitlines() if "error" in x]  # (besides INFO logging)
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "ends before the snapshot's offsets" in errors[0]
+
+
+def test_temporary_snapshot_files_left_by_a_crash_are_removed_at_start(stream, served, tmp_path):
+    """A crash while writing a snapshot leaves ``.snapshot.<pid>.tmp`` (a full snapshot with the
+    secret noise key); the next start removes it."""
+    state, _ = served
+    stale = [state / ".snapshot.4242.tmp", state / ".snapshot.77.tmp"]
+    for p in stale:
+        p.write_bytes(b"x" * 1000)
+    keep = state / "notes.tmp"  # not ours
+    keep.write_text("x")
+    run_file(state, stream)
+    assert not any(p.exists() for p in stale)
+    assert keep.exists() and (state / "snapshot.json").exists()

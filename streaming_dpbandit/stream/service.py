@@ -153,7 +153,10 @@ class Service:
         state_dir = Path(self.settings.snapshots.directory)
         self.store = SnapshotStore(state_dir)
         try:
-            self.ledger = Ledger(state_dir / "ledger.jsonl").open()
+            self.ledger = Ledger(state_dir / "ledger.jsonl").open()  # locks the directory
+            stale = self.store.remove_stale_temps()
+            if stale:
+                log.warning("removed %d temporary snapshot file(s) left by a crash", stale)
             snap = self.store.load()
         except (LedgerCorruptError, SnapshotCorruptError, OSError) as err:
             raise ServiceStartError(f"state directory {state_dir}: {err}") from None
