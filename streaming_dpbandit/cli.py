@@ -1187,7 +1187,6 @@ def build_service_settings(args):
 
     from .config import ServiceSettings, format_validation_error, load_service_settings
 
-    base = load_service_settings(args.config)
     over: dict = {}
     if args.kafka:
         over["kafka"] = {"bootstrap_servers": args.kafka}
@@ -1209,6 +1208,9 @@ def build_service_settings(args):
         over["log_json"] = True
     if args.no_progress:
         over["progress"] = False
+    # the flags join the file and the environment before validation: the pattern of
+    # DPBANDIT_KAFKA__SASL_PASSWORD=... with --kafka HOST:PORT and no kafka section must work
+    base = load_service_settings(args.config, **over)
     data = _deep_merge(base.model_dump(exclude_unset=False), over)
     embedded = not data.get("kafka") and not data.get("file")
     notes = []

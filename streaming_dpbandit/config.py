@@ -73,7 +73,8 @@ class ConfigError(ValueError):
 
 
 class _PolicyConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no infinities or NaN anywhere in a configuration (``feedback_window: .inf`` is a mistake)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     private: bool = False
 
     def build(self, seed: int | None = None, **overrides) -> Policy:
@@ -388,7 +389,7 @@ class SALassoConfig(_LassoBaselineConfig):
 
 
 class _Matroid(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     expected_rank: int | None = Field(None, ge=1, description="assertion on the computed rank")
 
 
@@ -751,7 +752,7 @@ from pydantic_settings import (  # noqa: E402
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TopicsSettings(_Section):
@@ -939,7 +940,11 @@ class ServiceSettings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="DPBANDIT_", env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix="DPBANDIT_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+        allow_inf_nan=False,
     )
 
     mode: Literal["service", "simulation"] = "service"
@@ -1050,6 +1055,48 @@ def _check_slate_bandit(name: str, b: BanditSettings) -> None:
 
 _YAML_FILE: dict = {}
 
+#: Wrong-type errors of strict validation: a quoted number or boolean in the YAML file.
+_STRICT_TYPES = {"float_type", "int_type", "bool_type"}
+
+
+def _check_yaml_types(path) -> None:
+    """Refuse a number or boolean written as a string in the YAML file (``reward: "1.5"``,
+    ``enabled: "no"``): lax validation would convert it silently, and a quoted value is more
+    often a mistake than a wish. Environment variables are strings by nature: not checked.
+    Any other problem is left to the full validation (one error line per problem)."""
+    import json
+
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        return  # reported by the full validation
+    if not isinstance(raw, dict):
+        return
+    from pydantic import TypeAdapter
+
+    parts = []
+    for key, value in raw.items():
+        field = ServiceSettings.model_fields.get(key)
+        if field is None:
+            continue  # reported by the full validation
+        try:  # JSON mode: str → Path and list → tuple stay allowed; "1.5" → float does not
+            TypeAdapter(field.annotation).validate_json(json.dumps(value, default=str), strict=True)
+        except ValidationError as err:
+            for e in err.errors():
+                if e["type"] not in _STRICT_TYPES or not isinstance(e["input"], str):
+                    continue
+                loc = ".".join(str(x) for x in (key, *e["loc"]) if x != "function-after")
+                kind = {"float_type": "a number", "int_type": "an integer"}.get(
+                    e["type"], "true or false"
+                )
+                parts.append(f"{loc}: {kind}, not the string {e['input']!r} (drop the quotes)")
+        except ValueError:
+            continue
+    if parts:
+        raise ConfigError(f"invalid configuration in {path}: " + "; ".join(parts))
+
 
 def load_service_settings(path: str | None = None, **overrides) -> ServiceSettings:
     """Build :class:`ServiceSettings` from an optional YAML file, the environment and overrides.
@@ -1058,6 +1105,8 @@ def load_service_settings(path: str | None = None, **overrides) -> ServiceSettin
     """
     if path is not None and not Path(path).is_file():
         raise ConfigError(f"no configuration file at {path}")
+    if path is not None:
+        _check_yaml_types(path)
     _YAML_FILE["path"] = path
     try:
         return ServiceSettings(**overrides)

@@ -42,7 +42,14 @@ from .bandit import BadInput, BanditRuntime, Pending, unreadable
 from .join import EarlyFeedback, JoinStore
 from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
 from .schemas import ContextEvent, DeadLetter, Decision
-from .service import DLQ_PAYLOAD_BYTES, Service, ServiceStartError, _first_error, _reason
+from .service import (
+    DLQ_PAYLOAD_BYTES,
+    Service,
+    ServiceStartError,
+    _first_error,
+    _reason,
+    out_of_memory_is_a_start_error,
+)
 from .transport import TP, Record
 
 __all__ = [
@@ -302,8 +309,9 @@ class DecisionReplica:
         self.bandits: dict[str, BanditRuntime] = {}
         for name, bs in s.bandits.items():
             overrides = {"bandit_id": name} if "bandit_id" in type(bs.policy).model_fields else {}
-            policy = bs.policy.build(seed=bs.seed, **overrides)
-            self.bandits[name] = BanditRuntime(name, bs, policy, None)
+            with out_of_memory_is_a_start_error(f"bandit {name!r}"):
+                policy = bs.policy.build(seed=bs.seed, **overrides)
+                self.bandits[name] = BanditRuntime(name, bs, policy, None)
         self.pickups: list[tuple[str, int, float, float]] = []
         self.dead_count: collections.Counter = collections.Counter()
         self.decided = 0

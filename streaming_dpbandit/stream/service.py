@@ -20,6 +20,7 @@ re-processed after a crash get the same decisions (decisions are at-least-once a
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -80,6 +81,18 @@ METRICS_EXPORT_INTERVAL_S = 0.5
 REFIT_FAILURES_FILE = "refit-failures.json"
 
 
+@contextlib.contextmanager
+def out_of_memory_is_a_start_error(what: str):
+    """Turn a failed allocation while building a bandit (e.g. ``d: 1000000000``) into a
+    :class:`ServiceStartError`: one line naming the bandit and the size, not a traceback."""
+    try:
+        yield
+    except MemoryError as err:  # numpy's ArrayMemoryError included
+        raise ServiceStartError(
+            f"{what}: its state does not fit in memory ({err}); lower its dimension d"
+        ) from None
+
+
 def _tp_key(tp: TP) -> str:
     return f"{tp[0]}|{tp[1]}"
 
@@ -123,14 +136,16 @@ class Service:
     def _build_bandits(self) -> None:
         self.bandits: dict[str, BanditRuntime] = {}
         # privacy=local bandits (devices privatise, the server only sees reports): stream/local.py
-        self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
+        with out_of_memory_is_a_start_error("a privacy=local bandit"):
+            self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
         for name, b in self.settings.bandits.items():
             if b.privacy == "local":
                 continue
             overrides = {"bandit_id": name} if "bandit_id" in type(b.policy).model_fields else {}
-            policy = b.policy.build(seed=b.seed, **overrides)
-            runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
-            self.bandits[name] = runtime(name, b, policy, self.metrics)
+            with out_of_memory_is_a_start_error(f"bandit {name!r}"):
+                policy = b.policy.build(seed=b.seed, **overrides)
+                runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
+                self.bandits[name] = runtime(name, b, policy, self.metrics)
             dp_valid = (
                 getattr(policy, "calibration", "certified") == "certified" or not policy.private
             )
