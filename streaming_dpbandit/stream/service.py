@@ -216,7 +216,7 @@ class Service:
         """True when a bandit's state (and its secret keys) is in no snapshot yet: a new state
         directory, or a bandit added to the configuration since the last snapshot."""
         if snap is None:
-            return bool(self.bandits or self.local)
+            return True
         saved = set(snap["bandits"]) | set(snap.get("local", {}))
         return bool(set(self.bandits) - saved or set(self.local.runtimes) - saved)
 
