@@ -1258,7 +1258,6 @@ def build_service_settings(args):
 
     from .config import ServiceSettings, format_validation_error, load_service_settings
 
-    base = load_service_settings(args.config)
     over: dict = {}
     if args.kafka:
         over["kafka"] = {"bootstrap_servers": args.kafka}
@@ -1280,6 +1279,9 @@ def build_service_settings(args):
         over["log_json"] = True
     if args.no_progress:
         over["progress"] = False
+    # the flags join the file and the environment before validation: the pattern of
+    # DPBANDIT_KAFKA__SASL_PASSWORD=... with --kafka HOST:PORT and no kafka section must work
+    base = load_service_settings(args.config, **over)
     data = _deep_merge(base.model_dump(exclude_unset=False), over)
     if data.get("log_json"):
         data["progress"] = False  # every stderr line is JSON: no progress bar

@@ -81,8 +81,9 @@ __all__ = [
 
 class _PolicyConfig(BaseModel):
     # defer_build: a model's validator is built when it is first used, not at import (most
-    # commands use one or two of these models; building them all took ≈ 0.2 s of start-up)
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    # commands use one or two of these models; building them all took ≈ 0.2 s of start-up);
+    # no infinities or NaN anywhere in a configuration (``feedback_window: .inf`` is a mistake)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
     private: bool = False
 
     def build(self, seed: int | None = None, **overrides) -> Policy:
@@ -439,7 +440,7 @@ class SALassoConfig(_LassoBaselineConfig):
 
 
 class _Matroid(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
     expected_rank: int | None = Field(None, ge=1, description="assertion on the computed rank")
 
 
@@ -825,7 +826,7 @@ from pydantic_settings import (  # noqa: E402
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True, allow_inf_nan=False)
 
 
 class TopicsSettings(_Section):
@@ -1096,6 +1097,7 @@ class ServiceSettings(BaseSettings):
         extra="forbid",
         validate_default=True,
         defer_build=True,
+        allow_inf_nan=False,
     )
 
     mode: Literal["service", "simulation"] = "service"
@@ -1114,6 +1116,14 @@ class ServiceSettings(BaseSettings):
     progress: bool = True
     idle_timeout_s: float = Field(
         30.0, gt=0, description="force-expire joins of a blocked bandit after this long idle"
+    )
+    max_event_time_skew_s: float | None = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="contexts and rewards stamped more than this many seconds ahead of the "
+        "wall clock are dead-lettered (event_time_out_of_range): a far-future event would "
+        "stall its bandit until that time; null disables (simulated streams from the future)",
     )
     broadcast: BroadcastSettings | None = None
 
@@ -1198,6 +1208,48 @@ def _check_slate_bandit(name: str, b: BanditSettings) -> None:
 
 _YAML_FILE: dict = {}
 
+#: Wrong-type errors of strict validation: a quoted number or boolean in the YAML file.
+_STRICT_TYPES = {"float_type", "int_type", "bool_type"}
+
+
+def _check_yaml_types(path) -> None:
+    """Refuse a number or boolean written as a string in the YAML file (``reward: "1.5"``,
+    ``enabled: "no"``): lax validation would convert it silently, and a quoted value is more
+    often a mistake than a wish. Environment variables are strings by nature: not checked.
+    Any other problem is left to the full validation (one error line per problem)."""
+    import json
+
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        return  # reported by the full validation
+    if not isinstance(raw, dict):
+        return
+    from pydantic import TypeAdapter
+
+    parts = []
+    for key, value in raw.items():
+        field = ServiceSettings.model_fields.get(key)
+        if field is None:
+            continue  # reported by the full validation
+        try:  # JSON mode: str → Path and list → tuple stay allowed; "1.5" → float does not
+            TypeAdapter(field.annotation).validate_json(json.dumps(value, default=str), strict=True)
+        except ValidationError as err:
+            for e in err.errors():
+                if e["type"] not in _STRICT_TYPES or not isinstance(e["input"], str):
+                    continue
+                loc = ".".join(str(x) for x in (key, *e["loc"]) if x != "function-after")
+                kind = {"float_type": "a number", "int_type": "an integer"}.get(
+                    e["type"], "true or false"
+                )
+                parts.append(f"{loc}: {kind}, not the string {e['input']!r} (drop the quotes)")
+        except ValueError:
+            continue
+    if parts:
+        raise ConfigError(f"invalid configuration in {path}: " + "; ".join(parts))
+
 
 def _check_yaml_top_level(path: str) -> None:
     """One clear line for a YAML file whose top level is not a mapping of settings."""
@@ -1224,6 +1276,7 @@ def load_service_settings(path: str | None = None, **overrides) -> ServiceSettin
         raise ConfigError(f"no configuration file at {path}")
     if path is not None:
         _check_yaml_top_level(path)
+        _check_yaml_types(path)
     _YAML_FILE["path"] = path
     try:
         return ServiceSettings(**overrides)

@@ -19,7 +19,17 @@ from prometheus_client import (
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-__all__ = ["ServiceMetrics", "observe_many"]
+__all__ = ["RAW_REWARD_METRICS", "ServiceMetrics", "observe_many"]
+
+#: Metrics computed from the joined rewards themselves, without noise: monitoring figures for
+#: whoever may read the feedback topic, outside the differential-privacy guarantee (README,
+#: docs/metrics.md). Every other metric is a count, a time, a configuration value or is
+#: computed from the ledger (released values only).
+RAW_REWARD_METRICS = (
+    "dpbandit_reward_sum",
+    "dpbandit_reward_window_mean",
+    "dpbandit_regret_proxy_window_mean",
+)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -91,20 +101,21 @@ class ServiceMetrics:
         )
         self.reward_sum = Gauge(
             "dpbandit_reward_sum",
-            "Cumulative sum of the rewards joined to decisions (persisted)",
+            "Sum of the rewards joined to decisions, as received (within reward_bounds when set; "
+            "persisted). Exact, not differentially private: see docs/metrics.md",
             ["bandit"],
             registry=r,
         )
         self.reward_window = Gauge(
             "dpbandit_reward_window_mean",
-            "Mean reward over the last 1000 joined rewards",
+            "Mean reward over the last 1000 joined rewards (exact, not differentially private)",
             ["bandit"],
             registry=r,
         )
         self.regret_proxy = Gauge(
             "dpbandit_regret_proxy_window_mean",
-            "Mean over the last 1000 joined rewards of (best predicted score − observed "
-            "reward) under the frozen private model (a proxy, see docs/metrics.md)",
+            "Best windowed mean reward so far minus the current one (windows of 1000 joined "
+            "rewards; a proxy, exact, not differentially private: see docs/metrics.md)",
             ["bandit"],
             registry=r,
         )

@@ -50,8 +50,12 @@ def test_a_failed_refit_is_counted_persisted_and_stops_the_service(tmp_path):
     path = tmp_path / "state" / REFIT_FAILURES_FILE
     assert json.loads(path.read_text()) == {BANDIT: 1}
     assert path.stat().st_mode & 0o777 == 0o600
-    # nothing of the failed update was persisted: no release, no snapshot
-    assert not (tmp_path / "state" / "snapshot.json").exists()
+    # nothing of the failed update was persisted: no release, and only the start snapshot
+    # (the fresh state with its secret keys, written before the first message)
+    from streaming_dpbandit.stream.snapshot import SnapshotStore
+
+    snap = SnapshotStore(tmp_path / "state").load()
+    assert snap["seq"] == 1 and not any(snap["offsets"].values())
     assert (tmp_path / "state" / "ledger.jsonl").read_text() == ""
 
     # the restarted process exports the count from its first scrape, and keeps counting

@@ -288,6 +288,21 @@ class Ledger:
     def __iter__(self) -> Iterator[ReleaseRecord]:
         return iter(self.records())
 
+    def chain_hash(self, n: int | None = None) -> str:
+        """The hash chain's value after the first ``n`` records (all by default): the hash of
+        record ``n − 1``, which covers every record before it. A snapshot keeps it, so that a
+        missing, truncated or swapped ledger is detected at start.
+
+        >>> import tempfile, os
+        >>> led = Ledger(os.path.join(tempfile.mkdtemp(), "l.jsonl")).open()
+        >>> led.chain_hash() == "0" * 64
+        True
+        >>> led.close()
+        """
+        self._require_open()
+        n = len(self._entries) if n is None else n
+        return self._entries[n - 1][1] if n > 0 else _GENESIS
+
     def get(self, release_id: str) -> ReleaseRecord | None:
         self._require_open()
         i = self._by_id.get(release_id)

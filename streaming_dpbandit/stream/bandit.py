@@ -14,7 +14,7 @@ from ..privacy.ledger import ReleaseRecord
 from .join import EarlyFeedback, JoinStore, Resolution
 from .schemas import ContextEvent, Feedback, decision_encoder
 
-__all__ = ["BadInput", "BanditRuntime", "arm_id_kwargs"]
+__all__ = ["BadInput", "BanditRuntime", "arm_id_kwargs", "unreadable"]
 
 WINDOW = 1000
 
@@ -26,6 +26,19 @@ class BadInput(ValueError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+def unreadable(err: BaseException) -> BadInput:
+    """The dead-letter reason of a message whose reading raised an unforeseen error.
+
+    No input may stop the service: whatever reading one message raises, that message goes to
+    the dead-letter topic as ``unreadable`` and the loop goes on. The detail names the error's
+    type only (its text could quote the message's values).
+
+    >>> unreadable(OverflowError("int too large")).detail
+    'OverflowError while reading the message'
+    """
+    return BadInput("unreadable", f"{type(err).__name__} while reading the message")
 
 
 @dataclasses.dataclass

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from ..config import ConfigError, ServiceSettings
 from ..metrics import ServiceMetrics
-from .bandit import BadInput, BanditRuntime, Pending, arm_id_kwargs
+from .bandit import BadInput, BanditRuntime, Pending, arm_id_kwargs, unreadable
 from .join import EarlyFeedback, JoinStore
 from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
 from .schemas import ContextEvent, DeadLetter, Decision
@@ -50,6 +50,7 @@ from .service import (
     _first_error,
     _reason,
     dead_letter_bandit,
+    out_of_memory_is_a_start_error,
 )
 from .transport import TP, Record
 
@@ -204,6 +205,8 @@ class Learner(Service):
         if cached is not None:
             return cached
         try:
+            if r.value is None:  # a tombstone
+                raise BadInput("malformed_json", "the message has no value")
             if len(r.value) > self.settings.max_message_bytes:
                 raise BadInput(
                     "oversized", f"{len(r.value)} bytes > {self.settings.max_message_bytes}"
@@ -215,6 +218,8 @@ class Learner(Service):
             rt = self.bandits.get(dec.bandit_id)
             if rt is None:
                 raise BadInput("unknown_bandit", f"bandit {dec.bandit_id!r} is not configured")
+            if dec.event_time > self.time_limit:
+                raise self._too_late(dec.event_time)
             if len(dec.features) != rt.d:
                 raise BadInput(
                     "wrong_dimension", f"{len(dec.features)} features, bandit expects {rt.d}"
@@ -222,7 +227,10 @@ class Learner(Service):
             X = np.asarray(dec.features, dtype=np.float64)[None, :]
             out = (rt, Pending(dec, X, [dec.arm_id], received))
         except BadInput as bad:
-            out = bad
+            bad.__context__ = None  # (no reference cycle through the frames: see Service)
+            out = bad.with_traceback(None)
+        except Exception as err:  # unforeseen: no input may stop the loop
+            out = unreadable(err)
         if len(self._parsed) > 100_000:
             self._parsed.clear()
         self._parsed[id(r)] = out
@@ -308,8 +316,9 @@ class DecisionReplica:
         self.bandits: dict[str, BanditRuntime] = {}
         for name, bs in s.bandits.items():
             overrides = {"bandit_id": name} if "bandit_id" in type(bs.policy).model_fields else {}
-            policy = bs.policy.build(seed=bs.seed, **overrides)
-            self.bandits[name] = BanditRuntime(name, bs, policy, None)
+            with out_of_memory_is_a_start_error(f"bandit {name!r}"):
+                policy = bs.policy.build(seed=bs.seed, **overrides)
+                self.bandits[name] = BanditRuntime(name, bs, policy, None)
         self.pickups: list[tuple[str, int, float, float]] = []
         self.dead_count: collections.Counter = collections.Counter()
         self.decided = 0
@@ -486,8 +495,19 @@ class DecisionReplica:
             rt = self.bandits.get(ev.bandit_id)
             if rt is None:
                 raise BadInput("unknown_bandit", f"bandit {ev.bandit_id!r} is not configured")
+            skew = self.settings.max_event_time_skew_s
+            if skew is not None and ev.event_time > time.time() + skew:
+                raise BadInput(  # (Service._too_late: it would stall the learner)
+                    "event_time_out_of_range",
+                    f"event_time is more than max_event_time_skew_s = {skew:g} s ahead of "
+                    "the wall clock",
+                )
             X, ids = rt.encode(ev)
         except BadInput as bad:
+            self._dead_raw(topic, partition, m.offset, raw, bad.reason, bad.detail, m.key)
+            return None
+        except Exception as err:  # unforeseen: no input may stop the loop
+            bad = unreadable(err)
             self._dead_raw(topic, partition, m.offset, raw, bad.reason, bad.detail, m.key)
             return None
         return rt, Pending(ev, X, ids, received)

@@ -202,10 +202,11 @@ class TaskService(Service):
         self.last_snapshot = time.monotonic()
         self.started = time.monotonic()
         self._stop = False
-        if snap is None:
-            # a new task: commit its fresh state (the bandits' noise keys) before any record is
-            # processed, so that a release re-made after a crash is the same draw — never a
-            # second one (an aborted transaction stays readable to a read_uncommitted client)
+        if self._unsaved_keys(snap):
+            # a new task (or a bandit new to it): commit its fresh state (the bandits' noise and
+            # tie-break keys) before any record is processed, so that a release re-made after a
+            # crash is the same draw — never a second one — and a decision re-made is the same
+            # (an aborted transaction stays readable to a read_uncommitted client)
             self.snapshot("open")
         return offsets
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from ..privacy.ledger import Ledger
+from .bandit import unreadable
 from .local import LocalBanditRuntime, LocalMetrics, learned_local_bytes
 from .local_schemas import LDPReportMessage, is_ldp_report
 from .model_publisher import ModelStore
@@ -148,6 +149,10 @@ class LocalBandits:
             reason = _reason(err)
             dead(r, reason, _first_error(err))
             return self._count(None, reason)
+        except Exception as err:  # unforeseen: no input may stop the loop
+            bad = unreadable(err)
+            dead(r, bad.reason, bad.detail)
+            return self._count(None, bad.reason)
         rt = self.runtimes.get(msg.bandit_id)
         if rt is None:
             reason = (

@@ -109,22 +109,40 @@ def _f64(raw: bytes, field: str) -> np.ndarray:
 
 
 def _to_epoch(v):
+    """Event time in epoch seconds, or a ``ValueError`` (a validation error, never another
+    exception: a 400-digit integer must be dead-lettered, not stop the service).
+
+    >>> _to_epoch(5), _to_epoch("1970-01-01T00:00:10Z")
+    (5.0, 10.0)
+    >>> for bad in (10**400, True, "soon", [1]):
+    ...     try:
+    ...         _to_epoch(bad)
+    ...     except ValueError as err:
+    ...         print(str(err)[:40])
+    event_time is out of range
+    event_time must be a number of seconds o
+    event_time must be epoch seconds or ISO-
+    event_time must be epoch seconds or ISO-
+    """
     if type(v) is float:  # the common case first
         return v
     if isinstance(v, bool):
         raise ValueError("event_time must be a number of seconds or an ISO-8601 string")
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            dt = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError("event_time must be epoch seconds or ISO-8601") from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=_dt.timezone.utc)
-        return dt.timestamp()
-    if isinstance(v, _dt.datetime):
-        return v.timestamp()
+    try:
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, str):
+            try:
+                dt = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError("event_time must be epoch seconds or ISO-8601") from None
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=_dt.timezone.utc)
+            return dt.timestamp()
+        if isinstance(v, _dt.datetime):
+            return v.timestamp()
+    except (OverflowError, OSError):
+        raise ValueError("event_time is out of range") from None
     raise ValueError("event_time must be epoch seconds or ISO-8601")
 
 

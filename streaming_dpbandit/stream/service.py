@@ -20,6 +20,7 @@ re-processed after a crash get the same decisions (decisions are at-least-once a
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import logging
@@ -35,7 +36,7 @@ from ..metrics import ServiceMetrics, observe_many
 from ..privacy.accountant import Accountant, load_pld
 from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
-from .bandit import BadInput, BanditRuntime, Pending
+from .bandit import BadInput, BanditRuntime, Pending, unreadable
 from .join import EARLY_SOURCE_KEYS
 from .local_hook import LocalBandits
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
@@ -96,6 +97,18 @@ METRICS_EXPORT_INTERVAL_S = 0.5
 REFIT_FAILURES_FILE = "refit-failures.json"
 
 
+@contextlib.contextmanager
+def out_of_memory_is_a_start_error(what: str):
+    """Turn a failed allocation while building a bandit (e.g. ``d: 1000000000``) into a
+    :class:`ServiceStartError`: one line naming the bandit and the size, not a traceback."""
+    try:
+        yield
+    except MemoryError as err:  # numpy's ArrayMemoryError included
+        raise ServiceStartError(
+            f"{what}: its state does not fit in memory ({err}); lower its dimension d"
+        ) from None
+
+
 def _tp_key(tp: TP) -> str:
     return f"{tp[0]}|{tp[1]}"
 
@@ -140,14 +153,16 @@ class Service:
     def _build_bandits(self) -> None:
         self.bandits: dict[str, BanditRuntime] = {}
         # privacy=local bandits (devices privatise, the server only sees reports): stream/local.py
-        self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
+        with out_of_memory_is_a_start_error("a privacy=local bandit"):
+            self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
         for name, b in self.settings.bandits.items():
             if b.privacy == "local":
                 continue
             overrides = {"bandit_id": name} if "bandit_id" in type(b.policy).model_fields else {}
-            policy = b.policy.build(seed=b.seed, **overrides)
-            runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
-            self.bandits[name] = runtime(name, b, policy, self.metrics)
+            with out_of_memory_is_a_start_error(f"bandit {name!r}"):
+                policy = b.policy.build(seed=b.seed, **overrides)
+                runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
+                self.bandits[name] = runtime(name, b, policy, self.metrics)
             dp_valid = (
                 getattr(policy, "calibration", "certified") == "certified" or not policy.private
             )
@@ -170,12 +185,20 @@ class Service:
         state_dir = Path(self.settings.snapshots.directory)
         self.store = SnapshotStore(state_dir)
         try:
-            self.ledger = Ledger(state_dir / "ledger.jsonl").open()
+            self.ledger = Ledger(state_dir / "ledger.jsonl").open()  # locks the directory
+            stale = self.store.remove_stale_temps()
+            if stale:
+                log.warning("removed %d temporary snapshot file(s) left by a crash", stale)
             snap = self.store.load()
         except (LedgerCorruptError, SnapshotCorruptError, OSError) as err:
             raise ServiceStartError(f"state directory {state_dir}: {err}") from None
         except RuntimeError as err:  # the ledger is locked by another process
             raise ServiceStartError(str(err)) from None
+        try:
+            self._check_ledger(snap)
+        except ServiceStartError:
+            self.ledger.close()
+            raise
         if self.ledger.repaired_bytes:
             log.warning(
                 "ledger: repaired a torn final line (%d bytes of an unacknowledged release)",
@@ -195,11 +218,24 @@ class Service:
             ) from None
         self.local.open(self.ledger)  # ledger records not yet appended; publish current models
         self.last_snapshot = time.monotonic()
+        if self._unsaved_keys(snap):
+            # Persist every secret key (tie-break coins, noise) before the first message is
+            # read: drawn from OS entropy when there is no seed, a key lost in a crash before
+            # the first snapshot would re-decide, differently, events already published.
+            self.snapshot("start")
         # computed at scrape time: the age keeps growing even if the loop hangs
         self.metrics.checkpoint_age.set_function(lambda: time.monotonic() - self.last_snapshot)
         self.started = time.monotonic()
         self._last_export = 0.0
         self._stop = False
+
+    def _unsaved_keys(self, snap: dict | None) -> bool:
+        """True when a bandit's state (and its secret keys) is in no snapshot yet: a new state
+        directory, or a bandit added to the configuration since the last snapshot."""
+        if snap is None:
+            return True
+        saved = set(snap["bandits"]) | set(snap.get("local", {}))
+        return bool(set(self.bandits) - saved or set(self.local.runtimes) - saved)
 
     def _restore(self, snap: dict | None) -> dict[TP, int]:
         """Load a snapshot's bandit states and offsets; ledger its unledgered releases; returns
@@ -270,13 +306,51 @@ class Service:
             if time.monotonic() - self._last_export >= METRICS_EXPORT_INTERVAL_S:
                 self._export_metrics()
             if self.transport.exhausted and not any(self.queues.values()):
+                self._check_overrun()
                 break
             if not records and self.blocked:
                 self._idle_check()
         return self.finish()
 
+    def _refresh_time_limit(self) -> None:
+        """The latest event time accepted now: the wall clock plus the allowed skew."""
+        skew = self.settings.max_event_time_skew_s
+        self.time_limit = float("inf") if skew is None else time.time() + skew
+
+    def _too_late(self, event_time: float) -> BadInput | None:
+        """A BadInput for an event stamped beyond :attr:`time_limit`, else None.
+
+        One event from the future would stall its bandit: its decision stays pending (and
+        blocks the next release) until the feedback watermark reaches its time, and the
+        contexts watermark it sets turns every later reward into ``unknown_event``.
+        """
+        if event_time <= self.time_limit:
+            return None
+        ahead = event_time - self.time_limit + self.settings.max_event_time_skew_s
+        return BadInput(
+            "event_time_out_of_range",
+            f"event_time is {ahead:.6g} s ahead of the wall clock (max_event_time_skew_s = "
+            f"{self.settings.max_event_time_skew_s:g})",
+        )
+
+    def _check_overrun(self) -> None:
+        """A finite input that ended before the snapshot's offsets: not this state's input."""
+        overrun = getattr(self.transport, "overrun", None)
+        over = overrun() if overrun is not None else {}
+        if not over:
+            return
+        where = ", ".join(f"{t}: offset {at} of {n}" for (t, _p), (at, n) in sorted(over.items()))
+        self.ledger.close()
+        self.transport.close()
+        raise ServiceStartError(
+            f"the input ends before the snapshot's offsets ({where}): the state directory "
+            f"{self.settings.snapshots.directory} was written from a longer input; use this "
+            "input's state directory, or a new one"
+        )
+
     def process(self) -> None:
         """Process every queue as far as possible (contexts may block; feedback never does)."""
+        self._refresh_time_limit()
         for _ in range(3):  # feedback can unblock contexts processed in the same round
             progressed = False
             for tp in list(self.queues):
@@ -360,6 +434,8 @@ class Service:
         if cached is not None:
             return cached
         try:
+            if r.value is None:  # a tombstone
+                raise BadInput("malformed_json", "the message has no value")
             if len(r.value) > self.settings.max_message_bytes:
                 raise BadInput(
                     "oversized", f"{len(r.value)} bytes > {self.settings.max_message_bytes}"
@@ -376,6 +452,8 @@ class Service:
                 )
             if rt is None:
                 raise BadInput(*self._missing_bandit(ev.bandit_id))
+            if ev.event_time > self.time_limit:
+                raise self._too_late(ev.event_time)
             X, ids = rt.encode(ev)
             out = (rt, Pending(ev, X, ids, received))
         except BadInput as bad:
@@ -384,6 +462,8 @@ class Service:
             # events): a reference cycle per bad message that only the collector frees
             bad.__context__ = None
             out = bad.with_traceback(None)
+        except Exception as err:  # unforeseen: no input may stop the loop
+            out = unreadable(err)
         if len(self._parsed) > 100_000:
             self._parsed.clear()
         self._parsed[id(r)] = out
@@ -514,7 +594,10 @@ class Service:
         before = {name: rt.stats.copy() for name, rt in self.bandits.items()}
         while q:
             r, _ = q[0]
-            if self.local.claims(r):  # an LDP report (privacy=local bandits)
+            if r.value is None:  # a tombstone
+                self._dead(r, "malformed_json", "the message has no value")
+                self.metrics.feedback.labels("unknown", "malformed_json").inc()
+            elif self.local.claims(r):  # an LDP report (privacy=local bandits)
                 self.local.on_record(r, self._dead)
             else:
                 self._feedback_one(r)
@@ -544,6 +627,11 @@ class Service:
             self._dead(r, reason, _first_error(err))
             self.metrics.feedback.labels("unknown", reason).inc()
             return
+        except Exception as err:  # unforeseen: no input may stop the loop
+            bad = unreadable(err)
+            self._dead(r, bad.reason, bad.detail)
+            self.metrics.feedback.labels("unknown", bad.reason).inc()
+            return
         rt = self.bandits.get(msg.bandit_id)
         if rt is None and self.local.raw_for_local(msg.bandit_id, r, self._dead, msg):
             return  # a raw reward or heartbeat for a privacy=local bandit: never used
@@ -552,10 +640,15 @@ class Service:
             self._dead(r, reason, detail)
             self.metrics.feedback.labels("unknown", reason).inc()
             return
-        if isinstance(msg, Watermark):
-            rt.last_feedback_wall = time.monotonic()
+        if isinstance(msg, Watermark):  # (not bounded: an end-of-stream heartbeat may be
+            rt.last_feedback_wall = time.monotonic()  # far ahead on purpose)
             rt.advance_watermark(msg.event_time)
             self.metrics.feedback.labels(rt.bandit_id, "watermark").inc()
+            return
+        if msg.event_time > self.time_limit:
+            bad = self._too_late(msg.event_time)
+            self._dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
+            self.metrics.feedback.labels(rt.bandit_id, bad.reason).inc()
             return
         rt.on_feedback(
             msg,
@@ -565,7 +658,8 @@ class Service:
 
     # -- dead letters -----------------------------------------------------------------------
     def _dead(self, r: Record, reason: str, detail: str = "", bandit: str | None = None) -> None:
-        payload = r.value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
+        value = r.value if r.value is not None else b""  # (a tombstone has none)
+        payload = value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
         if reason == "raw_data_for_local_bandit":
             payload = ""  # raw contexts/rewards of a privacy=local bandit are not copied
         dl = DeadLetter(
@@ -575,7 +669,7 @@ class Service:
             reason=reason,
             detail=detail[:500],
             payload=payload,
-            payload_bytes=len(r.value),
+            payload_bytes=len(value),
             at=time.time(),
         )
         self.transport.send(self.topics.dead_letter, r.key, dl.model_dump_json().encode())
@@ -696,11 +790,48 @@ class Service:
                 name: self._fingerprint(self.settings.bandits[name]) for name in self.bandits
             },
         }
+        mark = self._ledger_mark()
+        if mark is not None:
+            state["ledger"] = mark
         self.local.add_to_snapshot(state, self._fingerprint)
         size = self._save_state(state)
         self.last_snapshot = time.monotonic()
         self.metrics.checkpoints.labels(reason).inc()
         self.metrics.checkpoint_bytes.set(size)
+
+    def _ledger_mark(self) -> dict | None:
+        """Where the ledger stood when a snapshot was written: its length, its last release id
+        and its hash chain's value (checked at start by :meth:`_check_ledger`)."""
+        chain_hash = getattr(self.ledger, "chain_hash", None)
+        if chain_hash is None:  # (a group task's ledger lives in a Kafka topic)
+            return None
+        records = self.ledger.records()
+        return {
+            "releases": len(records),
+            "last_release": records[-1].release_id if records else None,
+            "chain_hash": chain_hash(),
+        }
+
+    def _check_ledger(self, snap: dict | None) -> None:
+        """Refuse to start when the ledger lacks releases the snapshot was written after (a
+        deleted, truncated or swapped ledger): the spend would be under-reported."""
+        mark = None if snap is None else snap.get("ledger")
+        if mark is None:  # a new state directory, or a snapshot from before the mark
+            return
+        n, path = int(mark["releases"]), self.ledger.path
+        have = len(self.ledger)
+        if have < n:
+            raise ServiceStartError(
+                f"ledger {path} holds {have} releases but the snapshot was written after {n} "
+                f"(the last {mark['last_release']!r}): the ledger is missing or truncated; "
+                "restore it from a backup — refusing to serve with an incomplete privacy ledger"
+            )
+        if self.ledger.chain_hash(n) != mark["chain_hash"]:
+            raise ServiceStartError(
+                f"ledger {path} does not match the snapshot: its first {n} releases differ "
+                f"from those the snapshot was written after (the last {mark['last_release']!r}); "
+                "was it replaced by another state directory's ledger? Refusing to serve"
+            )
 
     def _save_state(self, state: dict) -> int:
         """Write a snapshot durably (the local directory); returns its size in bytes."""
@@ -743,8 +874,12 @@ class Service:
         for name, rt in self.bandits.items():
             rt.export_metrics()
             self.metrics.blocked.labels(name).set(1 if name in blocked else 0)
-        for (topic, part), lag in self.transport.lag().items():
-            self.metrics.lag.labels(topic, str(part)).set(lag)
+        lag = self.transport.lag()
+        for tp, q in self.queues.items():  # read but not processed (e.g. behind a release)
+            if q:
+                lag[tp] = lag.get(tp, 0) + len(q)
+        for (topic, part), n in lag.items():
+            self.metrics.lag.labels(topic, str(part)).set(n)
         self.local.export_metrics()
 
     # -- the end ----------------------------------------------------------------------------

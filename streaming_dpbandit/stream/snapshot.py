@@ -73,6 +73,28 @@ class SnapshotStore:
             os.close(dfd)
         return len(data)
 
+    def remove_stale_temps(self) -> int:
+        """Delete temporary files of snapshots that a crash interrupted (``.snapshot.<pid>.tmp``:
+        each a full snapshot, secret noise key included); returns how many. Call only while
+        holding the state directory (the ledger lock): a running writer's file looks the same.
+
+        >>> import tempfile, pathlib
+        >>> store = SnapshotStore(tempfile.mkdtemp())
+        >>> _ = (store.directory / ".snapshot.4242.tmp").write_bytes(b"partial")
+        >>> store.remove_stale_temps(), list(store.directory.iterdir())
+        (1, [])
+        """
+        n = 0
+        if not self.directory.is_dir():
+            return 0
+        for tmp in self.directory.glob(".snapshot.*.tmp"):
+            try:
+                tmp.unlink()
+                n += 1
+            except FileNotFoundError:
+                pass
+        return n
+
     def load(self) -> dict | None:
         """The last snapshot, or None if there is none."""
         if not self.path.exists():

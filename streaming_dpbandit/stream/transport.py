@@ -173,4 +173,18 @@ class InProcessTransport(Transport):
 
     @property
     def exhausted(self) -> bool:
-        return not self._live and all(self._unread(tp) == 0 for tp in self.log)
+        # (a start offset past the end of a finite input leaves a negative count: exhausted too,
+        # see :meth:`overrun`)
+        return not self._live and all(self._unread(tp) <= 0 for tp in self.log)
+
+    def overrun(self) -> dict[TP, tuple[int, int]]:
+        """Partitions whose start offset lay past the end of the finished input:
+        ``{tp: (start offset, records in the input)}`` (e.g. a state directory written from a
+        longer file)."""
+        if self._live:
+            return {}
+        return {
+            tp: (self.position[tp], self.base[tp] + len(self.log[tp]))
+            for tp in self.log
+            if self._unread(tp) < 0
+        }
