@@ -1239,10 +1239,15 @@ def build_service_settings(args):
             "first_episode_len": 256,
             "swap_delay": 250,
         }
-        data["bandits"] = {sim["bandit_id"]: {"policy": policy, "feedback_window": 2.0}}
+        # seeded, so every run of the demo prints the same figures (a demo, not production:
+        # a seeded DP noise key is public)
+        data["bandits"] = {
+            sim["bandit_id"]: {"policy": policy, "feedback_window": 2.0, "seed": sim["seed"]}
+        }
         notes.append(
             f"embedded default: bandit {sim['bandit_id']!r} runs FLIPHAT (certified, "
-            f"ε=1, δ=1e-6; b_max = the simulated environment's ‖β*‖₁)"
+            f"ε=1, δ=1e-6; b_max = the simulated environment's ‖β*‖₁) on a seeded stream "
+            f"(seed {sim['seed']}); a seeded demo, not a production setting"
         )
     if embedded and not args.state_dir and "snapshots" not in (base.model_fields_set or set()):
         data["snapshots"]["directory"] = tempfile.mkdtemp(prefix="dpbandit-state-")
