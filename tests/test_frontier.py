@@ -64,3 +64,9 @@ def test_orderings(quick, setting):
     best = best_private(res, setting, T, 5.0)
     assert below(best, uni)  # at ε = 5 some certified policy beats the uniform policy
     assert below(base, best) or base["regret"] <= best["regret"]  # privacy costs, never helps
+
+
+def test_unknown_setting_is_one_line(capsys):
+    assert main(["reproduce", "frontier", "--quick", "--settings", "sparse,nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and "dense-d5" in err[0]

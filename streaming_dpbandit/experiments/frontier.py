@@ -251,6 +251,7 @@ def _cell(r) -> str:
 def plot_frontier(result: dict, setting: str, path: str) -> None:
     """Regret at the largest T against ε, one line per policy, baselines as horizontal lines."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -266,9 +267,13 @@ def plot_frontier(result: dict, setting: str, path: str) -> None:
     styles = iter(["--", ":"])
     for r in rows:
         if r["epsilon"] is None:
-            ax.axhline(r["regret"], ls=next(styles, "-."), color="grey", label=r["policy"])
+            what = "uniform random" if r["group"] == "uniform" else f"{r['policy']} (non-private)"
+            ax.axhline(r["regret"], ls=next(styles, "-."), color="grey", label=what)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    eps = sorted({r["epsilon"] for r in rows if r["epsilon"] is not None})
+    ax.set_xticks(eps, [f"{e:g}" for e in eps])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel(f"ε (δ = {result['delta']:g})")
     ax.set_ylabel(f"regret at T = {T:,} (mean ± 2 s.e.)")
     ax.set_title(result["settings"][setting]["description"], fontsize=8)
