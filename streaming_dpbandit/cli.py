@@ -334,8 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
     p.add_argument(
         "name",
-        choices=["fliphat", "dp-linucb", "private-lasso", "dp-matroid", "ldp-glb"],
-        help="which reproduction",
+        choices=["fliphat", "dp-linucb", "private-lasso", "dp-matroid", "ldp-glb", "frontier"],
+        help="which reproduction ('frontier': the privacy–utility frontier of the certified "
+        "policies, docs/frontier.md)",
     )
     p.add_argument(
         "--batch-size",
@@ -347,8 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="private-lasso, dp-matroid, ldp-glb: the reduced configuration (minutes instead "
-        "of hours)",
+        help="private-lasso, dp-matroid, ldp-glb, frontier: the reduced configuration (minutes "
+        "instead of hours)",
+    )
+    p.add_argument(
+        "--settings",
+        default=None,
+        help="frontier: comma-separated subset of sparse,dense-d5,dense-d20,slate (default: all)",
     )
     p.add_argument(
         "--data",
@@ -907,6 +913,8 @@ def _cmd_reproduce(args) -> int:
         return _cmd_reproduce_dp_matroid(args)
     if args.name == "ldp-glb":
         return _cmd_reproduce_ldp_glb(args)
+    if args.name == "frontier":
+        return _cmd_reproduce_frontier(args)
     from .experiments.fliphat import CURVE_HORIZON, PAPER_EPSILONS, checks_table, run_reproduction
     from .experiments.report import plot_curves, simulation_table
     from .privacy.statement import PAPER_LABEL
@@ -1067,6 +1075,58 @@ def _cmd_reproduce_dp_matroid(args) -> int:
         progress=not args.no_progress,
     )
     return _report_outcome(report, args)
+
+
+def _cmd_reproduce_frontier(args) -> int:
+    import dataclasses
+
+    from .experiments.frontier import (
+        PROFILES,
+        SETTINGS,
+        frontier_table,
+        plot_frontier,
+        run_frontier,
+    )
+
+    _writable(args.json, "--json")
+    _writable(args.plot, "--plot")
+    if args.env_param:
+        raise ConfigError("reproduce frontier takes no --env-param (the settings are fixed)")
+    profile = PROFILES["quick" if args.quick else "full"]
+    over: dict = {}
+    if args.settings:
+        names = [x.strip() for x in args.settings.split(",") if x.strip()]
+        bad = [x for x in names if x not in SETTINGS]
+        if bad or not names:
+            raise ConfigError(
+                f"--settings: unknown {bad or args.settings!r}; choose from {', '.join(SETTINGS)}"
+            )
+        over["settings"] = tuple(names)
+    if args.seeds:
+        over["seeds"] = args.seeds
+    if args.horizon:
+        over["horizons"] = (args.horizon,)
+    if args.epsilon:
+        over["epsilons"] = tuple(args.epsilon)
+    profile = dataclasses.replace(profile, **over)
+    result = run_frontier(
+        profile, jobs=args.jobs, progress=not args.no_progress, base_seed=args.seed
+    )
+    for name in result["settings"]:
+        print(
+            f"\n{SETTINGS[name]} — regret, mean ± s.e. over {profile.seeds} repetitions "
+            f"(δ = {result['delta']:g})"
+        )
+        print(frontier_table(result, name))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=_json_default))
+        print(f"wrote {args.json}")
+    if args.plot:
+        stem = args.plot[:-4] if args.plot.endswith(".png") else args.plot
+        for name in result["settings"]:
+            plot_frontier(result, name, f"{stem}-{name}.png")
+            print(f"wrote {stem}-{name}.png")
+    return 0
 
 
 def _cmd_reproduce_ldp_glb(args) -> int:
@@ -1314,10 +1374,15 @@ def build_service_settings(args):
             "first_episode_len": 256,
             "swap_delay": 250,
         }
-        data["bandits"] = {sim["bandit_id"]: {"policy": policy, "feedback_window": 2.0}}
+        # seeded, so every run of the demo prints the same figures (a demo, not production:
+        # a seeded DP noise key is public)
+        data["bandits"] = {
+            sim["bandit_id"]: {"policy": policy, "feedback_window": 2.0, "seed": sim["seed"]}
+        }
         notes.append(
             f"embedded default: bandit {sim['bandit_id']!r} runs FLIPHAT (certified, "
-            f"ε=1, δ=1e-6; b_max = the simulated environment's ‖β*‖₁)"
+            f"ε=1, δ=1e-6; b_max = the simulated environment's ‖β*‖₁) on a seeded stream "
+            f"(seed {sim['seed']}); a seeded demo, not a production setting"
         )
     if data.get("file") and not data.get("kafka") and not data.get("bandits"):
         ids = _file_bandit_ids(data["file"]["path"])

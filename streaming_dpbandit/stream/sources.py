@@ -29,7 +29,10 @@ class SimulatedSource(Source):
     exponential delay after the decision. Rewards are published in event-time order, each poll
     up to the clock, followed by a heartbeat watermark (``{"type": "watermark"}``) at the clock,
     so the service can expire joins even when rewards are sparse. The source also tracks the
-    true pseudo-regret of the decisions for the end-of-run summary.
+    true pseudo-regret of the decisions for the end-of-run summary, and, on the same contexts,
+    the two reference policies a reader compares it with: the uniform random policy (its
+    expected regret and mean reward given the contexts, so no extra randomness) and the oracle
+    that always picks the arm of highest mean reward (regret 0).
 
     Parameters
     ----------
@@ -92,6 +95,9 @@ class SimulatedSource(Source):
         self.regret = 0.0
         self.reward = 0.0
         self.decisions = 0
+        self.mean_reward_sum = 0.0  # Σ mean reward of the chosen arm (no noise)
+        self.oracle_sum = 0.0  # Σ max_k mean reward
+        self.uniform_sum = 0.0  # Σ mean over arms of the mean reward
         self._closed = False
 
     def _send(self, emit, topic: str, value: dict) -> None:
@@ -170,7 +176,11 @@ class SimulatedSource(Source):
         decided_at = t if gen == self._gen else self._clock  # immediate, or delayed by a wait
         k = int(dec["arm_index"])
         self.decisions += 1
-        self.regret += float(mu.max() - mu[k])
+        best = float(mu.max())
+        self.regret += best - float(mu[k])
+        self.mean_reward_sum += float(mu[k])
+        self.oracle_sum += best
+        self.uniform_sum += float(mu.mean())
         reward = float(mu[k] + noise[k])
         self.reward += reward
         if self._fb_rng.random() < self.feedback_probability:
@@ -185,6 +195,18 @@ class SimulatedSource(Source):
             "decisions": self.decisions,
             "pseudo_regret": self.regret,
             "mean_reward": self.reward / self.decisions if self.decisions else 0.0,
+            "seed": self.seed,
+            **self._references(),
+        }
+
+    def _references(self) -> dict:
+        """The decisions' mean rewards and the uniform and oracle policies on these contexts."""
+        n = max(self.decisions, 1)
+        return {
+            "mean_expected_reward": self.mean_reward_sum / n,
+            "uniform_pseudo_regret": self.oracle_sum - self.uniform_sum,
+            "uniform_mean_expected_reward": self.uniform_sum / n,
+            "oracle_mean_expected_reward": self.oracle_sum / n,
         }
 
 

@@ -1,0 +1,72 @@
+"""`dpbandit reproduce frontier --quick`: the CI profile of the privacy–utility frontier.
+
+Every setting and every policy that applies runs on common random numbers; the checks are
+orderings that hold far outside the Monte-Carlo error at the quick profile (fixed seeds; the
+tolerances are z = 3 standard errors of the difference).
+"""
+
+import json
+import math
+
+import pytest
+
+from streaming_dpbandit.cli import main
+from streaming_dpbandit.experiments.frontier import PROFILES, SETTINGS, best_private
+
+Z = 3.0
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    d = tmp_path_factory.mktemp("frontier")
+    out = d / "frontier.json"
+    argv = ["reproduce", "frontier", "--quick", "--jobs", "2", "--no-progress"]
+    assert main([*argv, "--json", str(out), "--plot", str(d / "frontier.png")]) == 0
+    return json.loads(out.read_text()), d
+
+
+def _row(res, setting, key, T):
+    return next(
+        r for r in res["rows"] if r["setting"] == setting and r["key"] == key and r["T"] == T
+    )
+
+
+def test_every_setting_policy_and_budget_is_reported(quick, capsys):
+    res, d = quick
+    prof = PROFILES["quick"]
+    assert set(res["settings"]) == set(SETTINGS)
+    for setting in SETTINGS:
+        assert (d / f"frontier-{setting}.png").stat().st_size > 10_000
+        rows = [r for r in res["rows"] if r["setting"] == setting]
+        private = {r["policy"] for r in rows if r["group"] == "private"}
+        assert len(private) == 2
+        for pol in private:
+            eps = sorted(r["epsilon"] for r in rows if r["policy"] == pol)
+            assert eps == sorted(prof.epsilons)
+        assert {r["group"] for r in rows} == {"uniform", "baseline", "private"}
+        assert all(
+            r["n"] == prof.seeds for r in rows if r["policy"] != "uniform" or setting != "slate"
+        )
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_orderings(quick, setting):
+    res, _ = quick
+    T = max(PROFILES["quick"].horizons)
+    rows = [r for r in res["rows"] if r["setting"] == setting and r["T"] == T]
+    uni = next(r for r in rows if r["group"] == "uniform")
+    base = next(r for r in rows if r["group"] == "baseline")
+
+    def below(a, b):  # a's regret below b's beyond z standard errors
+        return a["regret"] + Z * math.hypot(a["se"], b["se"]) < b["regret"]
+
+    assert below(base, uni)  # the non-private baseline learns
+    best = best_private(res, setting, T, 5.0)
+    assert below(best, uni)  # at ε = 5 some certified policy beats the uniform policy
+    assert below(base, best) or base["regret"] <= best["regret"]  # privacy costs, never helps
+
+
+def test_unknown_setting_is_one_line(capsys):
+    assert main(["reproduce", "frontier", "--quick", "--settings", "sparse,nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and "dense-d5" in err[0]
