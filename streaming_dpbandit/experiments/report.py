@@ -52,7 +52,21 @@ def format_table(headers: list[str], rows: list[list[str]], width: int | None = 
     budget = width - 4 * len(headers) + 2
     while sum(caps) > budget and max(caps) > MIN_COLUMN:
         caps[caps.index(max(caps))] -= 1
-    return tabulate(rows, headers, maxcolwidths=caps, maxheadercolwidths=caps, **opts)
+    # Wrapped here, not with tabulate's ``maxcolwidths``: tabulate 0.10 re-parses wrapped cells
+    # as numbers despite ``disable_numparse`` (``int('1,500')`` raised in the service summary).
+    import textwrap
+
+    def wrap(cell, cap: int) -> str:
+        return "\n".join(
+            textwrap.fill(line, cap, break_on_hyphens=False) or line
+            for line in str(cell).splitlines() or [""]
+        )
+
+    return tabulate(
+        [[wrap(c, caps[i]) for i, c in enumerate(r)] for r in rows],
+        [wrap(h, caps[i]) for i, h in enumerate(headers)],
+        **opts,
+    )
 
 
 def _fmt_eps(v) -> str:
