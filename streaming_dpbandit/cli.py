@@ -1395,7 +1395,8 @@ def build_service_settings(args):
     state_set = bool(args.state_dir) or "snapshots" in (base.model_fields_set or set())
     if embedded and not state_set:
         data["snapshots"]["directory"] = tempfile.mkdtemp(prefix="dpbandit-state-")
-    elif not state_set:
+    elif not state_set and (data.get("scaling") or {}).get("mode") != "group":
+        # (a group replica keeps its state in Kafka topics: no directory to announce)
         where = Path(data["snapshots"]["directory"]).resolve()
         notes.append(
             f"state (snapshots and the privacy ledger) in {where}: the default "

@@ -107,3 +107,17 @@ def test_env_credentials_merge_with_the_kafka_flag(tmp_path, monkeypatch):
 def test_a_valid_file_still_serves(stream, tmp_path):
     code, err = serve(tmp_path, config(tmp_path), "--file", str(stream))
     assert code == 0, err
+
+
+@pytest.mark.parametrize("mode, announced", [("single", True), ("group", False)])
+def test_the_default_state_directory_is_announced_only_where_it_is_used(tmp_path, mode, announced):
+    # a group replica keeps its state in Kafka topics: no directory to announce
+    cfg_path = tmp_path / "serve.yaml"
+    cfg_path.write_text(
+        yaml.safe_dump({"bandits": {BANDIT: bandit_config()}, "scaling": {"mode": mode}})
+    )
+    args = build_parser().parse_args(
+        ["serve", "--config", str(cfg_path), "--kafka", "broker:9092", "--no-progress"]
+    )
+    _, notes = build_service_settings(args)
+    assert any("snapshots.directory" in n for n in notes) is announced
