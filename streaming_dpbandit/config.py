@@ -729,7 +729,7 @@ def parse_kv(items: list[str] | None, what: str = "--policy-param") -> dict:
     >>> parse_kv(["sigma=1e309"])
     Traceback (most recent call last):
     ...
-    streaming_dpbandit.config.ConfigError: --policy-param sigma: '1e309' is not a finite number
+    streaming_dpbandit.errors.ConfigError: --policy-param sigma: '1e309' is not a finite number
     """
     out = {}
     for item in items or []:

@@ -38,7 +38,7 @@ def _decisions(bootstrap: str, topic: str) -> dict[str, list[str]]:
 def test_kill_9_before_the_first_snapshot_changes_no_published_decision(kafka_broker, tmp_path):
     path = tmp_path / "stream.jsonl"
     record_stream(path, EVENTS, seed=3, state_dir=tmp_path / "rec")
-    topics = kafka_topics(f"keys{os.getpid()}")
+    topics = kafka_topics(f"restartkeys{os.getpid()}")
     create_topics(kafka_broker, topics)
     produce_file(kafka_broker.bootstrap, path, topics)
     bandit = bandit_config(first_episode_len=4096)  # no release, hence no snapshot, in 1,500
