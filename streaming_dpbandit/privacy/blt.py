@@ -36,9 +36,9 @@ import math
 import numpy as np
 from scipy import optimize
 
-from .draw_counter import DrawCounter
 from .noise import NoiseSource
-from .rows import exact_gram_units, units_to_float
+from .rows import units_to_float
+from .stepwise import StepwisePrefix
 from .symmetric import packing
 
 __all__ = [
@@ -439,7 +439,7 @@ def blt_parameters(n_steps: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(th), tuple(w)
 
 
-class BLTAggregator(DrawCounter):
+class BLTAggregator(StepwisePrefix):
     """Continual release of packed Gram prefix sums with a BLT factorisation (b buffers).
 
     Parameters
@@ -512,27 +512,6 @@ class BLTAggregator(DrawCounter):
             self._draws = {"node": 0, "pad": 0}
         return self
 
-    @property
-    def s(self) -> int:
-        return self._state()._s
-
-    @property
-    def steps(self) -> int:
-        return self._state()._step
-
-    @property
-    def full(self) -> bool:
-        return self.steps >= self.n_steps
-
-    def insert_many(self, rows: np.ndarray) -> int:
-        self._state()
-        if self._step >= self.n_steps or rows.shape[0] == 0:
-            return 0
-        self._M += exact_gram_units(rows, self.row_norm_sq)
-        self._s += rows.shape[0]
-        self._pending += rows.shape[0]
-        return rows.shape[0]
-
     def _z(self, j: int) -> np.ndarray:
         return self.sampler.sample(self.noise.generator(*self.label, j, track=False))
 
@@ -556,21 +535,9 @@ class BLTAggregator(DrawCounter):
         self._state()
         return np.array([self._z(j) for j in range(1, self._step + 1)])
 
-    def exact_sum(self) -> np.ndarray:
-        """The exact prefix (SENSITIVE)."""
-        return units_to_float(self._state()._M)
-
-    def noise_sum(self) -> np.ndarray:
-        """Noise of the current release (SENSITIVE; simulation diagnostics only)."""
-        return self._state()._noise_sum.copy()
-
     def state_dict(self) -> dict:
-        self._state()
         return {
-            "M": self._M.copy(),
-            "s": self._s,
-            "pending": self._pending,
-            "step": self._step,
+            **self._counters(),
             "S": self._S.copy(),
             "N": self._noise_sum.copy(),
             "draws": dict(self._draws),
@@ -581,13 +548,9 @@ class BLTAggregator(DrawCounter):
         S = np.asarray(state["S"], dtype=np.float64)
         if S.shape != self._S.shape:
             raise ValueError("BLT buffer shape does not match the configured parameters")
-        self._M = np.asarray(state["M"], dtype=np.int64).copy()
-        self._s = int(state["s"])
-        self._pending = int(state["pending"])
-        self._step = int(state["step"])
+        self._load_counters(state)
         self._S = S.copy()
         self._noise_sum = np.asarray(state["N"], dtype=np.float64).copy()
-        self._draws = dict(state["draws"])
         return self
 
     @property

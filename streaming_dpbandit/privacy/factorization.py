@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .draw_counter import DrawCounter
 from .noise import NoiseSource
-from .rows import exact_gram_units, units_to_float
+from .rows import units_to_float
+from .stepwise import StepwisePrefix
 from .symmetric import packing
 
 __all__ = ["SqrtToeplitzAggregator", "sqrt_toeplitz_coefficients", "sqrt_toeplitz_norm"]
@@ -62,7 +62,7 @@ def sqrt_toeplitz_norm(T: int) -> float:
     return float(np.sqrt(np.dot(f, f)))
 
 
-class SqrtToeplitzAggregator(DrawCounter):
+class SqrtToeplitzAggregator(StepwisePrefix):
     """Continual release of packed Gram prefix sums with the square-root factorisation.
 
     Parameters
@@ -128,27 +128,6 @@ class SqrtToeplitzAggregator(DrawCounter):
             self._draws = {"node": 0, "pad": 0}
         return self
 
-    @property
-    def s(self) -> int:
-        return self._state()._s
-
-    @property
-    def steps(self) -> int:
-        return self._state()._step
-
-    @property
-    def full(self) -> bool:
-        return self.steps >= self.n_steps
-
-    def insert_many(self, rows: np.ndarray) -> int:
-        self._state()
-        if self._step >= self.n_steps or rows.shape[0] == 0:
-            return 0
-        self._M += exact_gram_units(rows, self.row_norm_sq)
-        self._s += rows.shape[0]
-        self._pending += rows.shape[0]
-        return rows.shape[0]
-
     def release(self) -> np.ndarray:
         """R_i = exact prefix + Σ_j f_{i−j} Z_j; a new step only if rows arrived since the last."""
         self._state()
@@ -168,35 +147,19 @@ class SqrtToeplitzAggregator(DrawCounter):
             self._noise_sum = self._f[i::-1] @ self._Z[: i + 1]
         return units_to_float(self._M) + self._noise_sum
 
-    def exact_sum(self) -> np.ndarray:
-        """The exact prefix (SENSITIVE)."""
-        return units_to_float(self._state()._M)
-
-    def noise_sum(self) -> np.ndarray:
-        """Noise of the current release (SENSITIVE; simulation diagnostics only)."""
-        return self._state()._noise_sum.copy()
-
     def state_dict(self) -> dict:
-        self._state()
         return {
-            "M": self._M.copy(),
-            "s": self._s,
-            "pending": self._pending,
-            "step": self._step,
+            **self._counters(),
             "Z": self._Z[: self._step].copy(),
             "draws": dict(self._draws),
         }
 
     def load_state_dict(self, state: dict) -> SqrtToeplitzAggregator:
         self._state()
-        self._M = np.asarray(state["M"], dtype=np.int64).copy()
-        self._s = int(state["s"])
-        self._pending = int(state["pending"])
-        self._step = int(state["step"])
+        self._load_counters(state)
         Z = np.asarray(state["Z"], dtype=np.float64)
         self._Z = np.zeros((max(min(self.n_steps, 64), Z.shape[0]), packing(self.p).size))
         self._Z[: Z.shape[0]] = Z
-        self._draws = dict(state["draws"])
         i = self._step
         self._noise_sum = self._f[i - 1 :: -1] @ self._Z[:i] if i else np.zeros(self._Z.shape[1])
         return self
