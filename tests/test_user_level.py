@@ -94,6 +94,14 @@ def test_state_round_trip_continues_counting():
     )
     assert _admit(ub2, ["a", "b", "a"], [0, 0, 1]) == [False, True, True]
     assert _admit(ub2, ["a"], [2]) == [False]
+    # a bounder that hashed with its own key before loading hashes with the loaded key after
+    ub3 = UserContributionBound(2, max_releases_per_user=2, seed=99)
+    ub3.hash_users(["a"])
+    ub3.load_state_dict(ub.state_dict())
+    assert ub3.hash_users(["a"])[0] == ub.hash_users(["a"])[0]
+    import pickle
+
+    assert pickle.loads(pickle.dumps(ub3)).hash_users(["a"])[0] == ub.hash_users(["a"])[0]
 
 
 @pytest.mark.parametrize(
@@ -196,6 +204,17 @@ def test_wrapper_state_and_statement():
     text = pol.privacy.text()
     assert "one user" in text and "at most 4" in text and "at most 2 releases" in text
     assert pol.explain()["user_level"]["max_contributions_per_user"] == 4
+    assert "compose sequentially" in text and "in parallel" not in text.replace(
+        "not in parallel", ""
+    )
+
+
+def test_wrapper_statement_is_per_release_for_k_rows():
+    from streaming_dpbandit.experiments.user_level import group_params
+
+    params = group_params("fliphat", {"d": 5, "s": 3}, 4, 1.0, 1e-6)
+    st = UserLevel(REGISTRY["fliphat"](**params), 4).privacy
+    assert st.epsilon == pytest.approx(1.0) and st.delta == pytest.approx(1e-6)
 
 
 # -- accounting --------------------------------------------------------------------------------

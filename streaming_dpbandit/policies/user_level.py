@@ -22,7 +22,7 @@ import numpy as np
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
-from ..privacy.user_level import UserLevelSpend, user_level_spend
+from ..privacy.user_level import UserLevelSpend, group_component, user_level_spend
 
 __all__ = ["UserLevel"]
 
@@ -151,29 +151,36 @@ class UserLevel:
     def privacy(self) -> PrivacyStatement:
         """The wrapped policy's statement with the user as the privacy unit.
 
-        Its (ε, δ) are per release for k rows of one user only when the policy was configured
-        for the group (see the module docstring); the whole-run figure comes from
-        :meth:`user_level_spend` over the ledger.
+        (ε, δ) is one release's guarantee for the k admitted events of one user, by group
+        privacy from the policy's own (ε, δ): (kε, k·e^{(k−1)ε}·δ) (valid for any (ε, δ)-DP
+        release; for Gaussian releases the accountant over the ledger is tighter); ρ scales by
+        k². The whole-run figure composes a user's releases: :meth:`user_level_spend`.
         """
         st = self.policy.privacy
+        k = int(self.max_contributions_per_user)
         e = self.max_releases_per_user
         e_txt = f", and at most {e} releases" if e is not None else ""
+        eps, dl = st.epsilon, st.delta
+        if eps is not None:
+            g = group_component({"type": "eps_delta", "epsilon": eps, "delta": dl or 0.0}, k)
+            eps, dl = g["epsilon"], (g["delta"] if dl is not None else None)
         cav = (
-            *st.caveats,
-            "User-level bounding: the policy's noise must be calibrated for groups of "
-            f"k = {self.max_contributions_per_user} rows (docs/privacy/user-level.md); the "
-            "whole-run guarantee composes a user's releases sequentially.",
+            *(c for c in st.caveats if "group privacy" not in c),
+            f"User level: the policy's noise must be calibrated for groups of k = {k} rows "
+            "(docs/privacy/user-level.md).",
         )
         return PrivacyStatement(
             model=st.model,
-            unit=USER_UNIT.format(k=self.max_contributions_per_user, e=e_txt),
+            unit=USER_UNIT.format(k=k, e=e_txt),
             neighbouring=USER_NEIGHBOURING,
-            epsilon=st.epsilon,
-            delta=st.delta,
+            epsilon=eps,
+            delta=dl,
             calibration=st.calibration,
-            rho=st.rho,
-            scope=st.scope,
-            caveats=tuple(c for c in cav if "group privacy" not in c),
+            rho=None if st.rho is None else k * k * st.rho,
+            scope="per release. A user reaches many releases: they compose sequentially, not in "
+            "parallel; the whole-run guarantee per user is the ledger's user-level spend "
+            "(privacy.user_level.user_level_spend).",
+            caveats=cav,
             label=st.label,
             noise_backend=st.noise_backend,
             accountant=st.accountant,

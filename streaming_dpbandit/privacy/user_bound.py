@@ -131,14 +131,19 @@ class UserContributionBound:
 
         Two ids with the same string form are one user (merging users only drops more rows).
         """
-        key = self._mac_key()
-        arr = np.asarray(user_ids, dtype=object).reshape(-1)
-        out = np.empty(arr.size, dtype=np.uint64)
-        for i, v in enumerate(arr.tolist()):
-            if v is None:
-                raise ValueError("user_id must not be None (omit user ids for event-level)")
-            h = hashlib.blake2b(str(v).encode(), key=key, digest_size=8).digest()
-            out[i] = int.from_bytes(h, "little")
+        tmpl = self.__dict__.get("_hash_template")
+        if tmpl is None:  # a keyed BLAKE2b state, copied per id (cheaper than re-keying)
+            tmpl = self._hash_template = hashlib.blake2b(key=self._mac_key(), digest_size=8)
+        ids = np.asarray(user_ids, dtype=object).reshape(-1).tolist()
+        if any(v is None for v in ids):
+            raise ValueError("user_id must not be None (omit user ids for event level)")
+
+        def one(v) -> bytes:
+            h = tmpl.copy()
+            h.update(str(v).encode())
+            return h.digest()
+
+        out = np.frombuffer(b"".join([one(v) for v in ids]), dtype="<u8").astype(np.uint64)
         return out
 
     # -- admission --------------------------------------------------------------------------
@@ -224,6 +229,7 @@ class UserContributionBound:
     def load_state_dict(self, state: dict) -> UserContributionBound:
         self._validate()
         self._key = bytes.fromhex(state["key"])
+        self._hash_template = None
         self._closed_below = int(state["closed_below"])
         self._windows = {
             int(w): {int(u, 16): int(n) for u, n in t.items()} for w, t in state["windows"].items()
@@ -231,6 +237,11 @@ class UserContributionBound:
         self._releases = {int(u, 16): int(n) for u, n in state["releases"].items()}
         self.counters = {**dict.fromkeys(COUNTERS, 0), **state["counters"]}
         return self
+
+    def __getstate__(self):  # pickling (multiprocessing): the hash state is rebuilt from the key
+        state = dict(self.__dict__)
+        state.pop("_hash_template", None)
+        return state
 
     def __repr__(self) -> str:  # never the key
         e = self.max_releases_per_user
