@@ -184,6 +184,18 @@ def test_fliphat_rows_go_to_their_episodes_window():
     assert (lin.contribution_windows(rounds) == 0).all() and lin.open_windows_from() == 0
 
 
+def test_hashing_on_arrival_gives_the_same_admission():
+    mk = lambda: UserLevel(REGISTRY["random"](d=2, seed=0), 1, seed=4)  # noqa: E731
+    a, b = mk(), mk()
+    users = ["x", "y", "x", "z", "y"]
+    rounds = np.arange(1, 6)
+    m1 = a.admit(rounds, user_ids=users)
+    m2 = b.admit(rounds, user_hashes=b.hash_users(users))
+    assert m1.tolist() == m2.tolist() == [True, True, False, True, False]
+    with pytest.raises(ValueError):
+        b.admit(rounds, user_ids=users[:3])
+
+
 def test_max_releases_through_the_wrapper():
     T = 600
     users = np.array(["u"] * T)

@@ -90,20 +90,27 @@ class UserLevel:
         return b
 
     # -- the learning path --------------------------------------------------------------------
-    def admit(self, rounds, user_ids) -> np.ndarray:
-        """Mask of the rows (of ``rounds``, users ``user_ids``) that enter the statistics."""
+    def hash_users(self, user_ids) -> np.ndarray:
+        """Keyed hashes of user ids (uint64): a service hashes on arrival and keeps only these
+        (in its pending joins and snapshots), then passes them to :meth:`learn`."""
+        return self._bound().hash_users(user_ids)
+
+    def admit(self, rounds, user_ids=None, user_hashes=None) -> np.ndarray:
+        """Mask of the rows (of ``rounds``) that enter the statistics; users given as ids or
+        as keyed hashes from :meth:`hash_users`."""
         b = self._bound()
         b.close_below(self.policy.open_windows_from())
         rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if len(user_ids) != rounds.size:
-            raise ValueError("user_ids must have one entry per row")
-        return b.admit(b.hash_users(user_ids), self.policy.contribution_windows(rounds))
+        h = b.hash_users(user_ids) if user_hashes is None else np.asarray(user_hashes, np.uint64)
+        if h.shape != rounds.shape:
+            raise ValueError("user ids must have one entry per row")
+        return b.admit(h, self.policy.contribution_windows(rounds))
 
-    def learn(self, contexts, rewards, rounds, ids=None, user_ids=None) -> None:
-        """The policy's ``learn`` on the admitted rows; ``user_ids=None``: event level."""
-        if user_ids is None:
+    def learn(self, contexts, rewards, rounds, ids=None, user_ids=None, user_hashes=None) -> None:
+        """The policy's ``learn`` on the admitted rows; no user ids: event level (unchanged)."""
+        if user_ids is None and user_hashes is None:
             return self.policy.learn(contexts, rewards, rounds, ids)
-        mask = self.admit(rounds, user_ids)
+        mask = self.admit(rounds, user_ids, user_hashes)
         if mask.all():
             return self.policy.learn(contexts, rewards, rounds, ids)
         if not mask.any():
