@@ -337,3 +337,29 @@ def test_fliphat_group_calibration_meets_the_target():
         g = group_component({"type": "eps_delta", "epsilon": p["epsilon"], "delta": p["delta"]}, k)
         assert g["epsilon"] == pytest.approx(1.0) and g["delta"] == pytest.approx(1e-6)
         assert math.isclose(p["epsilon"], 1.0 / k)
+
+
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("random", {}),
+        ("lasso-bandit", {}),
+        ("linucb", {}),
+        ("linucb-disjoint", {}),
+        ("greedy", {}),
+        ("dp-linucb", {}),
+        ("th-lasso", {}),
+        ("sa-lasso", {}),
+        ("ldp-glb", {}),
+        ("ldp-ucb", {}),
+        ("ldp-gloc", {}),
+        ("private-lasso", {"s0": 2, "horizon": 600, "clip_l2": 3.0, "reward_bound": 3.0}),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_every_registered_policy_learns_through_the_bound(name, extra):
+    """One window for the run (the default hook): k = 2 rows of each of 13 users."""
+    pol = UserLevel(REGISTRY[name](d=5, seed=0, **extra), 2, seed=1)
+    _run(pol, np.array([f"u{i % 13}" for i in range(120)]), T=120)
+    c = pol.user_counters()
+    assert c["admitted"] == 26 and c["bounded"] == 120 - 26
