@@ -252,6 +252,22 @@ class Policy(Base, abc.ABC):
         """
         return self.t
 
+    # -- user-level contribution bounding (docs/privacy/user-level.md) ----------------------
+    def contribution_windows(self, rounds: np.ndarray) -> np.ndarray:
+        """Bounding window of the rows of ``rounds``: the data slice their private statistics
+        belong to (``policies/user_level.py`` admits at most k rows per user per window).
+
+        Default: one window for the whole run (k bounds a user's rows over the run) — valid for
+        every policy. A policy whose rows each enter exactly one data slice, known from the
+        round, overrides this (FLIPHAT: the episode).
+        """
+        return np.zeros(np.shape(rounds), dtype=np.int64)
+
+    def open_windows_from(self) -> int:
+        """Windows below this one are released: their per-user counts may be freed (rows that
+        still arrive for them are not learned from). Default 0 (the one window stays open)."""
+        return 0
+
     # -- model broadcast (docs/scaling.md, pattern 2) ---------------------------------------
     def released_model(self) -> dict | None:
         """The model in force as privately released, or ``None`` (initial model).

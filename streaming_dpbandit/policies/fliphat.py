@@ -371,6 +371,14 @@ class FLIPHAT(Policy):
         swap = sch.start(k) + min(self.swap_delay, sch.length(k) - 1)
         return min(UNBOUNDED, swap - (self._t + 1))
 
+    def contribution_windows(self, rounds: np.ndarray) -> np.ndarray:
+        """A row enters exactly the fit of its round's episode (spec §4): the episode."""
+        return np.asarray(self.schedule.episode_of(np.asarray(rounds, dtype=np.int64)))
+
+    def open_windows_from(self) -> int:
+        """Episodes below the model in force are released (their late rows are dropped)."""
+        return self._state()._model_episode
+
     # -- transforms -----------------------------------------------------------------------------
     def _standardise(self, X: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
         if self._mean is None and self._scale is None:

@@ -1,0 +1,227 @@
+"""User-level privacy for any policy: contribution bounding in front of its learning path.
+
+:class:`UserLevel` wraps any registered policy (composition, not subclassing): deciding is the
+policy's own; ``learn(..., user_ids=...)`` hashes the user ids with a keyed hash, asks the
+policy which window (data slice) each row enters (``Policy.contribution_windows``) and passes on
+only the rows :class:`~streaming_dpbandit.privacy.user_bound.UserContributionBound` admits
+(at most k per user per window, at most E windows per user). Rows not admitted were decided
+normally and are counted as ``bounded``. Without ``user_ids`` the call is exactly the wrapped
+policy's ``learn`` (event level: today's behaviour and numbers).
+
+The policy must be configured for the *group* of k rows (its sensitivity scaled by k, or its ε
+lowered so that k rows cost the target: :func:`~streaming_dpbandit.privacy.user_level.
+calibrate_for_group`); :meth:`UserLevel.user_level_spend` composes the ledger's releases into the
+whole-run statement "per user: at most k events per release, at most E releases, (ε, δ) in
+total". Derivation: ``docs/privacy/user-level.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..privacy.ledger import ReleaseRecord
+from ..privacy.statement import PrivacyStatement
+from ..privacy.user_bound import UserContributionBound
+from ..privacy.user_level import UserLevelSpend, group_component, user_level_spend
+
+__all__ = ["UserLevel"]
+
+USER_UNIT = (
+    "one user: all the events carrying their user id (at most {k} of them enter each release{e})"
+)
+USER_NEIGHBOURING = (
+    "change the contexts and rewards of every event of one user (or give them to a new user "
+    "served at the same rounds); which rounds share a user id is treated as public, like the "
+    "rounds themselves"
+)
+
+
+class UserLevel:
+    """Bound each user's contributions to a policy's private statistics.
+
+    Parameters
+    ----------
+    policy
+        Any policy (``streaming_dpbandit.policies``).
+    max_contributions_per_user
+        k: events of one user learned from per window (release).
+    max_releases_per_user
+        E: windows a user is learned from over the run (``None``: no cap).
+    max_users
+        Cap on each per-user counter table (memory bound; see ``privacy/user_bound.py``).
+    seed
+        Key of the user-id hash (``None`` in production: OS entropy; a secret).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streaming_dpbandit.policies import REGISTRY
+    >>> pol = UserLevel(REGISTRY["random"](d=2, seed=0), max_contributions_per_user=1, seed=1)
+    >>> dec = pol.decide(np.ones((3, 2, 2)))
+    >>> pol.learn(np.ones((3, 2)), np.ones(3), dec.rounds, user_ids=["a", "a", "b"])
+    >>> pol.user_counters()["admitted"], pol.user_counters()["bounded"]
+    (2, 1)
+    """
+
+    def __init__(
+        self,
+        policy,
+        max_contributions_per_user: int,
+        max_releases_per_user: int | None = None,
+        max_users: int = 1_000_000,
+        seed: int | None = None,
+    ):
+        self.policy = policy
+        self.max_contributions_per_user = max_contributions_per_user
+        self.max_releases_per_user = max_releases_per_user
+        self.max_users = max_users
+        self.seed = seed
+
+    def _bound(self) -> UserContributionBound:
+        b = self.__dict__.get("_bounder")
+        if b is None:
+            b = self._bounder = UserContributionBound(
+                self.max_contributions_per_user,
+                self.max_releases_per_user,
+                self.max_users,
+                self.seed,
+            )
+            b._validate()
+        return b
+
+    # -- the learning path --------------------------------------------------------------------
+    def hash_users(self, user_ids) -> np.ndarray:
+        """Keyed hashes of user ids (uint64): a service hashes on arrival and keeps only these
+        (in its pending joins and snapshots), then passes them to :meth:`learn`."""
+        return self._bound().hash_users(user_ids)
+
+    def admit(self, rounds, user_ids=None, user_hashes=None) -> np.ndarray:
+        """Mask of the rows (of ``rounds``) that enter the statistics; users given as ids or
+        as keyed hashes from :meth:`hash_users`."""
+        b = self._bound()
+        b.close_below(self.policy.open_windows_from())
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        h = b.hash_users(user_ids) if user_hashes is None else np.asarray(user_hashes, np.uint64)
+        if h.shape != rounds.shape:
+            raise ValueError("user ids must have one entry per row")
+        return b.admit(h, self.policy.contribution_windows(rounds))
+
+    def learn(self, contexts, rewards, rounds, ids=None, user_ids=None, user_hashes=None) -> None:
+        """The policy's ``learn`` on the admitted rows; no user ids: event level (unchanged)."""
+        if user_ids is None and user_hashes is None:
+            return self.policy.learn(contexts, rewards, rounds, ids)
+        mask = self.admit(rounds, user_ids, user_hashes)
+        if mask.all():
+            return self.policy.learn(contexts, rewards, rounds, ids)
+        if not mask.any():
+            return None
+        sub_ids = None if ids is None else np.asarray(ids)[mask]
+        return self.policy.learn(
+            np.asarray(contexts)[mask],
+            np.asarray(rewards).reshape(-1)[mask],
+            np.asarray(rounds).reshape(-1)[mask],
+            sub_ids,
+        )
+
+    # -- what a caller reads ------------------------------------------------------------------
+    def user_counters(self) -> dict:
+        """Admitted / bounded counts (metrics-safe: no ids, no hashes)."""
+        b = self._bound()
+        b._init()
+        return {**b.counters, "counter_entries": b.memory_entries()}
+
+    @property
+    def counters(self) -> dict:
+        base = getattr(self.policy, "counters", {})
+        base = dict(base) if isinstance(base, dict) else {}
+        base.update({f"user_{k}": v for k, v in self.user_counters().items()})
+        return base
+
+    def user_level_spend(
+        self, records: list[ReleaseRecord], delta: float | None = None, bandit_id=None
+    ) -> UserLevelSpend:
+        """Whole-run user-level spend of the policy's ledger ``records``."""
+        bandit = (
+            bandit_id
+            or getattr(self.policy, "bandit_id", None)
+            or (records[0].bandit_id if records else "default")
+        )
+        return user_level_spend(
+            records,
+            bandit,
+            self.max_contributions_per_user,
+            self.max_releases_per_user,
+            delta,
+        )
+
+    @property
+    def privacy(self) -> PrivacyStatement:
+        """The wrapped policy's statement with the user as the privacy unit.
+
+        (ε, δ) is one release's guarantee for the k admitted events of one user, by group
+        privacy from the policy's own (ε, δ): (kε, k·e^{(k−1)ε}·δ) (valid for any (ε, δ)-DP
+        release; for Gaussian releases the accountant over the ledger is tighter); ρ scales by
+        k². The whole-run figure composes a user's releases: :meth:`user_level_spend`.
+        """
+        st = self.policy.privacy
+        k = int(self.max_contributions_per_user)
+        e = self.max_releases_per_user
+        e_txt = f", and at most {e} releases" if e is not None else ""
+        eps, dl = st.epsilon, st.delta
+        if eps is not None:
+            g = group_component({"type": "eps_delta", "epsilon": eps, "delta": dl or 0.0}, k)
+            eps, dl = g["epsilon"], (g["delta"] if dl is not None else None)
+        cav = (
+            *(c for c in st.caveats if "group privacy" not in c),
+            f"User level: the policy's noise must be calibrated for groups of k = {k} rows "
+            "(docs/privacy/user-level.md).",
+        )
+        return PrivacyStatement(
+            model=st.model,
+            unit=USER_UNIT.format(k=k, e=e_txt),
+            neighbouring=USER_NEIGHBOURING,
+            epsilon=eps,
+            delta=dl,
+            calibration=st.calibration,
+            rho=None if st.rho is None else k * k * st.rho,
+            scope="per release. A user reaches many releases: they compose sequentially, not in "
+            "parallel; the whole-run guarantee per user is the ledger's user-level spend "
+            "(privacy.user_level.user_level_spend).",
+            caveats=cav,
+            label=st.label,
+            noise_backend=st.noise_backend,
+            accountant=st.accountant,
+        )
+
+    def explain(self, horizon: int | None = None) -> dict:
+        out = dict(self.policy.explain(horizon))
+        out["user_level"] = {
+            "max_contributions_per_user": self.max_contributions_per_user,
+            "max_releases_per_user": self.max_releases_per_user,
+            "max_users": self.max_users,
+            "derivation": "docs/privacy/user-level.md",
+        }
+        return out
+
+    # -- persistence --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Owner-only snapshot: the policy's state and the bounder's (key, hashed counts)."""
+        return {"policy": self.policy.state_dict(), "user_bound": self._bound().state_dict()}
+
+    def load_state_dict(self, state: dict) -> UserLevel:
+        self.policy.load_state_dict(state["policy"])
+        self._bound().load_state_dict(state["user_bound"])
+        return self
+
+    # everything else (decide, decide_frozen, refit, refit_due, max_decide_batch, t, ...)
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("policy", "_bounder"):
+            raise AttributeError(name)
+        return getattr(self.policy, name)
+
+    def __repr__(self) -> str:
+        return (
+            f"UserLevel({self.policy!r}, max_contributions_per_user="
+            f"{self.max_contributions_per_user}, max_releases_per_user="
+            f"{self.max_releases_per_user})"
+        )
