@@ -14,7 +14,8 @@ guarantees: among pure ε (δ = 0), PLD ε at the target δ, zCDP ρ converted a
 δ, the smallest ε (ties: the smaller δ, then the order pure, PLD, zCDP, basic). Every table,
 summary, metric and statement of the product reports it, with its name.
 
-Discrete Gaussian components (``"discrete_gaussian"``: the secure noise backend's Gram tree)
+Discrete Gaussian components (``"discrete_gaussian"``, or ``"zcdp"`` flagged ``renyi_only``:
+the secure noise backend's Gram releases)
 have no PLD here (their privacy loss is not the continuous Gaussian's, and dp-accounting's
 discrete-Gaussian PLD enumerates the support, ~2³⁴ wide at the secure grid). They are accounted
 by their Rényi bound alone: ρ = count·Δ²/2σ² (CKS Prop. 5: the discrete Gaussian's Rényi
@@ -78,6 +79,11 @@ class _NoPLD(Exception):
     """A component whose privacy loss distribution is not available (Rényi bound only)."""
 
 
+def _renyi_only(c: dict) -> bool:
+    """Discrete Gaussian components (a type, or a ``zcdp`` component flagged ``renyi_only``)."""
+    return c["type"] == "discrete_gaussian" or bool(c.get("renyi_only"))
+
+
 def _component_pure(c: dict) -> float:
     t = c["type"]
     n = int(c.get("count", 1))
@@ -112,7 +118,7 @@ def _component_pld(c: dict):
 
     t = c["type"]
     n = int(c.get("count", 1))
-    if t == "discrete_gaussian":
+    if _renyi_only(c):
         raise _NoPLD
     if t == "zero" or n == 0:
         return pld.identity(value_discretization_interval=PLD_DISCRETIZATION)
@@ -295,7 +301,7 @@ class Accountant:
         basic_delta = max(b[1] for b in basic)
         rho = worst(self._sum_rho)
         eps_at = None
-        rdp_only = any(c["type"] == "discrete_gaussian" for r in recs for c in r.accounting)
+        rdp_only = any(_renyi_only(c) for r in recs for c in r.accounting)
         if delta is not None and recs and not rdp_only:
             eps_at = max(self._pld(seq + g).get_epsilon_for_delta(delta) for g in groups)
         elif delta is not None and not rdp_only:

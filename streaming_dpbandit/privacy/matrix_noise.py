@@ -128,16 +128,17 @@ class SymmetricGaussianNoise:
         return max(data_exponent, 30 - (math.frexp(s)[1] - 1))
 
     def _variances_units(self, g: int, terms: int) -> list[Fraction]:
-        s2 = Fraction(self.sigma * self.scale_multiplier) ** 2 * Fraction(4) ** g * terms
-        return [2 * s2 if diag else s2 for diag in packing(self.p).is_diag]
+        cache = self.__dict__.setdefault("_var_cache", {})
+        key = (g, terms, self.sigma, self.scale_multiplier)
+        if key not in cache:
+            s2 = Fraction(self.sigma * self.scale_multiplier) ** 2 * Fraction(4) ** g * terms
+            cache[key] = [2 * s2 if diag else s2 for diag in packing(self.p).is_diag]
+        return cache[key]
 
     def sample_units(self, rng, g: int, terms: int = 1) -> np.ndarray:
         """Secure: one packed node noise as int64 units of γ = 2^−g, entry i exactly
         N_ℤ(0, σ_i²/γ²) (σ_i = σ off the diagonal, σ√2 on it; ``terms``·σ_i² for pads)."""
-        return np.array(
-            [int(rng.normal_units(v, 1)[0]) for v in self._variances_units(g, terms)],
-            dtype=np.int64,
-        )
+        return rng.normal_units(self._variances_units(g, terms))
 
     def sample_pair_units(self, rng, g: int, terms: int) -> tuple[np.ndarray, np.ndarray]:
         """Secure: a node noise and the pad (``terms``·σ² per entry), from one stream."""

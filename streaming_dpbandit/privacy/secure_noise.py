@@ -225,24 +225,47 @@ class SecureGenerator:
         """``loc`` rounded to the grid γ of ``scale`` plus γ·N_ℤ(0, (scale/γ)²)."""
         return self._release(loc, scale, size, discrete_gaussian)
 
-    def normal_units(self, sigma2_units, size: int) -> np.ndarray:
-        """``size`` i.i.d. N_ℤ(0, σ²) draws as int64 *grid units*, σ² an exact rational.
+    def normal_units(self, sigma2_units, size: int | None = None) -> np.ndarray:
+        """Exact N_ℤ(0, σ²) draws as int64 *grid units*, σ² an exact rational.
 
         For mechanisms that keep their value exactly on a grid (integer units) and add the
         noise in integers themselves, so that no floating-point sum ever mixes the value with
-        the noise (the Gram tree of DP-LinUCB, ``docs/privacy/secure-noise.md``). ``sigma2_units``
-        is σ² in grid units (a :class:`~fractions.Fraction` or an exact float).
+        the noise (the Gram tree of DP-LinUCB, ``docs/privacy/secure-noise.md``).
+        ``sigma2_units`` is σ² in grid units (a :class:`~fractions.Fraction` or exact float):
+        one value and a ``size``, or a sequence of per-entry variances (one draw each).
 
         >>> z = SecureGenerator(bytes(32)).normal_units(Fraction(2**62), 3)
         >>> z.dtype, z.shape
         (dtype('int64'), (3,))
+        >>> SecureGenerator(bytes(32)).normal_units([Fraction(2**62)] * 3).tolist() == z.tolist()
+        True
         """
-        sigma2 = Fraction(sigma2_units)
-        if not sigma2 > 0:
-            raise ValueError("the noise variance must be positive")
-        if sigma2 > 2**100:  # callers add up to 64 draws in int64: keep 2⁶³ ≥ 40σ·64 away
-            raise ValueError("σ too large for int64 grid units (> 2^50)")
-        return np.array([_dgauss(self._bits, sigma2) for _ in range(size)], dtype=np.int64)
+        if size is not None:
+            sigma2_units = [sigma2_units] * size
+        out = []
+        for v in sigma2_units:
+            sigma2 = v if isinstance(v, Fraction) else Fraction(v)
+            if not sigma2 > 0:
+                raise ValueError("the noise variance must be positive")
+            if sigma2 > 2**100:  # callers add up to 64 draws in int64: keep 2⁶³ ≥ 40σ·64 away
+                raise ValueError("σ too large for int64 grid units (> 2^50)")
+            out.append(_dgauss(self._bits, sigma2))
+        return np.array(out, dtype=np.int64)
+
+    def permutation(self, n: int) -> np.ndarray:
+        """A uniform permutation of range(n) (Fisher–Yates on exact uniform integers).
+
+        Data-independent randomness (e.g. SVT's query order); provided so that a mechanism on
+        the secure backend draws everything from its one keyed stream.
+
+        >>> sorted(SecureGenerator(bytes(32)).permutation(5).tolist())
+        [0, 1, 2, 3, 4]
+        """
+        out = np.arange(n)
+        for i in range(n - 1, 0, -1):
+            j = self._bits.below(i + 1)
+            out[i], out[j] = out[j], out[i]
+        return out
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
