@@ -252,6 +252,71 @@ class SecureGenerator:
             out.append(_dgauss(self._bits, sigma2))
         return np.array(out, dtype=np.int64)
 
+    def bernoulli(self, p, n: int) -> np.ndarray:
+        """n exact Bernoulli(p) coins, p a float in [0, 1] taken as its exact rational value
+        (or a :class:`~fractions.Fraction`); one p, or an array of n.
+
+        >>> SecureGenerator(bytes(32)).bernoulli(np.array([0.0, 1.0, 1.0]), 3).tolist()
+        [False, True, True]
+        """
+        ps = np.broadcast_to(np.asarray(p, dtype=object), (n,))
+        out = np.empty(n, dtype=bool)
+        for i, pi in enumerate(ps):
+            f = pi if isinstance(pi, Fraction) else Fraction(float(pi))
+            if not 0 <= f <= 1:
+                raise ValueError("a probability must lie in [0, 1]")
+            out[i] = _bernoulli(self._bits, f.numerator, f.denominator)
+        return out
+
+    def logistic_coins(self, epsilon: float, n: int) -> np.ndarray:
+        """n exact Bernoulli(1/(1 + e^ε)) coins (ε ≥ 0 a float, taken exactly).
+
+        With a = e^−ε: per round, a fair coin; heads → output 1 with probability a (else
+        retry), tails → output 0; so P[1] = (a/2)/(a/2 + 1/2) = a/(1 + a) = 1/(1 + e^ε),
+        using CKS's exact Bernoulli(e^−γ).
+
+        >>> c = SecureGenerator(bytes(32)).logistic_coins(1.0, 20_000)
+        >>> bool(abs(c.mean() - 1 / (1 + np.e)) < 4 * (0.27 * 0.73 / 20_000) ** 0.5)
+        True
+        """
+        f = Fraction(float(epsilon))
+        if f < 0:
+            raise ValueError("epsilon must be non-negative")
+        out = np.empty(n, dtype=bool)
+        bits = self._bits
+        for i in range(n):
+            while True:
+                if bits.below(2):
+                    if _bernoulli_exp(bits, f.numerator, f.denominator):
+                        out[i] = True
+                        break
+                else:
+                    out[i] = False
+                    break
+        return out
+
+    def sign_symmetric_normal(self, shape) -> np.ndarray:
+        """Approximately N(0, 1) floats whose law is *exactly* invariant under x → −x.
+
+        A *base measure* for data-independent directions (the ℓ2-ball mechanism's output
+        sphere), never noise added to data: magnitudes |N(0, 1)| from a numpy generator seeded
+        by this stream, each times an exact fair sign bit from this stream. The ℓ2-ball
+        mechanism's privacy needs only the exact symmetry, not the exact normal law.
+
+        >>> z = SecureGenerator(bytes(32)).sign_symmetric_normal((2, 3)); z.shape
+        (2, 3)
+        """
+        shape = shape if isinstance(shape, tuple) else (shape,)
+        seed = np.array([self._bits._word() for _ in range(4)], dtype=np.uint64)
+        mag = np.abs(np.random.Generator(np.random.PCG64(seed)).standard_normal(shape))
+        n = int(np.prod(shape))
+        signs = np.empty(n, dtype=np.float64)
+        for i in range(0, n, 64):  # 64 sign bits per word
+            w = self._bits._word()
+            for j in range(min(64, n - i)):
+                signs[i + j] = -1.0 if (w >> j) & 1 else 1.0
+        return mag * signs.reshape(shape)
+
     def permutation(self, n: int) -> np.ndarray:
         """A uniform permutation of range(n) (Fisher–Yates on exact uniform integers).
 
