@@ -113,7 +113,7 @@ def gaussian_sigma(
     smallest σ whose ρ = m·L̃⁴/2σ² converts to (ε, δ) by Canonne–Kamath–Steinke's formula.
 
     >>> s2 = gaussian_sigma("certified", 27, math.sqrt(2), 1.0, 0.1, "secure"); round(s2, 4)
-    11.9961
+    14.1865
 
     >>> round(gaussian_sigma("paper", 27, math.sqrt(2), 1.0, 0.1), 4)
     153.3438

@@ -110,9 +110,26 @@ class _Bits:
                 return v
 
 
+_TWO64 = 1 << 64
+
+
 def _bernoulli(bits: _Bits, num: int, den: int) -> bool:
-    """Bernoulli(num/den), 0 ≤ num ≤ den."""
-    return bits.below(den) < num
+    """Bernoulli(num/den), 0 ≤ num ≤ den: is U < num/den for U uniform in [0, 1)?
+
+    Compares U's base-2⁶⁴ digits (one random word each) with those of num/den, lazily: the
+    first differing digit decides, so P[True] = num/den exactly, with one word and one integer
+    division almost always (a tie continues, probability 2⁻⁶⁴) — instead of rejection sampling
+    a uniform integer below den, which took ⌈log₂ den / 64⌉ words per try (several for the
+    discrete Gaussian's ~150-bit denominators) and up to two tries.
+    """
+    if num <= 0:
+        return False
+    r = num
+    while True:
+        digit, r = divmod(r * _TWO64, den)
+        w = bits._word()
+        if w != digit:
+            return w < digit
 
 
 def _bernoulli_exp1(bits: _Bits, num: int, den: int) -> bool:
