@@ -176,3 +176,41 @@ def test_secure_client_refuses_ols_models_without_the_discrete_calibration():
     with pytest.raises(SnapshotError, match="gaussian='discrete'"):
         _client(spec, noise_backend="secure")
     _client(spec)  # the fast backend keeps the analytic calibration
+
+
+def _ldp_run(pol, rounds, seed=0):
+    rng = np.random.default_rng(seed)
+    theta = np.array([0.6, 0.8])
+    while pol.t < rounds:
+        if pol.refit_due():
+            pol.refit()
+        n = min(8, pol.max_decide_batch())
+        X = rng.normal(size=(n, pol.n_arms, 2))
+        dec = pol.decide(X)
+        x = X[np.arange(n), dec.arms]
+        pol.learn(x, x @ theta + 0.1 * rng.normal(size=n), dec.rounds)
+    return pol
+
+
+@pytest.mark.parametrize("variant, gauss", [("sgd", "classical"), ("ols", "discrete")])
+def test_ldp_glb_simulated_devices_on_the_secure_backend_are_reproducible(variant, gauss):
+    from streaming_dpbandit.policies import LDPGLB
+
+    kw = dict(
+        d=2, n_arms=3, variant=variant, epsilon=1.0, gaussian=gauss, seed=4, noise_backend="secure"
+    )
+    a = _ldp_run(LDPGLB(**kw), 64)
+    b = _ldp_run(LDPGLB(**kw), 64)
+    assert np.array_equal(a._server.theta, b._server.theta)
+    fast = _ldp_run(LDPGLB(**{**kw, "noise_backend": "fast"}), 64)
+    assert not np.array_equal(a._server.theta, fast._server.theta)
+    # a restored policy continues the batch counter: it never repeats a stream
+    c = LDPGLB(**kw).load_state_dict(a.state_dict())
+    assert c._secure_batches == a._secure_batches > 0
+
+
+def test_ldp_glb_refuses_secure_ols_without_the_discrete_calibration():
+    from streaming_dpbandit.policies import LDPGLB
+
+    with pytest.raises(ValueError, match="gaussian='discrete'"):
+        LDPGLB(d=2, variant="ols", gaussian="analytic", noise_backend="secure").refit()
