@@ -171,15 +171,9 @@ class LDPClient:
                 f"the model asks for (ε = {eps:g}, δ = {delta:g}) per report, more than this "
                 f"app accepts (ε ≤ {self.max_epsilon:g}, δ ≤ {self.max_delta:g})"
             )
-        if (
-            self.noise_backend == "secure"
-            and spec.gaussian != "discrete"
-            and any(spec.block_variant(ph) == "ols" for ph in spec.phases())
-        ):
-            raise SnapshotError(
-                "secure OLS reports need the model's gaussian='discrete' calibration "
-                f"(this model uses {spec.gaussian!r}, proven for continuous noise only)"
-            )
+        refusal = spec.secure_refusal() if self.noise_backend == "secure" else None
+        if refusal:
+            raise SnapshotError(refusal)
         if spec.profile != "paper" and not self.allow_authors_code:
             raise SnapshotError(f"profile {spec.profile!r} is {AUTHORS_CODE_LABEL}")
         cur = self.snapshot

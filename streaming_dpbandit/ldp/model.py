@@ -250,6 +250,21 @@ class ModelSpec:
             return _code_sigma(self.epsilon, self.delta, self.code_sigma_factor) / 2.0
         return ols_tau(eps_b, delta_b, self.gaussian, self.p + self.d)
 
+    def secure_refusal(self) -> str | None:
+        """Why this model cannot be privatised on the secure backend (``None``: it can).
+
+        OLS blocks need ``gaussian="discrete"``: the classical and analytic calibrations are
+        proven for continuous noise only (docs/privacy/secure-noise.md, "LDP randomizers").
+        """
+        if self.gaussian != "discrete" and any(
+            self.block_variant(ph) == "ols" for ph in self.phases()
+        ):
+            return (
+                "secure OLS reports need the model's gaussian='discrete' calibration (this "
+                f"model uses {self.gaussian!r}, proven for continuous noise only)"
+            )
+        return None
+
     def ols_stds(self, phase: str = "main") -> tuple[float, float]:
         """(matrix std, vector std): (2τ, c_r τ) certified; (σ_code, σ_code) authors_code."""
         if self.ols_noise == "code":

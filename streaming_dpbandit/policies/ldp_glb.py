@@ -347,16 +347,9 @@ class LDPGLB(Policy):
             self._refs: dict[int, int] = {}
             if self.noise_backend not in ("fast", "secure"):
                 raise ValueError("noise_backend must be 'fast' or 'secure'")
-            spec = self._spec
-            if (
-                self.noise_backend == "secure"
-                and spec.gaussian != "discrete"
-                and any(spec.block_variant(ph) == "ols" for ph in spec.phases())
-            ):
-                raise ValueError(
-                    "secure OLS reports need gaussian='discrete' (the classical and analytic "
-                    "calibrations are proven for continuous noise only)"
-                )
+            refusal = self._spec.secure_refusal() if self.noise_backend == "secure" else None
+            if refusal:
+                raise ValueError(refusal)
             self._noise = NoiseSource(self.seed).generator("ldp-glb", "clients")
             self._secure_noise = NoiseSource(self.seed, backend="secure")
             self._secure_batches = 0

@@ -119,6 +119,19 @@ def delta_from_rho_cks(rho: float, epsilon: float) -> float:
     return min(1.0, math.exp(best))
 
 
+def _bisect(ok, good: float, bad: float, rel: float) -> float:
+    """Bisect between ``good`` (kept: returned if nothing better is verified) and ``bad`` down
+    to a relative width ``rel``; return the verified end, so the result always satisfies
+    ``ok`` (or is ``good``, valid on its own)."""
+    while abs(bad - good) > rel * max(1.0, abs(good)):
+        mid = 0.5 * (good + bad)
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def epsilon_from_rho_cks(rho: float, delta: float) -> float:
     """The smallest ε (to 10⁻¹⁰, rounded up) with :func:`delta_from_rho_cks` ≤ ``delta``.
 
@@ -129,14 +142,9 @@ def epsilon_from_rho_cks(rho: float, delta: float) -> float:
         raise ValueError("need rho >= 0 and 0 < delta < 1")
     if rho == 0:
         return 0.0
-    lo, hi = 0.0, epsilon_from_rho(rho, delta)  # Bun–Steinke's ε is always enough
-    while hi - lo > 1e-10 * max(1.0, hi):
-        mid = 0.5 * (lo + hi)
-        if delta_from_rho_cks(rho, mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    # Bun–Steinke's ε is always enough; the returned end always satisfies the predicate
+    ok = lambda e: delta_from_rho_cks(rho, e) <= delta  # noqa: E731
+    return _bisect(ok, epsilon_from_rho(rho, delta), 0.0, 1e-10)
 
 
 def rho_from_epsilon_delta_cks(epsilon: float, delta: float) -> float:
@@ -150,12 +158,6 @@ def rho_from_epsilon_delta_cks(epsilon: float, delta: float) -> float:
     """
     if not (epsilon > 0 and 0 < delta < 1):
         raise ValueError("need epsilon > 0 and 0 < delta < 1")
-    lo = rho_from_epsilon_delta(epsilon, delta)  # valid: BS implies CKS's bound holds
-    hi = 4.0 * lo + epsilon
-    while hi - lo > 1e-12 * max(1.0, lo):
-        mid = 0.5 * (lo + hi)
-        if delta_from_rho_cks(mid, epsilon) <= delta:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    lo = rho_from_epsilon_delta(epsilon, delta)  # valid by Bun–Steinke whatever CKS says
+    ok = lambda r: delta_from_rho_cks(r, epsilon) <= delta  # noqa: E731
+    return _bisect(ok, lo, 4.0 * lo + epsilon, 1e-12)
