@@ -13,6 +13,8 @@
   DP-LinUCB padded-tree release at d = 5 (a node and the pads: 2·21 exact draws), one
   PrivateLASSO SymGauss Gram release at p = 11 (66 draws), one LDP ℓ2-ball report (d = 10) and
   one LDP Gaussian OLS report (d = 5: 20 draws).
+  Also one DP-LinUCB BLT step at d = 5 after 200 steps (the secure encoding is exact and
+  O(steps) per step).
 * ``service_dp_linucb``: contexts/s of ``serve``'s loop with DP-LinUCB (d = 5, K = 10 arms,
   Shariff–Sheffet environment) for ``batch_size`` 1 and 64, fast and secure alternated. The
   configuration has no ``noise_backend`` field for DP-LinUCB yet (config.py belongs to another
@@ -138,7 +140,28 @@ def per_release_second_part(repeats: int) -> dict:
         Vf = np.array(V, dtype=np.float64) / 2**32
         return lambda: Vf + sym_gauss(11, 3.0, g)
 
+    def blt_step(backend, i, warm=200):
+        from streaming_dpbandit.policies import DPLinUCB
+
+        pol = DPLinUCB(
+            d=5,
+            epsilon=1.0,
+            delta=1e-6,
+            n_cap=1 << 12,
+            n_steps=1 << 12,
+            tree_impl="blt",
+            seed=i,
+            noise_backend=backend,
+        )
+        agg = pol._state()._agg.aggregator
+        for _ in range(warm):  # warm steps of one row each: the timed step is step warm + 1
+            agg.insert_many(rows[:1, :6])
+            agg.release()
+        agg.insert_many(rows[:1, :6])
+        return lambda: agg.release()
+
     cases = {
+        "dp_linucb_blt_step_d5_after_200": blt_step,
         "dp_linucb_tree_release_d5": tree_release,
         "private_lasso_gram_p11": gram,
         "ldp_l2_ball_report_d10": lambda b, i: _bound(

@@ -42,8 +42,8 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from .blt import blt_max_error, blt_parameters, blt_sensitivity
-from .factorization import sqrt_toeplitz_norm
+from .blt import blt_coefficients, blt_max_error, blt_parameters, blt_sensitivity
+from .factorization import sqrt_toeplitz_coefficients, sqrt_toeplitz_norm
 from .gaussian import analytic_gaussian_sigma
 from .tree import tree_levels
 from .zcdp import rho_from_epsilon_delta_cks
@@ -96,6 +96,39 @@ def zcdp_rho_star(epsilon: float, delta: float) -> float:
     """
     lg = math.log(1.0 / delta)
     return (math.sqrt(lg + epsilon) - math.sqrt(lg)) ** 2
+
+
+def _secure_factor_sigma(calibration, epsilon, delta, Lt2, coeffs, norm, d, T):
+    """σ, ledger component, ρ and rounding margin of a secure factorisation step stream.
+
+    docs/privacy/secure-noise.md, "Factorisations": the integer steps rint((C̃x)_j/γ) + Z_j
+    shift by at most ‖C̃Δ‖/γ + 1 per coordinate that changes (≤ P·T of them), so in noise
+    units ‖μ‖ ≤ L̃²‖C̃‖_{1→2}/σ + √(P·T)·2⁻³⁰ (γ ≤ σ·2⁻³⁰). ‖C̃‖ is the larger of the closed
+    form and the float coefficients' own norm, rounded up; σ solves
+    (L̃²‖C̃‖/σ + margin)²/2 = ρ*, ρ* from CKS (``certified``) or Bun–Steinke (``zcdp``).
+    """
+    from .symmetric import packing
+
+    own = math.sqrt(math.fsum(float(c) ** 2 for c in coeffs))
+    normc = max(norm, own) * (1.0 + 1e-9)
+    margin = math.sqrt(packing(d + 1).size * T) * 2.0**-30
+    if calibration == "certified":
+        rho_star = rho_from_epsilon_delta_cks(epsilon, delta)
+    else:
+        rho_star = zcdp_rho_star(epsilon, delta)
+    room = math.sqrt(2.0 * rho_star) - margin
+    if not room > 0:
+        raise ValueError("(ε, δ) too small for the secure grid's rounding margin")
+    sens = Lt2 * normc
+    sigma = sens / room
+    comp = {
+        "type": "discrete_gaussian",
+        "sensitivity": sens + margin * sigma,  # ρ = (sens/σ + margin)²/2
+        "sigma": sigma,
+        "count": 1,
+        "rounding_margin": margin,
+    }
+    return sigma, [comp], (sens / sigma + margin) ** 2 / 2, margin
 
 
 def gaussian_sigma(
@@ -325,8 +358,8 @@ def calibrate_gram_release(
 
     Parameters follow the policy's (spec §2). ``noise_backend="secure"`` (discrete Gaussian
     nodes on a grid, docs/privacy/secure-noise.md) supports the binary tree with Gaussian
-    noise and calibration ``certified`` (Rényi-certified, CKS conversion) or ``zcdp``; Wishart
-    noise and the factorisations are refused with one line saying why.
+    noise (binary tree, √Toeplitz or BLT) and calibration ``certified`` (Rényi-certified, CKS
+    conversion) or ``zcdp``; Wishart noise is refused with one line saying why.
 
     In ``doubling`` mode epoch e has capacity n_e = n0·2^e, m_e = log2(n_e) + 1 and
     α_e = α·2^−(e+1); the bounds use the total noise of
@@ -375,11 +408,7 @@ def calibrate_gram_release(
                 "Wishart density (docs/privacy/secure-noise.md); use noise=gaussian or "
                 "noise_backend=fast"
             )
-        if tree_impl != "binary":
-            raise ValueError(
-                f"tree_impl={tree_impl} has no secure backend yet (docs/privacy/secure-noise.md); "
-                "use tree_impl=binary or noise_backend=fast"
-            )
+
     if horizon_mode == "doubling":
         if calibration == "authors_code_2018":
             raise ValueError("the authors_code_2018 profile is fixed-horizon only")
@@ -430,15 +459,26 @@ def calibrate_gram_release(
             T = int(n_steps) if n_steps else n
             norm = sqrt_toeplitz_norm(T)
             sens = Lt2 * norm
-            if calibration == "certified":
+            if noise_backend == "secure":
+                c = sqrt_toeplitz_coefficients(T)
+                sigma, accounting, rho_spent, margin = _secure_factor_sigma(
+                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                )
+            elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
             else:
                 sigma = sens / math.sqrt(2.0 * zcdp_rho_star(epsilon, delta))
             entry_std = sigma * norm * mult
             per_node = {"steps": T, "factor_norm": norm, "sensitivity": sens}
-            accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
-            rho_spent = sens**2 / (2 * sigma**2)
+            if noise_backend != "secure":
+                accounting = [
+                    {"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}
+                ]
+                rho_spent = sens**2 / (2 * sigma**2)
             noise_law = {"law": "symmetrised gaussian", "sigma": sigma, "factorisation": "sqrt"}
+            if noise_backend == "secure":
+                noise_law["law"] = "symmetrised discrete gaussian"
+                per_node["rounding_margin"] = margin
         elif tree_impl == "blt":
             # docs/privacy/dp-linucb-blt.md: sensitivity bound valid for every horizon, error at T
             T = int(n_steps) if n_steps else n
@@ -446,7 +486,12 @@ def calibrate_gram_release(
             norm = blt_sensitivity(theta, omega)
             row = blt_max_error(theta, omega, T)
             sens = Lt2 * norm
-            if calibration == "certified":
+            if noise_backend == "secure":
+                c = blt_coefficients(theta, omega, T)
+                sigma, sec_acc, sec_rho, margin = _secure_factor_sigma(
+                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                )
+            elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
             else:
                 sigma = sens / math.sqrt(2.0 * zcdp_rho_star(epsilon, delta))
@@ -463,7 +508,12 @@ def calibrate_gram_release(
             }
             accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
             rho_spent = sens**2 / (2 * sigma**2)
+            if noise_backend == "secure":
+                accounting, rho_spent = sec_acc, sec_rho
             noise_law = {"law": "symmetrised gaussian", "sigma": sigma, "factorisation": "blt"}
+            if noise_backend == "secure":
+                noise_law["law"] = "symmetrised discrete gaussian"
+                per_node["rounding_margin"] = margin
         else:
             sigma = gaussian_sigma(calibration, m, Lt, epsilon, delta, noise_backend)
             prior = 0.0
