@@ -471,9 +471,7 @@ def calibrate_gram_release(
             entry_std = sigma * norm * mult
             per_node = {"steps": T, "factor_norm": norm, "sensitivity": sens}
             if noise_backend != "secure":
-                accounting = [
-                    {"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}
-                ]
+                accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
                 rho_spent = sens**2 / (2 * sigma**2)
             noise_law = {"law": "symmetrised gaussian", "sigma": sigma, "factorisation": "sqrt"}
             if noise_backend == "secure":
