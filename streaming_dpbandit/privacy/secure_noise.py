@@ -28,10 +28,14 @@ after a crash from the same labels is bit-identical. OpenDP's audited samplers c
 for that: they draw from OpenDP's own unseedable CSPRNG (``opendp._data.fill_bytes``), so a
 re-processed episode would get fresh noise.
 
-Only ``laplace`` and ``normal`` are provided, with the value to protect as ``loc``
+Provided: ``laplace`` and ``normal`` with the value to protect as ``loc``
 (``rng.laplace(x, b)``, not ``x + rng.laplace(0, b)``: adding grid noise to an off-grid value in
-floating point would leak the value's low bits). Every other sampler raises, so a mechanism not
-migrated to this interface fails loudly instead of silently using floating-point noise.
+floating point would leak the value's low bits); ``normal_units`` (exact N_ℤ draws as integer
+grid units, for mechanisms that add them to exact integer sums themselves: the Gram tree, the
+Gram releases, the factorisation steps); exact ``bernoulli`` and ``logistic_coins``, a
+``sign_symmetric_normal`` base law and ``permutation`` (data-independent randomness of the
+ℓ2-ball and SVT). Every other sampler raises, so a mechanism not migrated to this interface
+fails loudly instead of silently using floating-point noise.
 """
 
 from __future__ import annotations
