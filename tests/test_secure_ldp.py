@@ -181,9 +181,10 @@ def test_secure_client_refuses_ols_models_without_the_discrete_calibration():
 def _ldp_run(pol, rounds, seed=0):
     rng = np.random.default_rng(seed)
     theta = np.array([0.6, 0.8])
+    pol.records = []
     while pol.t < rounds:
         if pol.refit_due():
-            pol.refit()
+            pol.records += pol.refit()
         n = min(8, pol.max_decide_batch())
         X = rng.normal(size=(n, pol.n_arms, 2))
         dec = pol.decide(X)
@@ -201,6 +202,7 @@ def test_ldp_glb_simulated_devices_on_the_secure_backend_are_reproducible(varian
     )
     a = _ldp_run(LDPGLB(**kw), 64)
     b = _ldp_run(LDPGLB(**kw), 64)
+    assert a.records and {r.noise_backend for r in a.records} == {"secure"}
     assert np.array_equal(a._server.theta, b._server.theta)
     fast = _ldp_run(LDPGLB(**{**kw, "noise_backend": "fast"}), 64)
     assert not np.array_equal(a._server.theta, fast._server.theta)

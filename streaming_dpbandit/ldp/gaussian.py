@@ -208,9 +208,12 @@ class GaussianOLSMechanism:
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(r))):
             raise ValueError("input contains NaN or infinite values")
         rows, cols = triu_indices(d)
-        # the value as ``loc``: bit-identical to value + N(0, σ²) on the fast backend; on the
-        # secure one the value is rounded to the public grid of σ and gets exact discrete
-        # Gaussian noise (docs/privacy/secure-noise.md; certified with gaussian="discrete")
-        M = rng.normal(X[:, rows] * X[:, cols], self.matrix_std)
-        u = rng.normal(X * r[:, None], self.vector_std)
+        M = X[:, rows] * X[:, cols]
+        u = X * r[:, None]
+        if getattr(rng, "backend", None) == "secure":
+            # the value as ``loc``: rounded to the public grid of σ plus exact discrete Gaussian
+            # noise (docs/privacy/secure-noise.md; certified with gaussian="discrete")
+            return rng.normal(M, self.matrix_std), rng.normal(u, self.vector_std)
+        M += rng.normal(0.0, self.matrix_std, size=M.shape)
+        u += rng.normal(0.0, self.vector_std, size=u.shape)
         return M, u

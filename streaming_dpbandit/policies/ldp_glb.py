@@ -83,8 +83,11 @@ def local_release_record(
     last: int,
     model_version: int | None = None,
     params: dict | None = None,
+    noise_backend: str = "fast",
 ) -> ReleaseRecord:
     """A ledger record for the reports [first, last] (1-based, inclusive) a model version used.
+
+    ``noise_backend`` is the devices' (the simulated ones' in :class:`LDPGLB`).
 
     Each report is a separate user's local release; records of disjoint report ranges compose
     in parallel, so the ledger's spend is the per-report guarantee.
@@ -127,6 +130,7 @@ def local_release_record(
         privacy_model="local",
         privacy_unit=PRIVACY_UNIT,
         neighbouring=NEIGHBOURING,
+        noise_backend=noise_backend,
     )
 
 
@@ -388,6 +392,7 @@ class LDPGLB(Policy):
                 1,
                 max(1, self._t),
                 params={"simulation": True},
+                noise_backend=self.noise_backend,
             )
         ]
 
