@@ -136,3 +136,21 @@ def test_episodic_snapshot_restores_the_tree_without_redrawing():
     a2, _ = _run("episodic", pol=a)
     b2, _ = _run("episodic", pol=b)
     assert np.array_equal(a2._theta, b2._theta)
+
+
+def test_the_paper_variant_refuses_the_secure_backend_in_one_line():
+    env = MarginEnv(d=20)
+    pol = PrivateLASSO(
+        d=20,
+        s0=2,
+        horizon=1024,
+        epsilon=1.0,
+        delta=1e-6,
+        calibration="paper",
+        allow_invalid_privacy=True,
+        noise_backend="secure",
+        **env.public_bounds(),
+    )
+    with pytest.raises(ValueError, match="fast noise backend only") as err:
+        pol.refit()
+    assert "\n" not in str(err.value)
