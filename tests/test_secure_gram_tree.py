@@ -6,18 +6,18 @@ goodness of fit, the privacy audit with its halved-noise mutant on both backends
 calibration and the accountant, and the configurations that have no secure construction.
 """
 
-import itertools
-
 import numpy as np
 import pytest
 from scipy import stats
+from secure_audit_helpers import SecureBatches, check_audit_and_mutant, run_audit
 
 from streaming_dpbandit.experiments.audits import _rescaled_weights, gram_pair
 from streaming_dpbandit.policies import DPLinUCB
 from streaming_dpbandit.privacy.accountant import Accountant
-from streaming_dpbandit.privacy.audit import audit
 from streaming_dpbandit.privacy.matrix_noise import SymmetricGaussianNoise
 from streaming_dpbandit.privacy.noise import NoiseSource
+from streaming_dpbandit.privacy.rows import prepare_rows
+from streaming_dpbandit.privacy.secure_steps import ExactToeplitzSteps
 from streaming_dpbandit.privacy.symmetric import packing
 from streaming_dpbandit.privacy.zcdp import delta_from_rho_cks
 
@@ -100,69 +100,58 @@ def test_node_noise_matches_the_declared_discrete_gaussian():
     assert stats.kstest(zp, "norm").pvalue > 1e-4
 
 
-def _audit_tree(backend, multiplier, n, epsilon=1.0, delta=1e-2, d=2, n_cap=2, seed=5):
-    """The padded tree's node releases containing the first row, on either backend (the
-    secure twin of experiments.audits.audit_gram_tree: the same worst-case pair and statistic,
-    the node noise from the tree's own secure sampler)."""
+def _releases_audit(backend, smp, V0, V1, name, n, epsilon=1.0, delta=1e-2, seed=5):
+    """m Gaussian releases V + noise (tree nodes or factorisation steps; V is (m, P) per
+    dataset), the noise from the mechanism's own sampler on either backend; the statistic
+    ⟨obs − V′, V − V′⟩ in the rescaled weights is the exact privacy loss."""
+    m = V0.shape[0]
+    w = _rescaled_weights(smp.p)
+    diff = V0 - V1
+    g = smp.grid_exponent(32)
+    streams = SecureBatches(seed, name)
+
+    def sampler(which, k, rng):
+        if backend == "fast":
+            Z = smp.sample_many(rng, k * m)
+        else:
+            s = streams.next()
+            Z = np.array([smp.sample_units(s, g) for _ in range(k * m)]) * 2.0**-g
+        obs = Z.reshape(k, m, -1) + (V0 if which == 0 else V1)
+        return ((obs - V1) * diff * w).sum(axis=(1, 2))
+
+    return run_audit(sampler, epsilon, delta, n, seed, f"{name} {backend}")
+
+
+def _audit_tree(backend, multiplier, n, d=2, n_cap=2):
+    """The padded tree's m node releases containing row 1 (the level-ℓ node at s = 2^ℓ covers
+    rows 1…2^ℓ), worst-case pair of experiments.audits.gram_pair, through DP-LinUCB's clipping;
+    the node noise from the tree's own sampler and calibration."""
     X, y0, y1 = gram_pair(d, n_rows=n_cap)
+    pol = DPLinUCB(
+        d=d,
+        epsilon=1.0,
+        delta=1e-2,
+        n_cap=n_cap,
+        seed=0,
+        noise_scale_multiplier=multiplier,
+        noise_backend=backend,
+    )
+    smp = pol._state()._agg.aggregator.sampler
+    pk = packing(d + 1)
     sums = []
     for y in (y0, y1):
-        pol = DPLinUCB(
-            d=d,
-            epsilon=epsilon,
-            delta=delta,
-            n_cap=n_cap,
-            seed=0,
-            noise_scale_multiplier=multiplier,
-            noise_backend=backend,
+        rows, _, _ = prepare_rows(X, y, pol.L, pol.B_tilde)
+        sums.append(
+            np.array(
+                [pk.outer_sum(rows[: 1 << ell]) for ell in range(pol.calibration_constants().m)]
+            )
         )
-        pol.refit()
-        tree = pol._agg.aggregator
-        per_level = []
-        for t in range(n_cap):
-            pol.decide(np.zeros((1, 1, d)))
-            pol.learn(X[t : t + 1], y[t : t + 1], np.array([t + 1]))
-            pol.refit()
-            if (t + 1) & t == 0:
-                per_level.append(tree.exact_sum())
-        sums.append(np.array(per_level))
-    m0, m1 = sums
-    diff = m0 - m1
-    w = _rescaled_weights(d + 1)
-    m = diff.shape[0]
-    assert m == pol.calibration_constants().m
-    smp = tree.sampler
-    g = tree.grid_exponent
-    src = NoiseSource(seed, backend="secure")
-    calls = itertools.count()
-
-    def noise(k, rng):
-        if backend == "fast":
-            return smp.sample_many(rng, k * m)
-        s = src.generator("audit", next(calls))
-        return np.array([smp.sample_units(s, g) for _ in range(k * m)]) * 2.0**-g
-
-    def sampler_fn(which, k, rng):
-        V = noise(k, rng).reshape(k, m, -1) + (m0 if which == 0 else m1)
-        return ((V - m1) * diff * w).sum(axis=(1, 2))
-
-    return audit(
-        sampler_fn,
-        epsilon,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"dp-linucb tree {backend} ×{multiplier:g}",
-    )
+    return _releases_audit(backend, smp, *sums, f"tree ×{multiplier:g}", n)
 
 
 @pytest.mark.parametrize("backend", ["fast", "secure"])
 def test_tree_audit_passes_and_halved_noise_is_caught_on_both_backends(backend):
-    ok = _audit_tree(backend, 1.0, n=10_000)
-    assert ok.passed, ok
-    halved = _audit_tree(backend, 0.5, n=10_000)
-    assert not halved.passed, halved
-    assert halved.epsilon_lb > 1.2 * halved.claimed_epsilon
+    check_audit_and_mutant(lambda m: _audit_tree(backend, m, n=10_000), caught_by=1.2)
 
 
 def test_secure_calibration_is_renyi_certified_and_the_accountant_says_so():
@@ -201,21 +190,17 @@ def test_a_fast_snapshot_cannot_resume_a_tree_epoch_on_the_secure_backend():
         _secure().load_state_dict(fast.state_dict())
 
 
-def _audit_factor(impl, backend, multiplier, n, epsilon=1.0, delta=1e-2, steps=2, seed=6):
+def _audit_factor(impl, backend, multiplier, n, steps=2):
     """√Toeplitz / BLT step releases with row 1 differing (the first, longest column of C̃).
 
     Secure: the integer steps V + Z with V = rint(C̃x/γ) from the production encoder (the exact
     data part, computed once per dataset) and Z from the production sampler; fast: C̃x + z. The
-    statistic ⟨obs − V′, V − V′⟩ (rescaled weights) is the privacy loss of the step release;
-    the releases B·(γY) are post-processing of it."""
-    from streaming_dpbandit.privacy.rows import prepare_rows
-    from streaming_dpbandit.privacy.secure_steps import ExactToeplitzSteps
-
+    releases B·(γY) are post-processing of the steps."""
     X, y0, y1 = np.array([[10.0]]), np.array([10.0]), np.array([-10.0])  # gram_pair at d = 1
     pol = DPLinUCB(
         d=1,
-        epsilon=epsilon,
-        delta=delta,
+        epsilon=1.0,
+        delta=1e-2,
         n_cap=steps,
         n_steps=steps,
         seed=0,
@@ -225,56 +210,26 @@ def _audit_factor(impl, backend, multiplier, n, epsilon=1.0, delta=1e-2, steps=2
     )
     agg = pol._state()._agg.aggregator
     smp = agg.sampler
-    pk = packing(2)
-    w = _rescaled_weights(2)
+    coeffs = agg._encoder()._state().coeffs  # C̃'s float coefficients (both backends)
     g = smp.grid_exponent(32)
-    coeffs = agg._encoder()._state().coeffs if backend == "secure" else None
-    obs_data = []
+    steps_data = []
     for y in (y0, y1):
         rows, _, _ = prepare_rows(X, y, pol.L, pol.B_tilde)
-        units = (pk.outer_sum(rows) * 2.0**32).astype(np.int64)
+        x = packing(2).outer_sum(rows)
         if backend == "secure":
             enc = ExactToeplitzSteps(coeffs, g)
+            units = (x * 2.0**32).astype(np.int64)
             V = [enc.push(units)] + [enc.push(np.zeros_like(units)) for _ in range(steps - 1)]
-            obs_data.append(np.array(V, dtype=np.float64) * 2.0**-g)
+            steps_data.append(np.array(V, dtype=np.float64) * 2.0**-g)
         else:
-            c = agg._state()._f if impl == "sqrt_toeplitz" else None
-            if c is None:
-                from streaming_dpbandit.privacy.blt import blt_coefficients
-
-                c = blt_coefficients(agg.theta, agg.omega, steps)
-            obs_data.append(c[:steps, None] * pk.outer_sum(rows)[None, :])
-    V0, V1 = obs_data
-    diff = V0 - V1
-    src = NoiseSource(seed, backend="secure")
-    calls = itertools.count()
-
-    def sampler_fn(which, k, rng):
-        if backend == "fast":
-            Z = smp.sample_many(rng, k * steps)
-        else:
-            s = src.generator("audit", next(calls))
-            Z = np.array([smp.sample_units(s, g) for _ in range(k * steps)]) * 2.0**-g
-        obs = Z.reshape(k, steps, -1) + (V0 if which == 0 else V1)
-        return ((obs - V1) * diff * w).sum(axis=(1, 2))
-
-    return audit(
-        sampler_fn,
-        epsilon,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"dp-linucb {impl} {backend} ×{multiplier:g}",
-    )
+            steps_data.append(coeffs[:steps, None] * x[None, :])
+    return _releases_audit(backend, smp, *steps_data, f"{impl} ×{multiplier:g}", n, seed=6)
 
 
 @pytest.mark.parametrize("backend", ["fast", "secure"])
 @pytest.mark.parametrize("impl", ["sqrt_toeplitz", "blt"])
 def test_factorisation_audit_passes_and_halved_noise_is_caught_on_both_backends(impl, backend):
-    ok = _audit_factor(impl, backend, 1.0, n=8_000)
-    assert ok.passed, ok
-    halved = _audit_factor(impl, backend, 0.5, n=8_000)
-    assert not halved.passed, halved
+    check_audit_and_mutant(lambda m: _audit_factor(impl, backend, m, n=8_000))
 
 
 @pytest.mark.parametrize("impl", ["sqrt_toeplitz", "blt"])

@@ -10,6 +10,7 @@ grid, goodness of fit, reproducibility from the device key and the message id.
 import numpy as np
 import pytest
 from scipy import stats
+from secure_audit_helpers import SecureBatches, check_audit_and_mutant, run_audit
 
 from streaming_dpbandit.ldp import ModelSnapshot, ModelSpec
 from streaming_dpbandit.ldp.client import LDPClient
@@ -17,53 +18,31 @@ from streaming_dpbandit.ldp.gaussian import GaussianOLSMechanism, ols_tau
 from streaming_dpbandit.ldp.l2_ball import L2BallMechanism
 from streaming_dpbandit.ldp.model import SnapshotError
 from streaming_dpbandit.ldp.randomizers import build_payloads
-from streaming_dpbandit.privacy.audit import audit
 from streaming_dpbandit.privacy.noise import NoiseSource
 from streaming_dpbandit.privacy.secure_noise import grid_of
 from streaming_dpbandit.privacy.zcdp import delta_from_rho_cks
-
-
-def _gen(backend, label):
-    if backend == "fast":
-        return None
-    return NoiseSource(3, backend="secure").generator("audit", *label, track=False)
 
 
 def _audit_l2(backend, multiplier, n=40_000, epsilon=1.0, d=3, seed=7):
     """Worst-case pair g = ±R·e₁ (the exact privacy-loss statistic: the output's side).
     The mutant spends 2ε on the side coin (the ℓ2 ball's "halved noise")."""
     base = L2BallMechanism(epsilon, 1.0, d)
-    mech = (
-        base
-        if multiplier == 1.0
-        else L2BallMechanism(epsilon / multiplier, 1.0, d, radius=base.radius)
-    )
-    calls = iter(range(10**9))
+    mech = base
+    if multiplier != 1.0:
+        mech = L2BallMechanism(epsilon / multiplier, 1.0, d, radius=base.radius)
+    streams = SecureBatches(3, "l2")
 
     def sampler(which, k, rng):
         g = np.zeros((k, d))
         g[:, 0] = 1.0 if which == 0 else -1.0
-        r = rng if backend == "fast" else _gen(backend, ("l2", next(calls)))
-        return np.sign(mech.privatize(g, r)[:, 0])
+        return np.sign(mech.privatize(g, rng if backend == "fast" else streams.next())[:, 0])
 
-    return audit(
-        sampler,
-        epsilon,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"l2 ball {backend} ×{multiplier:g}",
-    )
+    return run_audit(sampler, epsilon, 0.0, n, seed, f"l2 ball {backend} ×{multiplier:g}")
 
 
 @pytest.mark.parametrize("backend", ["fast", "secure"])
 def test_l2_ball_audit_passes_sharply_and_the_2eps_mutant_is_caught(backend):
-    ok = _audit_l2(backend, 1.0)
-    assert ok.passed, ok
-    assert ok.epsilon_lb > 0.7 * ok.claimed_epsilon
-    bad = _audit_l2(backend, 0.5)
-    assert not bad.passed, bad
-    assert bad.epsilon_lb > 1.5 * bad.claimed_epsilon
+    check_audit_and_mutant(lambda m: _audit_l2(backend, m), sharp=0.7, caught_by=1.5)
 
 
 def test_secure_l2_ball_is_exactly_sign_symmetric_and_unbiased():
@@ -94,29 +73,19 @@ def _audit_ols(backend, multiplier, n=30_000, epsilon=1.0, delta=1e-2, seed=9):
     gauss = "discrete" if backend == "secure" else "analytic"
     tau = ols_tau(epsilon, delta, gauss, n_coords=2)
     mech = GaussianOLSMechanism(1, 2 * tau * multiplier, tau * multiplier)
-    calls = iter(range(10**9))
+    streams = SecureBatches(3, "ols")
 
     def sampler(which, k, rng):
-        r = rng if backend == "fast" else _gen(backend, ("ols", next(calls)))
+        r = rng if backend == "fast" else streams.next()
         _, u = mech.privatize(np.ones((k, 1)), np.full(k, 1.0 if which == 0 else -1.0), r)
         return u[:, 0]
 
-    return audit(
-        sampler,
-        epsilon,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"ols report {backend} ×{multiplier:g}",
-    )
+    return run_audit(sampler, epsilon, delta, n, seed, f"ols report {backend} ×{multiplier:g}")
 
 
 @pytest.mark.parametrize("backend", ["fast", "secure"])
 def test_ols_report_audit_passes_and_halved_noise_is_caught(backend):
-    ok = _audit_ols(backend, 1.0)
-    assert ok.passed, ok
-    bad = _audit_ols(backend, 0.5)
-    assert not bad.passed, bad
+    check_audit_and_mutant(lambda m: _audit_ols(backend, m))
 
 
 def test_discrete_calibration_is_renyi_certified_with_the_rounding_margin():

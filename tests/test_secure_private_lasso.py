@@ -4,15 +4,13 @@ Block Gram, episodic snapshot and tree nodes: exact discrete Gaussian noise adde
 integer Gram in units of a grid dividing 2⁻³² (docs/privacy/secure-noise.md, "Gram releases").
 """
 
-import itertools
-
 import numpy as np
 import pytest
+from secure_audit_helpers import SecureBatches, check_audit_and_mutant, run_audit
 
 from streaming_dpbandit.envs import MarginEnv
 from streaming_dpbandit.policies import PrivateLASSO
 from streaming_dpbandit.privacy.accountant import Accountant
-from streaming_dpbandit.privacy.audit import audit
 from streaming_dpbandit.privacy.gram import (
     secure_grid_exponent,
     secure_sym_gauss_release,
@@ -37,50 +35,29 @@ def _audit_gram(backend, multiplier, n=12_000, delta=1e-2, seed=3):
     """Worst-case pair ΔV = vvᵀ − wwᵀ with ‖u(ΔV)‖ = σ (ρ = ½); the statistic ⟨u(G − V₁),
     u(ΔV)⟩ is the exact privacy loss (SymGauss is isotropic in u-coordinates). Claim: the CKS
     conversion of ρ = ½ at δ."""
-    v = np.array([1.0, 1.0])
-    w = np.array([1.0, -1.0])
-    V0 = np.round(np.outer(v, v) * 2**32).astype(object)
-    V1 = np.round(np.outer(w, w) * 2**32).astype(object)
-    dV = np.array(V0 - V1, dtype=np.float64) / 2**32
-    sigma = float(np.linalg.norm(u_vector(dV)))
-    eps = epsilon_from_rho_cks(0.5, delta)
-    du = u_vector(dV)
-    s_noise = sigma * multiplier
-    src = NoiseSource(seed, backend="secure")
-    calls = itertools.count()
+    V0 = np.round(np.outer([1.0, 1.0], [1.0, 1.0]) * 2**32).astype(object)
+    V1 = np.round(np.outer([1.0, -1.0], [1.0, -1.0]) * 2**32).astype(object)
+    V1f = np.array(V1, dtype=np.float64) / 2**32
+    du = u_vector(np.array(V0 - V1, dtype=np.float64) / 2**32)
+    sigma = float(np.linalg.norm(du)) * multiplier
+    streams = SecureBatches(seed, "gram")
 
     def sampler(which, k, rng):
         V = V0 if which == 0 else V1
         if backend == "fast":
-            Vf = np.array(V, dtype=np.float64) / 2**32
-            G = Vf + sym_gauss(2, s_noise, rng, size=k)
+            G = np.array(V, dtype=np.float64) / 2**32 + sym_gauss(2, sigma, rng, size=k)
         else:
-            G = np.array(
-                [
-                    secure_sym_gauss_release(V, s_noise, src.generator("a", next(calls)))
-                    for _ in range(k)
-                ]
-            )
-        V1f = np.array(V1, dtype=np.float64) / 2**32
+            g = streams.next()  # one stream per batch of k releases
+            G = np.array([secure_sym_gauss_release(V, sigma, g) for _ in range(k)])
         return u_vector(G - V1f) @ du
 
-    return audit(
-        sampler,
-        eps,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"symgauss gram {backend} ×{multiplier:g}",
-    )
+    eps = epsilon_from_rho_cks(0.5, delta)
+    return run_audit(sampler, eps, delta, n, seed, f"symgauss gram {backend} ×{multiplier:g}")
 
 
 @pytest.mark.parametrize("backend", ["fast", "secure"])
 def test_gram_release_audit_passes_and_halved_noise_is_caught(backend):
-    ok = _audit_gram(backend, 1.0)
-    assert ok.passed, ok
-    bad = _audit_gram(backend, 0.5)
-    assert not bad.passed, bad
-    assert bad.epsilon_lb > 1.2 * bad.claimed_epsilon
+    check_audit_and_mutant(lambda m: _audit_gram(backend, m), caught_by=1.2)
 
 
 def _run(mode, seed=1, T=2**10, d=20, backend="secure", pol=None, t_stop=None):
