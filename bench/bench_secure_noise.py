@@ -9,7 +9,18 @@
   1,024 rounds), backend fast and secure alternated ``--repeats`` times (medians and the
   per-pair ratios), and the wall time spent in FLIPHAT's private releases (refits) per run.
 
-Usage: python bench/bench_secure_noise.py [--events N] [--repeats N]
+* ``per_release`` also times the mechanisms migrated later (issue 22 §1, second part): one
+  DP-LinUCB padded-tree release at d = 5 (a node and the pads: 2·21 exact draws), one
+  PrivateLASSO SymGauss Gram release at p = 11 (66 draws), one LDP ℓ2-ball report (d = 10) and
+  one LDP Gaussian OLS report (d = 5: 20 draws).
+  Also one DP-LinUCB BLT step at d = 5 after 200 steps (the secure encoding is exact and
+  O(steps) per step).
+* ``service_dp_linucb``: contexts/s of ``serve``'s loop with DP-LinUCB (d = 5, K = 10 arms,
+  Shariff–Sheffet environment) for ``batch_size`` 1 and 64, fast and secure alternated. The
+  configuration has no ``noise_backend`` field for DP-LinUCB yet (config.py belongs to another
+  change); the bench injects it through the policy build's overrides.
+
+Usage: python bench/bench_secure_noise.py [--events N] [--repeats N] [--only per_release|...]
 """
 
 from __future__ import annotations
@@ -79,9 +90,143 @@ def per_release(repeats: int) -> dict:
         for b in BACKENDS:
             times[b].append(_time(batch_mean(b, i)))
     out["matroid_batch_mean"] = {f"{b}_s": statistics.median(times[b]) for b in BACKENDS}
+    out.update(per_release_second_part(repeats))
     for v in out.values():
         v["secure_over_fast"] = v["secure_s"] / v["fast_s"]
     return out
+
+
+def _bound(fn, *args):
+    return lambda: fn(*args)
+
+
+def per_release_second_part(repeats: int) -> dict:
+    """The tree, Gram and LDP releases, both backends alternated (medians)."""
+    from streaming_dpbandit.ldp.gaussian import GaussianOLSMechanism
+    from streaming_dpbandit.ldp.l2_ball import L2BallMechanism
+    from streaming_dpbandit.privacy.gram import secure_sym_gauss_release, sym_gauss
+    from streaming_dpbandit.privacy.matrix_noise import SymmetricGaussianNoise
+    from streaming_dpbandit.privacy.tree import PaddedTree
+
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(64, 6))
+    rows /= 2 * np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = np.round(rows * 2**16) / 2**16
+    V = np.zeros((11, 11), dtype=object)
+    V[np.diag_indices(11)] = 2**32
+    ball = L2BallMechanism(1.0, 1.0, 10)
+    g10 = rng.normal(size=(1, 10)) / 4
+    ols = GaussianOLSMechanism(5, 12.0, 6.0)
+    x5 = rng.normal(size=(1, 5)) / 4
+
+    def tree_release(backend, i):
+        tree = PaddedTree(
+            6,
+            1 << 16,
+            SymmetricGaussianNoise(6, 11.3),
+            NoiseSource(i, backend=backend),
+            ("b", "tree", 0),
+            2.0,
+        )
+        tree.insert_many(rows[:63])
+        tree.release()  # nodes of the first 63 rows drawn: the timed release draws the node
+        tree.insert_many(rows[63:])  # completing at 64 and the pads, as every batch does
+        return lambda: tree.release()
+
+    def gram(backend, i):
+        g = NoiseSource(i, backend=backend).generator("gram", i)
+        if backend == "secure":
+            return lambda: secure_sym_gauss_release(V, 3.0, g)
+        Vf = np.array(V, dtype=np.float64) / 2**32
+        return lambda: Vf + sym_gauss(11, 3.0, g)
+
+    def blt_step(backend, i, warm=200):
+        from streaming_dpbandit.policies import DPLinUCB
+
+        pol = DPLinUCB(
+            d=5,
+            epsilon=1.0,
+            delta=1e-6,
+            n_cap=1 << 12,
+            n_steps=1 << 12,
+            tree_impl="blt",
+            seed=i,
+            noise_backend=backend,
+        )
+        agg = pol._state()._agg.aggregator
+        for _ in range(warm):  # warm steps of one row each: the timed step is step warm + 1
+            agg.insert_many(rows[:1, :6])
+            agg.release()
+        agg.insert_many(rows[:1, :6])
+        return lambda: agg.release()
+
+    cases = {
+        "dp_linucb_blt_step_d5_after_200": blt_step,
+        "dp_linucb_tree_release_d5": tree_release,
+        "private_lasso_gram_p11": gram,
+        "ldp_l2_ball_report_d10": lambda b, i: _bound(
+            ball.privatize, g10, NoiseSource(i, backend=b).generator("r", i)
+        ),
+        "ldp_ols_report_d5": lambda b, i: _bound(
+            ols.privatize, x5, np.array([0.5]), NoiseSource(i, backend=b).generator("r", i)
+        ),
+    }
+    out = {}
+    for name, make in cases.items():
+        times = {b: [] for b in BACKENDS}
+        for i in range(repeats):
+            for b in BACKENDS:  # alternated
+                times[b].append(_time(make(b, i)))
+        out[name] = {f"{b}_s": statistics.median(times[b]) for b in BACKENDS}
+    return out
+
+
+def service_dp_linucb(events: int, repeats: int, batch_sizes=(1, 64)) -> dict:
+    """contexts/s of serve's loop with DP-LinUCB, fast vs secure alternated (medians)."""
+    from streaming_dpbandit.config import DPLinUCBConfig
+    from streaming_dpbandit.envs import ShariffSheffetEnv
+
+    orig = DPLinUCBConfig.build
+    out = {}
+    for bsz in batch_sizes:
+        rates = {b: [] for b in BACKENDS}
+        for i in range(repeats):
+            for b in BACKENDS:
+
+                def build(self, seed=None, _b=b, **o):
+                    return orig(self, seed=seed, **{**o, "noise_backend": _b})
+
+                DPLinUCBConfig.build = build
+                try:
+                    data = bs.settings_data(tempfile.mkdtemp())
+                    data["bandits"]["shop"]["policy"] = {
+                        "policy": "dp-linucb",
+                        "d": 5,
+                        "epsilon": 1.0,
+                        "delta": 1e-6,
+                        "n_cap": 1 << 20,
+                        "batch_size": bsz,
+                    }
+                    settings = bs.ServiceSettings.model_validate(data)
+                    env = ShariffSheffetEnv(d=5, gap=0.1)
+                    src = bs.SimulatedSource(
+                        env, events, "shop", dt=0.001, delay_mean=0.05, seed=i, topics=bs.TOPICS
+                    )
+                    svc = Service(settings, InProcessTransport(src))
+                    svc.open()
+                    t0 = time.perf_counter()
+                    with service_gc():
+                        svc.run()
+                    rates[b].append(events / (time.perf_counter() - t0))
+                finally:
+                    DPLinUCBConfig.build = orig
+        ratios = [s / f for f, s in zip(rates["fast"], rates["secure"])]
+        out[f"batch_size={bsz}"] = {
+            **{f"events_per_s[{b}]": statistics.median(rates[b]) for b in BACKENDS},
+            "secure_over_fast_per_pair": ratios,
+            "secure_over_fast_median": statistics.median(ratios),
+        }
+    return {"events": events, "d": 5, **out}
 
 
 class _RefitTimer:
@@ -143,8 +288,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", choices=["per_release", "service", "service_dp_linucb"])
+    ap.add_argument("--linucb-events", type=int, default=4_000)
     args = ap.parse_args(argv)
-    out = {"per_release": per_release(args.repeats), "service": service(args.events, 3)}
+    parts = {
+        "per_release": lambda: per_release(args.repeats),
+        "service": lambda: service(args.events, 3),
+        "service_dp_linucb": lambda: service_dp_linucb(args.linucb_events, 3),
+    }
+    out = {k: fn() for k, fn in parts.items() if args.only in (None, k)}
     print(json.dumps(out, indent=1))
     return 0
 

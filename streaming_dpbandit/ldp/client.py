@@ -25,6 +25,7 @@ import secrets
 
 import numpy as np
 
+from ..privacy.noise import NoiseSource
 from .budget import ClientBudget
 from .links import get_link
 from .model import AUTHORS_CODE_LABEL, ModelSnapshot, SnapshotError
@@ -99,6 +100,15 @@ class LDPClient:
         Optional :class:`~.budget.ClientBudget`; every report is charged to it first.
     allow_authors_code
         Accept ``profile="authors_code"`` snapshots (simulations only).
+    noise_backend
+        ``"fast"`` (numpy floating-point samplers) or ``"secure"``: every report's noise from
+        a keyed secure stream named by its ``msg_id`` (exact coins and sign-symmetric
+        directions for the ℓ2 ball; grid releases with exact discrete Gaussian noise for OLS
+        blocks, which need the model's ``gaussian="discrete"`` calibration).
+        docs/privacy/secure-noise.md, "LDP randomizers".
+    noise_key
+        Secure backend: the device's secret key (``None``: 128 bits from the OS, per client).
+        A report is reproducible from the key and its ``msg_id``.
 
     Examples
     --------
@@ -129,7 +139,14 @@ class LDPClient:
         rng: np.random.Generator | None = None,
         budget: ClientBudget | None = None,
         allow_authors_code: bool = False,
+        noise_backend: str = "fast",
+        noise_key: int | None = None,
     ):
+        if noise_backend not in ("fast", "secure"):
+            raise ValueError("noise_backend must be 'fast' or 'secure'")
+        self.noise_backend = noise_backend
+        secure = noise_backend == "secure"
+        self._noise = NoiseSource(noise_key, backend="secure") if secure else None
         self.max_epsilon = float(max_epsilon)
         self.max_delta = float(max_delta)
         self.rng = rng
@@ -154,6 +171,9 @@ class LDPClient:
                 f"the model asks for (ε = {eps:g}, δ = {delta:g}) per report, more than this "
                 f"app accepts (ε ≤ {self.max_epsilon:g}, δ ≤ {self.max_delta:g})"
             )
+        refusal = spec.secure_refusal() if self.noise_backend == "secure" else None
+        if refusal:
+            raise SnapshotError(refusal)
         if spec.profile != "paper" and not self.allow_authors_code:
             raise SnapshotError(f"profile {spec.profile!r} is {AUTHORS_CODE_LABEL}")
         cur = self.snapshot
@@ -222,6 +242,12 @@ class LDPClient:
             r = float(clip_rewards([r], get_link(spec.link), spec.c_r)[0])
         if self.budget is not None:
             self.budget.charge(*spec.report_guarantee())
+        msg_id = new_msg_id()
+        rng = (
+            self._gen()
+            if self._noise is None
+            else self._noise.generator("ldp-report", msg_id, track=False)
+        )
         payload = build_payloads(
             spec,
             choice.phase,
@@ -229,7 +255,7 @@ class LDPClient:
             np.array([choice.arm]),
             choice._context[None, :],
             np.array([r]),
-            self._gen(),
+            rng,
             self._mechs,
         )[0]
         return Report(
@@ -238,5 +264,5 @@ class LDPClient:
             model_version=snap.model_version,
             payload=payload,
             arm=choice.arm if choice.phase == "warmup" else None,
-            msg_id=new_msg_id(),
+            msg_id=msg_id,
         )

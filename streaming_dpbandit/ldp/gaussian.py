@@ -101,10 +101,17 @@ def analytic_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> fl
     return hi  # δ(hi) ≤ δ by the bisection invariant
 
 
-def ols_tau(epsilon: float, delta: float, gaussian: str = "classical") -> float:
+def ols_tau(
+    epsilon: float, delta: float, gaussian: str = "classical", n_coords: int | None = None
+) -> float:
     """τ of the OLS report: the Gaussian σ for ℓ2-sensitivity 2 at (ε, δ).
 
-    ``classical`` requires ε ≤ 1 (spec §3.2, A17).
+    ``classical`` requires ε ≤ 1 (spec §3.2, A17). ``discrete`` is the secure noise backend's
+    calibration (docs/privacy/secure-noise.md, "LDP randomizers"): the report is released on
+    per-block grids γ_i ≤ σ_i·2⁻³⁰ with exact discrete Gaussian noise, certified by its Rényi
+    bound: rounding adds at most √n·2⁻³⁰ (n = ``n_coords``, the block's floats) to the
+    rescaled sensitivity 2/τ, and ρ = (2/τ + √n·2⁻³⁰)²/2 must convert to (ε, δ) by CKS:
+    τ = 2/(√(2ρ*) − √n·2⁻³⁰).
 
     >>> [round(ols_tau(e, dl), 3) for e, dl in ((1, 0.01), (0.5, 0.01), (1, 0.1), (0.5, 0.1))]
     [6.215, 12.43, 4.495, 8.99]
@@ -120,7 +127,17 @@ def ols_tau(epsilon: float, delta: float, gaussian: str = "classical") -> float:
         return classical_sigma(epsilon, delta, 2.0)
     if gaussian == "analytic":
         return analytic_sigma(epsilon, delta, 2.0)
-    raise ValueError(f"gaussian must be 'classical' or 'analytic', got {gaussian!r}")
+    if gaussian == "discrete":
+        from ..privacy.zcdp import rho_from_epsilon_delta_cks
+
+        if n_coords is None:
+            raise ValueError("the discrete calibration needs the block's n_coords")
+        room = math.sqrt(2.0 * rho_from_epsilon_delta_cks(epsilon, delta))
+        room -= math.sqrt(n_coords) * 2.0**-30
+        if not room > 0:
+            raise ValueError("(ε, δ) too small for the secure grid's rounding margin")
+        return 2.0 / room
+    raise ValueError(f"gaussian must be 'classical', 'analytic' or 'discrete', got {gaussian!r}")
 
 
 class GaussianOLSMechanism:
@@ -192,7 +209,11 @@ class GaussianOLSMechanism:
             raise ValueError("input contains NaN or infinite values")
         rows, cols = triu_indices(d)
         M = X[:, rows] * X[:, cols]
-        M += rng.normal(0.0, self.matrix_std, size=M.shape)
         u = X * r[:, None]
+        if getattr(rng, "backend", None) == "secure":
+            # the value as ``loc``: rounded to the public grid of σ plus exact discrete Gaussian
+            # noise (docs/privacy/secure-noise.md; certified with gaussian="discrete")
+            return rng.normal(M, self.matrix_std), rng.normal(u, self.vector_std)
+        M += rng.normal(0.0, self.matrix_std, size=M.shape)
         u += rng.normal(0.0, self.vector_std, size=u.shape)
         return M, u

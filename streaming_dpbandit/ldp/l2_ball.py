@@ -9,6 +9,15 @@ Privacy: whatever the input, the output density on the sphere takes only the two
 ε-LDP. Unbiasedness needs the input inside B_R^d (the caller clips) and the corrected radius.
 The sampler is constant time (no rejection loop): a uniform direction is drawn and reflected
 across u's hyperplane when it lies on the wrong side, which keeps it uniform.
+
+Secure backend (``rng`` a :class:`~streaming_dpbandit.privacy.secure_noise.SecureGenerator`;
+docs/privacy/secure-noise.md, "LDP randomizers"): the reflection above computes the output
+from u in floating point, so its low bits depend on the input. The secure path instead draws a
+direction w from a base law that is *exactly* sign-symmetric, and outputs w or −w (an exact
+negation) according to the side of w, h = ⟨w, ±u⟩ ≥ 0, and an *exact* Bernoulli(1/(1 + e^ε))
+coin. Any h with h(−w) = −h(w) (float dot products negate exactly) gives output probabilities
+2·base(z)·(e^ε or 1)/(1 + e^ε) — ratio ≤ e^ε, whatever the float geometry — so the report is
+exactly ε-LDP; the base law's closeness to uniform only affects unbiasedness.
 """
 
 from __future__ import annotations
@@ -71,7 +80,9 @@ class L2BallMechanism:
     def privatize(self, g, rng: np.random.Generator) -> np.ndarray:
         """Privatise one vector (d,) or a batch (n, d); returns the same shape.
 
-        Raises ``ValueError`` when an input lies outside B_R^d (up to 1e-12 relative).
+        Raises ``ValueError`` when an input lies outside B_R^d (up to 1e-12 relative). A
+        :class:`~streaming_dpbandit.privacy.secure_noise.SecureGenerator` ``rng`` takes the
+        secure path (exact coins, sign-symmetric directions: module docstring).
         """
         G = np.asarray(g, dtype=np.float64)
         single = G.ndim == 1
@@ -86,6 +97,9 @@ class L2BallMechanism:
             if not np.all(np.isfinite(G)):
                 raise ValueError("input contains NaN or infinite values")
             raise ValueError("input outside the ball of radius R: clip before privatising")
+        if getattr(rng, "backend", None) == "secure":
+            z = self._privatize_secure(G, norms, rng)
+            return z[0] if single else z
         # step 1: the direction u, with the sign coin; uniform for g = 0 (spec A2)
         zero = norms == 0.0
         anyzero = not norms.all()
@@ -106,3 +120,21 @@ class L2BallMechanism:
         if wrong.any():
             z[wrong] -= (2.0 * self.radius * dots[wrong])[:, None] * u[wrong]
         return z[0] if single else z
+
+    def _privatize_secure(self, G: np.ndarray, norms: np.ndarray, rng) -> np.ndarray:
+        """Secure path: exact coins, output ±w for a sign-symmetric direction w (docstring)."""
+        n, d = G.shape
+        zero = norms == 0.0
+        u = G / np.where(zero, 1.0, norms)[:, None]
+        if zero.any():  # g = 0: a data-independent direction
+            w0 = rng.sign_symmetric_normal((int(zero.sum()), d))
+            u[zero] = w0 / np.linalg.norm(w0, axis=1, keepdims=True)
+        # coin 1 (its exact value only matters for unbiasedness): ±u
+        keep = rng.bernoulli(np.minimum(0.5 + norms / (2.0 * self.R), 1.0), n)
+        u *= np.where(keep, 1.0, -1.0)[:, None]
+        far = rng.logistic_coins(self.epsilon, n)  # exact: the far side w.p. 1/(1 + e^ε)
+        w = rng.sign_symmetric_normal((n, d))
+        near = np.einsum("ij,ij->i", w, u) >= 0.0  # h(−w) = −h(w) exactly
+        flip = near == far
+        w[flip] = -w[flip]
+        return w * (self.radius / np.sqrt(np.einsum("ij,ij->i", w, w)))[:, None]

@@ -66,7 +66,9 @@ class ModelSpec:
     epsilon, delta
         Per-report target (the whole K-tuple in multi-param); SGD is pure ε-LDP (δ unused).
     gaussian
-        ``"classical"`` (needs ε ≤ 1 per mechanism) or ``"analytic"``.
+        ``"classical"`` (needs ε ≤ 1 per mechanism), ``"analytic"``, or ``"discrete"`` (the
+        secure noise backend's Rényi-certified calibration; required for secure OLS reports,
+        docs/privacy/secure-noise.md).
     context_scale
         Public s: clients use x/s, then clip to ‖x‖ ≤ 1.
     c_r
@@ -155,8 +157,8 @@ class ModelSpec:
         )
         if needs_delta and not 0 < self.delta < 1:
             raise ValueError("the Gaussian (OLS) mechanism needs 0 < delta < 1")
-        if self.gaussian not in ("classical", "analytic"):
-            raise ValueError("gaussian must be 'classical' or 'analytic'")
+        if self.gaussian not in ("classical", "analytic", "discrete"):
+            raise ValueError("gaussian must be 'classical', 'analytic' or 'discrete'")
         for name in ("context_scale", "c_r", "R", "S"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
@@ -195,8 +197,7 @@ class ModelSpec:
             if self._block_variant(phase) == "ols" and self.ols_noise == "certified":
                 if self.setting == "single" and phase == "warmup":
                     continue
-                eps_b, delta_b = self.block_privacy(phase)
-                ols_tau(eps_b, delta_b, self.gaussian)
+                self.tau(phase)
 
     # -- derived constants -------------------------------------------------------------------
     @property
@@ -247,7 +248,22 @@ class ModelSpec:
         eps_b, delta_b = self.block_privacy(phase)
         if self.ols_noise == "code":
             return _code_sigma(self.epsilon, self.delta, self.code_sigma_factor) / 2.0
-        return ols_tau(eps_b, delta_b, self.gaussian)
+        return ols_tau(eps_b, delta_b, self.gaussian, self.p + self.d)
+
+    def secure_refusal(self) -> str | None:
+        """Why this model cannot be privatised on the secure backend (``None``: it can).
+
+        OLS blocks need ``gaussian="discrete"``: the classical and analytic calibrations are
+        proven for continuous noise only (docs/privacy/secure-noise.md, "LDP randomizers").
+        """
+        if self.gaussian != "discrete" and any(
+            self.block_variant(ph) == "ols" for ph in self.phases()
+        ):
+            return (
+                "secure OLS reports need the model's gaussian='discrete' calibration (this "
+                f"model uses {self.gaussian!r}, proven for continuous noise only)"
+            )
+        return None
 
     def ols_stds(self, phase: str = "main") -> tuple[float, float]:
         """(matrix std, vector std): (2τ, c_r τ) certified; (σ_code, σ_code) authors_code."""

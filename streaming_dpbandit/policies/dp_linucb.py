@@ -126,6 +126,10 @@ class DPLinUCB(Policy):
         Seeds the noise key and the tie-break coins (tests and simulations only).
     noise_scale_multiplier
         Audit only; must stay 1.
+    noise_backend
+        ``"fast"`` (numpy floating-point samplers) or ``"secure"`` (exact discrete Gaussian
+        node noise on a public grid, certified by its Rényi bound: binary tree, Gaussian noise,
+        calibration certified or zcdp; docs/privacy/secure-noise.md).
 
     Examples
     --------
@@ -181,6 +185,7 @@ class DPLinUCB(Policy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
+        noise_backend: str = "fast",
     ):
         self.d = d
         self.epsilon = epsilon
@@ -198,6 +203,7 @@ class DPLinUCB(Policy):
         self.horizon_mode = horizon_mode
         self.n0 = n0
         self.tree_impl = tree_impl
+        self.noise_backend = noise_backend
         self.n_steps = n_steps
         self.batch_size = batch_size
         self.ties = ties
@@ -235,7 +241,7 @@ class DPLinUCB(Policy):
             n_steps=self._steps(),
             horizon_mode=self.horizon_mode,
             n0=self.n0 if self.horizon_mode == "doubling" else None,
-            noise_source=source,
+            noise_source=source or NoiseSource(backend=self.noise_backend),
             label=(self.bandit_id, "dp-linucb"),
             noise_scale_multiplier=self.noise_scale_multiplier,
         )
@@ -254,7 +260,7 @@ class DPLinUCB(Policy):
     def _state(self):
         if not hasattr(self, "_agg"):
             self._validate()
-            self._noise_src = NoiseSource(self.seed)
+            self._noise_src = NoiseSource(self.seed, backend=self.noise_backend)
             self._agg = self._aggregator(self._noise_src)
             self._t = 0
             self._since = 0
@@ -397,6 +403,7 @@ class DPLinUCB(Policy):
     def _record_common(self) -> dict:
         return {
             "bandit_id": self.bandit_id,
+            "noise_backend": self.noise_backend,
             "privacy_model": "joint",
             "privacy_unit": PRIVACY_UNIT,
             "neighbouring": NEIGHBOURING,
@@ -585,6 +592,7 @@ class DPLinUCB(Policy):
             scope=scope,
             caveats=tuple(caveats),
             label=cal.label,
+            noise_backend=self.noise_backend,
         )
 
     def explain(self, horizon: int | None = None) -> dict:
@@ -687,7 +695,9 @@ class DPLinUCB(Policy):
 
     def load_state_dict(self, state: dict) -> DPLinUCB:
         self._state()
-        self._noise_src = NoiseSource(self.seed).load_state_dict(state["noise"])
+        self._noise_src = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
+            state["noise"]
+        )
         self._agg = self._aggregator(self._noise_src).load_state_dict(state["aggregator"])
         self._t = int(state["t"])
         self._since = int(state["since"])

@@ -83,8 +83,11 @@ def local_release_record(
     last: int,
     model_version: int | None = None,
     params: dict | None = None,
+    noise_backend: str = "fast",
 ) -> ReleaseRecord:
     """A ledger record for the reports [first, last] (1-based, inclusive) a model version used.
+
+    ``noise_backend`` is the devices' (the simulated ones' in :class:`LDPGLB`).
 
     Each report is a separate user's local release; records of disjoint report ranges compose
     in parallel, so the ledger's spend is the per-report guarantee.
@@ -127,6 +130,7 @@ def local_release_record(
         privacy_model="local",
         privacy_unit=PRIVACY_UNIT,
         neighbouring=NEIGHBOURING,
+        noise_backend=noise_backend,
     )
 
 
@@ -160,6 +164,10 @@ class LDPGLB(Policy):
         Rounds whose decision info is kept for delayed learning.
     seed
         Seeds the report noise, the tie-break coins and a random θ̂₀.
+    noise_backend
+        The simulated devices' noise: ``"fast"`` (numpy) or ``"secure"`` (as
+        ``LDPClient(noise_backend="secure")``: each batch of reports from its own keyed secure
+        stream; OLS needs ``gaussian="discrete"``). docs/privacy/secure-noise.md.
 
     Examples
     --------
@@ -224,6 +232,7 @@ class LDPGLB(Policy):
         pending_capacity: int = 1 << 16,
         bandit_id: str = "default",
         seed: int | None = None,
+        noise_backend: str = "fast",
     ):
         self.d = d
         self.n_arms = n_arms
@@ -262,6 +271,7 @@ class LDPGLB(Policy):
         self.pending_capacity = pending_capacity
         self.bandit_id = bandit_id
         self.seed = seed
+        self.noise_backend = noise_backend
 
     # -- construction --------------------------------------------------------------------------
     def model_spec(self) -> ModelSpec:
@@ -339,7 +349,14 @@ class LDPGLB(Policy):
             self._ring_round = np.full(cap, -1, dtype=np.int64)
             self._snaps = {0: self._server.snapshot()}
             self._refs: dict[int, int] = {}
+            if self.noise_backend not in ("fast", "secure"):
+                raise ValueError("noise_backend must be 'fast' or 'secure'")
+            refusal = self._spec.secure_refusal() if self.noise_backend == "secure" else None
+            if refusal:
+                raise ValueError(refusal)
             self._noise = NoiseSource(self.seed).generator("ldp-glb", "clients")
+            self._secure_noise = NoiseSource(self.seed, backend="secure")
+            self._secure_batches = 0
             self._coin_key()
             self._counters = {"reports": 0, "expired_feedback": 0, "clipped_rewards": 0}
         return self
@@ -375,6 +392,7 @@ class LDPGLB(Policy):
                 1,
                 max(1, self._t),
                 params={"simulation": True},
+                noise_backend=self.noise_backend,
             )
         ]
 
@@ -494,12 +512,28 @@ class LDPGLB(Policy):
             snap = self._snaps[int(v)]
             sl = slice(start, end)
             P = build_payloads(
-                spec, snap.phase, snap.theta, arms[sl], Xn[sl], r[sl], self._noise, self._mechs
+                spec,
+                snap.phase,
+                snap.theta,
+                arms[sl],
+                Xn[sl],
+                r[sl],
+                self._client_rng(),
+                self._mechs,
             )
             if self._server.absorb(P, snap.phase, arms[sl] if snap.phase == "warmup" else None):
                 self._switch_due = True
             start = end
         self._counters["reports"] += n
+
+    def _client_rng(self):
+        """The simulated devices' noise: the fast stream, or a fresh secure stream per batch
+        (labelled by a persisted batch counter: a restored policy continues, never repeats)."""
+        if self.noise_backend != "secure":
+            return self._noise
+        k = self._secure_batches
+        self._secure_batches = k + 1
+        return self._secure_noise.generator("ldp-glb", "clients", k, track=False)
 
     # -- description ----------------------------------------------------------------------------
     @property
@@ -540,6 +574,7 @@ class LDPGLB(Policy):
             "snapshots": {str(v): s.to_dict() for v, s in self._snaps.items()},
             "refs": {str(v): n for v, n in self._refs.items()},
             "noise": self._noise.bit_generator.state,
+            "secure_batches": self._secure_batches,
             "tie_key": self._coin_key(),
             "counters": dict(self._counters),
         }
@@ -559,6 +594,7 @@ class LDPGLB(Policy):
         self._snaps = {int(v): ModelSnapshot.from_dict(s) for v, s in state["snapshots"].items()}
         self._refs = {int(v): int(n) for v, n in state["refs"].items()}
         self._noise.bit_generator.state = state["noise"]
+        self._secure_batches = int(state.get("secure_batches", 0))
         self._tie_key = int(state["tie_key"])
         self._counters = dict(state["counters"])
         return self

@@ -31,7 +31,13 @@ import numpy as np
 from ..estimators.elastic_net import CertifiedElasticNet
 from ..estimators.rowstore import RowStore, quantize_toward_zero
 from ..estimators.trs import trs
-from ..privacy.gram import gram_bound, gram_rho, gram_sigma, sym_gauss
+from ..privacy.gram import (
+    gram_bound,
+    gram_rho,
+    gram_sigma,
+    secure_sym_gauss_release,
+    sym_gauss,
+)
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
@@ -145,6 +151,11 @@ class PrivateLASSO(Policy):
         Seeds the noise key and the tie-break coins (tests and simulation only).
     noise_scale_multiplier
         Multiplies every noise scale. Must stay 1; exists for the privacy audits only.
+    noise_backend
+        ``"fast"`` (numpy floating-point samplers) or ``"secure"``: every Gram release (block
+        Gram, snapshot, tree nodes) exact discrete Gaussian on a grid dividing the rows' unit,
+        SVT noise discrete Laplace; the ledger's components are then Rényi-only (ρ, no
+        continuous PLD). docs/privacy/secure-noise.md.
 
     Examples
     --------
@@ -215,6 +226,7 @@ class PrivateLASSO(Policy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
+        noise_backend: str = "fast",
     ):
         self.d = d
         self.s0 = s0
@@ -246,6 +258,7 @@ class PrivateLASSO(Policy):
         self.self_check = self_check
         self.bandit_id = bandit_id
         self.seed = seed
+        self.noise_backend = noise_backend
         self.noise_scale_multiplier = noise_scale_multiplier
         if calibration == "paper":  # the literal variant: gated at construction (spec §4)
             if not allow_invalid_privacy:
@@ -448,7 +461,7 @@ class PrivateLASSO(Policy):
             self._pending: dict[int, tuple | None] = {}
             self._sealed = 0
             self._last_refresh = 0
-            self._noise = NoiseSource(self.seed)
+            self._noise = NoiseSource(self.seed, backend=self.noise_backend)
             self._coin_key()
             self._counters = {
                 "clipped_coords": 0,
@@ -703,7 +716,7 @@ class PrivateLASSO(Policy):
         events = []
         if self.support == "svt":
             rho_svt = svt_rho(k["sensitivity"], k["svt_sigma_nominal"], self.cap)
-            components.append({"type": "zcdp", "rho": rho_svt, "mechanism": "svt"})
+            components.append(self._zcdp(rho_svt, "svt"))
             events.append({"mechanism": "svt", "rho": rho_svt, "slots": [lo, hi]})
         theta = np.zeros(S.size)
         nu = None
@@ -711,24 +724,23 @@ class PrivateLASSO(Policy):
         if S.size:
             V = store.support_gram(S) if self.mode == "forgetful" else _support_gram(store, S, hi)
             Vf = RowStore.units_to_float(V)
-            p1 = S.size + 1
             if self.mode == "forgetful":
                 sigma = k["gram_sigma"]
                 g = self._noise.generator(self.bandit_id, "private-lasso", "gram", ell)
-                G = Vf + sym_gauss(p1, sigma, g)
+                G = self._gram_release(V, Vf, sigma, g)
                 rho_g = gram_rho(self.gram_l2sq, sigma / self.noise_scale_multiplier)
-                components.append({"type": "zcdp", "rho": rho_g, "mechanism": "gram_gauss"})
+                components.append(self._zcdp(rho_g, "gram_gauss"))
                 events.append({"mechanism": "gram_gauss", "rho": rho_g, "slots": [lo, hi]})
                 theta, nu = self._solve(G, sigma)
                 extra = {"gram_sigma": sigma}
             else:
                 sigma = k["snap_sigma"]
                 g = self._noise.generator(self.bandit_id, "private-lasso", "snapshot", ell)
-                self._G_hist = Vf + sym_gauss(p1, sigma, g)
+                self._G_hist = self._gram_release(V, Vf, sigma, g)
                 self._sigma_snap = sigma
                 self._node_sigma = k["node_sigma"]
                 rho_s = gram_rho(self.gram_l2sq, sigma / self.noise_scale_multiplier)
-                components.append({"type": "zcdp", "rho": rho_s, "mechanism": "gram_gauss"})
+                components.append(self._zcdp(rho_s, "gram_gauss"))
                 events.append({"mechanism": "gram_gauss", "rho": rho_s, "slots": [lo, hi]})
                 theta, nu = self._solve(self._G_hist, sigma)
                 extra = {"snap_sigma": sigma, "node_sigma": k["node_sigma"]}
@@ -758,16 +770,7 @@ class PrivateLASSO(Policy):
             return []
         p1 = S.size + 1
         sigma = k["node_sigma"]
-        noise, bid = self._noise, self.bandit_id
-
-        # issue-once by structure: the tree calls this exactly once per leaf index j, and its
-        # leaf count is persisted (an issued-label set would grow by one label per leaf)
-        def node_noise(j: int, ell=ell, p1=p1, sigma=sigma):
-            return sym_gauss(
-                p1, sigma, noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
-            )
-
-        self._tree = TreeAggregator((p1, p1), node_noise, unit=2.0**-32)
+        self._tree = self._new_tree(ell, p1, sigma)
         m = k["tree_depth"]
         rho_node = gram_rho(self.gram_l2sq, sigma / self.noise_scale_multiplier)
         rho_tree = rho_sum([rho_node] * m)
@@ -783,9 +786,7 @@ class PrivateLASSO(Policy):
                 epsilon=epsilon_from_rho(rho_tree, self.delta),
                 delta=float(self.delta),
                 rho=rho_tree,
-                accounting=[
-                    {"type": "zcdp", "rho": rho_node, "count": m, "mechanism": "tree_node"}
-                ],
+                accounting=[{**self._zcdp(rho_node, "tree_node"), "count": m}],
                 data_slice=f"tree:{ell}",
                 composition="parallel",
                 event_range=(first, last),
@@ -804,10 +805,45 @@ class PrivateLASSO(Policy):
                 },
                 note="registered before any node is released; every node noise is derived once",
                 privacy_model="joint",
+                noise_backend=self.noise_backend,
                 privacy_unit=PRIVACY_UNIT,
                 neighbouring=NEIGHBOURING,
             )
         ]
+
+    # -- noise (fast or secure backend) ----------------------------------------------------------
+    def _gram_release(self, V, Vf: np.ndarray, sigma: float, g) -> np.ndarray:
+        """V + SymGauss(σ): float noise (fast) or exact discrete Gaussian on a grid (secure)."""
+        if self.noise_backend == "secure":
+            return secure_sym_gauss_release(V, sigma, g)
+        return Vf + sym_gauss(Vf.shape[0], sigma, g)
+
+    def _zcdp(self, rho: float, mechanism: str) -> dict:
+        """A ρ-zCDP ledger component; on the secure backend Rényi-only (no continuous PLD)."""
+        c = {"type": "zcdp", "rho": rho, "mechanism": mechanism}
+        if self.noise_backend == "secure":
+            c["renyi_only"] = True
+        return c
+
+    def _new_tree(self, ell: int, p1: int, sigma: float) -> TreeAggregator:
+        """The episodic tree of boundary ``ell``; node j draws from stream (…, "tree", ell, j).
+
+        Issue-once by structure: the tree closes node j exactly once per leaf index j, and its
+        leaf count is persisted (an issued-label set would grow by one label per leaf).
+        """
+        noise, bid = self._noise, self.bandit_id
+
+        def stream(j: int):
+            return noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
+
+        if self.noise_backend == "secure":
+            return TreeAggregator(
+                (p1, p1),
+                node_noise=None,
+                unit=2.0**-32,
+                node_release=lambda j, exact: secure_sym_gauss_release(exact, sigma, stream(j)),
+            )
+        return TreeAggregator((p1, p1), lambda j: sym_gauss(p1, sigma, stream(j)), unit=2.0**-32)
 
     def _refresh(self) -> None:
         """Episodic: θ̂ from G_hist + prefix(j) (post-processing of registered releases)."""
@@ -867,6 +903,7 @@ class PrivateLASSO(Policy):
             release={"support": S.tolist(), "theta": theta.tolist()},
             note="support='oracle': simulation only" if self.support == "oracle" else None,
             privacy_model="joint",
+            noise_backend=self.noise_backend,
             privacy_unit=PRIVACY_UNIT,
             neighbouring=NEIGHBOURING,
         )
@@ -892,9 +929,8 @@ class PrivateLASSO(Policy):
                 "A user with k slots is protected by group privacy only (k²ρ zCDP); bound the "
                 "slots per user per block upstream.",
                 "A user's own decision is a function of their context: show it only to that user.",
-                "Noise is drawn with numpy's floating-point samplers: a secure lattice backend is "
-                "not yet part of the product (spec P10).",
             ),
+            noise_backend=self.noise_backend,
         )
 
     def explain(self, horizon: int | None = None) -> dict:
@@ -964,7 +1000,9 @@ class PrivateLASSO(Policy):
         self._theta = np.asarray(state["theta"], dtype=np.float64)
         self._stores = {int(k): RowStore.from_state_dict(v) for k, v in state["stores"].items()}
         self._hist = None if state["hist"] is None else RowStore.from_state_dict(state["hist"])
-        self._noise = NoiseSource(self.seed).load_state_dict(state["noise"])
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
+            state["noise"]
+        )
         self._tree_l = int(state["tree_l"])
         self._sealed = int(state["sealed"])
         self._last_refresh = int(state["last_refresh"])
@@ -975,15 +1013,7 @@ class PrivateLASSO(Policy):
         )
         self._tree = None
         if state["tree"] is not None:
-            p1 = self._S.size + 1
-            noise, bid, ell, sigma = self._noise, self.bandit_id, self._tree_l, self._node_sigma
-
-            def node_noise(j: int):
-                return sym_gauss(
-                    p1, sigma, noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
-                )
-
-            self._tree = TreeAggregator((p1, p1), node_noise, unit=2.0**-32)
+            self._tree = self._new_tree(self._tree_l, self._S.size + 1, self._node_sigma)
             self._tree.load_state_dict(state["tree"])
         self._pending = {
             int(s): None

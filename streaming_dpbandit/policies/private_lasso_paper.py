@@ -263,6 +263,11 @@ class PrivateLASSOPaper(PrivateLASSO):
     def _state(self):
         if not hasattr(self, "_noise"):
             self._validate()
+            if self.noise_backend != "fast":  # never ignore the setting silently
+                raise ValueError(
+                    "calibration='paper' (the literal algorithm, simulation only) draws from the "
+                    "fast noise backend only; use noise_backend=fast"
+                )
             self._t = 0
             self._version = 0
             self._model_for = 1  # slot whose θ̂ is current (θ̂_1 = 0, S_1 = ∅)

@@ -14,6 +14,15 @@ guarantees: among pure ε (δ = 0), PLD ε at the target δ, zCDP ρ converted a
 δ, the smallest ε (ties: the smaller δ, then the order pure, PLD, zCDP, basic). Every table,
 summary, metric and statement of the product reports it, with its name.
 
+Discrete Gaussian components (``"discrete_gaussian"``, or ``"zcdp"`` flagged ``renyi_only``:
+the secure noise backend's Gram releases)
+have no PLD here (their privacy loss is not the continuous Gaussian's, and dp-accounting's
+discrete-Gaussian PLD enumerates the support, ~2³⁴ wide at the secure grid). They are accounted
+by their Rényi bound alone: ρ = count·Δ²/2σ² (CKS Prop. 5: the discrete Gaussian's Rényi
+divergences at integer shifts are the continuous one's), and a ledger holding one gets no PLD ε;
+its zCDP guarantee is converted with Canonne–Kamath–Steinke's tighter formula
+(:func:`~.zcdp.epsilon_from_rho_cks`), which is what the secure calibration targets.
+
 Composition structure. Records of one bandit with ``composition="parallel"`` and distinct
 ``data_slice`` labels used disjoint data, a property the policy proves (FLIPHAT's forgetting:
 every row enters exactly one fit, spec §4). One person's data then reaches the sequential
@@ -66,6 +75,15 @@ def load_pld() -> None:
     from dp_accounting.pld import common, privacy_loss_distribution  # noqa: F401
 
 
+class _NoPLD(Exception):
+    """A component whose privacy loss distribution is not available (Rényi bound only)."""
+
+
+def _renyi_only(c: dict) -> bool:
+    """Discrete Gaussian components (a type, or a ``zcdp`` component flagged ``renyi_only``)."""
+    return c["type"] == "discrete_gaussian" or bool(c.get("renyi_only"))
+
+
 def _component_pure(c: dict) -> float:
     t = c["type"]
     n = int(c.get("count", 1))
@@ -84,7 +102,7 @@ def _component_rho(c: dict) -> float | None:
     """zCDP ρ of a component: Δ²/2σ² for Gaussian, ε²/2 per pure ε-DP step, else None."""
     t = c["type"]
     n = int(c.get("count", 1))
-    if t == "gaussian":
+    if t in ("gaussian", "discrete_gaussian"):
         return n * c["sensitivity"] ** 2 / (2 * c["sigma"] ** 2)
     if t == "zcdp":
         return n * c["rho"]
@@ -100,6 +118,8 @@ def _component_pld(c: dict):
 
     t = c["type"]
     n = int(c.get("count", 1))
+    if _renyi_only(c):
+        raise _NoPLD
     if t == "zero" or n == 0:
         return pld.identity(value_discretization_interval=PLD_DISCRETIZATION)
     if t == "laplace":
@@ -142,6 +162,8 @@ class Spend:
     calibrations: list[str]
     dp_valid: bool
     slices: int
+    #: some release has a Rényi bound only (discrete Gaussian): no PLD ε; zCDP by CKS
+    rdp_only: bool = False
 
     def candidates(self) -> list[dict]:
         """Every valid (ε, δ) guarantee the accountants give, named."""
@@ -152,9 +174,10 @@ class Spend:
         if target is not None and self.epsilon_at_delta is not None:
             out.append({"accountant": "pld", "epsilon": self.epsilon_at_delta, "delta": target})
         if target is not None and 0 < target < 1 and self.rho is not None:
-            from .zcdp import epsilon_from_rho
+            from .zcdp import epsilon_from_rho, epsilon_from_rho_cks
 
-            eps = epsilon_from_rho(self.rho, target)
+            conv = epsilon_from_rho_cks if self.rdp_only else epsilon_from_rho
+            eps = conv(self.rho, target)
             out.append({"accountant": "zcdp", "epsilon": eps, "delta": target})
         out.append(
             {"accountant": "basic", "epsilon": self.basic_epsilon, "delta": self.basic_delta}
@@ -278,9 +301,10 @@ class Accountant:
         basic_delta = max(b[1] for b in basic)
         rho = worst(self._sum_rho)
         eps_at = None
-        if delta is not None and recs:
+        rdp_only = any(_renyi_only(c) for r in recs for c in r.accounting)
+        if delta is not None and recs and not rdp_only:
             eps_at = max(self._pld(seq + g).get_epsilon_for_delta(delta) for g in groups)
-        elif delta is not None:
+        elif delta is not None and not rdp_only:
             eps_at = 0.0
         return Spend(
             bandit_id=bandit_id,
@@ -294,6 +318,7 @@ class Accountant:
             calibrations=sorted({r.calibration for r in recs}),
             dp_valid=all(r.dp_valid for r in recs),
             slices=len(slices),
+            rdp_only=rdp_only,
         )
 
     def spend_all(self, delta: float | None = None) -> Spend:
@@ -306,7 +331,8 @@ class Accountant:
         )
         rho = None if any(p.rho is None for p in per) else sum(p.rho for p in per)
         eps_at = None
-        if delta is not None:
+        rdp_only = any(p.rdp_only for p in per)
+        if delta is not None and not rdp_only:
             if len(per) == 1:
                 eps_at = per[0].epsilon_at_delta
             else:
@@ -334,4 +360,5 @@ class Accountant:
             calibrations=sorted({c for p in per for c in p.calibrations}),
             dp_valid=all(p.dp_valid for p in per),
             slices=sum(p.slices for p in per),
+            rdp_only=rdp_only,
         )

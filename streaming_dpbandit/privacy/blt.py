@@ -38,6 +38,7 @@ from scipy import optimize
 
 from .noise import NoiseSource
 from .rows import units_to_float
+from .secure_steps import ExactToeplitzSteps
 from .stepwise import StepwisePrefix
 from .symmetric import packing
 
@@ -521,14 +522,27 @@ class BLTAggregator(StepwisePrefix):
         if self._pending or self._step == 0:
             # issue-once by structure: z_{t} is drawn exactly when the persisted step counter
             # passes t, and folded into the buffers at once (never kept, never re-drawn)
-            z = self._z(self._step + 1)
+            if self.secure:  # the released step γ·Y_t; the release is A·C⁻¹·(γY) alone
+                g = self.noise.generator(*self.label, self._step + 1, track=False)
+                z = self._secure_step(g)
+            else:
+                z = self._z(self._step + 1)
             self._draws["node"] += 1
             self._noise_sum += z + self._w_hat @ self._S
             self._S *= self._th_hat
             self._S += z
             self._step += 1
             self._pending = 0
+        if self.secure:
+            return self._noise_sum.copy()
         return units_to_float(self._M) + self._noise_sum
+
+    def _encoder(self) -> ExactToeplitzSteps:
+        enc = getattr(self, "_enc", None)
+        if enc is None:
+            coeffs = blt_coefficients(self.theta, self.omega, self.n_steps)
+            enc = self._enc = ExactToeplitzSteps(coeffs, self.sampler.grid_exponent(32))
+        return enc
 
     def replay_noise(self) -> np.ndarray:
         """z_1 … z_t regenerated from the key (SENSITIVE; tests and audits only)."""

@@ -17,6 +17,10 @@ by Δ with ‖Δ‖ ≤ L̃² in the rescaled coordinates, hence C·x by at most
 triangular (Denisov, McMahan, Rush, Smith, Thakurta 2022). The per-entry noise of release i has
 standard deviation σ·(Σ_{k<i} f_k²)^{1/2} ≤ σ‖C‖_{1→2}; Σ_{k<T} f_k² ≈ 1 + ln(T)/π.
 
+Secure backend: step j releases the integer rint((C̃x)_j/γ) + Z_j (C̃ the float coefficients
+taken exactly, Z discrete Gaussian; :mod:`.secure_steps`) and the release is B·(γY) —
+docs/privacy/secure-noise.md, "Factorisations".
+
 A *step* is one release: the rows that arrived since the previous release form its X_j, so with
 batched releases (every b rows) the horizon is T = ⌈n_cap/b⌉ steps. The dense factor needs every
 past z: O(T·d²) memory and O(T·d²) work per release (spec §11: impractical for T ~ 10⁷; BLT is
@@ -30,6 +34,7 @@ import numpy as np
 
 from .noise import NoiseSource
 from .rows import units_to_float
+from .secure_steps import ExactToeplitzSteps
 from .stepwise import StepwisePrefix
 from .symmetric import packing
 
@@ -140,12 +145,22 @@ class SqrtToeplitzAggregator(StepwisePrefix):
             # issue-once by structure: step i + 1 is drawn exactly when the persisted step
             # counter passes it (no ever-growing issued-label set)
             g = self.noise.generator(*self.label, i + 1, track=False)
-            self._Z[i] = self.sampler.sample(g)
+            # secure: Z holds the released steps γ·Y_j and the release is B·(γY) alone
+            self._Z[i] = self._secure_step(g) if self.secure else self.sampler.sample(g)
             self._draws["node"] += 1
             self._step = i + 1
             self._pending = 0
             self._noise_sum = self._f[i::-1] @ self._Z[: i + 1]
+        if self.secure:
+            return self._noise_sum.copy()
         return units_to_float(self._M) + self._noise_sum
+
+    def _encoder(self) -> ExactToeplitzSteps:
+        enc = getattr(self, "_enc", None)
+        if enc is None:
+            g = self.sampler.grid_exponent(32)
+            enc = self._enc = ExactToeplitzSteps(self._state()._f, g)
+        return enc
 
     def state_dict(self) -> dict:
         return {

@@ -74,6 +74,52 @@ def sym_gauss(
     return (Zp + np.swapaxes(Zp, -1, -2)) / math.sqrt(2.0)
 
 
+def secure_grid_exponent(sigma: float, data_bits: int = 32) -> int:
+    """g of the grid γ = 2^−g of a secure SymGauss release: γ divides the data unit 2^−data_bits
+    and σ/γ ≥ 2³⁰ (docs/privacy/secure-noise.md, "Gram releases").
+
+    >>> secure_grid_exponent(3.0), secure_grid_exponent(2.0**-10)
+    (32, 40)
+    """
+    if not (sigma > 0 and math.isfinite(sigma)):
+        raise ValueError("sigma must be positive and finite")
+    return max(data_bits, 30 - (math.frexp(sigma)[1] - 1))
+
+
+def secure_sym_gauss_release(V_units, sigma: float, rng, data_bits: int = 32) -> np.ndarray:
+    """V + SymGauss(p, σ) on the secure backend, V exact integers in units of 2^−data_bits.
+
+    Each upper-triangle entry gets exact discrete Gaussian noise in units of γ = 2^−g
+    (:func:`secure_grid_exponent`), variance σ²/γ² off the diagonal and 2σ²/γ² on it — the
+    per-coordinate variances of SymGauss, so the Rényi divergence of neighbouring releases is
+    exactly SymGauss's ‖u(ΔV)‖²/2σ² per order (CKS Prop. 5, integer shifts: γ divides V's
+    unit, nothing is rounded). The sum is formed in integers and converted to float once; the
+    lower triangle mirrors the upper (post-processing). ``rng`` is a
+    :class:`~.secure_noise.SecureGenerator`.
+
+    >>> from streaming_dpbandit.privacy.noise import NoiseSource
+    >>> V = np.array([[2**32, 0], [0, 2**33]], dtype=object)
+    >>> G = secure_sym_gauss_release(V, 1.0, NoiseSource(1, backend="secure").generator("g"))
+    >>> bool(np.array_equal(G, G.T)), bool(np.all(G * 2.0**32 == np.rint(G * 2.0**32)))
+    (True, True)
+    """
+    from fractions import Fraction
+
+    V = np.asarray(V_units)
+    p = V.shape[0]
+    g = secure_grid_exponent(sigma, data_bits)
+    s2 = Fraction(sigma) ** 2 * Fraction(4) ** g
+    iu = np.triu_indices(p)
+    diag = iu[0] == iu[1]
+    z = rng.normal_units([2 * s2 if dg else s2 for dg in diag])
+    shift = 1 << (g - data_bits)
+    vals = [int(v) * shift + int(n) for v, n in zip(V[iu], z, strict=True)]
+    out = np.empty((p, p))
+    out[iu] = [math.ldexp(float(v), -g) for v in vals]
+    out[iu[1], iu[0]] = out[iu]
+    return out
+
+
 def u_vector(M: np.ndarray) -> np.ndarray:
     """u(M) = (M_ij for i < j; M_ii/√2): the coordinates in which SymGauss is isotropic.
 

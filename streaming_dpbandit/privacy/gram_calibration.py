@@ -42,10 +42,11 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from .blt import blt_max_error, blt_parameters, blt_sensitivity
-from .factorization import sqrt_toeplitz_norm
+from .blt import blt_coefficients, blt_max_error, blt_parameters, blt_sensitivity
+from .factorization import sqrt_toeplitz_coefficients, sqrt_toeplitz_norm
 from .gaussian import analytic_gaussian_sigma
 from .tree import tree_levels
+from .zcdp import rho_from_epsilon_delta_cks
 
 __all__ = [
     "CALIBRATIONS",
@@ -97,8 +98,55 @@ def zcdp_rho_star(epsilon: float, delta: float) -> float:
     return (math.sqrt(lg + epsilon) - math.sqrt(lg)) ** 2
 
 
-def gaussian_sigma(calibration: str, m: int, L_tilde: float, epsilon: float, delta: float) -> float:
+def _secure_factor_sigma(calibration, epsilon, delta, Lt2, coeffs, norm, d, T):
+    """σ, ledger component, ρ and rounding margin of a secure factorisation step stream.
+
+    docs/privacy/secure-noise.md, "Factorisations": the integer steps rint((C̃x)_j/γ) + Z_j
+    shift by at most ‖C̃Δ‖/γ + 1 per coordinate that changes (≤ P·T of them), so in noise
+    units ‖μ‖ ≤ L̃²‖C̃‖_{1→2}/σ + √(P·T)·2⁻³⁰ (γ ≤ σ·2⁻³⁰). ‖C̃‖ is the larger of the closed
+    form and the float coefficients' own norm, rounded up; σ solves
+    (L̃²‖C̃‖/σ + margin)²/2 = ρ*, ρ* from CKS (``certified``) or Bun–Steinke (``zcdp``).
+    """
+    from .symmetric import packing
+
+    own = math.sqrt(math.fsum(float(c) ** 2 for c in coeffs))
+    normc = max(norm, own) * (1.0 + 1e-9)
+    margin = math.sqrt(packing(d + 1).size * T) * 2.0**-30
+    if calibration == "certified":
+        rho_star = rho_from_epsilon_delta_cks(epsilon, delta)
+    else:
+        rho_star = zcdp_rho_star(epsilon, delta)
+    room = math.sqrt(2.0 * rho_star) - margin
+    if not room > 0:
+        raise ValueError("(ε, δ) too small for the secure grid's rounding margin")
+    sens = Lt2 * normc
+    sigma = sens / room
+    comp = {
+        "type": "discrete_gaussian",
+        "sensitivity": sens + margin * sigma,  # ρ = (sens/σ + margin)²/2
+        "sigma": sigma,
+        "count": 1,
+        "rounding_margin": margin,
+    }
+    return sigma, [comp], (sens / sigma + margin) ** 2 / 2, margin
+
+
+def gaussian_sigma(
+    calibration: str,
+    m: int,
+    L_tilde: float,
+    epsilon: float,
+    delta: float,
+    noise_backend: str = "fast",
+) -> float:
     """σ_noise of each (symmetrised) Gaussian tree node, for m levels.
+
+    On the ``secure`` backend the nodes are *discrete* Gaussians, certified by their Rényi
+    bound alone (docs/privacy/secure-noise.md, "Gram tree"): ``certified`` is then the
+    smallest σ whose ρ = m·L̃⁴/2σ² converts to (ε, δ) by Canonne–Kamath–Steinke's formula.
+
+    >>> s2 = gaussian_sigma("certified", 27, math.sqrt(2), 1.0, 0.1, "secure"); round(s2, 4)
+    14.1865
 
     >>> round(gaussian_sigma("paper", 27, math.sqrt(2), 1.0, 0.1), 4)
     153.3438
@@ -106,6 +154,14 @@ def gaussian_sigma(calibration: str, m: int, L_tilde: float, epsilon: float, del
     11.2848
     """
     Lt2 = L_tilde**2
+    if noise_backend == "secure":
+        if calibration == "certified":
+            return math.sqrt(m * Lt2 * Lt2 / (2.0 * rho_from_epsilon_delta_cks(epsilon, delta)))
+        if calibration != "zcdp":  # the paper's per-node (ε, δ) proofs are continuous-only
+            raise ValueError(
+                f"calibration={calibration!r} is proven for continuous Gaussian noise only; "
+                "the secure backend supports calibration certified or zcdp"
+            )
     if calibration == "certified":
         return analytic_gaussian_sigma(epsilon, delta, math.sqrt(m) * Lt2)
     if calibration in ("paper", "authors_code_2018"):
@@ -294,13 +350,19 @@ def calibrate_gram_release(
     n0: int | None = None,
     epoch: int = 0,
     noise_scale_multiplier: float = 1.0,
+    noise_backend: str = "fast",
 ) -> GramCalibration:
     """The constants of tree epoch ``epoch`` (always 0 in ``fixed`` mode).
 
     A pure function of public configuration; results are cached (treat them as read-only).
 
-    Parameters follow the policy's (spec §2). In ``doubling`` mode epoch e has capacity
-    n_e = n0·2^e, m_e = log2(n_e) + 1 and α_e = α·2^−(e+1); the bounds use the total noise of
+    Parameters follow the policy's (spec §2). ``noise_backend="secure"`` (discrete Gaussian
+    nodes on a grid, docs/privacy/secure-noise.md) supports the binary tree with Gaussian
+    noise (binary tree, √Toeplitz or BLT) and calibration ``certified`` (Rényi-certified, CKS
+    conversion) or ``zcdp``; Wishart noise is refused with one line saying why.
+
+    In ``doubling`` mode epoch e has capacity n_e = n0·2^e, m_e = log2(n_e) + 1 and
+    α_e = α·2^−(e+1); the bounds use the total noise of
     the frozen roots of earlier epochs plus the current tree (spec §7).
 
     Examples
@@ -337,6 +399,16 @@ def calibrate_gram_release(
             raise ValueError("the factorisation mechanism needs a fixed horizon (spec §11)")
     if horizon_mode not in ("fixed", "doubling"):
         raise ValueError("horizon_mode must be 'fixed' or 'doubling'")
+    if noise_backend not in ("fast", "secure"):
+        raise ValueError("noise_backend must be 'fast' or 'secure'")
+    if noise_backend == "secure":
+        if noise == "wishart":
+            raise ValueError(
+                "noise=wishart has no secure backend: its privacy proof needs the continuous "
+                "Wishart density (docs/privacy/secure-noise.md); use noise=gaussian or "
+                "noise_backend=fast"
+            )
+
     if horizon_mode == "doubling":
         if calibration == "authors_code_2018":
             raise ValueError("the authors_code_2018 profile is fixed-horizon only")
@@ -387,15 +459,24 @@ def calibrate_gram_release(
             T = int(n_steps) if n_steps else n
             norm = sqrt_toeplitz_norm(T)
             sens = Lt2 * norm
-            if calibration == "certified":
+            if noise_backend == "secure":
+                c = sqrt_toeplitz_coefficients(T)
+                sigma, accounting, rho_spent, margin = _secure_factor_sigma(
+                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                )
+            elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
             else:
                 sigma = sens / math.sqrt(2.0 * zcdp_rho_star(epsilon, delta))
             entry_std = sigma * norm * mult
             per_node = {"steps": T, "factor_norm": norm, "sensitivity": sens}
-            accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
-            rho_spent = sens**2 / (2 * sigma**2)
+            if noise_backend != "secure":
+                accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
+                rho_spent = sens**2 / (2 * sigma**2)
             noise_law = {"law": "symmetrised gaussian", "sigma": sigma, "factorisation": "sqrt"}
+            if noise_backend == "secure":
+                noise_law["law"] = "symmetrised discrete gaussian"
+                per_node["rounding_margin"] = margin
         elif tree_impl == "blt":
             # docs/privacy/dp-linucb-blt.md: sensitivity bound valid for every horizon, error at T
             T = int(n_steps) if n_steps else n
@@ -403,7 +484,12 @@ def calibrate_gram_release(
             norm = blt_sensitivity(theta, omega)
             row = blt_max_error(theta, omega, T)
             sens = Lt2 * norm
-            if calibration == "certified":
+            if noise_backend == "secure":
+                c = blt_coefficients(theta, omega, T)
+                sigma, sec_acc, sec_rho, margin = _secure_factor_sigma(
+                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                )
+            elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
             else:
                 sigma = sens / math.sqrt(2.0 * zcdp_rho_star(epsilon, delta))
@@ -420,17 +506,25 @@ def calibrate_gram_release(
             }
             accounting = [{"type": "gaussian", "sensitivity": sens, "sigma": sigma, "count": 1}]
             rho_spent = sens**2 / (2 * sigma**2)
+            if noise_backend == "secure":
+                accounting, rho_spent = sec_acc, sec_rho
             noise_law = {"law": "symmetrised gaussian", "sigma": sigma, "factorisation": "blt"}
+            if noise_backend == "secure":
+                noise_law["law"] = "symmetrised discrete gaussian"
+                per_node["rounding_margin"] = margin
         else:
-            sigma = gaussian_sigma(calibration, m, Lt, epsilon, delta)
+            sigma = gaussian_sigma(calibration, m, Lt, epsilon, delta, noise_backend)
             prior = 0.0
             for e in range(epoch):  # frozen roots of earlier doubling epochs: one node each
                 m_e = (n0 << e).bit_length()
-                prior += gaussian_sigma(calibration, m_e, Lt, epsilon, delta) ** 2
+                prior += gaussian_sigma(calibration, m_e, Lt, epsilon, delta, noise_backend) ** 2
             entry_std = math.sqrt(prior + m * sigma**2) * mult
-            accounting = [{"type": "gaussian", "sensitivity": Lt2, "sigma": sigma, "count": m}]
+            kind = "discrete_gaussian" if noise_backend == "secure" else "gaussian"
+            accounting = [{"type": kind, "sensitivity": Lt2, "sigma": sigma, "count": m}]
             rho_spent = m * Lt2**2 / (2 * sigma**2)
             noise_law = {"law": "symmetrised gaussian", "sigma": sigma}
+            if noise_backend == "secure":
+                noise_law = {"law": "symmetrised discrete gaussian", "sigma": sigma}
             per_node = {"sensitivity": Lt2, "mu": Lt2 / sigma, "rho": Lt2**2 / (2 * sigma**2)}
             if calibration == "zcdp":
                 per_node["rho_star"] = zcdp_rho_star(epsilon, delta)

@@ -102,6 +102,11 @@ class ContinualGramRelease:
         self.label = tuple(label)
         self.noise_scale_multiplier = noise_scale_multiplier
 
+    @property
+    def noise_backend(self) -> str:
+        """The noise source's backend (``fast`` unless a secure source was given)."""
+        return getattr(self.noise_source, "backend", "fast")
+
     # -- calibration -------------------------------------------------------------------------
     def calibration(self, epoch: int | None = None) -> GramCalibration:
         """The public constants of an epoch (default: the current one)."""
@@ -126,6 +131,7 @@ class ContinualGramRelease:
                 n0=self.n0,
                 epoch=e,
                 noise_scale_multiplier=self.noise_scale_multiplier,
+                noise_backend=self.noise_backend,
             )
         return cache[e]
 

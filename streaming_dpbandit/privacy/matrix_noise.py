@@ -17,6 +17,8 @@ it multiplies σ, respectively the Wishart scale s.
 from __future__ import annotations
 
 import functools
+import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -117,6 +119,30 @@ class SymmetricGaussianNoise:
         if terms != 1:
             pad *= np.sqrt(terms)
         return node, pad
+
+    # -- the secure backend (docs/privacy/secure-noise.md, "Gram tree") ----------------------
+    def grid_exponent(self, data_exponent: int) -> int:
+        """g of the node grid γ = 2^−g: γ divides the data's unit 2^−``data_exponent`` and
+        σ/γ ≥ 2³⁰ (σ the smallest entry scale, the off-diagonal one)."""
+        s = self.sigma * self.scale_multiplier
+        return max(data_exponent, 30 - (math.frexp(s)[1] - 1))
+
+    def _variances_units(self, g: int, terms: int) -> list[Fraction]:
+        cache = self.__dict__.setdefault("_var_cache", {})
+        key = (g, terms, self.sigma, self.scale_multiplier)
+        if key not in cache:
+            s2 = Fraction(self.sigma * self.scale_multiplier) ** 2 * Fraction(4) ** g * terms
+            cache[key] = [2 * s2 if diag else s2 for diag in packing(self.p).is_diag]
+        return cache[key]
+
+    def sample_units(self, rng, g: int, terms: int = 1) -> np.ndarray:
+        """Secure: one packed node noise as int64 units of γ = 2^−g, entry i exactly
+        N_ℤ(0, σ_i²/γ²) (σ_i = σ off the diagonal, σ√2 on it; ``terms``·σ_i² for pads)."""
+        return rng.normal_units(self._variances_units(g, terms))
+
+    def sample_pair_units(self, rng, g: int, terms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Secure: a node noise and the pad (``terms``·σ² per entry), from one stream."""
+        return self.sample_units(rng, g), self.sample_units(rng, g, terms)
 
     def law(self) -> dict:
         return {"law": "symmetrised gaussian", "sigma": float(self.sigma)}

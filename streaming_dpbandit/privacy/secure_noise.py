@@ -28,10 +28,14 @@ after a crash from the same labels is bit-identical. OpenDP's audited samplers c
 for that: they draw from OpenDP's own unseedable CSPRNG (``opendp._data.fill_bytes``), so a
 re-processed episode would get fresh noise.
 
-Only ``laplace`` and ``normal`` are provided, with the value to protect as ``loc``
+Provided: ``laplace`` and ``normal`` with the value to protect as ``loc``
 (``rng.laplace(x, b)``, not ``x + rng.laplace(0, b)``: adding grid noise to an off-grid value in
-floating point would leak the value's low bits). Every other sampler raises, so a mechanism not
-migrated to this interface fails loudly instead of silently using floating-point noise.
+floating point would leak the value's low bits); ``normal_units`` (exact N_ℤ draws as integer
+grid units, for mechanisms that add them to exact integer sums themselves: the Gram tree, the
+Gram releases, the factorisation steps); exact ``bernoulli`` and ``logistic_coins``, a
+``sign_symmetric_normal`` base law and ``permutation`` (data-independent randomness of the
+ℓ2-ball and SVT). Every other sampler raises, so a mechanism not migrated to this interface
+fails loudly instead of silently using floating-point noise.
 """
 
 from __future__ import annotations
@@ -110,9 +114,26 @@ class _Bits:
                 return v
 
 
+_TWO64 = 1 << 64
+
+
 def _bernoulli(bits: _Bits, num: int, den: int) -> bool:
-    """Bernoulli(num/den), 0 ≤ num ≤ den."""
-    return bits.below(den) < num
+    """Bernoulli(num/den), 0 ≤ num ≤ den: is U < num/den for U uniform in [0, 1)?
+
+    Compares U's base-2⁶⁴ digits (one random word each) with those of num/den, lazily: the
+    first differing digit decides, so P[True] = num/den exactly, with one word and one integer
+    division almost always (a tie continues, probability 2⁻⁶⁴) — instead of rejection sampling
+    a uniform integer below den, which took ⌈log₂ den / 64⌉ words per try (several for the
+    discrete Gaussian's ~150-bit denominators) and up to two tries.
+    """
+    if num <= 0:
+        return False
+    r = num
+    while True:
+        digit, r = divmod(r * _TWO64, den)
+        w = bits._word()
+        if w != digit:
+            return w < digit
 
 
 def _bernoulli_exp1(bits: _Bits, num: int, den: int) -> bool:
@@ -224,6 +245,113 @@ class SecureGenerator:
     def normal(self, loc=0.0, scale: float = 1.0, size=None):
         """``loc`` rounded to the grid γ of ``scale`` plus γ·N_ℤ(0, (scale/γ)²)."""
         return self._release(loc, scale, size, discrete_gaussian)
+
+    def normal_units(self, sigma2_units, size: int | None = None) -> np.ndarray:
+        """Exact N_ℤ(0, σ²) draws as int64 *grid units*, σ² an exact rational.
+
+        For mechanisms that keep their value exactly on a grid (integer units) and add the
+        noise in integers themselves, so that no floating-point sum ever mixes the value with
+        the noise (the Gram tree of DP-LinUCB, ``docs/privacy/secure-noise.md``).
+        ``sigma2_units`` is σ² in grid units (a :class:`~fractions.Fraction` or exact float):
+        one value and a ``size``, or a sequence of per-entry variances (one draw each).
+
+        >>> z = SecureGenerator(bytes(32)).normal_units(Fraction(2**62), 3)
+        >>> z.dtype, z.shape
+        (dtype('int64'), (3,))
+        >>> SecureGenerator(bytes(32)).normal_units([Fraction(2**62)] * 3).tolist() == z.tolist()
+        True
+        """
+        if size is not None:
+            sigma2_units = [sigma2_units] * size
+        out = []
+        for v in sigma2_units:
+            sigma2 = v if isinstance(v, Fraction) else Fraction(v)
+            if not sigma2 > 0:
+                raise ValueError("the noise variance must be positive")
+            if sigma2 > 2**100:  # callers add up to 64 draws in int64: keep 2⁶³ ≥ 40σ·64 away
+                raise ValueError("σ too large for int64 grid units (> 2^50)")
+            out.append(_dgauss(self._bits, sigma2))
+        return np.array(out, dtype=np.int64)
+
+    def bernoulli(self, p, n: int) -> np.ndarray:
+        """n exact Bernoulli(p) coins, p a float in [0, 1] taken as its exact rational value
+        (or a :class:`~fractions.Fraction`); one p, or an array of n.
+
+        >>> SecureGenerator(bytes(32)).bernoulli(np.array([0.0, 1.0, 1.0]), 3).tolist()
+        [False, True, True]
+        """
+        ps = np.broadcast_to(np.asarray(p, dtype=object), (n,))
+        out = np.empty(n, dtype=bool)
+        for i, pi in enumerate(ps):
+            f = pi if isinstance(pi, Fraction) else Fraction(float(pi))
+            if not 0 <= f <= 1:
+                raise ValueError("a probability must lie in [0, 1]")
+            out[i] = _bernoulli(self._bits, f.numerator, f.denominator)
+        return out
+
+    def logistic_coins(self, epsilon: float, n: int) -> np.ndarray:
+        """n exact Bernoulli(1/(1 + e^ε)) coins (ε ≥ 0 a float, taken exactly).
+
+        With a = e^−ε: per round, a fair coin; heads → output 1 with probability a (else
+        retry), tails → output 0; so P[1] = (a/2)/(a/2 + 1/2) = a/(1 + a) = 1/(1 + e^ε),
+        using CKS's exact Bernoulli(e^−γ).
+
+        >>> c = SecureGenerator(bytes(32)).logistic_coins(1.0, 20_000)
+        >>> bool(abs(c.mean() - 1 / (1 + np.e)) < 4 * (0.27 * 0.73 / 20_000) ** 0.5)
+        True
+        """
+        f = Fraction(float(epsilon))
+        if f < 0:
+            raise ValueError("epsilon must be non-negative")
+        out = np.empty(n, dtype=bool)
+        bits = self._bits
+        for i in range(n):
+            while True:
+                if bits.below(2):
+                    if _bernoulli_exp(bits, f.numerator, f.denominator):
+                        out[i] = True
+                        break
+                else:
+                    out[i] = False
+                    break
+        return out
+
+    def sign_symmetric_normal(self, shape) -> np.ndarray:
+        """Approximately N(0, 1) floats whose law is *exactly* invariant under x → −x.
+
+        A *base measure* for data-independent directions (the ℓ2-ball mechanism's output
+        sphere), never noise added to data: magnitudes |N(0, 1)| from a numpy generator seeded
+        by this stream, each times an exact fair sign bit from this stream. The ℓ2-ball
+        mechanism's privacy needs only the exact symmetry, not the exact normal law.
+
+        >>> z = SecureGenerator(bytes(32)).sign_symmetric_normal((2, 3)); z.shape
+        (2, 3)
+        """
+        shape = shape if isinstance(shape, tuple) else (shape,)
+        seed = np.array([self._bits._word() for _ in range(4)], dtype=np.uint64)
+        mag = np.abs(np.random.Generator(np.random.PCG64(seed)).standard_normal(shape))
+        n = int(np.prod(shape))
+        signs = np.empty(n, dtype=np.float64)
+        for i in range(0, n, 64):  # 64 sign bits per word
+            w = self._bits._word()
+            for j in range(min(64, n - i)):
+                signs[i + j] = -1.0 if (w >> j) & 1 else 1.0
+        return mag * signs.reshape(shape)
+
+    def permutation(self, n: int) -> np.ndarray:
+        """A uniform permutation of range(n) (Fisher–Yates on exact uniform integers).
+
+        Data-independent randomness (e.g. SVT's query order); provided so that a mechanism on
+        the secure backend draws everything from its one keyed stream.
+
+        >>> sorted(SecureGenerator(bytes(32)).permutation(5).tolist())
+        [0, 1, 2, 3, 4]
+        """
+        out = np.arange(n)
+        for i in range(n - 1, 0, -1):
+            j = self._bits.below(i + 1)
+            out[i], out[j] = out[j], out[i]
+        return out
 
     def __getattr__(self, name: str):
         if name.startswith("_"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .draw_counter import DrawCounter
@@ -54,12 +56,56 @@ class StepwisePrefix(DrawCounter):
         self._pending += rows.shape[0]
         return rows.shape[0]
 
+    # -- the secure backend (docs/privacy/secure-noise.md, "Factorisations") ---------------------
+    @property
+    def secure(self) -> bool:
+        """Whether steps are exact integer encodings plus discrete Gaussian noise."""
+        return getattr(self.noise, "backend", "fast") == "secure"
+
+    def _secure_step(self, g_stream) -> np.ndarray:
+        """Step j on the secure backend: γ·(rint((C̃x)_j/γ) + Z_j) (floats: post-processing).
+
+        The step sum x_j = M − M at the previous step (exact integers); ``_encoder`` is the
+        host's :class:`~.secure_steps.ExactToeplitzSteps`.
+        """
+        enc = self._encoder()
+        if not hasattr(self, "_M_last"):
+            self._M_last = np.zeros_like(self._M)
+        x = self._M - self._M_last
+        self._M_last = self._M.copy()
+        g = enc.g
+        Y = enc.push(x) + self.sampler.sample_units(g_stream, g).astype(object)
+        return np.array([math.ldexp(float(v), -g) for v in Y])
+
+    def _secure_counters(self) -> dict:
+        if not self.secure:
+            return {}
+        return {
+            "M_last": getattr(self, "_M_last", np.zeros_like(self._M)).copy(),
+            "encoder": self._encoder().state_dict(),
+        }
+
+    def _load_secure_counters(self, state: dict) -> None:
+        if not self.secure:
+            return
+        if "encoder" not in state:
+            raise ValueError(
+                "this snapshot's factorisation was drawn by the fast backend: it cannot switch "
+                "to the secure backend mid-way (noise_backend=fast resumes it)"
+            )
+        self._M_last = np.asarray(state["M_last"], dtype=np.int64).copy()
+        self._encoder().load_state_dict(state["encoder"])
+
     def exact_sum(self) -> np.ndarray:
         """The exact prefix (SENSITIVE)."""
         return units_to_float(self._state()._M)
 
     def noise_sum(self) -> np.ndarray:
         """Noise of the current release (SENSITIVE; simulation diagnostics only)."""
+        if self.secure:  # the secure release (the noisy steps, post-processed) − its rows
+            self._state()
+            last = getattr(self, "_M_last", np.zeros_like(self._M))
+            return self._noise_sum - units_to_float(last)
         return self._state()._noise_sum.copy()
 
     def _counters(self) -> dict:
@@ -70,6 +116,7 @@ class StepwisePrefix(DrawCounter):
             "s": self._s,
             "pending": self._pending,
             "step": self._step,
+            **self._secure_counters(),
         }
 
     def _load_counters(self, state: dict) -> None:
@@ -78,3 +125,4 @@ class StepwisePrefix(DrawCounter):
         self._pending = int(state["pending"])
         self._step = int(state["step"])
         self._draws = dict(state["draws"])
+        self._load_secure_counters(state)

@@ -28,16 +28,26 @@ Implementation choices (equal in law to the spec's pseudo-code, see docs/dp-linu
   the data, so drawing them fresh per release costs no privacy; a retired node's noise is never
   reused as a pad (its slot is zeroed).
 
+Secure backend (``noise.backend == "secure"``, docs/privacy/secure-noise.md "Gram tree"). The
+exact prefix M is already on the grid 2⁻³² (integer units), so every node sum is too. The node
+noises are drawn as exact discrete Gaussians in integer units of a power-of-two grid γ = 2^−g
+that divides 2⁻³² (so no value is ever rounded: the sensitivity and ρ are exactly the
+continuous calibration's), the release is computed in integers, M·2^(g−32) + Σ noise, and
+converted to float once (a function of the integer release alone). Node and pad noise are
+held as int64 units; a snapshot stores them, never re-draws them.
+
 Memory: m node matrices + one pad + the exact prefix, each (d+1)(d+2)/2 numbers: O(m·d²).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .draw_counter import DrawCounter
 from .noise import NoiseSource
-from .rows import exact_gram_units, units_to_float
+from .rows import QBITS, exact_gram_units, units_to_float
 from .symmetric import packing
 
 __all__ = ["PaddedTree", "tree_levels"]
@@ -121,20 +131,43 @@ class PaddedTree(DrawCounter):
     def m(self) -> int:
         return tree_levels(self.n_cap)
 
+    @property
+    def secure(self) -> bool:
+        """Whether node noise is exact discrete Gaussian on a grid (the secure backend)."""
+        return getattr(self.noise, "backend", "fast") == "secure"
+
+    @property
+    def grid_exponent(self) -> int | None:
+        """g of the secure node grid γ = 2^−g (``None`` on the fast backend)."""
+        return self.sampler.grid_exponent(2 * QBITS) if self.secure else None
+
     def _state(self):
         if not hasattr(self, "_M"):
             P = packing(self.p).size
+            ndt = np.int64 if self.secure else np.float64  # secure: int64 units of γ
             self._s = 0
             self._M = np.zeros(P, dtype=_units_dtype(self.n_cap, self.row_norm_sq))
-            self._E = np.zeros((self.m, P))
+            self._E = np.zeros((self.m, P), dtype=ndt)
             self._node_s = [-1] * self.m  # s_c of the node noise held per level (−1: none)
             self._held = 0  # bit ℓ set iff _node_s[ℓ] ≥ 0
-            self._pad = np.zeros(P)
+            self._pad = np.zeros(P, dtype=ndt)
             self._pad_terms = 0
             self._release_s = -1
-            self._noise_sum = np.zeros(P)
+            self._noise_sum = np.zeros(P, dtype=ndt)
             self._draws = {"node": 0, "pad": 0}
         return self
+
+    def _sample(self, g, terms: int = 1):
+        if self.secure:
+            return self.sampler.sample_units(g, self.grid_exponent, terms)
+        return self.sampler.sample(g, terms=terms) if terms != 1 else self.sampler.sample(g)
+
+    def _secure_value(self, noise_units: np.ndarray) -> np.ndarray:
+        """float(M·2^(g−32) + noise) · 2^−g, the sum in exact integers, rounded once."""
+        g = self.grid_exponent
+        M = self._M.astype(object) * (1 << (g - 2 * QBITS))
+        total = M + noise_units.astype(object)
+        return np.array([math.ldexp(float(v), -g) for v in total], dtype=np.float64)
 
     @property
     def s(self) -> int:
@@ -215,10 +248,14 @@ class PaddedTree(DrawCounter):
                     )
                 g = self._stream(s_c)
                 if s_c == s and terms > 0:  # the node completing now and the pads: one call
-                    self._E[ell], pad = self.sampler.sample_pair(g, terms)
+                    if self.secure:
+                        pair = self.sampler.sample_pair_units(g, self.grid_exponent, terms)
+                    else:
+                        pair = self.sampler.sample_pair(g, terms)
+                    self._E[ell], pad = pair
                     self._draws["pad"] += 1
                 else:
-                    self._E[ell] = self.sampler.sample(g)
+                    self._E[ell] = self._sample(g)
                 node_s[ell] = s_c
                 self._draws["node"] += 1
         if terms > 0:
@@ -226,7 +263,7 @@ class PaddedTree(DrawCounter):
                 # s = 0 (no node completes at 0), or root_value() already drew the node at s
                 # s > release_s (checked on entry): the pad stream of s is new
                 g_s = self._stream(s, "pad") if s else self._stream(0)
-                pad = self.sampler.sample(g_s, terms=terms)
+                pad = self._sample(g_s, terms)
                 self._draws["pad"] += 1
             self._pad = pad
         else:
@@ -239,6 +276,8 @@ class PaddedTree(DrawCounter):
     def release(self) -> np.ndarray:
         """The packed release R_s = M_s + (exactly m noise terms); stable until a row arrives."""
         self._state()._refresh_noise()
+        if self.secure:
+            return self._secure_value(self._noise_sum)
         return units_to_float(self._M) + self._noise_sum
 
     def root_value(self) -> np.ndarray:
@@ -254,10 +293,12 @@ class PaddedTree(DrawCounter):
             if s <= self._release_s:
                 raise RuntimeError("the root node was released without its noise")
             g = self._stream(s)
-            self._E[top] = self.sampler.sample(g)
+            self._E[top] = self._sample(g)
             self._node_s[top] = s
             self._held |= 1 << top
             self._draws["node"] += 1
+        if self.secure:
+            return self._secure_value(self._E[top])
         return units_to_float(self._M) + self._E[top]
 
     # -- sensitive views (simulation and tests only) -----------------------------------------
@@ -268,6 +309,8 @@ class PaddedTree(DrawCounter):
     def noise_sum(self) -> np.ndarray:
         """N_s of the current release (SENSITIVE; simulation diagnostics only)."""
         self._state()._refresh_noise()
+        if self.secure:
+            return self._noise_sum.astype(np.float64) * 2.0**-self.grid_exponent
         return self._noise_sum.copy()
 
     # -- persistence ------------------------------------------------------------------------
@@ -289,10 +332,18 @@ class PaddedTree(DrawCounter):
         self._state()
         self._s = int(state["s"])
         self._M = np.asarray(state["M"], dtype=_units_dtype(self.n_cap, self.row_norm_sq)).copy()
-        self._E = np.asarray(state["E"], dtype=np.float64).copy()
+        ndt = np.int64 if self.secure else np.float64
+        E, pad = np.asarray(state["E"]), np.asarray(state["pad"])
+        drawn_fast = E.dtype.kind == "f" or pad.dtype.kind == "f"
+        if self.secure and drawn_fast and (E.any() or pad.any()):
+            raise ValueError(
+                "this snapshot's tree noise was drawn by the fast backend: a tree epoch cannot "
+                "switch to the secure backend mid-way (noise_backend=fast resumes it)"
+            )
+        self._E = E.astype(ndt).copy()
         self._node_s = [int(v) for v in state["node_s"]]
         self._held = self._held_from_levels()
-        self._pad = np.asarray(state["pad"], dtype=np.float64).copy()
+        self._pad = pad.astype(ndt).copy()
         self._pad_terms = int(state["pad_terms"])
         self._release_s = int(state["release_s"])
         self._draws = dict(state["draws"])

@@ -32,6 +32,11 @@ class TreeAggregator:
         derive a fresh, never-reused stream per j (for example from a keyed :class:`NoiseSource`).
     unit
         Real value of one unit of the (exact integer) leaves; 1.0 for float leaves.
+    node_release
+        Optional ``node_release(j, exact)``: the noisy release of the node closed by leaf j
+        from its exact sum (in leaf units). Replaces ``exact·unit + node_noise(j)`` for the
+        secure backend, which must add grid noise to the exact integer sum itself
+        (:func:`~.gram.secure_sym_gauss_release`); it must derive a fresh stream per j.
 
     Examples
     --------
@@ -49,10 +54,12 @@ class TreeAggregator:
         shape: tuple[int, ...],
         node_noise: Callable[[int], np.ndarray],
         unit: float = 1.0,
+        node_release: Callable[[int, np.ndarray], np.ndarray] | None = None,
     ):
         self.shape = tuple(shape)
         self.node_noise = node_noise
         self.unit = unit
+        self.node_release = node_release
 
     def _state(self):
         if not hasattr(self, "_count"):
@@ -89,8 +96,11 @@ class TreeAggregator:
             self._exact[k] = None
             self._noisy[k] = None
         self._exact[i] = total
-        real = np.asarray(total, dtype=np.float64) * self.unit
-        self._noisy[i] = real + np.asarray(self.node_noise(j), dtype=np.float64)
+        if self.node_release is not None:
+            self._noisy[i] = np.asarray(self.node_release(j, total), dtype=np.float64)
+        else:
+            real = np.asarray(total, dtype=np.float64) * self.unit
+            self._noisy[i] = real + np.asarray(self.node_noise(j), dtype=np.float64)
         self._count = j
 
     def prefix(self) -> np.ndarray:

@@ -18,8 +18,11 @@ import math
 from collections.abc import Iterable
 
 __all__ = [
+    "delta_from_rho_cks",
     "epsilon_from_rho",
+    "epsilon_from_rho_cks",
     "rho_from_epsilon_delta",
+    "rho_from_epsilon_delta_cks",
     "rho_gaussian",
     "rho_pure",
     "rho_sum",
@@ -82,3 +85,79 @@ def rho_sum(values: Iterable[float]) -> float:
     for v in values:
         total = math.nextafter(total + float(v), math.inf)
     return total
+
+
+def _log_delta_cks(alpha: float, rho: float, epsilon: float) -> float:
+    a1 = alpha - 1.0
+    return a1 * (alpha * rho - epsilon) - math.log(a1) + alpha * math.log1p(-1.0 / alpha)
+
+
+def delta_from_rho_cks(rho: float, epsilon: float) -> float:
+    """δ at ``epsilon`` of a ρ-zCDP mechanism by Canonne, Kamath & Steinke's conversion.
+
+    CKS (NeurIPS 2020) Corollary 13: ρ-zCDP implies (ε, δ)-DP with
+    δ = inf_{α>1} exp((α−1)(αρ−ε))/(α−1)·(1 − 1/α)^α. *Every* α > 1 gives a valid δ, so a
+    numerical minimiser can only be loose, never unsound. Tighter than Bun–Steinke's
+    ε = ρ + 2√(ρ ln 1/δ); unlike the analytic-Gaussian profile it needs nothing but the Rényi
+    bound, so it certifies the *discrete* Gaussian (whose Rényi divergences are those of the
+    continuous one, CKS Prop. 5) — the secure noise backend's accounting
+    (``docs/privacy/secure-noise.md``). Agrees with OpenDP's ``make_zCDP_to_approxDP``.
+
+    >>> round(delta_from_rho_cks(0.5, 2.753049548325312), 6)
+    0.01
+    """
+    if not (rho > 0 and epsilon >= 0):
+        raise ValueError("need rho > 0 and epsilon >= 0")
+    from scipy import optimize
+
+    # α* solves d/dα: near (ε + ρ)/(2ρ) for small ρ; search log(α − 1) over a wide bracket
+    f = lambda t: _log_delta_cks(1.0 + math.exp(t), rho, epsilon)  # noqa: E731
+    res = optimize.minimize_scalar(
+        f, bounds=(-30.0, 30.0), method="bounded", options={"xatol": 1e-10}
+    )
+    best = min(float(res.fun), f(math.log(max((epsilon + rho) / (2 * rho) - 1.0, 1e-12))))
+    return min(1.0, math.exp(best))
+
+
+def _bisect(ok, good: float, bad: float, rel: float) -> float:
+    """Bisect between ``good`` (kept: returned if nothing better is verified) and ``bad`` down
+    to a relative width ``rel``; return the verified end, so the result always satisfies
+    ``ok`` (or is ``good``, valid on its own)."""
+    while abs(bad - good) > rel * max(1.0, abs(good)):
+        mid = 0.5 * (good + bad)
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def epsilon_from_rho_cks(rho: float, delta: float) -> float:
+    """The smallest ε (to 10⁻¹⁰, rounded up) with :func:`delta_from_rho_cks` ≤ ``delta``.
+
+    >>> round(epsilon_from_rho_cks(0.5, 1e-6), 6)
+    5.221534
+    """
+    if not (rho >= 0 and 0 < delta < 1):
+        raise ValueError("need rho >= 0 and 0 < delta < 1")
+    if rho == 0:
+        return 0.0
+    # Bun–Steinke's ε is always enough; the returned end always satisfies the predicate
+    ok = lambda e: delta_from_rho_cks(rho, e) <= delta  # noqa: E731
+    return _bisect(ok, epsilon_from_rho(rho, delta), 0.0, 1e-10)
+
+
+def rho_from_epsilon_delta_cks(epsilon: float, delta: float) -> float:
+    """The largest ρ (to 10⁻¹², rounded down) whose CKS conversion is (ε, δ)-DP.
+
+    >>> r = rho_from_epsilon_delta_cks(1.0, 1e-6)
+    >>> delta_from_rho_cks(r, 1.0) <= 1e-6 < delta_from_rho_cks(r * 1.001, 1.0)
+    True
+    >>> r > rho_from_epsilon_delta(1.0, 1e-6)  # tighter than Bun–Steinke
+    True
+    """
+    if not (epsilon > 0 and 0 < delta < 1):
+        raise ValueError("need epsilon > 0 and 0 < delta < 1")
+    lo = rho_from_epsilon_delta(epsilon, delta)  # valid by Bun–Steinke whatever CKS says
+    ok = lambda r: delta_from_rho_cks(r, epsilon) <= delta  # noqa: E731
+    return _bisect(ok, lo, 4.0 * lo + epsilon, 1e-12)
