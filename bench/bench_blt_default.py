@@ -3,15 +3,16 @@
 For each configuration, DP-LinUCB (certified Gaussian) with ``tree_impl="binary"`` (the old
 default) and ``tree_impl="blt"`` runs on the same streams (common random numbers:
 ``experiments.runner.simulate``, base seed 0; each run draws its own DP noise), ≥ 20
-repetitions. Prints one JSON document: per configuration and ε, the final regret (mean, s.e.),
-the paired difference BLT − tree (mean, s.e.) and the per-release noise standard deviation of
-one Gram entry from the calibration (``entry_std``; its square is the noise variance).
+repetitions. Prints one JSON line per configuration as it finishes: per ε, the final regret
+(mean, s.e.), the paired difference BLT − tree (mean, s.e.) and the per-release noise standard
+deviation of one Gram entry from the calibration (``entry_std``; its square is the variance).
 
 Configurations: the frontier's (unit-action environment d = 5, K = 25 and d = 20, K = 20;
 batches of 256, n_cap = horizon) and the service's defaults (batch_size = 1,
 n_cap = 2²⁰, a shorter horizon since every round is a release).
 
-Usage: python bench/bench_blt_default.py [--seeds 20] [--horizon 100000] [--jobs 2] [--quick]
+Usage: python bench/bench_blt_default.py [--seeds 20] [--horizon 100000] [--service-horizon 3000]
+[--configs d5,d20,service] [--jobs 2] [--quick]
 """
 
 from __future__ import annotations
@@ -31,13 +32,28 @@ from streaming_dpbandit.experiments.runner import RunSpec, simulate
 from streaming_dpbandit.privacy.gram_calibration import calibrate_gram_release
 
 DELTA = 1e-6
-IMPLS = ("binary", "blt")
+#: key -> (tree_impl, calibration): BLT against the tree under the certified calibration (the
+#: old default) and the tree's other Gaussian calibrations (spec §11: the paper-calibrated and
+#: the zCDP tree)
+VARIANTS = {
+    "blt": ("blt", "certified"),
+    "tree": ("binary", "certified"),
+    "tree-paper": ("binary", "paper"),
+    "tree-zcdp": ("binary", "zcdp"),
+}
+#: the spec §9 ratios of ``track_bounds`` (worst over repetitions: min for the first)
+RATIOS = (
+    ("sim_min_lambda_min_over_rho_min", min),
+    ("sim_max_lambda_max_over_rho_max", max),
+    ("sim_max_h_norm_over_gamma", max),
+    ("sim_non_pd_H", max),
+)
 
 
 def _specs(d: int, horizon: int, n_cap: int, batch: int, epsilons) -> list[RunSpec]:
     specs = []
     for eps in epsilons:
-        for impl in IMPLS:
+        for name, (impl, cal) in VARIANTS.items():
             params = {
                 "d": d,
                 "epsilon": float(eps),
@@ -45,10 +61,12 @@ def _specs(d: int, horizon: int, n_cap: int, batch: int, epsilons) -> list[RunSp
                 "n_cap": n_cap,
                 "batch_size": batch,
                 "tree_impl": impl,
+                "calibration": cal,
+                "track_bounds": True,
                 "release_records": False,
             }
             specs.append(
-                RunSpec(f"{impl} ε={eps:g}", "dp-linucb", params, horizon, eps, DELTA, "private")
+                RunSpec(f"{name} ε={eps:g}", "dp-linucb", params, horizon, eps, DELTA, "private")
             )
     return specs
 
@@ -65,29 +83,26 @@ def run_config(name, env, horizon, n_cap, batch, epsilons, seeds, jobs) -> dict:
     steps = 1 - (-n_cap // batch)  # the policy's release horizon for the factorisations
     rows = []
     for eps in epsilons:
-        tree, blt = res.finals[f"binary ε={eps:g}"], res.finals[f"blt ε={eps:g}"]
-        std = {
-            impl: calibrate_gram_release(
+        blt = res.finals[f"blt ε={eps:g}"]
+        row = {"epsilon": eps}
+        for vname, (impl, cal) in VARIANTS.items():
+            key = f"{vname} ε={eps:g}"
+            row[f"regret_{vname}"] = _mean_se(res.finals[key])
+            if vname != "blt":
+                row[f"paired_blt_minus_{vname}"] = _mean_se(blt - res.finals[key])
+            row[f"entry_std_{vname}"] = calibrate_gram_release(
                 env.d,
                 float(eps),
                 DELTA,
                 n_cap,
+                calibration=cal,
                 tree_impl=impl,
                 n_steps=None if impl == "binary" else steps,
             ).entry_std
-            for impl in IMPLS
-        }
-        rows.append(
-            {
-                "epsilon": eps,
-                "regret_tree": _mean_se(tree),
-                "regret_blt": _mean_se(blt),
-                "paired_blt_minus_tree": _mean_se(blt - tree),
-                "entry_std_tree": std["binary"],
-                "entry_std_blt": std["blt"],
-                "variance_ratio_blt_over_tree": (std["blt"] / std["binary"]) ** 2,
-            }
-        )
+            reps = res.counters_by_rep[key]
+            row[f"ratios_{vname}"] = {k: agg(c[k] for c in reps) for k, agg in RATIOS}
+        row["variance_ratio_blt_over_tree"] = (row["entry_std_blt"] / row["entry_std_tree"]) ** 2
+        rows.append(row)
     return {
         "config": name,
         "env": res.env,
@@ -100,22 +115,26 @@ def run_config(name, env, horizon, n_cap, batch, epsilons, seeds, jobs) -> dict:
     }
 
 
+CONFIGS = ("d5", "d20", "service")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--horizon", type=int, default=100_000)
-    p.add_argument("--service-horizon", type=int, default=20_000)
+    p.add_argument("--service-horizon", type=int, default=3_000)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--configs", default=",".join(CONFIGS), help="subset of " + ",".join(CONFIGS))
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
     if a.quick:
-        a.seeds, a.horizon, a.service_horizon = 3, 5_000, 2_000
+        a.seeds, a.horizon, a.service_horizon = 3, 5_000, 1_000
     eps = (1.0, 5.0)
-    out = [
-        run_config(
+    runs = {
+        "d5": lambda: run_config(
             "frontier d=5", ShariffSheffetEnv(d=5), a.horizon, a.horizon, 256, eps, a.seeds, a.jobs
         ),
-        run_config(
+        "d20": lambda: run_config(
             "frontier d=20",
             ShariffSheffetEnv(d=20, K=20),
             a.horizon,
@@ -125,7 +144,7 @@ def main(argv=None) -> int:
             a.seeds,
             a.jobs,
         ),
-        run_config(
+        "service": lambda: run_config(
             "service defaults d=5",
             ShariffSheffetEnv(d=5),
             a.service_horizon,
@@ -135,8 +154,10 @@ def main(argv=None) -> int:
             a.seeds,
             a.jobs,
         ),
-    ]
-    print(json.dumps(out, indent=1))
+    }
+    for name in a.configs.split(","):
+        # one JSON document per line, as each configuration finishes
+        print(json.dumps(runs[name]()), flush=True)
     return 0
 
 
