@@ -100,7 +100,13 @@ def throughput(n: int, reps: int) -> dict:
     makers = {
         "linucb": lambda: LinUCB(d=20, beta=1.0, batch_size=256, seed=0),
         "dp_tree": lambda: DPLinUCB(
-            d=20, epsilon=EPS, delta=DELTA, n_cap=1 << 24, batch_size=256, seed=0
+            d=20,
+            epsilon=EPS,
+            delta=DELTA,
+            n_cap=1 << 24,
+            batch_size=256,
+            tree_impl="binary",
+            seed=0,
         ),
         "dp_blt": lambda: DPLinUCB(
             d=20,

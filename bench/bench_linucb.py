@@ -144,7 +144,14 @@ def ours_linucb(batch: int = BATCH):
 def ours_dp(noise: str, batch: int = BATCH):
     return _prepared(
         lambda s: DPLinUCB(
-            d=s.d, epsilon=1.0, delta=1e-6, n_cap=1 << 24, noise=noise, batch_size=batch, seed=0
+            d=s.d,
+            epsilon=1.0,
+            delta=1e-6,
+            n_cap=1 << 24,
+            noise=noise,
+            batch_size=batch,
+            tree_impl="binary",
+            seed=0,
         ),
         lambda pol, s, a, b: _policy_loop(pol, s, a, b, batch),
     )
@@ -486,7 +493,14 @@ def bench_memory() -> list:
     ):
         tracemalloc.start()
         pol = DPLinUCB(
-            d=d, epsilon=1.0, delta=1e-6, n_cap=n_cap, noise=noise, seed=0, batch_size=256
+            d=d,
+            epsilon=1.0,
+            delta=1e-6,
+            n_cap=n_cap,
+            noise=noise,
+            seed=0,
+            batch_size=256,
+            tree_impl="binary",
         )
         pol.refit()
         X = np.random.default_rng(0).standard_normal((256, 2, d)) / np.sqrt(d)

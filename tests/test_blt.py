@@ -21,6 +21,7 @@ from streaming_dpbandit.privacy.factorization import sqrt_toeplitz_norm
 from streaming_dpbandit.privacy.gram_calibration import calibrate_gram_release
 from streaming_dpbandit.privacy.matrix_noise import SymmetricGaussianNoise
 from streaming_dpbandit.privacy.noise import NoiseSource
+from streaming_dpbandit.privacy.tree import PaddedTree
 from streaming_dpbandit.utils.serialization import dumps, loads
 
 
@@ -177,3 +178,44 @@ def test_policy_runs_restores_identically_and_ledgers_blt():
     assert dumps(restored.state_dict()) == dumps(full.state_dict())
     assert isinstance(full._agg.aggregator, BLTAggregator)
     assert DPLinUCB(d=2, epsilon=1.0, delta=0.1, n_cap=64, tree_impl="blt").n_steps is None
+
+
+def test_blt_is_the_default_where_it_applies_and_snapshots_record_the_mechanism():
+    from tests.test_dp_linucb import fixed_stream, run
+
+    default = DPLinUCB(d=4, epsilon=1.0, delta=0.1, n_cap=1 << 14, batch_size=32, seed=11)
+    assert default.tree_impl == "auto" and default.resolved_tree_impl() == "blt"
+    for other in ({"noise": "wishart"}, {"calibration": "paper"}, {"horizon_mode": "doubling"}):
+        assert DPLinUCB(d=4, **other).resolved_tree_impl() == "binary", other
+    run(default, fixed_stream(200, seed=4), 200, [])
+    state = default.state_dict()
+    assert state["tree_impl"] == "blt" and state["params"]["tree_impl"] == "auto"
+    assert isinstance(default._agg.aggregator, BLTAggregator)
+
+
+def test_a_snapshot_of_the_old_default_tree_restores_as_the_tree():
+    """A snapshot written when the binary tree was the default (no top-level ``tree_impl``;
+    its parameters say ``binary``) restores into a default-configured policy as the tree and
+    continues exactly as the uninterrupted tree run."""
+    from tests.test_dp_linucb import fixed_stream, make, run
+
+    stream = fixed_stream(1200, seed=5)
+    full, r_full = make(tree_impl="binary"), []
+    run(full, stream, 1200, r_full)
+    first, r = make(tree_impl="binary"), []
+    run(first, stream, 500, r)
+    old = loads(dumps(first.state_dict()))
+    del old["tree_impl"]  # the format before the "auto" default
+    restored = make(tree_impl="auto").load_state_dict(old)
+    assert restored.resolved_tree_impl() == "binary"
+    run(restored, stream, 1200, r)
+    assert [x.content_digest() for x in r] == [x.content_digest() for x in r_full]
+    assert isinstance(restored._agg.aggregator, PaddedTree)
+    # a policy configured explicitly with another mechanism refuses the snapshot
+    with pytest.raises(ValueError, match="tree_impl='binary'"):
+        make(tree_impl="blt").load_state_dict(old)
+    # and a BLT snapshot never restores into a tree
+    blt = make(tree_impl="auto")
+    run(blt, stream, 300, [])
+    with pytest.raises(ValueError, match="tree_impl='blt'"):
+        make(tree_impl="binary").load_state_dict(loads(dumps(blt.state_dict())))

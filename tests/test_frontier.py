@@ -63,7 +63,15 @@ def test_orderings(quick, setting):
     assert below(base, uni)  # the non-private baseline learns
     best = best_private(res, setting, T, 5.0)
     assert below(best, uni)  # at ε = 5 some certified policy beats the uniform policy
-    assert below(base, best) or base["regret"] <= best["regret"]  # privacy costs, never helps
+    # more budget, less noise: no private policy is worse at ε = 5 than at ε = 1. (This replaced
+    # "the non-private baseline beats every private policy", which compared different
+    # algorithms: with BLT noise, DP-LinUCB's regularising shift beats LinUCB's tuning at
+    # d = 20, T = 2,000 — 360 ± 40 against 666 ± 27.)
+    for pol in {r["policy"] for r in rows if r["group"] == "private"}:
+        at = {r["epsilon"]: r for r in rows if r["policy"] == pol}
+        assert not below(at[1.0], at[5.0]), pol
+    if setting == "slate":  # OMM is DPUCB-MAT without its noise: privacy costs there
+        assert below(base, next(r for r in rows if r["key"] == "dpucb-mat ε=5"))
 
 
 def test_unknown_setting_is_one_line(capsys):

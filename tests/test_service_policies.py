@@ -23,6 +23,18 @@ POLICIES = {
         {"policy": "dp-linucb", "epsilon": 2.0, "delta": 0.1, "n_cap": 4096, "batch_size": 64},
         100,
     ),
+    # the policy's default continual release (config.py still names the tree explicitly)
+    "dp-linucb-blt": (
+        {
+            "policy": "dp-linucb",
+            "epsilon": 2.0,
+            "delta": 0.1,
+            "n_cap": 4096,
+            "batch_size": 64,
+            "tree_impl": "blt",
+        },
+        100,
+    ),
     "linucb": ({"policy": "linucb", "batch_size": 32}, 100),
     "linucb-disjoint": ({"policy": "linucb-disjoint", "n_arms": 3, "batch_size": 32}, 100),
     "greedy": ({"policy": "greedy", "batch_size": 16}, 100),

@@ -373,6 +373,7 @@ def audit_gram_tree(
             delta=delta,
             n_cap=n_cap,
             calibration=calibration,
+            tree_impl="binary",
             seed=0,
             noise_scale_multiplier=multiplier,
         )

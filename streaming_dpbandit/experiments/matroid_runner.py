@@ -74,8 +74,25 @@ def _seed(base: int, rep: int, *labels) -> np.random.SeedSequence:
 
 
 def run_matroid_repetition(
-    env: MatroidEnvironment, specs: list[MatroidRunSpec], rep: int, base_seed: int, grid: np.ndarray
+    env: MatroidEnvironment,
+    specs: list[MatroidRunSpec],
+    rep: int,
+    base_seed: int,
+    grid: np.ndarray,
+    batched: bool = True,
 ) -> dict:
+    """One repetition of every spec on a common stream of reward vectors.
+
+    ``batched`` (default): a private policy (DPUCB-MAT, DPTS-MAT) decides a whole stretch of
+    rounds at once. Its statistics change only at a release, and a release follows only a
+    completed batch, so the runner previews up to ``LOOKAHEAD`` slates, keeps the prefix
+    before the first completed batch (``quiet_rounds``), decides and learns it in one call
+    each and refits only when a batch completed. The slates, releases and curves are those of
+    the round-by-round protocol (``batched=False``; ``tests/test_matroid_runner_batched.py``).
+    A private policy's ``update_every`` is irrelevant here (a refit without a completed batch
+    changes nothing), so the batched path builds it with ``update_every`` = the horizon.
+    Non-private baselines (OMM, CTS) move their statistics every round and stay round by round.
+    """
     horizon = max(s.horizon for s in specs)
     env_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "environment")))
     opt = env.optimal_return()
@@ -85,7 +102,12 @@ def run_matroid_repetition(
     pols, state = [], []
     for spec in specs:
         pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
-        pols.append(SLATE_REGISTRY[spec.policy](env.matroid, **spec.params, seed=pseed))
+        cls = SLATE_REGISTRY[spec.policy]
+        params = dict(spec.params)
+        fast = batched and hasattr(cls, "quiet_rounds")
+        if fast:
+            params["update_every"] = max(1, spec.horizon)
+        pols.append(cls(env.matroid, **params, seed=pseed))
         g = grid[grid <= spec.horizon]
         state.append(
             {
@@ -98,6 +120,8 @@ def run_matroid_repetition(
                 "first_L": set(),
                 "slates": set(),
                 "last": None,
+                "fast": fast,
+                "look": 16,
             }
         )
     t0 = 0
@@ -106,6 +130,9 @@ def run_matroid_repetition(
         W = env.draw(env_rng, n)
         for spec, pol, st in zip(specs, pols, state):
             end = min(n, spec.horizon - t0)
+            if st["fast"]:
+                _stretches(pol, st, W, t0, end, means, opt, L)
+                continue
             g, gi = st["grid"], st["gi"]
             cum = st["cum_ret"]
             for i in range(end):
@@ -141,6 +168,56 @@ def run_matroid_repetition(
             "counters": pol.counters,
         }
     return out
+
+
+#: most slates previewed at once by the batched path (it adapts between 16 and this)
+LOOKAHEAD = 2048
+
+
+def _stretches(pol, st, W, t0, end, means, opt, L) -> None:
+    """Rounds t0+1 … t0+end of a private policy, a quiet stretch per decide/learn call."""
+    pos = 0
+    while pos < end:
+        if pol.refit_due():
+            pol.refit()
+        look = min(st["look"], end - pos)
+        k = pol.quiet_rounds(pol.preview_slates(look).slates)
+        # the next preview: twice a stretch that ran to its end, else a little past this one
+        st["look"] = min(LOOKAHEAD, 2 * look if k == look else max(16, 2 * k))
+        dec = pol.decide_slates(k)
+        slates = dec.slates
+        rows = np.arange(pos, pos + k)
+        pol.learn(slates, W[rows[:, None], slates], dec.rounds)
+        _record(st, slates, t0 + pos, means, opt, L)
+        pos += k
+
+
+def _record(st, slates, t_before, means, opt, L) -> None:
+    """The curves and coverage of rounds t_before+1 … t_before+len(slates) (sequential sums,
+    as the round-by-round loop adds them)."""
+    k = slates.shape[0]
+    cums = np.cumsum(np.r_[st["cum_ret"], means[slates].sum(axis=1)])[1:]
+    t = np.arange(t_before + 1, t_before + k + 1)
+    g, gi = st["grid"], st["gi"]
+    stop = int(np.searchsorted(g, t[-1], side="right"))
+    if stop > gi:
+        at = g[gi:stop] - t_before - 1
+        st["regret"][gi:stop] = g[gi:stop] * opt - cums[at]
+        st["ret"][gi:stop] = cums[at] / g[gi:stop]
+    st["gi"] = max(gi, stop)
+    for i in range(min(k, max(0, L - t_before))):
+        st["covered"].update(slates[i].tolist())
+        st["first_L"].add(tuple(sorted(slates[i].tolist())))
+    if len(st["slates"]) < 2:
+        first = tuple(sorted(slates[0].tolist()))
+        st["slates"].add(first)
+        if len(st["slates"]) < 2:
+            s = np.sort(slates, axis=1)
+            other = np.flatnonzero((s != s[0]).any(axis=1))
+            if other.size:
+                st["slates"].add(tuple(s[other[0]].tolist()))
+    st["cum_ret"] = float(cums[-1])
+    st["last"] = slates[-1]
 
 
 def _se(a: np.ndarray) -> list[float]:

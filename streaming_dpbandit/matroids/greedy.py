@@ -104,6 +104,36 @@ def _untied_order(matroid: Matroid, key: np.ndarray) -> np.ndarray | None:
     return cand[order]
 
 
+def _untied_many(matroid: Matroid, keys: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Every row of :func:`_untied_order` and :func:`_scan` at once: the slates of the rows
+    without tied candidate keys (each distinct order scanned once), and the tied rows' indices
+    (their slate rows are left to the caller)."""
+    B = keys.shape[0]
+    slates = np.empty((B, matroid.rank), dtype=np.int64)
+    if B <= 8:  # a few rows (one per round in a service): row by row is cheaper
+        tied_rows = []
+        for r in range(B):
+            order = _untied_order(matroid, keys[r])
+            if order is None:
+                tied_rows.append(r)
+            else:
+                slates[r] = _scan(matroid, order)
+        return slates, tied_rows
+    cand = matroid.candidates
+    kc = keys[:, cand]
+    if np.isnan(kc).any():
+        raise ValueError("a greedy key is NaN")
+    order = np.argsort(-kc, axis=1, kind="stable")
+    ks = np.take_along_axis(kc, order, axis=1)
+    tied = (ks[:, 1:] == ks[:, :-1]).any(axis=1)
+    untied = np.flatnonzero(~tied)
+    if untied.size:  # scan each distinct order once
+        orders, inverse = np.unique(cand[order[untied]], axis=0, return_inverse=True)
+        scanned = np.array([_scan(matroid, o) for o in orders], dtype=np.int64)
+        slates[untied] = scanned[inverse.reshape(-1)]
+    return slates, np.flatnonzero(tied).tolist()
+
+
 def greedy_many(
     matroid: Matroid,
     keys: np.ndarray,
@@ -132,14 +162,14 @@ def greedy_many(
     if keys.ndim != 2 or keys.shape[1] != matroid.n_items:
         raise ValueError(f"expected keys of shape (B, {matroid.n_items}), got {keys.shape}")
     fast = matroid.greedy_fast_sorted(keys, fresh_order) if keys.shape[0] else None
-    served = None
     if fast is None:
-        slates = np.empty((keys.shape[0], matroid.rank), dtype=np.int64)
-        rows = range(keys.shape[0])
-    else:
-        slates, slow, served = fast
-        slates = np.asarray(slates, dtype=np.int64)  # a fresh array of the fast path
-        rows = np.flatnonzero(slow).tolist() if slow.any() else []
+        slates, rows = _untied_many(matroid, keys)
+        for r in rows:  # rows with tied candidate keys: the reference greedy
+            slates[r] = greedy_basis(matroid, keys[r], tie_rng(r))
+        return (slates, np.take_along_axis(keys, slates, axis=1)) if with_keys else slates
+    slates, slow, served = fast
+    slates = np.asarray(slates, dtype=np.int64)  # a fresh array of the fast path
+    rows = np.flatnonzero(slow).tolist() if slow.any() else []
     for r in rows:
         order = _untied_order(matroid, keys[r])
         if order is None:

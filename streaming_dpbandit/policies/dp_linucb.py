@@ -15,10 +15,15 @@ Noise: ``noise="gaussian"`` (shifted by +2Υ) or ``"wishart"`` (``shift=True``: 
 shifted Wishart; ``shift=False``: unshifted). Calibrations (see
 :mod:`streaming_dpbandit.privacy.gram_calibration` and docs/privacy/dp-linucb-calibration.md):
 ``certified`` (default), and the labelled options ``paper`` (valid but conservative), ``zcdp``
-(spec §3.2) and ``authors_code_2018`` (reproduction of §12.2). ``tree_impl="sqrt_toeplitz"``
-replaces the binary tree by the square-root factorisation mechanism (spec §11, Gaussian only);
-``tree_impl="blt"`` by its buffered linear Toeplitz approximation (O(b·d²) memory,
-docs/privacy/dp-linucb-blt.md).
+(spec §3.2) and ``authors_code_2018`` (reproduction of §12.2). The continual release
+(``tree_impl``): ``"blt"``, the buffered linear Toeplitz factorisation (O(b·d²) memory,
+docs/privacy/dp-linucb-blt.md), ``"sqrt_toeplitz"``, the square-root factorisation (spec §11),
+both Gaussian-only with a fixed horizon, or ``"binary"``, the padded binary tree. The default
+``"auto"`` is BLT wherever it applies (Gaussian noise, calibration ``certified`` or ``zcdp``,
+fixed horizon) — lower regret and noise than the tree at the same (ε, δ), docs/dp-linucb.md —
+and the binary tree otherwise (Wishart noise, the ``paper`` and ``authors_code_2018``
+calibrations, doubling epochs). A snapshot records the mechanism in force, and a run restored
+from it keeps that mechanism (a snapshot of the old default, the tree, restores as the tree).
 
 Batching: the release is refreshed every ``batch_size`` decisions (the spec's ``release_every``;
 1 by default), from every row inserted by then; the rounds in between are decided with the frozen
@@ -107,6 +112,8 @@ class DPLinUCB(Policy):
     horizon_mode, n0
         ``"fixed"`` (default) or ``"doubling"`` epochs of capacity n0·2^e (spec §7).
     tree_impl, n_steps
+        ``"auto"`` (default: ``"blt"`` where it applies — Gaussian noise, certified or
+        zCDP calibration, fixed horizon, fast noise backend — else ``"binary"``),
         ``"binary"`` (the padded tree), ``"sqrt_toeplitz"`` or ``"blt"`` (horizon ``n_steps``
         releases, default ⌈n_cap / batch_size⌉ + 1).
     batch_size
@@ -148,11 +155,15 @@ class DPLinUCB(Policy):
     ...     y = env.rewards(mu, env.reward_noise(rng, len(dec))[:, 0])
     ...     pol.learn(X[np.arange(len(dec)), dec.arms], y, dec.rounds)
     >>> records[0].mechanism, records[0].calibration, records[0].dp_valid
-    ('binary-tree/GAUSS', 'certified', True)
+    ('blt/GAUSS', 'certified', True)
     >>> len(records), pol.counters["rows_inserted"], pol.counters["cholesky_repairs"]
     (17, 1024, 0)
-    >>> pol.explain()["constants"]["m"]
-    13
+    >>> pol.resolved_tree_impl(), pol.explain()["constants"]["per_node"]["steps"]
+    ('blt', 65)
+    >>> DPLinUCB(d=3, noise="wishart").resolved_tree_impl()   # BLT is Gaussian-only
+    'binary'
+    >>> DPLinUCB(d=3, noise_backend="secure").resolved_tree_impl()  # exact BLT is O(steps)
+    'binary'
 
     """
 
@@ -176,7 +187,7 @@ class DPLinUCB(Policy):
         sigma: float | None = None,
         horizon_mode: str = "fixed",
         n0: int = 1024,
-        tree_impl: str = "binary",
+        tree_impl: str = "auto",
         n_steps: int | None = None,
         batch_size: int = 1,
         ties: str = "lowest",
@@ -218,8 +229,27 @@ class DPLinUCB(Policy):
     def reward_sigma(self) -> float:
         return float(self.B_tilde if self.sigma is None else self.sigma)
 
+    def resolved_tree_impl(self) -> str:
+        """The continual-release mechanism in force: ``tree_impl``, or for ``"auto"`` BLT
+        where it applies and the binary tree otherwise; after :meth:`load_state_dict`, the
+        snapshot's mechanism (a run never switches mechanism)."""
+        restored = getattr(self, "_restored_impl", None)
+        if restored is not None:
+            return restored
+        if self.tree_impl != "auto":
+            return self.tree_impl
+        # BLT on the secure backend re-encodes every stored step exactly (O(steps) per
+        # step, docs/privacy/secure-noise.md): there the tree is the affordable choice
+        blt_applies = (
+            self.noise == "gaussian"
+            and self.calibration in ("certified", "zcdp")
+            and self.horizon_mode == "fixed"
+            and self.noise_backend == "fast"
+        )
+        return "blt" if blt_applies else "binary"
+
     def _steps(self) -> int | None:
-        if self.tree_impl not in ("sqrt_toeplitz", "blt"):
+        if self.resolved_tree_impl() not in ("sqrt_toeplitz", "blt"):
             return None
         # one release before the first row, then one per refresh with new rows
         return self.n_steps or 1 - (-self.n_cap // self.batch_size)
@@ -237,7 +267,7 @@ class DPLinUCB(Policy):
             B_tilde=self.B_tilde,
             alpha=self.alpha,
             wishart_gamma=self.wishart_gamma,
-            tree_impl=self.tree_impl,
+            tree_impl=self.resolved_tree_impl(),
             n_steps=self._steps(),
             horizon_mode=self.horizon_mode,
             n0=self.n0 if self.horizon_mode == "doubling" else None,
@@ -677,6 +707,7 @@ class DPLinUCB(Policy):
         return {
             "policy": self.name,
             "params": self._get_params(),
+            "tree_impl": self.resolved_tree_impl(),
             "t": self._t,
             "since": self._since,
             "version": self._version,
@@ -694,7 +725,15 @@ class DPLinUCB(Policy):
         }
 
     def load_state_dict(self, state: dict) -> DPLinUCB:
+        # snapshots before the "auto" default record the mechanism only in their parameters
+        impl = state.get("tree_impl") or state["params"].get("tree_impl", "binary")
+        if self.tree_impl not in ("auto", impl):
+            raise ValueError(
+                f"the snapshot's continual release is tree_impl={impl!r}, this policy is "
+                f"configured with tree_impl={self.tree_impl!r}"
+            )
         self._state()
+        self._restored_impl = impl
         self._noise_src = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
             state["noise"]
         )

@@ -291,6 +291,24 @@ class MatroidPolicy(Policy):
                 f"batch of {n} rounds crosses a model update "
                 f"(at most {self.max_decide_batch()} decidable now)"
             )
+        batch = self._slates(n, event_ids)
+        self._t += n
+        self._since += n
+        return batch
+
+    def preview_slates(self, n: int) -> SlateBatch:
+        """The slates the next ``n`` rounds would get (ties broken by round, as without event
+        ids) if the statistics stayed as they are now; changes nothing.
+
+        Simulation only: :func:`~streaming_dpbandit.experiments.matroid_runner.simulate_slates`
+        previews a stretch of rounds, keeps the prefix before the statistics can change (see
+        :meth:`~.matroid_private.PrivateMatroidPolicy.quiet_rounds`) and decides it with
+        :meth:`decide_slates`, which gives the same slates.
+        """
+        self._state()
+        return self._slates(int(n), None)
+
+    def _slates(self, n: int, event_ids) -> SlateBatch:
         rounds = np.arange(self._t + 1, self._t + n + 1, dtype=np.int64)
         keys = self._keys(rounds)
         tie = self._tie_key
@@ -303,8 +321,6 @@ class MatroidPolicy(Policy):
         slates, served = greedy_many(
             self._matroid, keys, tie_rng, with_keys=True, fresh_order=self._fresh_key_order
         )
-        self._t += n
-        self._since += n
         return SlateBatch(slates, served, rounds, self._version)
 
     def decide(self, X, event_ids=None, mask=None):

@@ -151,6 +151,27 @@ class PrivateMatroidPolicy(MatroidPolicy):
         """3·ln(K·t) for every round (t is the 1-based index of the decision)."""
         return 3.0 * np.log(self.K * rounds.astype(np.float64))
 
+    def quiet_rounds(self, slates: np.ndarray) -> int:
+        """How many leading rows of ``slates`` (the slates of the next rounds, in order) can be
+        learned with no batch completing before the last of them.
+
+        Learning rows 0 … k−1 seals a batch at most at row k−1, so up to and including that
+        round no release can happen and every decision uses the statistics in force now
+        (simulation: :func:`~streaming_dpbandit.experiments.matroid_runner.simulate_slates`).
+        Depends only on public batch counts.
+        """
+        self._state()
+        slates = np.asarray(slates, dtype=np.int64)
+        n = slates.shape[0]
+        if n == 0:
+            return 0
+        est = self._est
+        need = (np.int64(1) << (est.s + 1)) - est.cnt  # rewards until each open batch closes
+        served = np.zeros((n, self.L), dtype=np.int64)
+        served[np.arange(n)[:, None], slates] = 1  # a slate holds distinct items
+        hit = (np.cumsum(served, axis=0) >= need).any(axis=1)
+        return int(np.argmax(hit)) + 1 if hit.any() else n
+
     @property
     def noisy_means(self) -> tuple[np.ndarray, np.ndarray]:
         """(T, w̃): the released batch sizes and noisy means (DP outputs)."""
