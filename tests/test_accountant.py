@@ -158,3 +158,43 @@ def test_accountant_of_record_is_the_tightest_valid_guarantee(fields, name, eps,
     assert rec["accountant"] == name
     assert rec["epsilon"] == pytest.approx(eps) and rec["delta"] == pytest.approx(delta)
     assert _spend(**fields).to_dict()["of_record"] == rec
+
+
+def _zcdp_rec(comp, delta):
+    return rec(0, comp="sequential", accounting=[comp], eps=10.0, delta=delta, rho=None)
+
+
+def test_an_svt_type_zcdp_component_gets_no_gaussian_pld():
+    """ρ-zCDP does not imply the Gaussian's profile: randomized response at ε0 = 1 is
+    (ρ = ε0²/2 = 0.5)-zCDP, and its exact ε at δ = 0.3 (the worst ε0-DP profile, from
+    dp-accounting) lies above the Gaussian-of-that-ρ ε the accountant reported before."""
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    target = 0.3
+    rr = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(1.0, 0.0))
+    lower = rr.get_epsilon_for_delta(target)  # a 0.5-zCDP mechanism really has this ε
+    gauss = pld.from_gaussian_mechanism(1.0, sensitivity=1.0).get_epsilon_for_delta(target)
+    assert gauss < lower - 0.1  # the old report (≈0.29 vs ≈0.47): unsound for such a component
+    for comp in (
+        {"type": "zcdp", "rho": 0.5, "mechanism": "svt"},  # an old ledger's record
+        {"type": "zcdp", "rho": 0.5},
+    ):
+        sp = Accountant([_zcdp_rec(comp, target)]).spend("b", target)
+        assert sp.epsilon_at_delta is None and sp.rdp_only
+        assert sp.of_record()["epsilon"] >= lower
+        assert sp.of_record()["accountant"] != "pld"
+    # the SVT recorded as what it is (pure ε0) is accounted exactly: PLD = the ε0-DP profile
+    pure = {"type": "pure", "epsilon": 1.0, "count": 1, "mechanism": "svt"}
+    sp = Accountant([_zcdp_rec(pure, target)]).spend("b", target)
+    assert sp.epsilon_at_delta == pytest.approx(lower, abs=2e-3)
+    assert sp.of_record()["epsilon"] >= lower - 2e-3
+
+
+def test_a_gaussian_marked_zcdp_component_keeps_its_gaussian_pld():
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    comp = {"type": "zcdp", "rho": 0.5, "count": 3, "gaussian": True}
+    sp = Accountant([_zcdp_rec(comp, 1e-6)]).spend("b", 1e-6)
+    want = pld.from_gaussian_mechanism(1.0).self_compose(3).get_epsilon_for_delta(1e-6)
+    assert not sp.rdp_only and sp.epsilon_at_delta == pytest.approx(want, rel=1e-2)

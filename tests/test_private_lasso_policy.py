@@ -20,7 +20,7 @@ from streaming_dpbandit.policies.private_lasso_paper import (
     paper_constants,
     paper_svt,
 )
-from streaming_dpbandit.privacy.accountant import Accountant
+from streaming_dpbandit.privacy.accountant import Accountant, _component_rho
 from streaming_dpbandit.privacy.statement import PAPER_LABEL
 from streaming_dpbandit.privacy.svt import SparseVector, pass_probability
 from streaming_dpbandit.privacy.zcdp import rho_from_epsilon_delta
@@ -188,7 +188,7 @@ def test_participation_audit(mode):
     spent = np.zeros(T + 1)
     for r in recs:
         lo, hi = r.event_range
-        per_slot = sum(c["rho"] * c.get("count", 1) for c in r.accounting if c["type"] == "zcdp")
+        per_slot = sum(_component_rho(c) for c in r.accounting)
         spent[lo : hi + 1] += per_slot
     assert spent.max() <= rho * (1 + 1e-12)
     if mode == "forgetful":
@@ -202,6 +202,14 @@ def test_participation_audit(mode):
     assert sp.dp_valid and spent.max() * (1 - 1e-12) <= sp.rho <= rho * (1 + 1e-12)
     if mode == "forgetful":  # one slice per slot: the accountant is exact
         assert sp.rho == pytest.approx(spent.max(), rel=1e-12)
+    # each component as what it is: the SVT pure ε (c runs of ε0), the Gram / tree releases
+    # Gaussian-marked zcdp, so the PLD is valid for all of them
+    comps = [c for r in recs for c in r.accounting]
+    svt = [c for c in comps if c.get("mechanism") == "svt"]
+    assert svt and all(c["type"] == "pure" and c["count"] == pol.cap for c in svt)
+    gauss = [c for c in comps if c["type"] == "zcdp"]
+    assert gauss and all(c["gaussian"] is True for c in gauss)
+    assert not sp.rdp_only and Accountant(recs).spend("default", 1e-6).epsilon_at_delta
 
 
 def test_duplicates_late_rows_and_clipping_are_counted():

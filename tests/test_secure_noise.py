@@ -263,3 +263,40 @@ def test_samplers_agree_with_opendp(kind):
     while table.shape[1] > 2 and table.sum(axis=0)[-1] < 10:
         table = np.column_stack([table[:, :-2], table[:, -2] + table[:, -1]])
     assert stats.chi2_contingency(table).pvalue > 1e-4
+
+
+def test_secure_gaussian_mechanism_records_a_discrete_gaussian_at_its_cks_bound():
+    """The secure GaussianMechanism draws N_ℤ on a grid: its ledger component is
+    ``discrete_gaussian`` (not the continuous ``gaussian``, whose analytic (ε, δ) is unproven for
+    it), calibrated so that CKS's certified conversion of its ρ meets the target."""
+    from streaming_dpbandit.privacy.accountant import Accountant
+    from streaming_dpbandit.privacy.gaussian import GaussianMechanism
+    from streaming_dpbandit.privacy.ledger import ReleaseRecord
+    from streaming_dpbandit.privacy.zcdp import epsilon_from_rho_cks
+
+    eps, delta = 1.0, 1e-5
+    mech = GaussianMechanism(1.0, epsilon=eps, delta=delta, noise_backend="secure", dim=2)
+    src = NoiseSource(3, backend="secure")
+    out = mech.release(np.array([0.1, 0.2]), src.generator("g"))
+    assert _on_grid(out, grid_of(mech.sigma))
+    comp = mech.accounting()
+    assert comp["type"] == "discrete_gaussian"
+    rho = comp["sensitivity"] ** 2 / (2 * comp["sigma"] ** 2)
+    assert rho == pytest.approx(mech.rho_spent, rel=1e-12)
+    cks = epsilon_from_rho_cks(rho, delta)
+    assert cks <= eps * (1 + 1e-6)  # calibrated to the certified discrete bound
+    r = ReleaseRecord("b/g", "b", "gaussian", "certified", "cks", True, eps, delta, [comp])
+    rec = Accountant([r]).spend("b", delta).of_record()
+    assert rec["epsilon"] >= cks * (1 - 1e-9) and rec["accountant"] != "pld"
+    # more noise than the continuous analytic σ (whose ε the old continuous record claimed)
+    assert mech.sigma > GaussianMechanism(1.0, epsilon=eps, delta=delta).sigma
+    # the component follows the stream: a mismatch, the continuous-only classic calibration and
+    # too many coordinates are refused
+    with pytest.raises(ValueError, match="noise stream"):
+        GaussianMechanism(1.0, eps, delta).release(np.zeros(1), src.generator("h"))
+    with pytest.raises(ValueError, match="noise stream"):
+        mech.release(np.zeros(1), NoiseSource(3).generator("h"))
+    with pytest.raises(ValueError, match="continuous"):
+        _ = GaussianMechanism(1.0, 0.5, delta, calibration="classic", noise_backend="secure").sigma
+    with pytest.raises(ValueError, match="dim"):
+        mech.release(np.zeros(3), src.generator("k"))

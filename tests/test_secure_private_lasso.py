@@ -95,9 +95,15 @@ def test_private_lasso_on_the_secure_backend_is_reproducible_and_says_so(mode):
     assert np.array_equal(a._theta, b._theta)
     assert recs and {r.noise_backend for r in recs} == {"secure"}
     comps = [c for r in recs for c in r.accounting if c["type"] == "zcdp"]
-    assert comps and all(c.get("renyi_only") for c in comps)
+    assert all(c.get("renyi_only") and not c.get("gaussian") for c in comps)
+    svt = [c for r in recs for c in r.accounting if c.get("mechanism") == "svt"]
+    assert svt and all(c["type"] == "pure" for c in svt)  # the SVT as what it is: pure ε
     sp = Accountant(recs).spend(a.bandit_id, 1e-8)
-    assert sp.rdp_only and sp.of_record()["accountant"] in ("zcdp", "basic")
+    # a discrete Gaussian release leaves no PLD; SVT-only ledgers are pure ε (PLD is valid)
+    assert sp.rdp_only == bool(comps)
+    if comps:
+        assert sp.epsilon_at_delta is None
+        assert sp.of_record()["accountant"] in ("zcdp", "basic")
     assert "Noise: secure backend" in a.privacy.text()
     if mode == "episodic" and a._G_hist is not None:
         units = a._G_hist * 2.0**32

@@ -41,9 +41,9 @@ from ..privacy.gram import (
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
-from ..privacy.svt import SparseVector, svt_margin, svt_rho, svt_sigma
+from ..privacy.svt import SparseVector, svt_epsilon0, svt_margin, svt_rho, svt_sigma
 from ..privacy.tree_aggregator import TreeAggregator
-from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_sum
+from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_pure, rho_sum
 from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
 
 __all__ = ["PrivateLASSO", "clip_rows", "random_argmax"]
@@ -716,7 +716,11 @@ class PrivateLASSO(Policy):
         events = []
         if self.support == "svt":
             rho_svt = svt_rho(k["sensitivity"], k["svt_sigma_nominal"], self.cap)
-            components.append(self._zcdp(rho_svt, "svt"))
+            # what the SVT is: c AboveThreshold runs of pure ε0 = 2Δ/σ (ρ = c·ε0²/2 = rho_svt)
+            eps0 = svt_epsilon0(k["sensitivity"], k["svt_sigma_nominal"])
+            components.append(
+                {"type": "pure", "epsilon": eps0, "count": self.cap, "mechanism": "svt"}
+            )
             events.append({"mechanism": "svt", "rho": rho_svt, "slots": [lo, hi]})
         theta = np.zeros(S.size)
         nu = None
@@ -819,10 +823,14 @@ class PrivateLASSO(Policy):
         return Vf + sym_gauss(Vf.shape[0], sigma, g)
 
     def _zcdp(self, rho: float, mechanism: str) -> dict:
-        """A ρ-zCDP ledger component; on the secure backend Rényi-only (no continuous PLD)."""
+        """A ρ-zCDP ledger component of a Gaussian release (Gram, tree node): marked
+        ``gaussian`` on the fast backend (its PLD is the Gaussian's with Δ/σ = √(2ρ)), Rényi-only
+        on the secure backend (discrete Gaussian: no continuous PLD)."""
         c = {"type": "zcdp", "rho": rho, "mechanism": mechanism}
         if self.noise_backend == "secure":
             c["renyi_only"] = True
+        else:
+            c["gaussian"] = True
         return c
 
     def _new_tree(self, ell: int, p1: int, sigma: float) -> TreeAggregator:
@@ -861,7 +869,10 @@ class PrivateLASSO(Policy):
         return self.noise_scale_multiplier == 1.0 and self.support != "oracle"
 
     def _record(self, ell, k, S, theta, h, cap_hit, nu, components, events, rows, extra):
-        rho_b = rho_sum(c["rho"] for c in components)
+        rho_b = rho_sum(
+            c["rho"] if c["type"] == "zcdp" else c["count"] * rho_pure(c["epsilon"])
+            for c in components
+        )
         lo, hi = k["slots"]
         params = {
             "boundary": ell,

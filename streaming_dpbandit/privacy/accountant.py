@@ -14,6 +14,13 @@ guarantees: among pure ε (δ = 0), PLD ε at the target δ, zCDP ρ converted a
 δ, the smallest ε (ties: the smaller δ, then the order pure, PLD, zCDP, basic). Every table,
 summary, metric and statement of the product reports it, with its name.
 
+A ``"zcdp"`` component gets a PLD only when it is marked ``"gaussian": true`` (a continuous
+Gaussian mechanism: the Gaussian with Δ/σ = √(2ρ) is then its exact privacy profile). ρ-zCDP in
+general does not imply that profile (randomized response at ε = 1, ρ = 1/2, has δ(0) = 0.46; the
+Gaussian of that ρ 0.38), so an unmarked ``zcdp`` component — including every one in a ledger
+written before the mark existed — is accounted like a discrete Gaussian below: ρ only, no PLD ε,
+CKS conversion (CKS Prop. 12/Cor. 13 holds for any mechanism with that Rényi bound).
+
 Discrete Gaussian components (``"discrete_gaussian"``, or ``"zcdp"`` flagged ``renyi_only``:
 the secure noise backend's Gram releases)
 have no PLD here (their privacy loss is not the continuous Gaussian's, and dp-accounting's
@@ -80,8 +87,15 @@ class _NoPLD(Exception):
 
 
 def _renyi_only(c: dict) -> bool:
-    """Discrete Gaussian components (a type, or a ``zcdp`` component flagged ``renyi_only``)."""
-    return c["type"] == "discrete_gaussian" or bool(c.get("renyi_only"))
+    """Components with a Rényi (zCDP) bound but no valid PLD here: discrete Gaussians (a type,
+    or a ``zcdp`` component flagged ``renyi_only``) and every ``zcdp`` component not marked
+    ``"gaussian": true`` — ρ-zCDP alone does not imply the Gaussian's privacy profile (an
+    ε-DP mechanism converted to ρ = ε²/2 has a larger δ(0) than the Gaussian of that ρ).
+    Old ledgers' unmarked ``zcdp`` records are therefore accounted without PLD."""
+    t = c["type"]
+    if t == "discrete_gaussian" or c.get("renyi_only"):
+        return True
+    return t == "zcdp" and c.get("gaussian") is not True
 
 
 def _component_pure(c: dict) -> float:
@@ -138,7 +152,8 @@ def _component_pld(c: dict):
         params = common.DifferentialPrivacyParameters(c["epsilon"], c.get("delta", 0.0))
         one = pld.from_privacy_parameters(params, value_discretization_interval=PLD_DISCRETIZATION)
     elif t == "zcdp":
-        # ρ-zCDP has the privacy profile of a Gaussian with Δ/σ = √(2ρ).
+        # Only a component marked "gaussian" gets here (_renyi_only): a continuous Gaussian
+        # mechanism of cost ρ has exactly the profile of a Gaussian with Δ/σ = √(2ρ).
         one = pld.from_gaussian_mechanism(
             1.0 / math.sqrt(2 * c["rho"]), value_discretization_interval=PLD_DISCRETIZATION
         )
@@ -162,7 +177,8 @@ class Spend:
     calibrations: list[str]
     dp_valid: bool
     slices: int
-    #: some release has a Rényi bound only (discrete Gaussian): no PLD ε; zCDP by CKS
+    #: some release has a Rényi bound only (discrete Gaussian, or a zcdp component not marked
+    #: gaussian): no PLD ε; zCDP by CKS
     rdp_only: bool = False
 
     def candidates(self) -> list[dict]:

@@ -10,6 +10,13 @@ Three calibrations are offered, each named in the ledger:
     σ = Δ·√(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm. A.1); valid only for ε < 1.
 ``zcdp``
     σ = Δ/√(2ρ) for a ρ-zCDP release (Bun & Steinke 2016, Prop. 1.6).
+
+On the secure noise backend (``noise_backend="secure"``) the noise is the discrete Gaussian on
+a public grid, for which the analytic-Gaussian profile is not proven. There ``analytic`` means
+the certified discrete bound: ρ* from (ε, δ) by Canonne–Kamath–Steinke's conversion, and σ
+solves (Δ/σ + √n·2⁻³⁰)²/2 = ρ* (the grid-rounding margin of n coordinates,
+``docs/privacy/secure-noise.md``); ``zcdp`` solves the same equation for the given ρ;
+``classic`` is refused. The ledger component is ``"discrete_gaussian"`` (Rényi only).
 """
 
 from __future__ import annotations
@@ -79,6 +86,12 @@ class GaussianMechanism:
         Target zCDP ρ for the ``zcdp`` calibration.
     calibration
         ``"analytic"`` (default), ``"classic"`` or ``"zcdp"``.
+    noise_backend
+        ``"fast"`` (default: continuous N(0, σ²)) or ``"secure"`` (discrete Gaussian on a grid,
+        certified by its Rényi bound; :meth:`release` then needs a secure stream).
+    dim
+        Number of coordinates a release protects (the secure grid's rounding margin grows
+        like √dim); a secure release of more coordinates is refused.
 
     Examples
     --------
@@ -89,6 +102,9 @@ class GaussianMechanism:
     0.5
     >>> round(GaussianMechanism(1.0, epsilon=0.5, delta=1e-5, calibration="classic").sigma, 4)
     9.6896
+    >>> sec = GaussianMechanism(1.0, epsilon=1.0, delta=1e-5, noise_backend="secure")
+    >>> sec.accounting()["type"], sec.sigma > GaussianMechanism(1.0, 1.0, 1e-5).sigma
+    ('discrete_gaussian', True)
 
     """
 
@@ -99,17 +115,57 @@ class GaussianMechanism:
         delta: float | None = None,
         rho: float | None = None,
         calibration: str = "analytic",
+        noise_backend: str = "fast",
+        dim: int = 1,
     ):
         self.sensitivity = sensitivity
         self.epsilon = epsilon
         self.delta = delta
         self.rho = rho
         self.calibration = calibration
+        self.noise_backend = noise_backend
+        self.dim = dim
+
+    @property
+    def rounding_margin(self) -> float:
+        """√dim·2⁻³⁰: the secure grid's rounding shift in noise units (0 on the fast backend)."""
+        if self.noise_backend == "fast":
+            return 0.0
+        if self.noise_backend != "secure":
+            raise ValueError(
+                f"noise backend must be 'fast' or 'secure', got {self.noise_backend!r}"
+            )
+        if not (int(self.dim) == self.dim and self.dim >= 1):
+            raise ValueError("dim must be an integer ≥ 1")
+        return math.sqrt(self.dim) * 2.0**-30
+
+    def _secure_sigma(self) -> float:
+        from .zcdp import rho_from_epsilon_delta_cks
+
+        if self.calibration == "zcdp":
+            if self.rho is None or not self.rho > 0:
+                raise ValueError("the zcdp calibration needs rho > 0")
+            rho = self.rho
+        elif self.calibration == "analytic":
+            if self.epsilon is None or self.delta is None:
+                raise ValueError("the analytic calibration needs epsilon and delta")
+            rho = rho_from_epsilon_delta_cks(self.epsilon, self.delta)
+        else:
+            raise ValueError(
+                f"the {self.calibration!r} Gaussian calibration is proven for continuous noise "
+                "only; on the secure backend use 'analytic' (CKS-certified) or 'zcdp'"
+            )
+        room = math.sqrt(2.0 * rho) - self.rounding_margin
+        if not room > 0:
+            raise ValueError("the privacy target is too small for the secure grid's rounding")
+        return self.sensitivity / room
 
     @property
     def sigma(self) -> float:
         if not self.sensitivity > 0:
             raise ValueError("sensitivity must be positive")
+        if self.noise_backend != "fast":
+            return self._secure_sigma()
         if self.calibration == "zcdp":
             if self.rho is None or not self.rho > 0:
                 raise ValueError("the zcdp calibration needs rho > 0")
@@ -126,18 +182,39 @@ class GaussianMechanism:
 
     @property
     def rho_spent(self) -> float:
-        """zCDP cost ρ = Δ²/(2σ²) of one release."""
-        return self.sensitivity**2 / (2.0 * self.sigma**2)
+        """zCDP cost ρ = (Δ/σ + rounding margin)²/2 of one release (Δ²/2σ² on the fast backend)."""
+        return (self.sensitivity / self.sigma + self.rounding_margin) ** 2 / 2.0
 
     def release(self, value, rng: np.random.Generator) -> np.ndarray:
         value = np.asarray(value, dtype=np.float64)
+        backend = getattr(rng, "backend", "fast")
+        if backend != self.noise_backend:
+            # the ledger component follows the backend: continuous for fast, discrete for secure
+            raise ValueError(
+                f"a {self.noise_backend!r}-backend GaussianMechanism got a {backend!r} noise "
+                "stream; build it with the stream's noise_backend"
+            )
+        if backend == "secure" and value.size > self.dim:
+            raise ValueError(f"{value.size} coordinates exceed the mechanism's dim={self.dim}")
         # value as loc: a secure stream releases it on its grid (docs/privacy/secure-noise.md)
         return np.asarray(rng.normal(value, self.sigma, size=value.shape), dtype=np.float64)
 
     def accounting(self) -> dict:
+        """The ledger component: continuous ``gaussian`` (fast backend) or ``discrete_gaussian``
+        (secure backend; its sensitivity includes the rounding margin, ρ = Δ'²/2σ²)."""
+        sigma = float(self.sigma)
+        if self.noise_backend == "fast":
+            return {
+                "type": "gaussian",
+                "sensitivity": float(self.sensitivity),
+                "sigma": sigma,
+                "count": 1,
+            }
+        margin = self.rounding_margin
         return {
-            "type": "gaussian",
-            "sensitivity": float(self.sensitivity),
-            "sigma": float(self.sigma),
+            "type": "discrete_gaussian",
+            "sensitivity": float(self.sensitivity) + margin * sigma,
+            "sigma": sigma,
             "count": 1,
+            "rounding_margin": margin,
         }
