@@ -9,6 +9,12 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# Tables fit the terminal's width (experiments/report.py: COLUMNS, else the terminal, else 200
+# columns). The tests read whole rows, so they run at the width of a file or a pipe whatever
+# terminal they are started from; pytest-xdist's workers would otherwise report 80. A test of
+# the wrapping sets its own COLUMNS.
+os.environ["COLUMNS"] = "200"
+
 
 @pytest.fixture
 def rng():

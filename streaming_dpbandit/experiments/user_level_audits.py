@@ -83,9 +83,9 @@ def audit_user_tree(
     sent 10× beyond the clip), then distinct other users fill the epoch."""
 
     def acc(e):
-        return DPLinUCB(d=d, epsilon=e, delta=delta, n_cap=n_cap).explain()["constants"][
-            "accounting"
-        ]
+        return DPLinUCB(d=d, epsilon=e, delta=delta, n_cap=n_cap, tree_impl="binary").explain()[
+            "constants"
+        ]["accounting"]
 
     eps_inner = calibrate_for_group(acc, k, epsilon, delta)
     users = user_stream(k, 1, n_cap - k)
@@ -103,6 +103,7 @@ def audit_user_tree(
             n_cap=n_cap,
             seed=0,
             noise_scale_multiplier=multiplier,
+            tree_impl="binary",  # the audit reads the tree's nodes
         )
         wrapped = UserLevel(pol, k, seed=seed)
         pol.refit()
