@@ -8,8 +8,8 @@ from pathlib import Path
 from stream_helpers import settings
 
 from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.broadcast import BroadcastDecision, Learner
-from streaming_dpbandit.stream.sources import FileSource
+from streaming_dpbandit.stream.scaling.broadcast import BroadcastDecision, Learner
+from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 DECISIONS = "dpbandit.decisions"

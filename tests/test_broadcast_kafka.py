@@ -28,8 +28,12 @@ from stream_helpers import BANDIT, D, K, bandit_config, ledger_digests
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.broadcast import DecisionReplica, Learner, learner_kafka_settings
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.stream.scaling.broadcast import (
+    DecisionReplica,
+    Learner,
+    learner_kafka_settings,
+)
 from streaming_dpbandit.stream.service import learned_state_bytes
 
 pytestmark = pytest.mark.kafka

@@ -18,7 +18,7 @@ from stream_helpers import BANDIT, dead_letters, record_stream, run_file, settin
 
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sources import FileSource
+from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 DAY = 86_400.0

@@ -9,7 +9,7 @@ from kafka.record import util
 from pydantic import ValidationError
 
 from streaming_dpbandit.config import KafkaSettings
-from streaming_dpbandit.stream import kafka_transport
+from streaming_dpbandit.stream.kafka import transport as kafka_transport
 
 
 def test_a_missing_native_crc32c_is_warned_about_once(monkeypatch, caplog):

@@ -18,7 +18,7 @@ from kafka.structs import MemberState
 from stream_helpers import BANDIT, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import KafkaSettings
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 
 pytestmark = pytest.mark.kafka
 
@@ -116,7 +116,7 @@ def _assert_exits_on_a_stalled_rejoin(service) -> None:
 def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_broker):
     """Group mode: the watchdog turns the silent hang into an exit (the replica is restarted)."""
     from streaming_dpbandit.config import ServiceSettings
-    from streaming_dpbandit.stream.group import GroupService
+    from streaming_dpbandit.stream.scaling.group import GroupService
 
     name = f"rejoingroup{os.getpid()}"
     st = ServiceSettings.model_validate(
@@ -145,7 +145,7 @@ def test_a_stalled_rejoin_makes_a_decision_replica_exit_with_a_clear_error(kafka
     """Broadcast mode: a decision replica exits too (it is stateless; a restart is safe)."""
     from test_broadcast_kafka import settings_for
 
-    from streaming_dpbandit.stream.broadcast import DecisionReplica
+    from streaming_dpbandit.stream.scaling.broadcast import DecisionReplica
 
     name = f"rejoinbc{os.getpid()}"
     topics = kafka_topics(name) | {"models": f"{name}.models"}

@@ -22,7 +22,7 @@ from stream_helpers import settings as service_settings
 from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.bandit import BanditRuntime
-from streaming_dpbandit.stream.broadcast import DecisionReplica, Learner
+from streaming_dpbandit.stream.scaling.broadcast import DecisionReplica, Learner
 from streaming_dpbandit.stream.schemas import ContextEvent, encode_f64, parse_feedback
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.transport import InProcessTransport, Source

@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
-from streaming_dpbandit.stream.group import TaskLost
-from streaming_dpbandit.stream.synthetic import write_multi_bandit_stream
+from streaming_dpbandit.stream.scaling.group import TaskLost
+from streaming_dpbandit.stream.sim.synthetic import write_multi_bandit_stream
 
 KAFKA = {"bootstrap_servers": "127.0.0.1:1"}
 
@@ -65,7 +65,7 @@ def test_the_multi_bandit_stream_is_reproducible_and_ordered(tmp_path):
 def test_a_ledger_conflict_stops_a_task_instead_of_being_retried(monkeypatch):
     """A re-drawn release must stop the replica; other producer errors only lose the task."""
     from streaming_dpbandit.privacy.ledger import LedgerConflictError
-    from streaming_dpbandit.stream.group import TaskService
+    from streaming_dpbandit.stream.scaling.group import TaskService
     from streaming_dpbandit.stream.service import Service
 
     task = object.__new__(TaskService)  # only the error handling of snapshot() is exercised

@@ -103,7 +103,7 @@ def test_feedback_far_ahead_of_its_contexts_is_paced_and_changes_nothing(
 
     from streaming_dpbandit.metrics import ServiceMetrics
     from streaming_dpbandit.stream import service as service_module
-    from streaming_dpbandit.stream.sources import FileSource
+    from streaming_dpbandit.stream.sim.sources import FileSource
     from streaming_dpbandit.stream.transport import InProcessTransport
 
     _, ref_svc, _, _ = reference
@@ -330,7 +330,7 @@ class _FetchLikeTransport:
     so a bandit blocked at a release has hundreds of queued contexts for many polls."""
 
     def __init__(self, path, fetch: int = 600, per_poll: int = 20):
-        from streaming_dpbandit.stream.sources import FileSource
+        from streaming_dpbandit.stream.sim.sources import FileSource
         from streaming_dpbandit.stream.transport import Record
 
         self.topics = ("dpbandit.contexts", "dpbandit.feedback")

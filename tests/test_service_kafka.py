@@ -41,7 +41,7 @@ from stream_helpers import (
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.service import Service, learned_state_bytes
 from streaming_dpbandit.stream.snapshot import SnapshotStore
 

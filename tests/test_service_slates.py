@@ -25,7 +25,7 @@ from streaming_dpbandit.stream.schemas import (
     SlateFeedback,
     parse_decision,
 )
-from streaming_dpbandit.stream.slate_bandit import SlateBanditRuntime
+from streaming_dpbandit.stream.slates.runtime import SlateBanditRuntime
 
 ITEMS40 = [f"sku-{i:02d}" for i in range(40)]
 CASES = {

@@ -34,24 +34,24 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     """Kafka when configured; otherwise the in-process transport over a file or a simulation."""
     topics = settings.kafka.topics if settings.kafka else None
     if settings.kafka is not None:
-        from .kafka_transport import KafkaTransport
+        from .kafka.transport import KafkaTransport
 
         return KafkaTransport(settings.kafka)
     from ..config import TopicsSettings
 
     t = topics or TopicsSettings()
     if settings.file is not None:
-        from .sources import FileSource
+        from .sim.sources import FileSource
 
         return InProcessTransport(
             FileSource(settings.file.path, (t.contexts, t.feedback)), keep_outputs
         )
     from ..envs import MATROID_REGISTRY, REGISTRY
-    from .sources import SimulatedSource
+    from .sim.sources import SimulatedSource
 
     sim = settings.simulation
     if sim.env in MATROID_REGISTRY:  # slate requests with per-item feedback
-        from .slate_sources import SlateSimulatedSource
+        from .slates.sources import SlateSimulatedSource
 
         env = slate_environment(sim.env, sim.env_params)
         bandit = settings.bandits.get(sim.bandit_id)
@@ -70,7 +70,7 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
         return InProcessTransport(source, keep_outputs)
     local = settings.bandits.get(sim.bandit_id)
     if local is not None and local.privacy == "local":  # devices with the SDK send reports
-        from .ldp_clients import SimulatedLDPClients
+        from .local.clients import SimulatedLDPClients
 
         env = REGISTRY[sim.env](**sim.env_params)
         return InProcessTransport(
@@ -131,7 +131,7 @@ def run_service(
     """
     out = sys.stdout if out is None else out
     if settings.broadcast is not None:  # model broadcast: learner or decision replica
-        from .broadcast import run_broadcast
+        from .scaling.broadcast import run_broadcast
 
         return run_broadcast(settings, out)
     group = settings.scaling.mode == "group" and transport is None
@@ -150,7 +150,7 @@ def run_service(
 
 def _run(settings, transport, metrics, server, out, linger_s: float, group: bool) -> dict:
     if group:
-        from .group import GroupService
+        from .scaling.group import GroupService
 
         service = GroupService(settings, metrics)
     else:
@@ -159,7 +159,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
     service.install_signal_handlers()
     model_server = None
     if getattr(service, "local", None) and settings.model_server.enabled:  # local models
-        from .model_publisher import start_model_server
+        from .local.publisher import start_model_server
 
         model_server, mport = start_model_server(
             settings.model_server.host, settings.model_server.port, service.local.store
@@ -183,7 +183,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
             dynamic_ncols=True,
         )
     seen = [0]
-    from .sources import SimulatedSource
+    from .sim.sources import SimulatedSource
 
     simulated = getattr(transport, "source", None)
     if not isinstance(simulated, SimulatedSource):

@@ -38,9 +38,9 @@ from ..privacy.ledger import Ledger, LedgerCorruptError
 from ..utils.serialization import dumps
 from .bandit import BadInput, BanditRuntime, Pending, unreadable
 from .join import EARLY_SOURCE_KEYS
-from .local_hook import LocalBandits
+from .local.hook import LocalBandits
 from .schemas import ContextEvent, DeadLetter, Watermark, parse_feedback
-from .slate_bandit import SlateBanditRuntime
+from .slates.runtime import SlateBanditRuntime
 from .snapshot import SnapshotCorruptError, SnapshotStore
 from .transport import TP, Record, Transport
 
@@ -152,7 +152,7 @@ class Service:
     # -- set-up -----------------------------------------------------------------------------
     def _build_bandits(self) -> None:
         self.bandits: dict[str, BanditRuntime] = {}
-        # privacy=local bandits (devices privatise, the server only sees reports): stream/local.py
+        # privacy=local bandits (devices privatise, the server only sees reports): stream/local/
         with out_of_memory_is_a_start_error("a privacy=local bandit"):
             self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
         for name, b in self.settings.bandits.items():

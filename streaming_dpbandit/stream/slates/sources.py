@@ -15,8 +15,8 @@ import heapq
 import json
 import math
 
-from ..envs.matroid_env import MatroidEnvironment
-from .sources import END_OF_STREAM, SimulatedSource
+from ...envs.matroid_env import MatroidEnvironment
+from ..sim.sources import END_OF_STREAM, SimulatedSource
 
 __all__ = ["SlateSimulatedSource"]
 

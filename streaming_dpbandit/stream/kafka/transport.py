@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ..config import KafkaSettings
-from .transport import TP, Record, Transport
+from ...config import KafkaSettings
+from ..transport import TP, Record, Transport
 
 __all__ = [
     "JoinWatchdog",
@@ -349,7 +349,7 @@ class KafkaTransport(Transport):
     def _fenced(self) -> Exception:
         """The error of a static member that another process replaced (kafka-python reports
         it at the next offset commit or poll; until then the client keeps fetching)."""
-        from .service import ServiceStartError
+        from ..service import ServiceStartError
 
         return ServiceStartError(
             f"another process joined consumer group {self.settings.group_id!r} as static "

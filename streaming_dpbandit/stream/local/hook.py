@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from ..privacy.ledger import Ledger
-from .bandit import unreadable
-from .local import LocalBanditRuntime, LocalMetrics, learned_local_bytes
-from .local_schemas import LDPReportMessage, is_ldp_report
-from .model_publisher import ModelStore
-from .schemas import Watermark
-from .transport import Record
+from ...privacy.ledger import Ledger
+from ..bandit import unreadable
+from ..schemas import Watermark
+from ..transport import Record
+from .publisher import ModelStore
+from .runtime import LocalBanditRuntime, LocalMetrics, learned_local_bytes
+from .schemas import LDPReportMessage, is_ldp_report
 
 __all__ = ["LocalBandits"]
 
@@ -122,7 +122,7 @@ class LocalBandits:
         self.ledger = ledger
         kafka = self.settings.kafka
         if self.runtimes and kafka is not None and kafka.create_topics:
-            from .model_publisher import ensure_models_topic
+            from .publisher import ensure_models_topic
 
             ensure_models_topic(kafka, self.topics.models)
         for rec in ledger.records():

@@ -37,13 +37,12 @@ import time
 import numpy as np
 from pydantic import ValidationError
 
-from ..config import ConfigError, ServiceSettings
-from ..metrics import ServiceMetrics
-from .bandit import BadInput, BanditRuntime, Pending, arm_id_kwargs, unreadable
-from .join import EarlyFeedback, JoinStore
-from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
-from .schemas import ContextEvent, DeadLetter, Decision
-from .service import (
+from ...config import ConfigError, ServiceSettings
+from ...metrics import ServiceMetrics
+from ..bandit import BadInput, BanditRuntime, Pending, arm_id_kwargs, unreadable
+from ..join import EarlyFeedback, JoinStore
+from ..schemas import ContextEvent, DeadLetter, Decision
+from ..service import (
     DLQ_PAYLOAD_BYTES,
     Service,
     ServiceStartError,
@@ -52,7 +51,8 @@ from .service import (
     dead_letter_bandit,
     out_of_memory_is_a_start_error,
 )
-from .transport import TP, Record
+from ..transport import TP, Record
+from .models_topic import ModelMessage, ModelsReader, ensure_models_topic, model_message
 
 __all__ = [
     "BroadcastDecision",
@@ -116,7 +116,7 @@ def learner_kafka_settings(settings: ServiceSettings):
 
 
 def _ensure_topics(settings: ServiceSettings) -> None:
-    from .kafka_transport import ensure_topics
+    from ..kafka.transport import ensure_topics
 
     if settings.kafka.create_topics:
         ensure_topics(settings.kafka)
@@ -306,7 +306,7 @@ class DecisionReplica:
     def open(self) -> None:
         from kafka import KafkaConsumer, KafkaProducer
 
-        from .kafka_transport import JoinWatchdog, _common, producer_options
+        from ..kafka.transport import JoinWatchdog, _common, producer_options
 
         check_broadcast(self.settings)
         s, b = self.settings, self.settings.broadcast
@@ -612,8 +612,8 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
     import json
     import sys
 
-    from .gc_tuning import service_gc
-    from .runner import print_summary, start_metrics_server
+    from ..gc_tuning import service_gc
+    from ..runner import print_summary, start_metrics_server
 
     out = sys.stdout if out is None else out
     check_broadcast(settings)
@@ -631,7 +631,7 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
                 summary = replica.run()
             print(json.dumps(summary), file=out)
             return summary
-        from .kafka_transport import KafkaTransport
+        from ..kafka.transport import KafkaTransport
 
         try:
             _ensure_topics(settings)

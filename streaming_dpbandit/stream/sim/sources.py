@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..envs.base import Environment
-from .schemas import context_message
-from .transport import Source
+from ...envs.base import Environment
+from ..schemas import context_message
+from ..transport import Source
 
 __all__ = ["FileSource", "RecordingSource", "SimulatedSource"]
 

@@ -106,7 +106,7 @@ def ensure_models_topic(kafka_settings, topic: str, partitions: int = 1) -> bool
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    from .kafka_transport import _common
+    from ..kafka.transport import _common
 
     admin = KafkaAdminClient(**_common(kafka_settings))
     try:

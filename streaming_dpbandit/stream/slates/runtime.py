@@ -7,7 +7,7 @@ same. What differs:
 * contexts are slate requests (``slate_size`` = the matroid's rank K, no features);
 * a decision is a :class:`~.schemas.SlateDecision`: the K served items in greedy order;
 * feedback is a :class:`~.schemas.SlateFeedback` of per-item rewards, joined by
-  :class:`~.slate_join.SlateJoinStore` under the same event-time rules (window, watermark,
+  :class:`~.join.SlateJoinStore` under the same event-time rules (window, watermark,
   held-early feedback judged as of its position); a slate's missing items get the policy's
   ``default_reward`` at expiry;
 * rows (slate, K rewards) reach the policy exactly once per update, sorted by round, for the
@@ -22,11 +22,11 @@ import time
 
 import numpy as np
 
-from ..config import BanditSettings
-from .bandit import BadInput, BanditRuntime, Pending
-from .join import EarlyFeedback, Resolution
-from .schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
-from .slate_join import SlateJoinStore
+from ...config import BanditSettings
+from ..bandit import BadInput, BanditRuntime, Pending
+from ..join import EarlyFeedback, Resolution
+from ..schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
+from .join import SlateJoinStore
 
 __all__ = ["SlateBanditRuntime"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .join import JoinStore
+from ..join import JoinStore
 
 __all__ = ["SlateJoinStore"]
 

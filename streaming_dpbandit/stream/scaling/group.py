@@ -22,15 +22,15 @@ from __future__ import annotations
 import logging
 import time
 
-from ..config import ServiceSettings
-from ..metrics import ServiceMetrics
-from ..privacy.ledger import LedgerConflictError
-from .kafka_ledger import KafkaLedger
-from .kafka_transport import JoinWatchdog, _common, producer_options, wait_for_partitions
+from ...config import ServiceSettings
+from ...metrics import ServiceMetrics
+from ...privacy.ledger import LedgerConflictError
+from ..kafka.ledger import KafkaLedger
+from ..kafka.state_store import KafkaChangelogStore
+from ..kafka.transport import JoinWatchdog, _common, producer_options, wait_for_partitions
+from ..service import Service, ServiceStartError, _tp_key
+from ..transport import TP, Record, Transport
 from .partitioning import partition_of
-from .service import Service, ServiceStartError, _tp_key
-from .state_store import KafkaChangelogStore
-from .transport import TP, Record, Transport
 
 __all__ = ["GroupService", "TaskLost", "TaskService", "committed_lag"]
 
@@ -108,7 +108,7 @@ class _TaskTransport(Transport):
     def resume(self, tp: TP) -> None:
         from kafka import TopicPartition
 
-        from .kafka_transport import resume_partition
+        from ..kafka.transport import resume_partition
 
         resume_partition(self.consumer, TopicPartition(*tp))
 
@@ -118,7 +118,7 @@ class _TaskTransport(Transport):
     def lag(self) -> dict[TP, int]:
         from kafka import TopicPartition
 
-        from .kafka_transport import consumer_lag
+        from ..kafka.transport import consumer_lag
 
         return consumer_lag(self.consumer, [TopicPartition(*tp) for tp in self.tps])
 

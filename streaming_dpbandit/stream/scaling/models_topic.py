@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import KafkaSettings
-from ..policies.base import Policy
+from ...config import KafkaSettings
+from ...policies.base import Policy
 
 __all__ = ["ModelMessage", "ModelsReader", "ensure_models_topic", "model_message"]
 
@@ -91,7 +91,7 @@ def ensure_models_topic(settings: KafkaSettings, topic: str) -> bool:
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    from .kafka_transport import _common
+    from ..kafka.transport import _common
 
     admin = KafkaAdminClient(**_common(settings))
     try:
@@ -143,7 +143,7 @@ class ModelsReader:
         """Assign every partition, read from the beginning (:meth:`catch_up` next)."""
         from kafka import KafkaConsumer, TopicPartition
 
-        from .kafka_transport import _common
+        from ..kafka.transport import _common
 
         self.consumer = KafkaConsumer(
             **_common(self.settings),
