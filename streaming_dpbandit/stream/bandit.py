@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
 
 import numpy as np
@@ -12,43 +11,12 @@ from ..config import BanditSettings
 from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
 from .join import EarlyFeedback, JoinStore, Resolution
+from .parsing import BadInput, Pending
 from .schemas import ContextEvent, Feedback, decision_encoder
 
-__all__ = ["BadInput", "BanditRuntime", "arm_id_kwargs", "unreadable"]
+__all__ = ["BanditRuntime", "arm_id_kwargs"]
 
 WINDOW = 1000
-
-
-class BadInput(ValueError):
-    """A message that goes to the dead-letter topic, with a machine-readable reason."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
-
-def unreadable(err: BaseException) -> BadInput:
-    """The dead-letter reason of a message whose reading raised an unforeseen error.
-
-    No input may stop the service: whatever reading one message raises, that message goes to
-    the dead-letter topic as ``unreadable`` and the loop goes on. The detail names the error's
-    type only (its text could quote the message's values).
-
-    >>> unreadable(OverflowError("int too large")).detail
-    'OverflowError while reading the message'
-    """
-    return BadInput("unreadable", f"{type(err).__name__} while reading the message")
-
-
-@dataclasses.dataclass
-class Pending:
-    """A validated context event waiting in a partition queue for its decision."""
-
-    event: ContextEvent
-    X: np.ndarray  # (K, d)
-    arm_ids: list[str]
-    received: float  # perf_counter when polled
 
 
 def arm_id_kwargs(policy: Policy, batch: list[Pending]) -> dict:

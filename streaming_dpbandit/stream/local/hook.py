@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from ...privacy.ledger import Ledger
-from ..bandit import unreadable
+from ..parsing import first_error, unreadable, validation_reason
 from ..schemas import Watermark
 from ..transport import Record
 from .publisher import ModelStore
@@ -26,21 +26,6 @@ from .schemas import LDPReportMessage, is_ldp_report
 __all__ = ["LocalBandits"]
 
 log = logging.getLogger("streaming_dpbandit.local")
-
-
-def _reason(err: ValidationError) -> str:
-    kind = err.errors()[0]["type"]
-    if kind in ("json_invalid", "json_type"):
-        return "malformed_json"
-    if kind == "finite_number":
-        return "non_finite_number"
-    return "invalid_report"
-
-
-def _first_error(err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"])
-    return f"{loc}: {e['msg']}" if loc else e["msg"]
 
 
 class LocalBandits:
@@ -146,8 +131,8 @@ class LocalBandits:
         try:
             msg = LDPReportMessage.model_validate_json(r.value)
         except ValidationError as err:
-            reason = _reason(err)
-            dead(r, reason, _first_error(err))
+            reason = validation_reason(err, "invalid_report")
+            dead(r, reason, first_error(err))
             return self._count(None, reason)
         except Exception as err:  # unforeseen: no input may stop the loop
             bad = unreadable(err)

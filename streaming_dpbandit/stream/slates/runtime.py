@@ -23,8 +23,9 @@ import time
 import numpy as np
 
 from ...config import BanditSettings
-from ..bandit import BadInput, BanditRuntime, Pending
+from ..bandit import BanditRuntime
 from ..join import EarlyFeedback, Resolution
+from ..parsing import BadInput, Pending
 from ..schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
 from .join import SlateJoinStore
 
