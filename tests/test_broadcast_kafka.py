@@ -29,11 +29,8 @@ from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.privacy.ledger import read_ledger
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
-from streaming_dpbandit.stream.scaling.broadcast import (
-    DecisionReplica,
-    learner_kafka_settings,
-    learner_service,
-)
+from streaming_dpbandit.stream.scaling.broadcast import learner_kafka_settings, learner_service
+from streaming_dpbandit.stream.scaling.replica import DecisionReplica
 from streaming_dpbandit.stream.service import learned_state_bytes
 
 pytestmark = pytest.mark.kafka

@@ -145,7 +145,7 @@ def test_a_stalled_rejoin_makes_a_decision_replica_exit_with_a_clear_error(kafka
     """Broadcast mode: a decision replica exits too (it is stateless; a restart is safe)."""
     from test_broadcast_kafka import settings_for
 
-    from streaming_dpbandit.stream.scaling.broadcast import DecisionReplica
+    from streaming_dpbandit.stream.scaling.replica import DecisionReplica
 
     name = f"rejoinbc{os.getpid()}"
     topics = kafka_topics(name) | {"models": f"{name}.models"}
