@@ -260,9 +260,16 @@ class BanditRuntime:
             self.advance_watermark(fb.event_time)
             return
         if p is None and fb.event_id not in js.resolved:
-            self._unseen(fb, source, dead)  # (what status() None would lead to, sooner)
+            self._unseen(fb, fb.reward, source, dead)  # (what status() None would do, sooner)
             self.advance_watermark(fb.event_time)
             return
+        self._judge(fb, fb.reward, source, dead, "already has its reward")
+
+    def _judge(self, fb, reward, source: tuple[str, int, int], dead, joined: str) -> None:
+        """Feedback (``reward``: what it carries) by the join's status of its event: applied
+        to a pending decision, dead-lettered (before the decision, duplicate — ``joined`` says
+        why —, after expiry, unknown) or held until its context arrives; then the feedback
+        watermark advances."""
         status = self.join.status(fb.event_id)
         decided_at = self.join.decision_time(fb.event_id)
         if decided_at is not None and fb.event_time < decided_at:
@@ -273,20 +280,20 @@ class BanditRuntime:
                 f"feedback time precedes the decision of {fb.event_id!r}",
             )
         elif status == "pending":
-            self._feedback_on_pending(fb.event_id, fb.reward, fb.event_time, source, dead)
+            self._feedback_on_pending(fb.event_id, reward, fb.event_time, source, dead)
         elif status == "joined":
             self.stats["fb_duplicate"] += 1
-            dead(source, "duplicate_feedback", f"event {fb.event_id!r} already has its reward")
+            dead(source, "duplicate_feedback", f"event {fb.event_id!r} {joined}")
         elif status == "expired":
             self.stats["fb_after_expiry"] += 1
             dead(
                 source, "feedback_after_expiry", f"event {fb.event_id!r} expired before its reward"
             )
         else:
-            self._unseen(fb, source, dead)
+            self._unseen(fb, reward, source, dead)
         self.advance_watermark(fb.event_time)
 
-    def _unseen(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
+    def _unseen(self, fb, reward, source: tuple[str, int, int], dead) -> None:
         """Feedback for an event neither pending nor remembered: unknown if the contexts have
         passed its time, else held until its context arrives (early)."""
         js = self.join
@@ -296,7 +303,7 @@ class BanditRuntime:
         else:
             self.stats["fb_early"] += 1
             js.hold_early(
-                EarlyFeedback(fb.event_id, fb.reward, fb.event_time, source, js.feedback_watermark)
+                EarlyFeedback(fb.event_id, reward, fb.event_time, source, js.feedback_watermark)
             )
 
     def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:

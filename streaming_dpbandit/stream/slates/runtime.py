@@ -24,7 +24,7 @@ import numpy as np
 
 from ...config import BanditSettings
 from ..bandit import BanditRuntime
-from ..join import EarlyFeedback, Resolution
+from ..join import Resolution
 from ..parsing import BadInput, Pending
 from ..schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
 from .join import SlateJoinStore
@@ -149,37 +149,7 @@ class SlateBanditRuntime(BanditRuntime):
             self.stats["fb_unknown_item"] += 1
             dead(source, "unknown_item", f"item {unknown[0]!r} is not in the catalogue")
             return
-        rewards = dict(fb.rewards)
-        status = self.join.status(fb.event_id)
-        decided_at = self.join.decision_time(fb.event_id)
-        if decided_at is not None and fb.event_time < decided_at:
-            self.stats["fb_before_decision"] += 1
-            dead(
-                source,
-                "feedback_before_decision",
-                f"feedback time precedes the decision of {fb.event_id!r}",
-            )
-        elif status == "pending":
-            self._feedback_on_pending(fb.event_id, rewards, fb.event_time, source, dead)
-        elif status == "joined":
-            self.stats["fb_duplicate"] += 1
-            dead(source, "duplicate_feedback", f"event {fb.event_id!r} has all its rewards")
-        elif status == "expired":
-            self.stats["fb_after_expiry"] += 1
-            dead(
-                source, "feedback_after_expiry", f"event {fb.event_id!r} expired before its reward"
-            )
-        elif fb.event_time <= self.join.context_watermark:
-            self.stats["fb_unknown"] += 1
-            dead(source, "unknown_event", f"no decision for event {fb.event_id!r}")
-        else:
-            self.stats["fb_early"] += 1
-            self.join.hold_early(
-                EarlyFeedback(
-                    fb.event_id, rewards, fb.event_time, source, self.join.feedback_watermark
-                )
-            )
-        self.advance_watermark(fb.event_time)
+        self._judge(fb, dict(fb.rewards), source, dead, "has all its rewards")
 
     def _feedback_on_pending(self, event_id, rewards, event_time, source, dead) -> None:
         """Apply per-item rewards to a pending slate (also used for held-early feedback)."""
