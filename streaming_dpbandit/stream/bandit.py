@@ -199,7 +199,7 @@ class BanditRuntime:
             else:
                 self._judge_held(eid, t, closes, held, dead)
             if eid in pending and js.feedback_watermark > closes:
-                self._resolved(js._resolve(eid, "expired", None), forced=False)
+                self._resolved(js.resolve(eid, "expired", None), forced=False)
         t = max(p.event.event_time for p in batch)
         for orphan in self.join.advance_context_watermark(t):
             self.stats["fb_orphan"] += 1
@@ -225,7 +225,7 @@ class BanditRuntime:
                 continue
             if status == "pending" and fb.watermark > closes:
                 # in feedback order the window had closed before this feedback
-                self._resolved(js._resolve(eid, "expired", None), forced=False)
+                self._resolved(js.resolve(eid, "expired", None), forced=False)
                 status = "expired"
             if status == "pending":
                 self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
@@ -306,7 +306,8 @@ class BanditRuntime:
                 EarlyFeedback(fb.event_id, reward, fb.event_time, source, js.feedback_watermark)
             )
 
-    def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:
+    def _outside_window(self, event_id, event_time, source, dead) -> bool:
+        """Dead-letter feedback stamped outside its pending decision's window; True if it was."""
         check = self.join.window_check(event_id, event_time)
         if check == "before_decision":
             self.stats["fb_before_decision"] += 1
@@ -315,12 +316,17 @@ class BanditRuntime:
                 "feedback_before_decision",
                 f"feedback time precedes the decision of {event_id!r}",
             )
-        elif check == "after_expiry":
+            return True
+        if check == "after_expiry":
             self.stats["fb_after_expiry"] += 1
             dead(
                 source, "feedback_after_expiry", f"feedback for {event_id!r} is outside the window"
             )
-        else:
+            return True
+        return False
+
+    def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:
+        if not self._outside_window(event_id, event_time, source, dead):
             self._resolved(self.join.match(event_id, reward, event_time), forced=False)
 
     def advance_watermark(self, t: float) -> None:
@@ -332,7 +338,7 @@ class BanditRuntime:
         n = 0
         through = self._reads_through()
         for eid in [e for e, p in self.join.pending.items() if p.round <= through]:
-            self._resolved(self.join._resolve(eid, "expired", None), forced=True)
+            self._resolved(self.join.resolve(eid, "expired", None), forced=True)
             n += 1
         return n
 

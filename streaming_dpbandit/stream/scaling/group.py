@@ -328,6 +328,11 @@ class GroupService:
     def request_stop(self, *_args) -> None:
         self._stop = True
 
+    @property
+    def stop_requested(self) -> bool:
+        """SIGTERM/SIGINT (or :meth:`request_stop`) asked the loop to stop."""
+        return self._stop
+
     def install_signal_handlers(self) -> None:
         on_stop_signals(self.request_stop)
 

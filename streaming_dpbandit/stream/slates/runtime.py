@@ -153,20 +153,7 @@ class SlateBanditRuntime(BanditRuntime):
 
     def _feedback_on_pending(self, event_id, rewards, event_time, source, dead) -> None:
         """Apply per-item rewards to a pending slate (also used for held-early feedback)."""
-        check = self.join.window_check(event_id, event_time)
-        if check == "before_decision":
-            self.stats["fb_before_decision"] += 1
-            dead(
-                source,
-                "feedback_before_decision",
-                f"feedback time precedes the decision of {event_id!r}",
-            )
-            return
-        if check == "after_expiry":
-            self.stats["fb_after_expiry"] += 1
-            dead(
-                source, "feedback_after_expiry", f"feedback for {event_id!r} is outside the window"
-            )
+        if self._outside_window(event_id, event_time, source, dead):
             return
         where = {int(e): pos for pos, e in enumerate(self.join.items_of(event_id).tolist())}
         positions, values = [], []
