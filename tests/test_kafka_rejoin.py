@@ -95,7 +95,7 @@ def _assert_exits_on_a_stalled_rejoin(service) -> None:
             outcome["t0"] = time.monotonic()
             _stall_the_next_join(svc.consumer)
         if time.monotonic() - outcome.get("t0", time.monotonic()) > 60:
-            svc._stop = True  # the watchdog never fired: fail in the caller instead of hanging
+            svc.request_stop()  # the watchdog never fired: fail in the caller instead of hanging
 
     def run():
         try:

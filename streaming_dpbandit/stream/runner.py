@@ -276,10 +276,10 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
         summary["state_directory"] = str(settings.snapshots.directory)
     print_summary(summary, out)
     out.flush()
-    if linger_s > 0 and server is not None and not service.stop_requested:
+    if linger_s > 0 and server is not None and not service.stop.requested:
         log.info("input finished; serving /metrics for %g s more (SIGTERM/SIGINT stops)", linger_s)
         deadline = time.monotonic() + linger_s
-        while not service.stop_requested and time.monotonic() < deadline:
+        while not service.stop.requested and time.monotonic() < deadline:
             time.sleep(0.1)
     return summary
 

@@ -44,7 +44,7 @@ from .hooks import Decider, PublishDecisions, ReleaseHook
 from .local.hook import LocalBandits
 from .parsing import BadInput, ContextParser, too_late, unknown_bandit
 from .reporting import learned_state_bytes, service_summary
-from .signals import on_stop_signals
+from .signals import StopSwitch
 from .slates.runtime import SlateBanditRuntime
 from .spend import SpendGauges
 from .state import DirectoryState, StateBackend, tp_key
@@ -237,7 +237,7 @@ class Service:
         self.feedback_paused: set[TP] = set()
         self.contexts.reset()
         self._last_export = 0.0
-        self._stop = False
+        self.stop = StopSwitch()
         for rt in self.bandits.values():  # releases made but not yet in the ledger
             self.ledger_append(rt)
         self.export_spend()
@@ -250,15 +250,10 @@ class Service:
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self, *_args) -> None:
-        self._stop = True
-
-    @property
-    def stop_requested(self) -> bool:
-        """SIGTERM/SIGINT (or :meth:`request_stop`) asked the loop to stop."""
-        return self._stop
+        self.stop.request()
 
     def install_signal_handlers(self) -> None:
-        on_stop_signals(self.request_stop)
+        self.stop.install()
 
     def run(self, progress=None) -> dict:
         """Serve until the input is exhausted (finite sources) or a stop is requested."""
@@ -267,7 +262,7 @@ class Service:
         max_records = (
             self.settings.kafka.max_poll_records if self.settings.kafka else self.settings.max_batch
         )
-        while not self._stop:
+        while not self.stop.requested:
             records = self.transport.poll(max_records, timeout)
             now = time.perf_counter()
             for r in records:
@@ -480,7 +475,7 @@ class Service:
         if self.transport.exhausted:
             for rt in self.bandits.values():
                 rt.end_of_stream()
-        self.snapshot("shutdown" if self._stop else "end")
+        self.snapshot("shutdown" if self.stop.requested else "end")
         self.export_metrics()
         summary = self.summary()
         self.state.close()

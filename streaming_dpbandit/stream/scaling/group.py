@@ -33,7 +33,7 @@ from ..kafka.transport import (
     producer_options,
     wait_for_partitions,
 )
-from ..signals import on_stop_signals
+from ..signals import StopSwitch
 from ..state import tp_key
 from ..transport import Record
 from .task import SNAPSHOT_AT, TaskLost, TaskService
@@ -173,7 +173,7 @@ class GroupService:
         wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
         self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
         self.started = time.monotonic()
-        self._stop = False
+        self.stop = StopSwitch()
         self._rejoin = False
         self._revoked: set[int] = set()
         self._assigned: list[int] | None = None
@@ -326,21 +326,16 @@ class GroupService:
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self, *_args) -> None:
-        self._stop = True
-
-    @property
-    def stop_requested(self) -> bool:
-        """SIGTERM/SIGINT (or :meth:`request_stop`) asked the loop to stop."""
-        return self._stop
+        self.stop.request()
 
     def install_signal_handlers(self) -> None:
-        on_stop_signals(self.request_stop)
+        self.stop.install()
 
     def run(self, progress=None) -> dict:
         """Serve until a stop is requested; returns the summary of the tasks owned at the end."""
         k = self.settings.kafka
         last_commit = time.monotonic()
-        while not self._stop:
+        while not self.stop.requested:
             if self._rejoin:
                 self._rejoin = False
                 self.consumer.unsubscribe()

@@ -27,7 +27,7 @@ from ..bandit import BanditRuntime, arm_id_kwargs
 from ..dead_letters import DeadLetters
 from ..errors import ServiceStartError, out_of_memory_is_a_start_error
 from ..parsing import BadInput, Pending, parse_context
-from ..signals import on_stop_signals
+from ..signals import StopSwitch
 from .broadcast import BroadcastDecision, check_broadcast, ensure_broadcast_topics
 from .models_topic import ModelMessage, ModelsReader
 
@@ -105,7 +105,7 @@ class DecisionReplica:
         self.consumer.subscribe([k.topics.contexts], listener=self._listener())
         self.last_refresh = self.last_commit = time.monotonic()
         self.started = time.monotonic()
-        self._stop = False
+        self.stop = StopSwitch()
 
     def _listener(self):
         """On revocation: flush the decisions, commit the offsets of every polled context (all
@@ -147,10 +147,10 @@ class DecisionReplica:
         return Listener()
 
     def request_stop(self, *_args) -> None:
-        self._stop = True
+        self.stop.request()
 
     def install_signal_handlers(self) -> None:
-        on_stop_signals(self.request_stop)
+        self.stop.install()
 
     # -- models -------------------------------------------------------------------------------
     def model_version(self, bandit: str) -> int:
@@ -206,7 +206,7 @@ class DecisionReplica:
         k = self.settings.kafka
         refresh = self.settings.broadcast.model_refresh_ms / 1000
         commit_every = self.settings.broadcast.commit_interval_s
-        while not self._stop:
+        while not self.stop.requested:
             if time.monotonic() - self.last_refresh >= refresh:
                 self.refresh_models()
             batches = self.consumer.poll(
