@@ -49,3 +49,13 @@ def test_a_broken_contract_fails_the_check(tmp_path):
     out = _lint_imports("--config", str(config))
     assert out.returncode != 0
     assert "BROKEN" in out.stdout and "streaming_dpbandit.policies" in out.stdout
+
+
+def test_no_module_of_the_service_is_over_500_lines():
+    """``stream/`` stays cut by concern (issue 23): no module over 500 lines."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "streaming_dpbandit" / "stream").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert not long

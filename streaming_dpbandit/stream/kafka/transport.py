@@ -63,8 +63,7 @@ def warn_if_pure_python_crc() -> bool:
 
 
 def client_options(settings: KafkaSettings) -> dict:
-    """Connection options shared by every Kafka client of the service (bootstrap servers,
-    client id, security, a short reconnect backoff)."""
+    """Connection options of every Kafka client of the service (servers, id, security)."""
     warn_if_pure_python_crc()
     out = {
         "bootstrap_servers": settings.bootstrap_servers.split(","),
