@@ -38,7 +38,7 @@ from test_broadcast_kafka import POLICY, Client, read_partition  # noqa: E402
 
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
 from streaming_dpbandit.policies import FLIPHAT  # noqa: E402
-from streaming_dpbandit.stream.models_topic import model_message  # noqa: E402
+from streaming_dpbandit.stream.scaling.models_topic import model_message  # noqa: E402
 
 
 def topics_for(name: str) -> dict:

@@ -30,8 +30,8 @@ import yaml
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from streaming_dpbandit.envs import FliphatPaperEnv
-from streaming_dpbandit.stream.group import committed_lag
-from streaming_dpbandit.stream.synthetic import publish_jsonl, write_multi_bandit_stream
+from streaming_dpbandit.stream.scaling.group import committed_lag
+from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
 
 PARTITIONS = 12
 LOG_TIME = re.compile(

@@ -49,7 +49,7 @@ from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
 from streaming_dpbandit.stream.gc_tuning import service_gc  # noqa: E402
 from streaming_dpbandit.stream.schemas import FEATURE_ENCODINGS  # noqa: E402
 from streaming_dpbandit.stream.service import Service  # noqa: E402
-from streaming_dpbandit.stream.sources import (  # noqa: E402
+from streaming_dpbandit.stream.sim.sources import (  # noqa: E402
     RecordingSource,
     SimulatedSource,
     Source,
@@ -261,7 +261,7 @@ def bare_loop(
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     from streaming_dpbandit.config import KafkaSettings
-    from streaming_dpbandit.stream.kafka_transport import producer_options, wait_for_partitions
+    from streaming_dpbandit.stream.kafka.transport import producer_options, wait_for_partitions
 
     ks = KafkaSettings(bootstrap_servers=bootstrap)
     c = KafkaConsumer(
@@ -304,7 +304,7 @@ def bare_loop(
 
 
 def service_throughput(bootstrap, topics: dict, n_contexts: int, n_feedback: int) -> float:
-    from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+    from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 
     st = settings(
         tempfile.mkdtemp(),
@@ -384,7 +384,7 @@ def echo_main(bootstrap: str, contexts: str, decisions: str) -> None:
     """The floor of the latency harness: a bare consume→produce echo of each context's id."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streaming_dpbandit.stream.kafka_transport import wait_for_partitions
+    from streaming_dpbandit.stream.kafka.transport import wait_for_partitions
 
     # assigned, not subscribed: no group join to wait for (the service pays one at start only)
     c = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=1)
@@ -446,7 +446,7 @@ def latency(
     import yaml
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streaming_dpbandit.stream.kafka_transport import wait_for_partitions
+    from streaming_dpbandit.stream.kafka.transport import wait_for_partitions
 
     work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     metrics_port = free_port()

@@ -1162,7 +1162,7 @@ def _cmd_reproduce_ldp_glb(args) -> int:
 # -- budget ------------------------------------------------------------------------------------
 def _kafka_ledger(bootstrap: str, topic: str) -> list:
     """Committed records of a ledger topic (a replica group's ledger)."""
-    from .stream.kafka_ledger import KafkaLedger
+    from .stream.kafka.ledger import KafkaLedger
 
     try:
         from kafka.admin import KafkaAdminClient
@@ -1474,7 +1474,7 @@ def _cmd_serve(args) -> int:
 def _cmd_loadgen(args) -> int:
     from .config import load_service_settings
     from .logs import setup_logging
-    from .stream.loadgen import run_loadgen
+    from .stream.sim.loadgen import run_loadgen
 
     over = {"kafka": {"bootstrap_servers": args.kafka}} if args.kafka else {}
     base = load_service_settings(args.config)

@@ -8,8 +8,9 @@ from pathlib import Path
 from stream_helpers import settings
 
 from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.broadcast import BroadcastDecision, Learner
-from streaming_dpbandit.stream.sources import FileSource
+from streaming_dpbandit.stream.scaling.broadcast import BroadcastDecision, learner_service
+from streaming_dpbandit.stream.service import Service
+from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 DECISIONS = "dpbandit.decisions"
@@ -69,11 +70,11 @@ def broadcast_stream(stream: Path, decisions: list[dict], out: Path) -> None:
     out.write_text("".join(x + "\n" for x in lines))
 
 
-def run_learner_file(state_dir, path: Path, **over) -> tuple[Learner, InProcessTransport, dict]:
+def run_learner_file(state_dir, path: Path, **over) -> tuple[Service, InProcessTransport, dict]:
     """A learner over a JSONL file of decisions (as "contexts" lines) and feedback."""
     st = settings(state_dir, broadcast={"role": "learner"}, **over)
     transport = InProcessTransport(FileSource(path, (DECISIONS, FEEDBACK)), keep_outputs=True)
-    learner = Learner(st, transport, ServiceMetrics())
+    learner = learner_service(st, transport, ServiceMetrics())
     learner.open()
     summary = learner.run()
     return learner, transport, summary

@@ -10,9 +10,9 @@ import numpy as np
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import LDPMultiParamEnv, LDPSingleParamEnv
-from streaming_dpbandit.stream.ldp_clients import SimulatedLDPClients
+from streaming_dpbandit.stream.local.clients import SimulatedLDPClients
 from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sources import RecordingSource
+from streaming_dpbandit.stream.sim.sources import RecordingSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 from streaming_dpbandit.utils.serialization import loads
 

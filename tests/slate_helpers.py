@@ -8,8 +8,8 @@ from streaming_dpbandit.envs import MatroidSyntheticEnv
 from streaming_dpbandit.envs.matroid_env import MatroidEnvironment
 from streaming_dpbandit.matroids import PartitionMatroid
 from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.slate_sources import SlateSimulatedSource
-from streaming_dpbandit.stream.sources import RecordingSource
+from streaming_dpbandit.stream.sim.sources import RecordingSource
+from streaming_dpbandit.stream.slates.sources import SlateSimulatedSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 SYNTHETIC = MatroidSyntheticEnv().matroid.describe()

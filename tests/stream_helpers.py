@@ -11,7 +11,7 @@ from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import read_ledger
 from streaming_dpbandit.stream.schemas import encode_f64
 from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sources import FileSource, RecordingSource, SimulatedSource
+from streaming_dpbandit.stream.sim.sources import FileSource, RecordingSource, SimulatedSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 D, K = 20, 3

@@ -28,8 +28,9 @@ from stream_helpers import BANDIT, D, K, bandit_config, ledger_digests
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.broadcast import DecisionReplica, Learner, learner_kafka_settings
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.stream.scaling.broadcast import learner_kafka_settings, learner_service
+from streaming_dpbandit.stream.scaling.replica import DecisionReplica
 from streaming_dpbandit.stream.service import learned_state_bytes
 
 pytestmark = pytest.mark.kafka
@@ -180,7 +181,7 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(kafka_brok
     boot = kafka_broker.bootstrap
 
     lst = settings_for("learner", topics, boot, tmp_path / "learner")
-    learner = Learner(lst, KafkaTransport(learner_kafka_settings(lst)))
+    learner = learner_service(lst, KafkaTransport(learner_kafka_settings(lst)))
     replicas = [
         DecisionReplica(settings_for("decider", topics, boot, tmp_path / "r", f"r{i}"))
         for i in range(2)
@@ -243,9 +244,9 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(kafka_brok
     assert torn == 0
     ids = [r.release_id for r in recs]
     assert len(ids) == len(set(ids))
-    versions = [m.model_version for m in learner.published]
+    versions = [m.model_version for m in learner.hooks[0].published]
     assert versions == [r.model_version for r in recs] == list(range(1, 6))
-    published = {m.model_version: m.published_at for m in learner.published}
+    published = {m.model_version: m.published_at for m in learner.hooks[0].published}
 
     # per replica: versions never decrease, no decision uses a model before its publication, and
     # every decision uses the newest model the replica held when it decided. (Which replica owns

@@ -13,8 +13,8 @@ from stream_helpers import BANDIT, decisions, ledger_digests, record_stream, run
 
 from streaming_dpbandit.config import ConfigError, ServiceSettings
 from streaming_dpbandit.policies import FLIPHAT, RandomPolicy
-from streaming_dpbandit.stream.broadcast import check_broadcast
-from streaming_dpbandit.stream.models_topic import ModelMessage, model_message
+from streaming_dpbandit.stream.scaling.broadcast import check_broadcast
+from streaming_dpbandit.stream.scaling.models_topic import ModelMessage, model_message
 from streaming_dpbandit.utils.serialization import dumps
 
 D = 20

@@ -31,8 +31,8 @@ from deploy_helpers import (
 from streaming_dpbandit.cli import build_parser, build_service_settings
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.loadgen import check_loadgen_settings
 from streaming_dpbandit.stream.runner import start_metrics_server
+from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings
 
 COMPOSE = DOCKER / "docker-compose.yml"
 SERVICES = {"kafka", "dpbandit", "loadgen", "prometheus", "grafana"}

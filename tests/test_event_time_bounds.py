@@ -18,7 +18,7 @@ from stream_helpers import BANDIT, dead_letters, record_stream, run_file, settin
 
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sources import FileSource
+from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 DAY = 86_400.0
@@ -104,7 +104,7 @@ def test_records_held_behind_a_blocked_release_count_in_the_consumer_lag(stream,
 
     def progress(s):
         if s.blocked and s.transport.exhausted:
-            s._export_metrics()
+            s.export_metrics()
             seen["queued"] = sum(len(q) for q in s.queues.values())
             seen["lag"] = s.metrics.registry.get_sample_value(
                 "dpbandit_consumer_lag", {"topic": "dpbandit.contexts", "partition": "0"}

@@ -164,7 +164,7 @@ def test_metrics_doc_lists_exactly_what_the_service_exports():
     from prometheus_client import Counter, Gauge, Histogram, Info
 
     from streaming_dpbandit.metrics import ServiceMetrics
-    from streaming_dpbandit.stream.local import LocalMetrics
+    from streaming_dpbandit.stream.local.runtime import LocalMetrics
 
     sm = ServiceMetrics()
     exported = {}

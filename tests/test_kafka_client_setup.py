@@ -9,18 +9,18 @@ from kafka.record import util
 from pydantic import ValidationError
 
 from streaming_dpbandit.config import KafkaSettings
-from streaming_dpbandit.stream import kafka_transport
+from streaming_dpbandit.stream.kafka import transport as kafka_transport
 
 
 def test_a_missing_native_crc32c_is_warned_about_once(monkeypatch, caplog):
     monkeypatch.setattr(kafka_transport, "_SLOW_CRC_WARNED", [False])
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:9")
     with caplog.at_level(logging.WARNING, logger="streaming_dpbandit.kafka"):
-        kafka_transport._common(settings)  # the native CRC is installed: silent
+        kafka_transport.client_options(settings)  # the native CRC is installed: silent
         assert not caplog.records
         monkeypatch.setattr(util, "crc32c_c", None)
-        kafka_transport._common(settings)
-        kafka_transport._common(settings)
+        kafka_transport.client_options(settings)
+        kafka_transport.client_options(settings)
     assert [r.getMessage() for r in caplog.records] == [
         "kafka-python checks record CRC-32C in pure Python, about 3x slower: install the "
         "'crc32c' package (pip install 'kafka-python[crc32c]')"

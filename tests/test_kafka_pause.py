@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streaming_dpbandit.stream.kafka_transport import resume_partition
+from streaming_dpbandit.stream.kafka.transport import resume_partition
 
 pytestmark = pytest.mark.kafka
 

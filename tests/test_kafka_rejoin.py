@@ -18,7 +18,7 @@ from kafka.structs import MemberState
 from stream_helpers import BANDIT, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import KafkaSettings
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 
 pytestmark = pytest.mark.kafka
 
@@ -95,7 +95,7 @@ def _assert_exits_on_a_stalled_rejoin(service) -> None:
             outcome["t0"] = time.monotonic()
             _stall_the_next_join(svc.consumer)
         if time.monotonic() - outcome.get("t0", time.monotonic()) > 60:
-            svc._stop = True  # the watchdog never fired: fail in the caller instead of hanging
+            svc.request_stop()  # the watchdog never fired: fail in the caller instead of hanging
 
     def run():
         try:
@@ -116,7 +116,7 @@ def _assert_exits_on_a_stalled_rejoin(service) -> None:
 def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_broker):
     """Group mode: the watchdog turns the silent hang into an exit (the replica is restarted)."""
     from streaming_dpbandit.config import ServiceSettings
-    from streaming_dpbandit.stream.group import GroupService
+    from streaming_dpbandit.stream.scaling.group import GroupService
 
     name = f"rejoingroup{os.getpid()}"
     st = ServiceSettings.model_validate(
@@ -145,7 +145,7 @@ def test_a_stalled_rejoin_makes_a_decision_replica_exit_with_a_clear_error(kafka
     """Broadcast mode: a decision replica exits too (it is stateless; a restart is safe)."""
     from test_broadcast_kafka import settings_for
 
-    from streaming_dpbandit.stream.broadcast import DecisionReplica
+    from streaming_dpbandit.stream.scaling.replica import DecisionReplica
 
     name = f"rejoinbc{os.getpid()}"
     topics = kafka_topics(name) | {"models": f"{name}.models"}

@@ -25,7 +25,7 @@ from kafka import KafkaProducer
 from stream_helpers import BANDIT, D, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.schemas import context_message
 
 pytestmark = pytest.mark.kafka

@@ -10,7 +10,7 @@ from stream_helpers import BANDIT, D, K
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.config import ConfigError, ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
-from streaming_dpbandit.stream.loadgen import RealTimeStream, check_loadgen_settings
+from streaming_dpbandit.stream.sim.loadgen import RealTimeStream, check_loadgen_settings
 
 
 def test_real_time_stream_paces_contexts_and_schedules_rewards_after_decisions():

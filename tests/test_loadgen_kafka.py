@@ -10,9 +10,9 @@ import pytest
 from stream_helpers import BANDIT, D, K, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
-from streaming_dpbandit.stream.loadgen import run_loadgen
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.service import Service
+from streaming_dpbandit.stream.sim.loadgen import run_loadgen
 
 pytestmark = pytest.mark.kafka
 

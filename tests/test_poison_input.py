@@ -9,7 +9,6 @@ broadcast learner's decisions topic and at a decision replica's parser.
 
 from __future__ import annotations
 
-import collections
 import json
 import math
 
@@ -22,7 +21,8 @@ from stream_helpers import settings as service_settings
 from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.bandit import BanditRuntime
-from streaming_dpbandit.stream.broadcast import DecisionReplica, Learner
+from streaming_dpbandit.stream.scaling.broadcast import learner_service
+from streaming_dpbandit.stream.scaling.replica import DecisionReplica, dead_letters_of
 from streaming_dpbandit.stream.schemas import ContextEvent, encode_f64, parse_feedback
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.transport import InProcessTransport, Source
@@ -359,7 +359,7 @@ def test_the_broadcast_learner_survives_arbitrary_decisions(tmp_path_factory, va
     transport = InProcessTransport(
         ListSource(records, ("dpbandit.decisions", FEEDBACK)), keep_outputs=True
     )
-    learner = Learner(st_, transport, ServiceMetrics())
+    learner = learner_service(st_, transport, ServiceMetrics())
     learner.open()
     learner.run()
     dead = _outcomes(transport, "dpbandit.decisions")
@@ -384,7 +384,7 @@ def _replica(tmp_path) -> DecisionReplica:
     b = st_.bandits[BANDIT]
     rep.bandits = {BANDIT: BanditRuntime(BANDIT, b, b.policy.build(seed=b.seed), None)}
     rep.producer = _Producer()
-    rep.dead_count = collections.Counter()
+    rep.dead_letters = dead_letters_of(rep.producer, rep.topics.dead_letter, st_, ServiceMetrics())
     return rep
 
 
@@ -403,7 +403,7 @@ class _Msg:
 def test_a_decision_replica_parses_arbitrary_contexts_or_dead_letters_them(tmp_path, values):
     rep = _replica(tmp_path)
     for off, v in enumerate(values):
-        out = rep._parse("contexts", 0, _Msg(off, v), 0.0)
+        out = rep.parse("contexts", 0, _Msg(off, v), 0.0)
         dead = [m for t, m in rep.producer.sent if m["offset"] == off]
         assert (out is None) == (len(dead) == 1)
         if out is not None:

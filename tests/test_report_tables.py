@@ -1,6 +1,6 @@
 """Terminal tables: wrapped to a width, whatever the cells hold."""
 
-from streaming_dpbandit.experiments.report import format_table
+from streaming_dpbandit.utils.tables import format_table
 
 
 def test_a_wrapped_table_keeps_formatted_numbers_as_text():

@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
-from streaming_dpbandit.stream.group import TaskLost
-from streaming_dpbandit.stream.synthetic import write_multi_bandit_stream
+from streaming_dpbandit.stream.scaling.task import TaskLost
+from streaming_dpbandit.stream.sim.synthetic import write_multi_bandit_stream
 
 KAFKA = {"bootstrap_servers": "127.0.0.1:1"}
 
@@ -62,26 +62,25 @@ def test_the_multi_bandit_stream_is_reproducible_and_ordered(tmp_path):
     assert {e["bandit_id"] for e in ends} == {"x", "y", "z"}
 
 
-def test_a_ledger_conflict_stops_a_task_instead_of_being_retried(monkeypatch):
+def test_a_ledger_conflict_stops_a_task_instead_of_being_retried():
     """A re-drawn release must stop the replica; other producer errors only lose the task."""
     from streaming_dpbandit.privacy.ledger import LedgerConflictError
-    from streaming_dpbandit.stream.group import TaskService
-    from streaming_dpbandit.stream.service import Service
+    from streaming_dpbandit.stream.scaling.task import TaskService, TaskState
 
-    task = object.__new__(TaskService)  # only the error handling of snapshot() is exercised
+    class Store:  # only the error handling of a task's snapshot is exercised
+        def __init__(self, err):
+            self.err = err
+
+        def save(self, name, state, send):
+            raise self.err
+
+    task = object.__new__(TaskService)
     task.partition = 3
-
-    def conflict(self, reason):
-        raise LedgerConflictError("release b/fit/1 differs")
-
-    monkeypatch.setattr(Service, "snapshot", conflict)
+    conflict = TaskState(task, Store(LedgerConflictError("release b/fit/1 differs")), None)
     with pytest.raises(LedgerConflictError):
-        task.snapshot("release")
+        conflict.save({})
 
-    def broken(self, reason):
-        raise KafkaError("request timed out")
-
-    monkeypatch.setattr(Service, "snapshot", broken)
+    broken = TaskState(task, Store(KafkaError("request timed out")), None)
     with pytest.raises(TaskLost, match="task-3") as info:
-        task.snapshot("release")
+        broken.save({})
     assert not info.value.fenced

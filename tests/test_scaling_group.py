@@ -29,12 +29,12 @@ from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import ReleaseRecord, read_ledger
-from streaming_dpbandit.stream.group import committed_lag
-from streaming_dpbandit.stream.partitioning import partition_of
+from streaming_dpbandit.stream.kafka.state_store import KafkaChangelogStore
+from streaming_dpbandit.stream.scaling.group import committed_lag
+from streaming_dpbandit.stream.scaling.partitioning import partition_of
 from streaming_dpbandit.stream.service import Service, learned_state_bytes
-from streaming_dpbandit.stream.sources import FileSource
-from streaming_dpbandit.stream.state_store import KafkaChangelogStore
-from streaming_dpbandit.stream.synthetic import publish_jsonl, write_multi_bandit_stream
+from streaming_dpbandit.stream.sim.sources import FileSource
+from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 pytestmark = pytest.mark.kafka

@@ -6,9 +6,9 @@ import pytest
 from kafka import KafkaProducer
 
 from streaming_dpbandit.privacy.ledger import LedgerConflictError, ReleaseRecord
-from streaming_dpbandit.stream.kafka_ledger import KafkaLedger
-from streaming_dpbandit.stream.partitioning import partition_of
-from streaming_dpbandit.stream.state_store import CHUNK_BYTES, KafkaChangelogStore
+from streaming_dpbandit.stream.kafka.ledger import KafkaLedger
+from streaming_dpbandit.stream.kafka.state_store import CHUNK_BYTES, KafkaChangelogStore
+from streaming_dpbandit.stream.scaling.partitioning import partition_of
 
 pytestmark = pytest.mark.kafka
 

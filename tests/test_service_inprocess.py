@@ -102,8 +102,9 @@ def test_feedback_far_ahead_of_its_contexts_is_paced_and_changes_nothing(
     from stream_helpers import settings
 
     from streaming_dpbandit.metrics import ServiceMetrics
+    from streaming_dpbandit.stream import feedback as feedback_module
     from streaming_dpbandit.stream import service as service_module
-    from streaming_dpbandit.stream.sources import FileSource
+    from streaming_dpbandit.stream.sim.sources import FileSource
     from streaming_dpbandit.stream.transport import InProcessTransport
 
     _, ref_svc, _, _ = reference
@@ -112,7 +113,7 @@ def test_feedback_far_ahead_of_its_contexts_is_paced_and_changes_nothing(
     order = sorted(range(len(lines)), key=lambda i: (i - ahead[i], -ahead[i]))
     path = tmp_path / "ahead.jsonl"
     path.write_text("\n".join(lines[i] for i in order) + "\n")
-    monkeypatch.setattr(service_module, "EARLY_PAUSE", 200)
+    monkeypatch.setattr(feedback_module, "EARLY_PAUSE", 200)
     source = FileSource(path, ("dpbandit.contexts", "dpbandit.feedback"))
     svc = service_module.Service(
         settings(tmp_path / "state", max_batch=50), InProcessTransport(source), ServiceMetrics()
@@ -330,7 +331,7 @@ class _FetchLikeTransport:
     so a bandit blocked at a release has hundreds of queued contexts for many polls."""
 
     def __init__(self, path, fetch: int = 600, per_poll: int = 20):
-        from streaming_dpbandit.stream.sources import FileSource
+        from streaming_dpbandit.stream.sim.sources import FileSource
         from streaming_dpbandit.stream.transport import Record
 
         self.topics = ("dpbandit.contexts", "dpbandit.feedback")
@@ -406,17 +407,18 @@ def test_a_blocked_bandit_does_not_rescan_its_queued_contexts_at_every_poll(
 
     from streaming_dpbandit.metrics import ServiceMetrics
     from streaming_dpbandit.stream import service as service_module
+    from streaming_dpbandit.stream.contexts import ContextStage
 
     _, ref_svc, _, _ = reference
     scanned = [0]
     blocked_queue = []
-    parse = service_module.Service._parse_context
+    parse = ContextStage.parse
 
     def counting_parse(self, r, received):
         scanned[0] += 1
         return parse(self, r, received)
 
-    monkeypatch.setattr(service_module.Service, "_parse_context", counting_parse)
+    monkeypatch.setattr(ContextStage, "parse", counting_parse)
     transport = _FetchLikeTransport(stream[0], fetch=1500)
     svc = service_module.Service(
         settings(tmp_path / "state", max_batch=2048), transport, ServiceMetrics()

@@ -41,7 +41,7 @@ from stream_helpers import (
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.kafka_transport import KafkaTransport
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.service import Service, learned_state_bytes
 from streaming_dpbandit.stream.snapshot import SnapshotStore
 
@@ -214,10 +214,10 @@ def test_feedback_running_ahead_is_paced_and_changes_nothing(
     contexts. Above EARLY_PAUSE held messages the feedback partitions pause (and resume at a
     tenth, through ``resume_partition``): at most one poll more is held, and the outcome is
     the in-process run's."""
-    from streaming_dpbandit.stream import service as service_module
+    from streaming_dpbandit.stream import feedback as feedback_module
 
     limit, poll = 400, 200
-    monkeypatch.setattr(service_module, "EARLY_PAUSE", limit)
+    monkeypatch.setattr(feedback_module, "EARLY_PAUSE", limit)
     topics = kafka_topics(f"pace{os.getpid()}")
     create_topics(kafka_broker, topics)
     produce_file(kafka_broker.bootstrap, recorded["path"], topics)

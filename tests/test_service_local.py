@@ -28,7 +28,7 @@ from streaming_dpbandit.config import ConfigError, load_service_settings
 from streaming_dpbandit.ldp import LDPClient, ModelSnapshot, fetch_snapshot
 from streaming_dpbandit.privacy.accountant import Accountant
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.model_publisher import ModelStore, start_model_server
+from streaming_dpbandit.stream.local.publisher import ModelStore, start_model_server
 
 REPORTS = 3000
 

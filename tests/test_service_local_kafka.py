@@ -31,7 +31,7 @@ from test_service_kafka import free_port, read_topic, sample, scrape
 from streaming_dpbandit.envs import LDPSingleParamEnv
 from streaming_dpbandit.ldp import LDPClient, fetch_snapshot
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.local import learned_local_bytes
+from streaming_dpbandit.stream.local.runtime import learned_local_bytes
 from streaming_dpbandit.stream.snapshot import SnapshotStore
 
 pytestmark = pytest.mark.kafka
@@ -191,7 +191,7 @@ def test_the_models_topic_is_created_compacted(kafka_broker):
     from kafka.admin import ConfigResource, ConfigResourceType
 
     from streaming_dpbandit.config import KafkaSettings
-    from streaming_dpbandit.stream.model_publisher import ensure_models_topic
+    from streaming_dpbandit.stream.local.publisher import ensure_models_topic
 
     name = f"ldp{os.getpid()}.models-created"
     settings = KafkaSettings(bootstrap_servers=kafka_broker.bootstrap)

@@ -11,8 +11,9 @@ from stream_helpers import BANDIT, D, K, settings
 
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.service import REFIT_FAILURES_FILE, Service
-from streaming_dpbandit.stream.sources import SimulatedSource
+from streaming_dpbandit.stream.service import Service
+from streaming_dpbandit.stream.sim.sources import SimulatedSource
+from streaming_dpbandit.stream.state import REFIT_FAILURES_FILE
 from streaming_dpbandit.stream.transport import InProcessTransport
 
 

@@ -17,7 +17,8 @@ from stream_helpers import BANDIT, decisions, ledger_digests, run_file, settings
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import MatroidSyntheticEnv
-from streaming_dpbandit.stream.bandit import BadInput, BanditRuntime, Pending
+from streaming_dpbandit.stream.bandit import BanditRuntime
+from streaming_dpbandit.stream.parsing import BadInput, Pending
 from streaming_dpbandit.stream.runner import print_summary
 from streaming_dpbandit.stream.schemas import (
     ContextEvent,
@@ -25,7 +26,7 @@ from streaming_dpbandit.stream.schemas import (
     SlateFeedback,
     parse_decision,
 )
-from streaming_dpbandit.stream.slate_bandit import SlateBanditRuntime
+from streaming_dpbandit.stream.slates.runtime import SlateBanditRuntime
 
 ITEMS40 = [f"sku-{i:02d}" for i in range(40)]
 CASES = {

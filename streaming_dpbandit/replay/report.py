@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ..experiments.report import format_table
 from ..privacy.accountant import ACCOUNTANT_NAMES
+from ..utils.tables import format_table
 from .result import ReplayResult
 
 __all__ = ["plot_replay", "replay_table"]

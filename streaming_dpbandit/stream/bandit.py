@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
 
 import numpy as np
@@ -12,43 +11,12 @@ from ..config import BanditSettings
 from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
 from .join import EarlyFeedback, JoinStore, Resolution
+from .parsing import BadInput, Pending
 from .schemas import ContextEvent, Feedback, decision_encoder
 
-__all__ = ["BadInput", "BanditRuntime", "arm_id_kwargs", "unreadable"]
+__all__ = ["BanditRuntime", "arm_id_kwargs"]
 
 WINDOW = 1000
-
-
-class BadInput(ValueError):
-    """A message that goes to the dead-letter topic, with a machine-readable reason."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
-
-def unreadable(err: BaseException) -> BadInput:
-    """The dead-letter reason of a message whose reading raised an unforeseen error.
-
-    No input may stop the service: whatever reading one message raises, that message goes to
-    the dead-letter topic as ``unreadable`` and the loop goes on. The detail names the error's
-    type only (its text could quote the message's values).
-
-    >>> unreadable(OverflowError("int too large")).detail
-    'OverflowError while reading the message'
-    """
-    return BadInput("unreadable", f"{type(err).__name__} while reading the message")
-
-
-@dataclasses.dataclass
-class Pending:
-    """A validated context event waiting in a partition queue for its decision."""
-
-    event: ContextEvent
-    X: np.ndarray  # (K, d)
-    arm_ids: list[str]
-    received: float  # perf_counter when polled
 
 
 def arm_id_kwargs(policy: Policy, batch: list[Pending]) -> dict:
@@ -231,7 +199,7 @@ class BanditRuntime:
             else:
                 self._judge_held(eid, t, closes, held, dead)
             if eid in pending and js.feedback_watermark > closes:
-                self._resolved(js._resolve(eid, "expired", None), forced=False)
+                self._resolved(js.resolve(eid, "expired", None), forced=False)
         t = max(p.event.event_time for p in batch)
         for orphan in self.join.advance_context_watermark(t):
             self.stats["fb_orphan"] += 1
@@ -257,7 +225,7 @@ class BanditRuntime:
                 continue
             if status == "pending" and fb.watermark > closes:
                 # in feedback order the window had closed before this feedback
-                self._resolved(js._resolve(eid, "expired", None), forced=False)
+                self._resolved(js.resolve(eid, "expired", None), forced=False)
                 status = "expired"
             if status == "pending":
                 self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
@@ -292,9 +260,16 @@ class BanditRuntime:
             self.advance_watermark(fb.event_time)
             return
         if p is None and fb.event_id not in js.resolved:
-            self._unseen(fb, source, dead)  # (what status() None would lead to, sooner)
+            self._unseen(fb, fb.reward, source, dead)  # (what status() None would do, sooner)
             self.advance_watermark(fb.event_time)
             return
+        self._judge(fb, fb.reward, source, dead, "already has its reward")
+
+    def _judge(self, fb, reward, source: tuple[str, int, int], dead, joined: str) -> None:
+        """Feedback (``reward``: what it carries) by the join's status of its event: applied
+        to a pending decision, dead-lettered (before the decision, duplicate — ``joined`` says
+        why —, after expiry, unknown) or held until its context arrives; then the feedback
+        watermark advances."""
         status = self.join.status(fb.event_id)
         decided_at = self.join.decision_time(fb.event_id)
         if decided_at is not None and fb.event_time < decided_at:
@@ -305,20 +280,20 @@ class BanditRuntime:
                 f"feedback time precedes the decision of {fb.event_id!r}",
             )
         elif status == "pending":
-            self._feedback_on_pending(fb.event_id, fb.reward, fb.event_time, source, dead)
+            self._feedback_on_pending(fb.event_id, reward, fb.event_time, source, dead)
         elif status == "joined":
             self.stats["fb_duplicate"] += 1
-            dead(source, "duplicate_feedback", f"event {fb.event_id!r} already has its reward")
+            dead(source, "duplicate_feedback", f"event {fb.event_id!r} {joined}")
         elif status == "expired":
             self.stats["fb_after_expiry"] += 1
             dead(
                 source, "feedback_after_expiry", f"event {fb.event_id!r} expired before its reward"
             )
         else:
-            self._unseen(fb, source, dead)
+            self._unseen(fb, reward, source, dead)
         self.advance_watermark(fb.event_time)
 
-    def _unseen(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
+    def _unseen(self, fb, reward, source: tuple[str, int, int], dead) -> None:
         """Feedback for an event neither pending nor remembered: unknown if the contexts have
         passed its time, else held until its context arrives (early)."""
         js = self.join
@@ -328,10 +303,11 @@ class BanditRuntime:
         else:
             self.stats["fb_early"] += 1
             js.hold_early(
-                EarlyFeedback(fb.event_id, fb.reward, fb.event_time, source, js.feedback_watermark)
+                EarlyFeedback(fb.event_id, reward, fb.event_time, source, js.feedback_watermark)
             )
 
-    def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:
+    def _outside_window(self, event_id, event_time, source, dead) -> bool:
+        """Dead-letter feedback stamped outside its pending decision's window; True if it was."""
         check = self.join.window_check(event_id, event_time)
         if check == "before_decision":
             self.stats["fb_before_decision"] += 1
@@ -340,12 +316,17 @@ class BanditRuntime:
                 "feedback_before_decision",
                 f"feedback time precedes the decision of {event_id!r}",
             )
-        elif check == "after_expiry":
+            return True
+        if check == "after_expiry":
             self.stats["fb_after_expiry"] += 1
             dead(
                 source, "feedback_after_expiry", f"feedback for {event_id!r} is outside the window"
             )
-        else:
+            return True
+        return False
+
+    def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:
+        if not self._outside_window(event_id, event_time, source, dead):
             self._resolved(self.join.match(event_id, reward, event_time), forced=False)
 
     def advance_watermark(self, t: float) -> None:
@@ -357,7 +338,7 @@ class BanditRuntime:
         n = 0
         through = self._reads_through()
         for eid in [e for e, p in self.join.pending.items() if p.round <= through]:
-            self._resolved(self.join._resolve(eid, "expired", None), forced=True)
+            self._resolved(self.join.resolve(eid, "expired", None), forced=True)
             n += 1
         return n
 

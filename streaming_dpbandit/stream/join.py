@@ -147,7 +147,7 @@ class JoinStore:
         """Register a decision; returns decisions expired early to stay within capacity."""
         evicted = []
         while len(self.pending) >= self.capacity:
-            evicted.append(self._resolve(next(iter(self.pending)), "expired", None))
+            evicted.append(self.resolve(next(iter(self.pending)), "expired", None))
         slot = self._slot()
         self._contexts[slot] = context
         self.pending[event_id] = Pending(event_id, round, event_time, slot)
@@ -236,7 +236,8 @@ class JoinStore:
         self._remember(event_id, outcome, p.event_time)
         return p.round, ctx
 
-    def _resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
+    def resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
+        """Take a pending decision out of the join with its outcome (joined or expired)."""
         rnd, ctx = self._take(event_id, outcome)
         return Resolution(event_id, rnd, outcome, reward, ctx)
 
@@ -257,7 +258,7 @@ class JoinStore:
     # -- feedback ---------------------------------------------------------------------------
     def match(self, event_id: str, reward: float, event_time: float) -> Resolution:
         """Join a reward to a pending decision (caller checked the window)."""
-        return self._resolve(event_id, "joined", reward)
+        return self.resolve(event_id, "joined", reward)
 
     def window_check(self, event_id: str, event_time: float) -> str:
         """``ok``, ``before_decision`` or ``after_expiry`` for feedback of a pending decision."""
@@ -320,7 +321,7 @@ class JoinStore:
         while heap and heap[0][0] < cutoff:
             _, _, eid = heapq.heappop(heap)
             if eid in self.pending:  # else: already resolved (lazy deletion)
-                out.append(self._resolve(eid, "expired", None))
+                out.append(self.resolve(eid, "expired", None))
         if len(heap) > 2 * len(self.pending) + 64:  # drop stale heap entries
             self._by_time = [x for x in heap if x[2] in self.pending]
             heapq.heapify(self._by_time)
@@ -329,7 +330,7 @@ class JoinStore:
 
     def expire_all(self) -> list[Resolution]:
         """End of stream: every pending decision expires."""
-        return [self._resolve(eid, "expired", None) for eid in list(self.pending)]
+        return [self.resolve(eid, "expired", None) for eid in list(self.pending)]
 
     def oldest_pending_round(self) -> int | None:
         """Smallest round of a pending decision (None if none is pending).

@@ -1,4 +1,10 @@
-"""Assemble and run a service from settings: transport, metrics endpoint, progress, summary."""
+"""The composition root: every service shape is assembled and run here from its settings.
+
+``run_service`` picks the shape — the single service (:class:`~.service.Service` over Kafka,
+a file or a simulation), the partitioned group (``scaling/group.py``), or a model broadcast's
+learner or decision replica (``scaling/broadcast.py``, ``scaling/replica.py``) — and adds the
+transport, the ``/metrics`` endpoint, the progress bar and the summary.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,18 @@ import time
 
 from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
+from .errors import ServiceStartError
 from .gc_tuning import service_gc
 from .service import Service
 from .transport import InProcessTransport, Transport
 
-__all__ = ["build_transport", "run_service", "slate_environment", "start_metrics_server"]
+__all__ = [
+    "build_transport",
+    "run_broadcast",
+    "run_service",
+    "slate_environment",
+    "start_metrics_server",
+]
 
 log = logging.getLogger("streaming_dpbandit.service")
 
@@ -34,24 +47,24 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     """Kafka when configured; otherwise the in-process transport over a file or a simulation."""
     topics = settings.kafka.topics if settings.kafka else None
     if settings.kafka is not None:
-        from .kafka_transport import KafkaTransport
+        from .kafka.transport import KafkaTransport
 
         return KafkaTransport(settings.kafka)
     from ..config import TopicsSettings
 
     t = topics or TopicsSettings()
     if settings.file is not None:
-        from .sources import FileSource
+        from .sim.sources import FileSource
 
         return InProcessTransport(
             FileSource(settings.file.path, (t.contexts, t.feedback)), keep_outputs
         )
     from ..envs import MATROID_REGISTRY, REGISTRY
-    from .sources import SimulatedSource
+    from .sim.sources import SimulatedSource
 
     sim = settings.simulation
     if sim.env in MATROID_REGISTRY:  # slate requests with per-item feedback
-        from .slate_sources import SlateSimulatedSource
+        from .slates.sources import SlateSimulatedSource
 
         env = slate_environment(sim.env, sim.env_params)
         bandit = settings.bandits.get(sim.bandit_id)
@@ -70,7 +83,7 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
         return InProcessTransport(source, keep_outputs)
     local = settings.bandits.get(sim.bandit_id)
     if local is not None and local.privacy == "local":  # devices with the SDK send reports
-        from .ldp_clients import SimulatedLDPClients
+        from .local.clients import SimulatedLDPClients
 
         env = REGISTRY[sim.env](**sim.env_params)
         return InProcessTransport(
@@ -105,8 +118,6 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
         return None, None
     from prometheus_client import start_http_server
 
-    from .service import ServiceStartError
-
     host, port = settings.metrics.host, settings.metrics.port
     try:
         server, _thread = start_http_server(port, host, registry=metrics.registry)
@@ -116,6 +127,16 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
             "--metrics-port (or metrics.port; 0 picks a free one) or --no-metrics"
         ) from None
     return server, server.server_port
+
+
+def serve_metrics(settings: ServiceSettings) -> tuple[ServiceMetrics, object]:
+    """Fresh collectors and their ``/metrics`` endpoint (announced), if enabled."""
+    metrics = ServiceMetrics()
+    server, port = start_metrics_server(settings, metrics)
+    if port:
+        url = f"http://{settings.metrics.host}:{port}/metrics"
+        log.info("metrics: %s", url, extra={"url": url})
+    return metrics, server
 
 
 def run_service(
@@ -131,16 +152,10 @@ def run_service(
     """
     out = sys.stdout if out is None else out
     if settings.broadcast is not None:  # model broadcast: learner or decision replica
-        from .broadcast import run_broadcast
-
         return run_broadcast(settings, out)
     group = settings.scaling.mode == "group" and transport is None
     transport = None if group else (transport or build_transport(settings))
-    metrics = ServiceMetrics()
-    server, port = start_metrics_server(settings, metrics)
-    if port:
-        url = f"http://{settings.metrics.host}:{port}/metrics"
-        log.info("metrics: %s", url, extra={"url": url})
+    metrics, server = serve_metrics(settings)
     try:
         return _run(settings, transport, metrics, server, out, linger_s, group)
     finally:
@@ -148,9 +163,49 @@ def run_service(
             server.shutdown()
 
 
+def run_broadcast(settings: ServiceSettings, out=None) -> dict:
+    """Run this process's role of a model broadcast until SIGTERM/SIGINT."""
+    import json
+
+    from .scaling.broadcast import check_broadcast, ensure_broadcast_topics, learner_kafka_settings
+    from .scaling.broadcast import learner_service as learner_of
+    from .scaling.replica import DecisionReplica
+
+    out = sys.stdout if out is None else out
+    check_broadcast(settings)
+    metrics, server = serve_metrics(settings)
+    try:
+        if settings.broadcast.role == "decider":
+            replica = DecisionReplica(settings, metrics)
+            replica.open()
+            replica.install_signal_handlers()
+            with service_gc():
+                summary = replica.run()
+            print(json.dumps(summary), file=out)
+            return summary
+        from .kafka.transport import KafkaTransport
+
+        try:
+            ensure_broadcast_topics(settings)
+        except Exception as err:
+            raise ServiceStartError(f"cannot create topics: {type(err).__name__}: {err}") from None
+        learner = learner_of(settings, KafkaTransport(learner_kafka_settings(settings)), metrics)
+        learner.open()
+        learner.install_signal_handlers()
+        with service_gc():
+            summary = learner.run()
+        summary["role"] = "learner"
+        summary["state_directory"] = str(settings.snapshots.directory)
+        print_summary(summary, out)
+        return summary
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
 def _run(settings, transport, metrics, server, out, linger_s: float, group: bool) -> dict:
     if group:
-        from .group import GroupService
+        from .scaling.group import GroupService
 
         service = GroupService(settings, metrics)
     else:
@@ -159,7 +214,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
     service.install_signal_handlers()
     model_server = None
     if getattr(service, "local", None) and settings.model_server.enabled:  # local models
-        from .model_publisher import start_model_server
+        from .local.publisher import start_model_server
 
         model_server, mport = start_model_server(
             settings.model_server.host, settings.model_server.port, service.local.store
@@ -183,7 +238,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
             dynamic_ncols=True,
         )
     seen = [0]
-    from .sources import SimulatedSource
+    from .sim.sources import SimulatedSource
 
     simulated = getattr(transport, "source", None)
     if not isinstance(simulated, SimulatedSource):
@@ -221,17 +276,17 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
         summary["state_directory"] = str(settings.snapshots.directory)
     print_summary(summary, out)
     out.flush()
-    if linger_s > 0 and server is not None and not service._stop:
+    if linger_s > 0 and server is not None and not service.stop.requested:
         log.info("input finished; serving /metrics for %g s more (SIGTERM/SIGINT stops)", linger_s)
         deadline = time.monotonic() + linger_s
-        while not service._stop and time.monotonic() < deadline:
+        while not service.stop.requested and time.monotonic() < deadline:
             time.sleep(0.1)
     return summary
 
 
 def print_summary(summary: dict, out) -> None:
-    from ..experiments.report import format_table
     from ..privacy.accountant import format_of_record
+    from ..utils.tables import format_table
 
     rows = []
     for name, b in summary["bandits"].items():
@@ -315,7 +370,7 @@ def print_comparison(summary: dict, out) -> None:
     Regret is pseudo-regret, Σ_t (best arm's mean reward − chosen arm's mean reward); the
     uniform policy's figures are its expectation given the stream's contexts (no coin flips).
     """
-    from ..experiments.report import format_table
+    from ..utils.tables import format_table
 
     src = summary["source"]
     names = [f"{b['policy']} ({name})" for name, b in summary["bandits"].items()] or ["service"]

@@ -4,7 +4,7 @@ The service loop only sees :class:`Transport`: ``poll`` input records (in partit
 ``send`` output records, ``flush`` them durably, ``pause``/``resume`` partitions, and start from
 given offsets. :class:`InProcessTransport` runs the same loop without a broker, over a
 :class:`Source` (a simulated stream or a JSONL file); the Kafka transport is in
-``kafka_transport.py``.
+``kafka/transport.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The service's own log as a JSONL file: contexts, decisions and feedback, one message per line.
 
 Each line is ``{"topic": "contexts" | "decisions" | "feedback", "value": {...}}`` — the format
-of ``dpbandit serve --file`` (``stream/sources.py``) plus the service's ``decisions`` — where
+of ``dpbandit serve --file`` (``stream/sim/sources.py``) plus the service's ``decisions`` — where
 ``topic`` may also be a full topic name ending in ``contexts``, ``decisions`` or ``feedback``
 (e.g. ``dpbandit.decisions``) and ``value`` a JSON object or its text. Messages are validated
 with the service's schemas and joined by event id (:class:`~.join.EventJoin`).

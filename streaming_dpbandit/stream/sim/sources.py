@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..envs.base import Environment
-from .schemas import context_message
-from .transport import Source
+from ...envs.base import Environment
+from ..schemas import context_message
+from ..transport import Source
 
 __all__ = ["FileSource", "RecordingSource", "SimulatedSource"]
 
@@ -100,6 +100,9 @@ class SimulatedSource(Source):
         self.uniform_sum = 0.0  # Σ mean over arms of the mean reward
         self._closed = False
 
+    #: The feedback message's field holding what :meth:`on_output` queued as the reward.
+    reward_field = "reward"
+
     def _send(self, emit, topic: str, value: dict) -> None:
         emit(topic, self.bandit_id.encode(), json.dumps(value).encode())
 
@@ -110,7 +113,7 @@ class SimulatedSource(Source):
                 "v": 1,
                 "event_id": eid,
                 "bandit_id": self.bandit_id,
-                "reward": reward,
+                self.reward_field: reward,
                 "event_time": t,
             }
             self._send(emit, self.topics[1], value)
@@ -145,20 +148,24 @@ class SimulatedSource(Source):
                 break
             n += 1
         if n > 0:
-            X = self.env.contexts(self._rng, n)
-            mu = self.env.mean_rewards(X)
-            noise = self.env.reward_noise(self._rng, n)
-            Xr = np.round(X, 6)  # what a producer would send; rewards use the exact contexts
-            arm_ids = [f"arm-{k}" for k in range(X.shape[1])]
-            for j in range(n):
-                t = self.start_time + self._i * self.dt
-                eid = f"{self.bandit_id}-{self._i}"
-                self._i += 1
-                self._waiting[eid] = (mu[j], noise[j], t, self._gen)
-                msg = context_message(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
-                self._send(emit, self.topics[0], msg)
+            self._emit_contexts(emit, n)
         self._clock = new_clock
         return True
+
+    def _emit_contexts(self, emit, n: int) -> None:
+        """The next ``n`` context events (their mean rewards and noise kept for the reward)."""
+        X = self.env.contexts(self._rng, n)
+        mu = self.env.mean_rewards(X)
+        noise = self.env.reward_noise(self._rng, n)
+        Xr = np.round(X, 6)  # what a producer would send; rewards use the exact contexts
+        arm_ids = [f"arm-{k}" for k in range(X.shape[1])]
+        for j in range(n):
+            t = self.start_time + self._i * self.dt
+            eid = f"{self.bandit_id}-{self._i}"
+            self._i += 1
+            self._waiting[eid] = (mu[j], noise[j], t, self._gen)
+            msg = context_message(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
+            self._send(emit, self.topics[0], msg)
 
     def _stalled(self) -> bool:
         """Decisions older than the last poll are missing: the service is waiting."""

@@ -24,7 +24,7 @@ def write_multi_bandit_stream(
     start_time: float = 1_700_000_000.0,
 ) -> dict[str, int]:
     """Write the input of many bandits as JSONL (``{"topic", "value"}`` lines, the format of
-    :class:`~streaming_dpbandit.stream.sources.FileSource`).
+    :class:`~streaming_dpbandit.stream.sim.sources.FileSource`).
 
     Every bandit gets ``events_per_bandit`` contexts ``dt`` seconds apart (bandits interleaved in
     event time), a reward for each with probability ``feedback_probability`` after an

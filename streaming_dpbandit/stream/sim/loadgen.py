@@ -27,8 +27,8 @@ import time
 
 import numpy as np
 
-from ..config import ConfigError, ServiceSettings
-from .schemas import context_message
+from ...config import ConfigError, ServiceSettings
+from ..schemas import context_message
 
 __all__ = ["RealTimeStream", "check_loadgen_settings", "run_loadgen"]
 
@@ -185,7 +185,7 @@ def check_loadgen_settings(settings: ServiceSettings):
 
     Raises :class:`ConfigError` with one line otherwise.
     """
-    from ..envs import REGISTRY
+    from ...envs import REGISTRY
 
     if settings.kafka is None:
         raise ConfigError("loadgen needs Kafka: --kafka HOST:PORT or kafka.bootstrap_servers")
@@ -221,10 +221,10 @@ def _decisions_consumer(settings: ServiceSettings, timeout_s: float = 60.0):
     """A group-less consumer of every partition of the decisions topic, at its end."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from .kafka_transport import _common
+    from ..kafka.transport import client_options
 
     topic = settings.kafka.topics.decisions
-    consumer = KafkaConsumer(**_common(settings.kafka), enable_auto_commit=False)
+    consumer = KafkaConsumer(**client_options(settings.kafka), enable_auto_commit=False)
     deadline = time.monotonic() + timeout_s
     parts = consumer.partitions_for_topic(topic)
     while not parts:
@@ -257,7 +257,7 @@ def run_loadgen(
     decisions, rewards sent, true pseudo-regret, mean reward)."""
     from kafka import KafkaProducer
 
-    from .kafka_transport import _common, ensure_topics
+    from ..kafka.transport import client_options, ensure_topics
 
     env = check_loadgen_settings(settings)
     if not rate > 0:
@@ -267,7 +267,7 @@ def run_loadgen(
     if k.create_topics:
         ensure_topics(k)
     consumer = _decisions_consumer(settings)
-    producer = KafkaProducer(**_common(k), acks="all", linger_ms=5)
+    producer = KafkaProducer(**client_options(k), acks="all", linger_ms=5)
     start = time.time()
     stream = RealTimeStream(
         env,

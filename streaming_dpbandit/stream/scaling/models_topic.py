@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import KafkaSettings
-from ..policies.base import Policy
+from ...config import KafkaSettings
+from ...policies.base import Policy
 
 __all__ = ["ModelMessage", "ModelsReader", "ensure_models_topic", "model_message"]
 
@@ -88,31 +88,9 @@ def model_message(bandit_id: str, policy: Policy, now: float | None = None) -> M
 
 def ensure_models_topic(settings: KafkaSettings, topic: str) -> bool:
     """Create the compacted models topic if it does not exist; True if created."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from ..kafka.compacted import ensure_compacted_topic
 
-    from .kafka_transport import _common
-
-    admin = KafkaAdminClient(**_common(settings))
-    try:
-        if topic in set(admin.list_topics()):
-            return False
-        try:
-            admin.create_topics(
-                [
-                    NewTopic(
-                        topic,
-                        settings.partitions,
-                        settings.replication_factor,
-                        topic_configs={"cleanup.policy": "compact"},
-                    )
-                ]
-            )
-        except TopicAlreadyExistsError:
-            return False
-        return True
-    finally:
-        admin.close()
+    return ensure_compacted_topic(settings, topic, settings.partitions)
 
 
 class ModelsReader:
@@ -143,10 +121,10 @@ class ModelsReader:
         """Assign every partition, read from the beginning (:meth:`catch_up` next)."""
         from kafka import KafkaConsumer, TopicPartition
 
-        from .kafka_transport import _common
+        from ..kafka.transport import client_options
 
         self.consumer = KafkaConsumer(
-            **_common(self.settings),
+            **client_options(self.settings),
             group_id=None,
             enable_auto_commit=False,
             isolation_level="read_committed",

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..envs.base import Environment
-from ..ldp.client import LDPClient
-from ..ldp.model import ModelSnapshot
-from .transport import Source
+from ...envs.base import Environment
+from ...ldp.client import LDPClient
+from ...ldp.model import ModelSnapshot
+from ..transport import Source
 
 __all__ = ["SimulatedLDPClients"]
 

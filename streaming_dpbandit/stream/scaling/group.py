@@ -22,24 +22,25 @@ from __future__ import annotations
 import logging
 import time
 
-from ..config import ServiceSettings
-from ..metrics import ServiceMetrics
-from ..privacy.ledger import LedgerConflictError
-from .kafka_ledger import KafkaLedger
-from .kafka_transport import JoinWatchdog, _common, producer_options, wait_for_partitions
-from .partitioning import partition_of
-from .service import Service, ServiceStartError, _tp_key
-from .state_store import KafkaChangelogStore
-from .transport import TP, Record, Transport
+from ...config import ServiceSettings
+from ...metrics import ServiceMetrics
+from ..errors import ServiceStartError
+from ..kafka.ledger import KafkaLedger
+from ..kafka.state_store import KafkaChangelogStore
+from ..kafka.transport import (
+    JoinWatchdog,
+    client_options,
+    producer_options,
+    wait_for_partitions,
+)
+from ..signals import StopSwitch
+from ..state import tp_key
+from ..transport import Record
+from .task import SNAPSHOT_AT, TaskLost, TaskService
 
-__all__ = ["GroupService", "TaskLost", "TaskService", "committed_lag"]
+__all__ = ["GroupService", "committed_lag"]
 
 log = logging.getLogger("streaming_dpbandit.group")
-
-
-SNAPSHOT_AT = "dpbandit-snapshot-at="
-
-_FENCED = {"ProducerFencedError", "InvalidProducerEpochError", "CommitFailedError"}
 
 
 def _partition_count(admin, topic: str, wait_s: float = 30.0) -> int:
@@ -54,222 +55,6 @@ def _partition_count(admin, topic: str, wait_s: float = 30.0) -> int:
         if n > 0 or time.monotonic() > deadline:
             return n
         time.sleep(0.2)
-
-
-class TaskLost(RuntimeError):
-    """A task's producer failed (fenced by a newer owner, or a broken transaction)."""
-
-    @property
-    def fenced(self) -> bool:
-        """True when another producer of the task's transactional id took over."""
-        err = self.__cause__
-        while err is not None:
-            if type(err).__name__ in _FENCED:
-                return True
-            err = err.__cause__ or (err.args[1] if len(err.args) > 1 else None)
-            if not isinstance(err, BaseException):
-                return False
-        return "Fenced" in str(self)
-
-
-class _TaskTransport(Transport):
-    """A task's view of the replica's clients: sends go into the task's transaction."""
-
-    def __init__(self, producer, consumer, tps: list[TP], replica: str):
-        self.producer = producer
-        self.consumer = consumer
-        self.tps = tps
-        self.replica = replica
-
-    def open(self, start_offsets: dict[TP, int]) -> None:  # the group service seeks
-        return None
-
-    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
-        raise NotImplementedError("the group service polls for its tasks")
-
-    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        try:
-            self.producer.send(topic, key=key, value=value, headers=self._headers)
-        except Exception as err:  # fenced, or the transaction is in an error state
-            raise TaskLost(f"send failed: {type(err).__name__}: {err}") from err
-
-    @property
-    def _headers(self) -> list[tuple[str, bytes]]:
-        return [("replica", self.replica.encode())]
-
-    def flush(self) -> None:  # the transaction commit is the durability point
-        return None
-
-    def pause(self, tp: TP) -> None:
-        from kafka import TopicPartition
-
-        self.consumer.pause(TopicPartition(*tp))
-
-    def resume(self, tp: TP) -> None:
-        from kafka import TopicPartition
-
-        from .kafka_transport import resume_partition
-
-        resume_partition(self.consumer, TopicPartition(*tp))
-
-    def assigned(self) -> set[TP]:
-        return set(self.tps)
-
-    def lag(self) -> dict[TP, int]:
-        from kafka import TopicPartition
-
-        from .kafka_transport import consumer_lag
-
-        return consumer_lag(self.consumer, [TopicPartition(*tp) for tp in self.tps])
-
-
-class _TaskLedger:
-    """The task's ledger: the replica's :class:`KafkaLedger` (the partitions of its tasks),
-    written with the task's producer to the task's partition."""
-
-    def __init__(self, ledger: KafkaLedger, send):
-        self.ledger = ledger
-        self.send = send
-        self.repaired_bytes = 0
-
-    def append(self, record) -> bool:
-        return self.ledger.append(record, self.send)
-
-    def records(self):
-        return self.ledger.records()
-
-    def close(self) -> None:
-        return None
-
-
-class TaskService(Service):
-    """The service of one task (partition index) inside a :class:`GroupService`.
-
-    Parameters
-    ----------
-    settings
-        The replica's settings (the task keeps only the bandits of its partition).
-    partition
-        The task's partition index.
-    producer
-        The task's transactional producer, after ``init_transactions()``.
-    consumer
-        The replica's consumer (shared by its tasks).
-    metrics
-        The replica's collectors.
-    """
-
-    def __init__(self, settings: ServiceSettings, partition: int, producer, consumer, metrics):
-        self.partition = partition
-        self.producer = producer
-        self.consumer = consumer
-        topics = settings.kafka.topics
-        self.tps = [(topics.contexts, partition), (topics.feedback, partition)]
-        transport = _TaskTransport(producer, consumer, self.tps, settings.kafka.client_id)
-        super().__init__(settings, transport, metrics)
-
-    @property
-    def name(self) -> str:
-        return f"task-{self.partition}"
-
-    def _send_to_partition(self, topic: str, key: bytes | None, value: bytes | None):
-        try:
-            return self.producer.send(topic, key=key, value=value, partition=self.partition)
-        except Exception as err:
-            raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
-
-    def open_task(
-        self, n_partitions: int, store: KafkaChangelogStore, ledger: KafkaLedger
-    ) -> dict[TP, int]:
-        """Restore the task's last committed snapshot from ``store`` (already read up to date
-        for this task's partition); returns the offsets to seek to."""
-        mine = {
-            name: b
-            for name, b in self.settings.bandits.items()
-            if partition_of(name, n_partitions) == self.partition
-        }
-        self.all_bandits = self.settings.bandits
-        self.n_partitions = n_partitions
-        self.settings = self.settings.model_copy(update={"bandits": mine})
-        self._build_bandits()
-        self.store = store
-        self.ledger = _TaskLedger(ledger, self._send_to_partition)
-        self.refit_failures: dict[str, int] = {}
-        snap = self.store.load(self.name, refresh=False)
-        self.producer.begin_transaction()
-        offsets = self._restore(snap)  # unledgered releases go into this first transaction
-        self.dirty = True
-        self.last_snapshot = time.monotonic()
-        self.started = time.monotonic()
-        self._stop = False
-        if self._unsaved_keys(snap):
-            # a new task (or a bandit new to it): commit its fresh state (the bandits' noise and
-            # tie-break keys) before any record is processed, so that a release re-made after a
-            # crash is the same draw — never a second one — and a decision re-made is the same
-            # (an aborted transaction stays readable to a read_uncommitted client)
-            self.snapshot("open")
-        return offsets
-
-    def _missing_bandit(self, bandit_id: str) -> tuple[str, str]:
-        if bandit_id in self.all_bandits:
-            p = partition_of(bandit_id, self.n_partitions)
-            return (
-                "wrong_partition",
-                f"bandit {bandit_id!r} belongs to partition {p}, not {self.partition}: "
-                "key contexts and feedback by bandit_id",
-            )
-        return super()._missing_bandit(bandit_id)
-
-    def _save_state(self, state: dict) -> int:
-        return self.store.save(self.name, state, self._send_to_partition)
-
-    def snapshot(self, reason: str) -> None:
-        """Snapshot, ledger records and input offsets, committed in one transaction."""
-        from kafka.structs import OffsetAndMetadata, TopicPartition
-
-        try:
-            super().snapshot(reason)
-            for rt in self.bandits.values():
-                self._ledger_append(rt)
-            # the committed input offsets carry where this snapshot starts in the state topic:
-            # a new owner reads the task's state from there, not from the beginning
-            self.producer.flush()
-            start = self.store.last_start.get(self.name)
-            meta = f"{SNAPSHOT_AT}{start.get(timeout=30).offset}" if start is not None else ""
-            offsets = {}
-            for tp in self.tps:
-                q = self.queues.get(tp)
-                off = q[0][0].offset if q else self.offsets.get(tp)
-                if off is not None:
-                    offsets[TopicPartition(*tp)] = OffsetAndMetadata(off, meta, -1)
-            if offsets:  # for monitoring tools (consumer-group lag); the snapshot rules
-                self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
-            self.producer.commit_transaction()
-            self.producer.begin_transaction()
-        except LedgerConflictError:  # a re-drawn release: stop loudly, never retry
-            raise
-        except Exception as err:
-            raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
-        self.dirty = False
-
-    def commit(self) -> None:
-        """Commit the open transaction when anything happened since the last commit."""
-        if self.dirty:
-            self.snapshot("interval")
-
-    def close_task(self, reason: str) -> None:
-        """Commit a final snapshot and close the producer (the task moves elsewhere)."""
-        try:
-            self.snapshot(reason)
-        finally:
-            self.producer.close(timeout=5)
-
-    def abandon(self) -> None:
-        """Drop the task without committing (it was fenced or its transaction broke)."""
-        try:
-            self.producer.close(timeout=0)
-        except Exception:  # the producer may be in any state
-            pass
 
 
 class GroupService:
@@ -303,7 +88,7 @@ class GroupService:
 
         k = self.settings.kafka
         t = k.topics
-        admin = KafkaAdminClient(**_common(k))
+        admin = KafkaAdminClient(**client_options(k))
         try:
             existing = set(admin.list_topics())
             if k.create_topics:
@@ -353,7 +138,7 @@ class GroupService:
         try:
             self.n_partitions = self._prepare_topics()
             self.consumer = KafkaConsumer(
-                **_common(k),
+                **client_options(k),
                 group_id=k.group_id,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
@@ -388,7 +173,7 @@ class GroupService:
         wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
         self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
         self.started = time.monotonic()
-        self._stop = False
+        self.stop = StopSwitch()
         self._rejoin = False
         self._revoked: set[int] = set()
         self._assigned: list[int] | None = None
@@ -459,7 +244,7 @@ class GroupService:
         t_fenced = time.monotonic()
         # then read the committed state and ledger of all the new tasks at once
         k = self.settings.kafka
-        extra = {key: v for key, v in _common(k).items() if key != "bootstrap_servers"}
+        extra = {key: v for key, v in client_options(k).items() if key != "bootstrap_servers"}
         boot = k.bootstrap_servers.split(",")
         store = KafkaChangelogStore(boot, self.state_topic, None, extra, new)
         for p in new:
@@ -541,19 +326,16 @@ class GroupService:
 
     # -- the loop ---------------------------------------------------------------------------
     def request_stop(self, *_args) -> None:
-        self._stop = True
+        self.stop.request()
 
     def install_signal_handlers(self) -> None:
-        import signal
-
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        self.stop.install()
 
     def run(self, progress=None) -> dict:
         """Serve until a stop is requested; returns the summary of the tasks owned at the end."""
         k = self.settings.kafka
         last_commit = time.monotonic()
-        while not self._stop:
+        while not self.stop.requested:
             if self._rejoin:
                 self._rejoin = False
                 self.consumer.unsubscribe()
@@ -563,15 +345,10 @@ class GroupService:
             batches = self.consumer.poll(
                 timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
             )
-            if not batches and self._watchdog.stalled(self.consumer):
-                # kafka-python's re-join stall (docs/operations.md): the broker has removed this
-                # member and moved its tasks; exit so that the process is restarted (the tasks'
-                # state and offsets live in Kafka, and a zombie's transactions are fenced)
-                self.consumer.close(autocommit=False)
-                raise ServiceStartError(
-                    f"consumer group membership not stable for {k.rejoin_stall_s:g} s "
-                    "(kafka-python re-join stall): exiting so that the replica is restarted"
-                )
+            # kafka-python's re-join stall (docs/operations.md): the broker has removed this
+            # member and moved its tasks; exit so that the process is restarted (the tasks'
+            # state and offsets live in Kafka, and a zombie's transactions are fenced)
+            self._watchdog.exit_if_stalled(self.consumer, batches)
             skip = set()
             if self._revoked or self._assigned is not None:
                 try:
@@ -584,17 +361,17 @@ class GroupService:
                 task = self.tasks.get(tp.partition)
                 if task is None or tp.partition in skip:  # re-read from the task's offsets
                     continue
-                q = task.queues[(tp.topic, tp.partition)]
+                q = task.service.queues[(tp.topic, tp.partition)]
                 for m in msgs:
                     q.append((Record(tp.topic, tp.partition, m.offset, m.key, m.value), now))
             for p in list(self.tasks):
                 task = self.tasks[p]
                 try:
-                    if any(task.queues.values()):
-                        task.process()
+                    if any(task.service.queues.values()):
+                        task.service.process()
                         task.dirty = True
-                    elif task.blocked:
-                        task._idle_check()
+                    elif task.service.blocked:
+                        task.service.idle_check()
                 except TaskLost as err:
                     self._drop(p, err)
             if time.monotonic() - last_commit >= self.settings.scaling.commit_interval_s:
@@ -605,7 +382,7 @@ class GroupService:
                         self._drop(p, err)
                 last_commit = time.monotonic()
                 for task in self.tasks.values():
-                    task._export_metrics()
+                    task.service.export_metrics()
             if progress is not None:
                 progress(self)
         return self.finish()
@@ -633,7 +410,7 @@ class GroupService:
         }
         decided = 0
         for task in self.tasks.values():
-            s = task.summary()
+            s = task.service.summary()
             out["bandits"].update(s["bandits"])
             for reason, n in s["dead_letters"].items():
                 out["dead_letters"][reason] = out["dead_letters"].get(reason, 0) + n
@@ -647,11 +424,13 @@ class GroupService:
         """The bandit runtimes of the tasks this replica owns now."""
         out = {}
         for task in self.tasks.values():
-            out.update(task.bandits)
+            out.update(task.service.bandits)
         return out
 
     def offsets(self) -> dict[str, int]:
-        return {_tp_key(tp): off for t in self.tasks.values() for tp, off in t.offsets.items()}
+        return {
+            tp_key(tp): off for t in self.tasks.values() for tp, off in t.service.offsets.items()
+        }
 
 
 def committed_lag(bootstrap: str, group_id: str, topics: list[str]) -> int | None:

@@ -1,10 +1,10 @@
-"""Incremental reading of a (compacted) Kafka topic up to its current end."""
+"""Compacted Kafka topics: creating one, and reading one incrementally up to its current end."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["read_to_end"]
+__all__ = ["ensure_compacted_topic", "read_to_end"]
 
 
 def read_to_end(
@@ -48,3 +48,26 @@ def read_to_end(
             read_to[tp.partition] = c.position(tp)
     finally:
         c.close()
+
+
+def ensure_compacted_topic(settings, topic: str, partitions: int) -> bool:
+    """Create ``topic`` with ``cleanup.policy=compact`` if it does not exist; True if created
+    (``settings``: :class:`~streaming_dpbandit.config.KafkaSettings`)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    from .transport import client_options
+
+    admin = KafkaAdminClient(**client_options(settings))
+    try:
+        if topic in set(admin.list_topics()):
+            return False
+        compact = {"cleanup.policy": "compact"}
+        new = NewTopic(topic, partitions, settings.replication_factor, topic_configs=compact)
+        try:
+            admin.create_topics([new])
+        except TopicAlreadyExistsError:
+            return False
+        return True
+    finally:
+        admin.close()

@@ -103,29 +103,9 @@ def start_model_server(host: str, port: int, store: ModelStore):
 
 def ensure_models_topic(kafka_settings, topic: str, partitions: int = 1) -> bool:
     """Create the compacted models topic if missing; True when it was created."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from ..kafka.compacted import ensure_compacted_topic
 
-    from .kafka_transport import _common
-
-    admin = KafkaAdminClient(**_common(kafka_settings))
-    try:
-        if topic in set(admin.list_topics()):
-            return False
-        try:
-            admin.create_topics(
-                [
-                    NewTopic(
-                        topic,
-                        partitions,
-                        kafka_settings.replication_factor,
-                        topic_configs={"cleanup.policy": "compact"},
-                    )
-                ]
-            )
-        except TopicAlreadyExistsError:
-            return False
+    created = ensure_compacted_topic(kafka_settings, topic, partitions)
+    if created:
         log.info("created compacted models topic %s", topic)
-        return True
-    finally:
-        admin.close()
+    return created

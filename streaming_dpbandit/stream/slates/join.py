@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .join import JoinStore
+from ..join import JoinStore
 
 __all__ = ["SlateJoinStore"]
 
@@ -86,4 +86,4 @@ class SlateJoinStore(JoinStore):
         return not np.isnan(self._contexts[p.slot, self.K :]).any()
 
     def resolve_joined(self, event_id: str):
-        return self._resolve(event_id, "joined", None)
+        return self.resolve(event_id, "joined", None)

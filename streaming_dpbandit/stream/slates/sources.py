@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
 
-from ..envs.matroid_env import MatroidEnvironment
-from .sources import END_OF_STREAM, SimulatedSource
+from ...envs.matroid_env import MatroidEnvironment
+from ..sim.sources import SimulatedSource
 
 __all__ = ["SlateSimulatedSource"]
 
@@ -64,37 +63,10 @@ class SlateSimulatedSource(SimulatedSource):
         self._index = {a: i for i, a in enumerate(self.item_ids)}
         self._opt = env.optimal_return()
 
-    def _emit_feedback(self, emit, until: float) -> None:
-        while self._due and self._due[0][0] <= until:
-            t, _, eid, rewards = heapq.heappop(self._due)
-            value = {
-                "v": 1,
-                "event_id": eid,
-                "bandit_id": self.bandit_id,
-                "rewards": rewards,
-                "event_time": t,
-            }
-            self._send(emit, self.topics[1], value)
+    reward_field = "rewards"  # per item
 
-    def generate(self, emit, max_new: int) -> bool:
-        if self._closed:
-            return False
-        self._gen += 1
-        if self._i >= self.events and not self._waiting:
-            self._emit_feedback(emit, math.inf)
-            self._watermark(emit, END_OF_STREAM)
-            self._closed = True
-            return False
-        self._emit_feedback(emit, self._clock)
-        self._watermark(emit, self._clock)
-        waiting = self._i >= self.events or (self._waiting and self._stalled())
-        new_clock = self._clock + (16 if waiting else self.chunk) * self.dt
+    def _emit_contexts(self, emit, n: int) -> None:
         K = self.env.K
-        n = 0
-        while self._i + n < self.events and n < max_new:
-            if self.start_time + (self._i + n) * self.dt > new_clock:
-                break
-            n += 1
         for _ in range(n):
             t = self.start_time + self._i * self.dt
             eid = f"{self.bandit_id}-{self._i}"
@@ -111,8 +83,6 @@ class SlateSimulatedSource(SimulatedSource):
                     "slate_size": K,
                 },
             )
-        self._clock = new_clock
-        return True
 
     def on_output(self, topic: str, value: bytes) -> None:
         if not topic.endswith("decisions"):

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ..config import KafkaSettings
-from .transport import TP, Record, Transport
+from ...config import KafkaSettings
+from ..transport import TP, Record, Transport
 
 __all__ = [
     "JoinWatchdog",
@@ -62,7 +62,8 @@ def warn_if_pure_python_crc() -> bool:
     return True
 
 
-def _common(settings: KafkaSettings) -> dict:
+def client_options(settings: KafkaSettings) -> dict:
+    """Connection options of every Kafka client of the service (servers, id, security)."""
     warn_if_pure_python_crc()
     out = {
         "bootstrap_servers": settings.bootstrap_servers.split(","),
@@ -83,7 +84,7 @@ def _common(settings: KafkaSettings) -> dict:
 
 
 def producer_options(settings: KafkaSettings) -> dict:
-    """Keyword arguments of the service's producers: :func:`_common`, acknowledged by every
+    """Keyword arguments of the service's producers: :func:`client_options`, acknowledged by every
     replica, idempotent, batched as configured.
 
     >>> from streaming_dpbandit.config import KafkaSettings
@@ -92,7 +93,7 @@ def producer_options(settings: KafkaSettings) -> dict:
     ('all', True, 1048576)
     """
     return {
-        **_common(settings),
+        **client_options(settings),
         "acks": "all",
         "enable_idempotence": True,
         "linger_ms": settings.linger_ms,
@@ -108,7 +109,7 @@ def ensure_topics(settings: KafkaSettings) -> list[str]:
 
     t = settings.topics
     names = [t.contexts, t.feedback, t.decisions, t.dead_letter]
-    admin = KafkaAdminClient(**_common(settings))
+    admin = KafkaAdminClient(**client_options(settings))
     try:
         existing = set(admin.list_topics())
         missing = [n for n in names if n not in existing]
@@ -256,6 +257,20 @@ class JoinWatchdog:
             return True
         return False
 
+    def exit_if_stalled(self, consumer, polled) -> None:
+        """After an empty poll of a member whose state lives in Kafka (a group replica, a
+        decision replica): when the membership stalled, close the consumer without committing
+        and raise :class:`ServiceStartError`, so that the process is restarted."""
+        if polled or not self.stalled(consumer):
+            return
+        from ..errors import ServiceStartError
+
+        consumer.close(autocommit=False)
+        raise ServiceStartError(
+            f"consumer group membership not stable for {self.limit_s:g} s "
+            "(kafka-python re-join stall): exiting so that the replica is restarted"
+        )
+
 
 class KafkaTransport(Transport):
     """kafka-python consumer (group, manual offsets) and idempotent producer (acks=all).
@@ -295,7 +310,7 @@ class KafkaTransport(Transport):
         s = self.settings
         self.instance_id = s.instance_id(single=True)
         self.consumer = KafkaConsumer(
-            **_common(s),
+            **client_options(s),
             group_id=s.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -349,7 +364,7 @@ class KafkaTransport(Transport):
     def _fenced(self) -> Exception:
         """The error of a static member that another process replaced (kafka-python reports
         it at the next offset commit or poll; until then the client keeps fetching)."""
-        from .service import ServiceStartError
+        from ..errors import ServiceStartError
 
         return ServiceStartError(
             f"another process joined consumer group {self.settings.group_id!r} as static "

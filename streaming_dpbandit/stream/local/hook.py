@@ -15,32 +15,17 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from ..privacy.ledger import Ledger
-from .bandit import unreadable
-from .local import LocalBanditRuntime, LocalMetrics, learned_local_bytes
-from .local_schemas import LDPReportMessage, is_ldp_report
-from .model_publisher import ModelStore
-from .schemas import Watermark
-from .transport import Record
+from ...privacy.ledger import Ledger
+from ..parsing import first_error, unreadable, validation_reason
+from ..schemas import Watermark
+from ..transport import Record
+from .publisher import ModelStore
+from .runtime import LocalBanditRuntime, LocalMetrics, learned_local_bytes
+from .schemas import LDPReportMessage, is_ldp_report
 
 __all__ = ["LocalBandits"]
 
 log = logging.getLogger("streaming_dpbandit.local")
-
-
-def _reason(err: ValidationError) -> str:
-    kind = err.errors()[0]["type"]
-    if kind in ("json_invalid", "json_type"):
-        return "malformed_json"
-    if kind == "finite_number":
-        return "non_finite_number"
-    return "invalid_report"
-
-
-def _first_error(err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"])
-    return f"{loc}: {e['msg']}" if loc else e["msg"]
 
 
 class LocalBandits:
@@ -122,7 +107,7 @@ class LocalBandits:
         self.ledger = ledger
         kafka = self.settings.kafka
         if self.runtimes and kafka is not None and kafka.create_topics:
-            from .model_publisher import ensure_models_topic
+            from .publisher import ensure_models_topic
 
             ensure_models_topic(kafka, self.topics.models)
         for rec in ledger.records():
@@ -146,8 +131,8 @@ class LocalBandits:
         try:
             msg = LDPReportMessage.model_validate_json(r.value)
         except ValidationError as err:
-            reason = _reason(err)
-            dead(r, reason, _first_error(err))
+            reason = validation_reason(err, "invalid_report")
+            dead(r, reason, first_error(err))
             return self._count(None, reason)
         except Exception as err:  # unforeseen: no input may stop the loop
             bad = unreadable(err)

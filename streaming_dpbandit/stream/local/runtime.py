@@ -35,14 +35,14 @@ import time
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
-from ..config import BanditSettings
-from ..estimators.ldp_ols import MAX_ABS
-from ..estimators.ldp_server import LDPServer
-from ..ldp.model import ModelSnapshot
-from ..policies.ldp_glb import local_release_record
-from ..privacy.ledger import ReleaseRecord
-from ..utils.serialization import dumps
-from .local_schemas import LDPReportMessage
+from ...config import BanditSettings
+from ...estimators.ldp_ols import MAX_ABS
+from ...estimators.ldp_server import LDPServer
+from ...ldp.model import ModelSnapshot
+from ...policies.ldp_glb import local_release_record
+from ...privacy.ledger import ReleaseRecord
+from ...utils.serialization import dumps
+from .schemas import LDPReportMessage
 
 __all__ = ["DedupWindow", "LocalBanditRuntime", "LocalMetrics", "learned_local_bytes", "model_id"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from ..privacy.ledger import LedgerConflictError, ReleaseRecord
+from ...privacy.ledger import LedgerConflictError, ReleaseRecord
 from .compacted import read_to_end
 
 __all__ = ["KafkaLedger"]

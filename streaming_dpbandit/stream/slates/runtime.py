@@ -7,7 +7,7 @@ same. What differs:
 * contexts are slate requests (``slate_size`` = the matroid's rank K, no features);
 * a decision is a :class:`~.schemas.SlateDecision`: the K served items in greedy order;
 * feedback is a :class:`~.schemas.SlateFeedback` of per-item rewards, joined by
-  :class:`~.slate_join.SlateJoinStore` under the same event-time rules (window, watermark,
+  :class:`~.join.SlateJoinStore` under the same event-time rules (window, watermark,
   held-early feedback judged as of its position); a slate's missing items get the policy's
   ``default_reward`` at expiry;
 * rows (slate, K rewards) reach the policy exactly once per update, sorted by round, for the
@@ -22,11 +22,12 @@ import time
 
 import numpy as np
 
-from ..config import BanditSettings
-from .bandit import BadInput, BanditRuntime, Pending
-from .join import EarlyFeedback, Resolution
-from .schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
-from .slate_join import SlateJoinStore
+from ...config import BanditSettings
+from ..bandit import BanditRuntime
+from ..join import Resolution
+from ..parsing import BadInput, Pending
+from ..schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
+from .join import SlateJoinStore
 
 __all__ = ["SlateBanditRuntime"]
 
@@ -148,54 +149,11 @@ class SlateBanditRuntime(BanditRuntime):
             self.stats["fb_unknown_item"] += 1
             dead(source, "unknown_item", f"item {unknown[0]!r} is not in the catalogue")
             return
-        rewards = dict(fb.rewards)
-        status = self.join.status(fb.event_id)
-        decided_at = self.join.decision_time(fb.event_id)
-        if decided_at is not None and fb.event_time < decided_at:
-            self.stats["fb_before_decision"] += 1
-            dead(
-                source,
-                "feedback_before_decision",
-                f"feedback time precedes the decision of {fb.event_id!r}",
-            )
-        elif status == "pending":
-            self._feedback_on_pending(fb.event_id, rewards, fb.event_time, source, dead)
-        elif status == "joined":
-            self.stats["fb_duplicate"] += 1
-            dead(source, "duplicate_feedback", f"event {fb.event_id!r} has all its rewards")
-        elif status == "expired":
-            self.stats["fb_after_expiry"] += 1
-            dead(
-                source, "feedback_after_expiry", f"event {fb.event_id!r} expired before its reward"
-            )
-        elif fb.event_time <= self.join.context_watermark:
-            self.stats["fb_unknown"] += 1
-            dead(source, "unknown_event", f"no decision for event {fb.event_id!r}")
-        else:
-            self.stats["fb_early"] += 1
-            self.join.hold_early(
-                EarlyFeedback(
-                    fb.event_id, rewards, fb.event_time, source, self.join.feedback_watermark
-                )
-            )
-        self.advance_watermark(fb.event_time)
+        self._judge(fb, dict(fb.rewards), source, dead, "has all its rewards")
 
     def _feedback_on_pending(self, event_id, rewards, event_time, source, dead) -> None:
         """Apply per-item rewards to a pending slate (also used for held-early feedback)."""
-        check = self.join.window_check(event_id, event_time)
-        if check == "before_decision":
-            self.stats["fb_before_decision"] += 1
-            dead(
-                source,
-                "feedback_before_decision",
-                f"feedback time precedes the decision of {event_id!r}",
-            )
-            return
-        if check == "after_expiry":
-            self.stats["fb_after_expiry"] += 1
-            dead(
-                source, "feedback_after_expiry", f"feedback for {event_id!r} is outside the window"
-            )
+        if self._outside_window(event_id, event_time, source, dead):
             return
         where = {int(e): pos for pos, e in enumerate(self.join.items_of(event_id).tolist())}
         positions, values = [], []

@@ -16,9 +16,9 @@ import json
 import logging
 from pathlib import Path
 
-from ..utils.serialization import dumps, loads
+from ...utils.serialization import dumps, loads
+from ..snapshot import SnapshotCorruptError, SnapshotStore
 from .compacted import read_to_end
-from .snapshot import SnapshotCorruptError, SnapshotStore
 
 __all__ = ["DirectoryStore", "KafkaChangelogStore", "StateStore"]
 

@@ -1,0 +1,159 @@
+"""The contexts topic of a service: validate, group, decide (DESIGN §2).
+
+Consecutive events of one bandit form a run, up to the next release; a due release is made
+first, once every decision it reads has its reward (until then the partition is blocked). What
+a decided chunk becomes is the service's :class:`~.hooks.Decider`.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+from .bandit import BanditRuntime
+from .parsing import BadInput, parse_context
+from .transport import TP, Record
+
+__all__ = ["ContextStage"]
+
+
+class ContextStage:
+    """Reads one contexts partition's queue of a :class:`~.service.Service`; caches each
+    record's parse until the record leaves its queue (a blocked run is read again)."""
+
+    def __init__(self, service):
+        self.svc = service
+        self.reset()
+
+    def reset(self) -> None:
+        self._parsed: dict[int, object] = {}
+
+    def forget(self, r: Record) -> None:
+        self._parsed.pop(id(r), None)
+
+    def parse(self, r: Record, received: float):
+        """(runtime, Pending) or a BadInput, cached until the record leaves its queue."""
+        cached = self._parsed.get(id(r))
+        if cached is not None:
+            return cached
+        p = self.svc.parser
+        out = parse_context(
+            r.value,
+            received,
+            self.svc.bandits,
+            max_bytes=self.svc.settings.max_message_bytes,
+            time_limit=self.svc.time_limit,
+            skew=self.svc.settings.max_event_time_skew_s,
+            schema=p.schema,
+            invalid=p.invalid,
+            rows=p.rows,
+            missing=self.svc.missing_bandit,
+        )
+        if len(self._parsed) > 100_000:
+            self._parsed.clear()
+        self._parsed[id(r)] = out
+        return out
+
+    def pop_many(self, tp: TP, q: collections.deque, n: int) -> None:
+        """Take the first ``n`` records of a queue (a decided chunk), in one step."""
+        popleft, forget = q.popleft, self._parsed.pop
+        r = None
+        for _i in range(n):
+            r, _received = popleft()
+            forget(id(r), None)
+        if r is not None:
+            self.svc.offsets[tp] = r.offset + 1
+
+    def __call__(self, tp: TP, q: collections.deque) -> None:
+        cap = self.svc.settings.max_batch
+        while q:
+            r, received = q[0]
+            parsed = self.parse(r, received)
+            if isinstance(parsed, BadInput):
+                self.svc.dead(r, parsed.reason, parsed.detail)
+                self.count_event(r, parsed.reason)
+                self.svc.pop(tp, q)
+                continue
+            rt, pend = parsed
+            try:
+                rt.check_new(pend.event)
+            except BadInput as bad:
+                self.svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
+                self.svc.metrics.events.labels(rt.bandit_id, bad.reason).inc()
+                self.svc.pop(tp, q)
+                continue
+            if not self.release_gate(rt):
+                # blocked before deciding anything: the queued contexts behind this one are
+                # not read (a blocked bandit polled 20 records at a time re-read up to
+                # max_batch queued contexts per poll, issue 19)
+                self.block(tp, rt)
+                return
+            run = [pend]
+            seen = {pend.event.event_id}
+            js = rt.join
+            j = 1
+            # up to the next release: contexts past it would be read now and again after it
+            limit = min(cap, rt.policy.max_decide_batch())
+            while j < len(q) and len(run) < limit:
+                r2, rec2 = q[j]
+                nxt = self.parse(r2, rec2)
+                if isinstance(nxt, BadInput) or nxt[0] is not rt:
+                    break
+                eid = nxt[1].event.event_id
+                if eid in seen:
+                    break
+                # a duplicate context ends the run (status() only for ids the join knows)
+                if (eid in js.pending or eid in js.resolved) and js.status(
+                    eid, by="context"
+                ) is not None:
+                    break
+                run.append(nxt[1])
+                seen.add(eid)
+                j += 1
+            if not self.decide_run(tp, q, rt, run):
+                self.block(tp, rt)
+                return
+        if tp in self.svc.blocked:
+            self.svc.metrics.blocked.labels(self.svc.blocked.pop(tp)).set(0)
+
+    def release_gate(self, rt: BanditRuntime) -> bool:
+        """Make the bandit's due release, if any: False while it waits for rewards (the
+        release reads decisions not resolved yet), True once the bandit may decide."""
+        if rt.policy.refit_due():
+            rt.flush_learning()
+            if not rt.refit_ready():
+                return False
+            self.svc.release(rt)
+        return True
+
+    def block(self, tp: TP, rt: BanditRuntime) -> None:
+        self.svc.blocked[tp] = rt.bandit_id
+        self.svc.metrics.blocked.labels(rt.bandit_id).set(1)
+
+    def decide_run(self, tp: TP, q: collections.deque, rt: BanditRuntime, run: list) -> bool:
+        i = 0
+        pol = rt.policy
+        decide, outcome = self.svc.decider, self.svc.decider.outcome
+        while i < len(run):
+            if not self.release_gate(rt):
+                return False
+            n = min(pol.max_decide_batch(), len(run) - i)
+            chunk = run[i : i + n]
+            decide(rt, chunk)
+            self.pop_many(tp, q, n)
+            self.svc.metrics.events.labels(rt.bandit_id, outcome).inc(n)
+            rt.after_decisions(
+                chunk, functools.partial(self.svc.dead_letters.source, bandit=rt.bandit_id)
+            )
+            i += n
+        if tp in self.svc.blocked:
+            self.svc.metrics.blocked.labels(self.svc.blocked.pop(tp)).set(0)
+        return True
+
+    def count_event(self, r: Record, reason: str) -> None:
+        bandit = "unknown"
+        if reason not in ("malformed_json", "invalid_event", "oversized") and r.key:
+            bandit = r.key.decode(errors="replace")[:64]
+        if bandit not in self.svc.bandits:
+            bandit = "unknown"
+        self.svc.metrics.events.labels(bandit, reason).inc()

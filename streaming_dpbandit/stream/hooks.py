@@ -1,0 +1,67 @@
+"""The service's extension points: what happens to a decided chunk, and after a release.
+
+A service shape is a :class:`~streaming_dpbandit.stream.service.Service` given other
+collaborators, never a subclass: the broadcast learner records decisions made elsewhere
+(:class:`RecordRounds`) and publishes each released model (a :class:`ReleaseHook`); the
+single service and a group task publish their own decisions (:class:`PublishDecisions`).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+
+from ..metrics import observe_many
+from .bandit import BanditRuntime
+from .parsing import Pending
+
+__all__ = ["Decider", "PublishDecisions", "RecordRounds", "ReleaseHook"]
+
+
+class Decider(abc.ABC):
+    """Turns a chunk of validated contexts of one bandit into rounds.
+
+    ``outcome`` is the ``dpbandit_events_total{outcome}`` label of the chunk's events.
+    """
+
+    outcome = "decided"
+
+    @abc.abstractmethod
+    def __call__(self, rt: BanditRuntime, chunk: list[Pending]) -> None:
+        """Decide (or record) ``chunk``; it never crosses a model update."""
+
+
+class PublishDecisions(Decider):
+    """Decide with the frozen private model and publish to ``topic`` (the default)."""
+
+    def __init__(self, transport, topic: str, metrics):
+        self.transport = transport
+        self.topic = topic
+        self.metrics = metrics
+
+    def __call__(self, rt: BanditRuntime, chunk: list[Pending]) -> None:
+        messages = rt.decide_messages(chunk)
+        now = time.perf_counter()
+        self.transport.send_many(self.topic, rt.bandit_id.encode(), messages)
+        observe_many(
+            self.metrics.decision_latency.labels(rt.bandit_id), [now - p.received for p in chunk]
+        )
+
+
+class RecordRounds(Decider):
+    """Register decisions made elsewhere (a broadcast's replicas) as the next rounds."""
+
+    outcome = "recorded"
+
+    def __call__(self, rt: BanditRuntime, chunk: list[Pending]) -> None:
+        rt.record(chunk)
+
+
+class ReleaseHook(abc.ABC):
+    """Called by the service once a release is durable (snapshot written, ledger appended),
+    and once at start for every bandit (a release persisted before a crash may not have
+    reached its consumers)."""
+
+    @abc.abstractmethod
+    def __call__(self, rt: BanditRuntime) -> None:
+        """``rt``'s model in force is durable: hand it on."""

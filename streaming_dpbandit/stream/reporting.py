@@ -1,0 +1,53 @@
+"""What a service reports: its end-of-run summary and the exact encoding of what it learned."""
+
+from __future__ import annotations
+
+import time
+
+from ..privacy.accountant import Accountant
+from ..utils.serialization import dumps
+from .join import EARLY_SOURCE_KEYS
+
+__all__ = ["learned_state_bytes", "service_summary"]
+
+
+def service_summary(svc) -> dict:
+    """The end-of-run summary of a service: per bandit its rounds, statistics and spend."""
+    elapsed = time.monotonic() - svc.started
+    out = {"elapsed_s": elapsed, "bandits": {}, "dead_letters": dict(svc.dead_count)}
+    acc = Accountant(svc.ledger.records())
+    for name, rt in svc.bandits.items():
+        delta = getattr(rt.policy, "delta", None)
+        sp = acc.spend(name, delta=delta) if acc.records else None
+        out["bandits"][name] = {
+            "policy": rt.policy.name,
+            "rounds": rt.policy.t,
+            "model_version": rt.policy.model_version,
+            "stats": dict(rt.stats),
+            "mean_reward_window": (sum(rt.window) / len(rt.window)) if rt.window else None,
+            "privacy": None if sp is None else sp.to_dict(),
+        }
+    if svc.local:
+        out["local_bandits"] = svc.local.summary()
+    decided = sum(rt.stats["decided"] for rt in svc.bandits.values())
+    out["decisions"] = decided
+    out["events_per_s"] = decided / elapsed if elapsed > 0 else 0.0
+    return out
+
+
+def learned_state_bytes(bandit_states: dict) -> bytes:
+    """Exact encoding of what bandits learned (policies, join outcomes, unledgered releases),
+    from runtime state dicts — e.g. the ``bandits`` section of a snapshot."""
+    out = {}
+    for name, st in bandit_states.items():
+        # where held feedback came from (topic, partition, offset) is routing, not learning
+        join = {k: v for k, v in st["join"].items() if k not in EARLY_SOURCE_KEYS}
+        if "early" in join:  # a snapshot from before the columns
+            join["early"] = [e[:3] + e[4:] for e in join["early"]]
+        out[name] = {
+            "policy": st["policy"],
+            "join": join,
+            "unledgered": st["unledgered"],
+            "held_rows": st.get("held_rows"),
+        }
+    return dumps(out)

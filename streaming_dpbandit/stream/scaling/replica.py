@@ -1,0 +1,345 @@
+"""Decision replicas of a model broadcast (``broadcast.role: decider``; docs/scaling.md).
+
+A replica consumes ``contexts`` in its own consumer group (contexts may be keyed by event id,
+spread over partitions) and follows the compacted models topic. It decides every context with
+the latest released model it holds (``decide_frozen``: no rounds, no statistics), or with the
+policy's initial, data-independent model before the first release, and publishes a
+:class:`~.broadcast.BroadcastDecision` — tagged with the model version it used and carrying the
+chosen arm's feature row — keyed by the bandit id. Stateless: input offsets are committed to
+Kafka after the decisions they imply are flushed (at-least-once; a context re-decided after a
+crash gets the same decision when the model did not change in between). It reads contexts with
+the service's parser (:func:`~streaming_dpbandit.stream.parsing.parse_context`) and writes dead
+letters with the service's writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import numpy as np
+
+from ...config import ServiceSettings
+from ...metrics import ServiceMetrics
+from ..bandit import BanditRuntime, arm_id_kwargs
+from ..dead_letters import DeadLetters
+from ..errors import ServiceStartError, out_of_memory_is_a_start_error
+from ..parsing import BadInput, Pending, parse_context
+from ..signals import StopSwitch
+from .broadcast import BroadcastDecision, check_broadcast, ensure_broadcast_topics
+from .models_topic import ModelMessage, ModelsReader
+
+__all__ = ["REFRESH_CHUNK", "DecisionReplica"]
+
+log = logging.getLogger("streaming_dpbandit.broadcast")
+
+#: Decisions per chunk of a decision replica; the models topic is checked between chunks.
+REFRESH_CHUNK = 256
+
+
+class DecisionReplica:
+    """A decide-only replica of a model broadcast.
+
+    Parameters
+    ----------
+    settings
+        Settings with ``broadcast.role == "decider"`` and a ``kafka`` section.
+    metrics
+        Collectors (a fresh registry by default).
+
+    Attributes
+    ----------
+    pickups
+        One entry per model version taken into use: ``(bandit, version, published_at,
+        loaded_at)`` (wall-clock seconds), for monitoring and the tests.
+    """
+
+    def __init__(self, settings: ServiceSettings, metrics=None):
+        self.settings = settings
+        self.metrics = metrics or ServiceMetrics()
+
+    # -- set-up -------------------------------------------------------------------------------
+    def open(self) -> None:
+        from kafka import KafkaConsumer, KafkaProducer
+
+        from ..kafka.transport import JoinWatchdog, client_options, producer_options
+
+        check_broadcast(self.settings)
+        s, b = self.settings, self.settings.broadcast
+        k = s.kafka
+        self.replica = b.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.topics = k.topics
+        self.bandits: dict[str, BanditRuntime] = {}
+        for name, bs in s.bandits.items():
+            overrides = {"bandit_id": name} if "bandit_id" in type(bs.policy).model_fields else {}
+            with out_of_memory_is_a_start_error(f"bandit {name!r}"):
+                policy = bs.policy.build(seed=bs.seed, **overrides)
+                self.bandits[name] = BanditRuntime(name, bs, policy, None)
+        self.pickups: list[tuple[str, int, float, float]] = []
+        self.decided = 0
+        try:
+            ensure_broadcast_topics(s)
+            self.producer = KafkaProducer(**producer_options(k))
+            self.dead_letters = dead_letters_of(
+                self.producer, k.topics.dead_letter, s, self.metrics
+            )
+            self.models = ModelsReader(k, b.models_topic, self._bad_model).open()
+            self._apply(self.models.catch_up())
+            self.consumer = KafkaConsumer(
+                **client_options(k),
+                group_id=k.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_records=k.max_poll_records,
+                session_timeout_ms=k.session_timeout_ms,
+                heartbeat_interval_ms=k.heartbeat_ms(),
+                group_instance_id=k.instance_id(single=False),
+            )
+        except Exception as err:  # e.g. kafka.errors.NoBrokersAvailable
+            raise ServiceStartError(
+                f"cannot open the transport: {type(err).__name__}: {err}"
+            ) from None
+        self._watchdog = JoinWatchdog(k.rejoin_stall_s)
+        self.consumer.subscribe([k.topics.contexts], listener=self._listener())
+        self.last_refresh = self.last_commit = time.monotonic()
+        self.started = time.monotonic()
+        self.stop = StopSwitch()
+
+    def _listener(self):
+        """On revocation: flush the decisions, commit the offsets of every polled context (all
+        of them are decided when poll runs), so the next owner resumes exactly there."""
+        import kafka.consumer.subscription_state as subs
+
+        replica = self
+
+        def assigned(parts) -> None:
+            assigned = sorted(p.partition for p in parts)
+            log.info("contexts partitions assigned: %s", assigned, extra={"partitions": assigned})
+
+        if hasattr(subs, "AsyncConsumerRebalanceListener"):  # kafka-python >= 3
+
+            class AsyncListener(subs.AsyncConsumerRebalanceListener):
+                # listeners run on the consumer's IO loop, where the blocking commit() is
+                # refused: await the coordinator's commit instead
+                async def on_partitions_revoked(self, revoked):
+                    replica.producer.flush()
+                    c = replica.consumer
+                    offsets = c._subscription.all_consumed_offsets()
+                    try:
+                        await c._coordinator._commit_offsets_sync_async(offsets)
+                    except Exception as err:
+                        log.warning("offset commit at revocation failed: %s", err)
+
+                async def on_partitions_assigned(self, parts):
+                    assigned(parts)
+
+            return AsyncListener()
+
+        class Listener(subs.ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                replica._commit()
+
+            def on_partitions_assigned(self, parts):
+                assigned(parts)
+
+        return Listener()
+
+    def request_stop(self, *_args) -> None:
+        self.stop.request()
+
+    def install_signal_handlers(self) -> None:
+        self.stop.install()
+
+    # -- models -------------------------------------------------------------------------------
+    def model_version(self, bandit: str) -> int:
+        return self.bandits[bandit].policy.model_version
+
+    def refresh_models(self) -> None:
+        self._apply(self.models.poll(0.0))
+        self.last_refresh = time.monotonic()
+
+    def _apply(self, models: dict[str, ModelMessage]) -> None:
+        now = time.time()
+        for name, msg in models.items():
+            rt = self.bandits.get(name)
+            if rt is None or msg.model_version <= rt.policy.model_version:
+                continue  # another deployment's bandit, or not newer
+            if msg.policy != rt.policy.name or msg.calibration != getattr(
+                rt.policy, "calibration", "non-private"
+            ):
+                self.dead_letters.raw(
+                    self.settings.broadcast.models_topic,
+                    -1,
+                    -1,
+                    b"",
+                    "model_mismatch",
+                    f"model of {msg.policy}/{msg.calibration} for a {rt.policy.name} bandit",
+                )
+                continue
+            try:
+                rt.policy.load_released_model(msg.released_model())
+            except ValueError as err:
+                self.dead_letters.raw(
+                    self.settings.broadcast.models_topic, -1, -1, b"", "invalid_model", str(err)
+                )
+                continue
+            self.pickups.append((name, msg.model_version, msg.published_at, now))
+            self.metrics.model_version.labels(name).set(msg.model_version)
+            log.info(
+                "bandit %s: deciding with model version %d (published %.3f s ago)",
+                name,
+                msg.model_version,
+                now - msg.published_at,
+                extra={"bandit": name, "model_version": msg.model_version},
+            )
+
+    def _bad_model(self, partition, offset, raw, reason, detail) -> None:
+        self.dead_letters.raw(
+            self.settings.broadcast.models_topic, partition, offset, raw, reason, detail
+        )
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self, progress=None) -> dict:
+        """Decide until a stop is requested; returns the summary."""
+        k = self.settings.kafka
+        refresh = self.settings.broadcast.model_refresh_ms / 1000
+        commit_every = self.settings.broadcast.commit_interval_s
+        while not self.stop.requested:
+            if time.monotonic() - self.last_refresh >= refresh:
+                self.refresh_models()
+            batches = self.consumer.poll(
+                timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
+            )
+            # kafka-python's re-join stall (docs/operations.md): the broker has removed this
+            # replica and moved its partitions; exit so that it is restarted (decision
+            # replicas are stateless: models come from the models topic, offsets from Kafka)
+            self._watchdog.exit_if_stalled(self.consumer, batches)
+            received = time.perf_counter()
+            for tp, msgs in batches.items():
+                self._process(tp.topic, tp.partition, msgs, received)
+            if time.monotonic() - self.last_commit >= commit_every:
+                self._commit()
+            if progress is not None:
+                progress(self)
+        return self.finish()
+
+    def _process(self, topic: str, partition: int, msgs, received: float) -> None:
+        run: list[Pending] = []
+        rt_run = None
+        for m in msgs:
+            parsed = self.parse(topic, partition, m, received)
+            if parsed is None:
+                continue
+            rt, pend = parsed
+            if rt is not rt_run or len(run) >= min(self.settings.max_batch, REFRESH_CHUNK):
+                self._decide(rt_run, run)
+                run, rt_run = [], rt
+            run.append(pend)
+        self._decide(rt_run, run)
+
+    def parse(self, topic: str, partition: int, m, received: float):
+        """(runtime, Pending) of a polled context, or None (it was dead-lettered)."""
+        skew = self.settings.max_event_time_skew_s
+        out = parse_context(
+            m.value,
+            received,
+            self.bandits,
+            max_bytes=self.settings.max_message_bytes,
+            time_limit=float("inf") if skew is None else time.time() + skew,
+            skew=skew,
+        )
+        if isinstance(out, BadInput):
+            self.dead_letters.raw(
+                topic, partition, m.offset, m.value, out.reason, out.detail, m.key
+            )
+            return None
+        return out
+
+    def _decide(self, rt: BanditRuntime | None, batch: list[Pending]) -> None:
+        if not batch:
+            return
+        # a long poll batch (a backlog) must not delay a new model: check between chunks
+        if time.monotonic() - self.last_refresh >= self.settings.broadcast.model_refresh_ms / 1000:
+            self.refresh_models()
+        B = len(batch)
+        K = max(p.X.shape[0] for p in batch)
+        X = np.zeros((B, K, rt.d))
+        mask = np.zeros((B, K), dtype=bool)
+        for i, p in enumerate(batch):
+            X[i, : p.X.shape[0]] = p.X
+            mask[i, : p.X.shape[0]] = True
+        pol = rt.policy
+        dec = pol.decide_frozen(
+            X,
+            event_ids=[p.event.event_id for p in batch],
+            mask=None if mask.all() else mask,
+            **arm_id_kwargs(pol, batch),
+        )
+        now = time.time()
+        calibration = getattr(pol, "calibration", "non-private")
+        key = rt.bandit_id.encode()
+        done = time.perf_counter()
+        for i, p in enumerate(batch):
+            a = int(dec.arms[i])
+            out = BroadcastDecision(
+                event_id=p.event.event_id,
+                bandit_id=rt.bandit_id,
+                arm_id=p.arm_ids[a],
+                arm_index=a,
+                propensity=float(dec.propensities[i]),
+                model_version=int(dec.model_version),
+                episode=int(dec.model_version),
+                round=0,
+                calibration=calibration,
+                policy=pol.name,
+                decided_at=now,
+                event_time=p.event.event_time,
+                features=p.X[a].tolist(),
+                replica=self.replica,
+            )
+            self.producer.send(self.topics.decisions, key=key, value=out.model_dump_json().encode())
+            self.metrics.decision_latency.labels(rt.bandit_id).observe(done - p.received)
+        self.metrics.events.labels(rt.bandit_id, "decided").inc(B)
+        self.decided += B
+
+    def _commit(self) -> None:
+        """Flush the decisions, then commit the offsets of the contexts they answer."""
+        self.producer.flush()
+        try:
+            self.consumer.commit()
+        except Exception as err:  # a rebalance in progress: the next commit covers it
+            log.warning("offset commit failed: %s", err)
+        self.last_commit = time.monotonic()
+
+    # -- the end ------------------------------------------------------------------------------
+    def finish(self) -> dict:
+        self._commit()
+        summary = self.summary()
+        self.consumer.close()
+        self.models.close()
+        self.producer.close()
+        return summary
+
+    def summary(self) -> dict:
+        elapsed = time.monotonic() - self.started
+        return {
+            "role": "decider",
+            "replica": self.replica,
+            "elapsed_s": elapsed,
+            "decisions": self.decided,
+            "events_per_s": self.decided / elapsed if elapsed > 0 else 0.0,
+            "model_versions": {name: self.model_version(name) for name in self.bandits},
+            "pickups": len(self.pickups),
+            "dead_letters": dict(self.dead_letters.count),
+        }
+
+
+def dead_letters_of(producer, topic: str, settings: ServiceSettings, metrics) -> DeadLetters:
+    """The dead-letter writer of a replica: through its Kafka producer."""
+
+    def send(topic: str, key: bytes | None, value: bytes) -> None:
+        producer.send(topic, key=key, value=value)
+
+    return DeadLetters(send, topic, settings.bandits, metrics)

@@ -1,0 +1,61 @@
+"""The package's layering is a contract (``[tool.importlinter]`` in pyproject.toml): the test
+command runs ``lint-imports`` and fails on a broken contract — an import cycle between layers,
+``stream/``, ``replay/`` or ``policies/`` importing ``experiments/`` or the CLI, ``privacy/``
+or ``estimators/`` importing Kafka, Prometheus or pydantic."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lint_imports(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("lint-imports")
+    exe = str(exe) if exe.exists() else shutil.which("lint-imports")
+    if exe is None:
+        pytest.fail("lint-imports is not installed (pip install -e '.[dev]')")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    return subprocess.run(
+        [exe, "--no-cache", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_every_import_contract_is_kept():
+    out = _lint_imports()
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_a_broken_contract_fails_the_check(tmp_path):
+    """The check can fail: a contract that today's code breaks (the service imports the
+    policies) is reported, with the offending import."""
+    config = tmp_path / "contracts.toml"
+    config.write_text(
+        "[tool.importlinter]\n"
+        'root_package = "streaming_dpbandit"\n'
+        "[[tool.importlinter.contracts]]\n"
+        'name = "the service does not import the policies"\n'
+        'type = "forbidden"\n'
+        'source_modules = ["streaming_dpbandit.stream"]\n'
+        'forbidden_modules = ["streaming_dpbandit.policies"]\n'
+    )
+    out = _lint_imports("--config", str(config))
+    assert out.returncode != 0
+    assert "BROKEN" in out.stdout and "streaming_dpbandit.policies" in out.stdout
+
+
+def test_no_module_of_the_service_is_over_500_lines():
+    """``stream/`` stays cut by concern (issue 23): no module over 500 lines."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "streaming_dpbandit" / "stream").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert not long
