@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..envs.matroid_env import MatroidEnvironment
-from ..policies import SLATE_REGISTRY
+from ..policies import REGISTRY
 
 __all__ = [
     "MatroidResult",
@@ -38,7 +38,7 @@ CHUNK = 4096
 
 @dataclasses.dataclass
 class MatroidRunSpec:
-    """One slate-policy configuration (``policy`` in ``SLATE_REGISTRY``; ``params`` without
+    """One slate-policy configuration (``policy`` in ``REGISTRY``; ``params`` without
     matroid and seed, which the runner supplies)."""
 
     key: str
@@ -85,7 +85,7 @@ def run_matroid_repetition(
     pols, state = [], []
     for spec in specs:
         pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
-        pols.append(SLATE_REGISTRY[spec.policy](env.matroid, **spec.params, seed=pseed))
+        pols.append(REGISTRY[spec.policy](env.matroid, **spec.params, seed=pseed))
         g = grid[grid <= spec.horizon]
         state.append(
             {
