@@ -159,6 +159,11 @@ class BasePolicy(Base, abc.ABC):
     name: str = "policy"
     #: True for policies whose statistics are released privately.
     private: bool = False
+    #: True when ``learn`` files each row under the update that owns its round (FLIPHAT's
+    #: episodes): a streaming caller may then feed rows as soon as their rewards resolve.
+    #: Otherwise the next update reads every row learned before it, and the caller feeds rows
+    #: in round order (see ``stream/bandit.py``, ``feedback_lag_rounds``).
+    routes_rows_by_round: bool = False
 
     def validate(self) -> None:
         """Raise ``ValueError`` when the parameters contradict each other.
@@ -257,11 +262,6 @@ class BasePolicy(Base, abc.ABC):
 class Policy(BasePolicy):
     """Base class of the single-arm policies. Subclasses implement the vectorised methods."""
 
-    #: True when ``learn`` files each row under the update that owns its round (FLIPHAT's
-    #: episodes): a streaming caller may then feed rows as soon as their rewards resolve.
-    #: Otherwise the next update reads every row learned before it, and the caller feeds rows
-    #: in round order (see ``stream/bandit.py``, ``feedback_lag_rounds``).
-    routes_rows_by_round: bool = False
     #: True when the policy implements the model-broadcast methods (``released_model``,
     #: ``load_released_model``, ``record_rounds``).
     supports_released_model: bool = False

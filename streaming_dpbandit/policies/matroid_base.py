@@ -185,7 +185,10 @@ class MatroidPolicy(SlatePolicy):
         if self.item_ids is not None:
             ids = list(self.item_ids)
             if len(ids) != m.n_items or len(set(ids)) != len(ids):
-                raise ValueError(f"items must be {m.n_items} distinct ids (one per matroid item)")
+                raise ValueError(
+                    f"items must be {m.n_items} distinct ids (one per matroid item; the "
+                    "policy's item_ids)"
+                )
 
     def _state(self):
         if not hasattr(self, "_t"):
