@@ -42,9 +42,7 @@ def run(args) -> int:
         horizon=args.horizon or CURVE_HORIZON,
         seeds=args.seeds or 20,
         env_params=env_params,
-        jobs=args.jobs,
-        base_seed=args.seed,
-        progress=not args.no_progress,
+        **_parallel(args),
     )
     print(
         f"FLIPHAT reproduction: {args.seeds} repetitions, {result.elapsed_s:.1f} s "
@@ -103,9 +101,7 @@ def _dp_linucb(args) -> int:
         gaps=gaps,
         epsilons=args.epsilon or rep.PAPER_SWEEP,
         batch_size=args.batch_size,
-        jobs=args.jobs,
-        base_seed=args.seed,
-        progress=not args.no_progress,
+        **_parallel(args),
     )
     print(
         f"DP-LinUCB reproduction (Shariff & Sheffet, Experiment 2/3): d = {d}, n = {horizon:,}, "
@@ -146,45 +142,37 @@ def _report_outcome(report, args) -> int:
     return EXIT_TARGET_FAILED if failed else 0
 
 
-def _private_lasso(args) -> int:
-    from ..experiments.private_lasso import run_reproduction
-
+def _fixed_setup(args, what: str) -> dict:
+    """Checks of a reproduction whose set-ups are fixed; the options every such run takes."""
     writable(args.json, "--json")
     plot_target(args.plot)
     if args.env_param:
-        raise ConfigError("reproduce private-lasso takes no --env-param (its set-ups are fixed)")
-    report = run_reproduction(
-        seeds=args.seeds,
-        epsilons=args.epsilon,
-        horizon=args.horizon,
-        quick=args.quick,
-        jobs=args.jobs,
-        base_seed=args.seed,
-        progress=not args.no_progress,
-    )
+        raise ConfigError(f"reproduce {args.name} takes no --env-param ({what})")
+    return {"seeds": args.seeds, "horizon": args.horizon, **_parallel(args)}
+
+
+def _parallel(args) -> dict:
+    """How a reproduction runs its repetitions: processes, base seed, progress bar."""
+    return {"jobs": args.jobs, "base_seed": args.seed, "progress": not args.no_progress}
+
+
+def _private_lasso(args) -> int:
+    from ..experiments.private_lasso import run_reproduction
+
+    options = _fixed_setup(args, "its set-ups are fixed")
+    report = run_reproduction(epsilons=args.epsilon, quick=args.quick, **options)
     return _report_outcome(report, args)
 
 
 def _dp_matroid(args) -> int:
     from ..experiments.dp_matroid import FULL, MOVIELENS_ENV, QUICK, run_reproduction
 
-    writable(args.json, "--json")
-    plot_target(args.plot)
-    if args.env_param:
-        raise ConfigError("reproduce dp-matroid takes no --env-param (the instances are fixed)")
+    options = _fixed_setup(args, "the instances are fixed")
     ml = args.movielens or os.environ.get(MOVIELENS_ENV)
     if ml and not (Path(ml, "ratings.dat").is_file() and Path(ml, "movies.dat").is_file()):
         raise ConfigError(f"--movielens: no ratings.dat and movies.dat in {ml}")
-    report = run_reproduction(
-        QUICK if args.quick else FULL,
-        seeds=args.seeds,
-        horizon=args.horizon,
-        epsilons=args.epsilon,
-        jobs=args.jobs,
-        base_seed=args.seed,
-        movielens_dir=ml,
-        progress=not args.no_progress,
-    )
+    profile = QUICK if args.quick else FULL
+    report = run_reproduction(profile, epsilons=args.epsilon, movielens_dir=ml, **options)
     return _report_outcome(report, args)
 
 
@@ -220,9 +208,7 @@ def _frontier(args) -> int:
     if args.epsilon:
         over["epsilons"] = tuple(args.epsilon)
     profile = dataclasses.replace(profile, **over)
-    result = run_frontier(
-        profile, jobs=args.jobs, progress=not args.no_progress, base_seed=args.seed
-    )
+    result = run_frontier(profile, **_parallel(args))
     for name in result["settings"]:
         print(
             f"\n{SETTINGS[name]} — regret, mean ± s.e. over {profile.seeds} repetitions "
@@ -243,10 +229,7 @@ def _frontier(args) -> int:
 def _ldp_glb(args) -> int:
     from ..experiments.ldp_glb import FULL, QUICK, run_reproduction
 
-    writable(args.json, "--json")
-    plot_target(args.plot)
-    if args.env_param:
-        raise ConfigError("reproduce ldp-glb takes no --env-param (its set-ups are fixed)")
+    options = _fixed_setup(args, "its set-ups are fixed")
     if args.epsilon:
         raise ConfigError("reproduce ldp-glb runs the paper's ε ∈ {1, 0.5}; --epsilon is fixed")
     exps = None
@@ -256,15 +239,8 @@ def _ldp_glb(args) -> int:
             raise ConfigError("--experiments takes a comma-separated subset of E1,E2,E3")
     if args.data is not None and not Path(args.data).is_file():
         raise ConfigError(f"--data: no such file {args.data}")
+    profile = QUICK if args.quick else FULL
     report = run_reproduction(
-        QUICK if args.quick else FULL,
-        seeds=args.seeds,
-        horizon=args.horizon,
-        jobs=args.jobs,
-        base_seed=args.seed,
-        data_path=args.data,
-        experiments=exps,
-        progress=not args.no_progress,
-        engine=args.engine,
+        profile, data_path=args.data, experiments=exps, engine=args.engine, **options
     )
     return _report_outcome(report, args)

@@ -29,30 +29,12 @@ from .policies import (
     validate_for_mode,
 )
 
-#: Names of :mod:`streaming_dpbandit.settings` importable from here (imported on first use).
-_SETTINGS = frozenset(
-    {
-        "BanditSettings",
-        "BroadcastSettings",
-        "FileSource",
-        "KafkaSettings",
-        "LocalBanditSettings",
-        "MetricsSettings",
-        "ModelServerSettings",
-        "ScalingSettings",
-        "ServiceSettings",
-        "SimulationSource",
-        "SnapshotSettings",
-        "TopicsSettings",
-        "load_service_settings",
-    }
-)
-
 
 def __getattr__(name: str):
-    if name in _SETTINGS:
-        from .. import settings
+    """The service settings' names (:mod:`streaming_dpbandit.settings`), imported on first use."""
+    from .. import settings
 
+    if name in settings.__all__:
         return getattr(settings, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -67,45 +67,36 @@ class LDPGLBConfig(PolicyConfigBase):
         return None
 
 
-class LDPUCBConfig(PolicyConfigBase):
+class _LDPBaselineConfig(PolicyConfigBase):
+    """What the two comparison baselines share (``policies/_ldp_baseline.py``)."""
+
+    private: bool = True
+    d: int = Field(gt=0)
+    n_arms: int = Field(2, gt=0)
+    setting: Literal["single", "multi"] = "single"
+    epsilon: float = Field(1.0, gt=0)
+    delta: float = Field(0.01, gt=0, lt=1)
+    alpha: float = Field(0.1, gt=0, lt=1)
+    horizon: int = Field(1_000_000, ge=2)
+    sigma_factor: float = Field(6.0, gt=0)
+    refresh_every: int = Field(1, ge=1)
+    bandit_id: str = "default"
+
+    def simulation_only(self) -> str | None:
+        return f"{self.policy} is a comparison baseline for simulations only (LDP-GLB spec §7)"
+
+
+class LDPUCBConfig(_LDPBaselineConfig):
     """LDP-UCB comparison baseline (simulation only)."""
 
     policy: Literal["ldp-ucb"] = "ldp-ucb"
-    private: bool = True
-    d: int = Field(gt=0)
-    n_arms: int = Field(2, gt=0)
-    setting: Literal["single", "multi"] = "single"
-    epsilon: float = Field(1.0, gt=0)
-    delta: float = Field(0.01, gt=0, lt=1)
-    alpha: float = Field(0.1, gt=0, lt=1)
-    horizon: int = Field(1_000_000, ge=2)
     v0: float = Field(1.0, ge=0)
-    sigma_factor: float = Field(6.0, gt=0)
-    refresh_every: int = Field(1, ge=1)
-    bandit_id: str = "default"
-
-    def simulation_only(self) -> str | None:
-        return f"{self.policy} is a comparison baseline for simulations only (LDP-GLB spec §7)"
 
 
-class LDPGLOCConfig(PolicyConfigBase):
+class LDPGLOCConfig(_LDPBaselineConfig):
     """LDP-GLOC comparison baseline (simulation only)."""
 
     policy: Literal["ldp-gloc"] = "ldp-gloc"
-    private: bool = True
-    d: int = Field(gt=0)
-    n_arms: int = Field(2, gt=0)
-    setting: Literal["single", "multi"] = "single"
     link: Literal["linear", "logistic", "poisson"] = "linear"
-    epsilon: float = Field(1.0, gt=0)
-    delta: float = Field(0.01, gt=0, lt=1)
-    alpha: float = Field(0.1, gt=0, lt=1)
-    horizon: int = Field(1_000_000, ge=2)
-    sigma_factor: float = Field(6.0, gt=0)
     profile: Literal["spec", "authors_multiparam"] = "spec"
     v0: float = Field(0.0, ge=0)
-    refresh_every: int = Field(1, ge=1)
-    bandit_id: str = "default"
-
-    def simulation_only(self) -> str | None:
-        return f"{self.policy} is a comparison baseline for simulations only (LDP-GLB spec §7)"

@@ -109,10 +109,9 @@ class LassoBanditConfig(PolicyConfigBase):
     max_iter: int = Field(1000, ge=1)
 
 
-class LinUCBConfig(PolicyConfigBase):
-    """LinUCB, shared parameter over per-arm features (non-private baseline)."""
+class _RidgeUCBConfig(PolicyConfigBase):
+    """What the two LinUCB variants share."""
 
-    policy: Literal["linucb"] = "linucb"
     d: int = Field(gt=0)
     reg: float = Field(1.0, gt=0)
     beta: float | None = Field(None, ge=0)
@@ -122,7 +121,13 @@ class LinUCBConfig(PolicyConfigBase):
     batch_size: int = Field(1, ge=1)
 
 
-class LinUCBDisjointConfig(PolicyConfigBase):
+class LinUCBConfig(_RidgeUCBConfig):
+    """LinUCB, shared parameter over per-arm features (non-private baseline)."""
+
+    policy: Literal["linucb"] = "linucb"
+
+
+class LinUCBDisjointConfig(_RidgeUCBConfig):
     """Disjoint LinUCB: one ridge model per arm, keyed by arm id (non-private baseline).
 
     ``max_arms`` bounds the models kept (least recently used arm forgotten beyond it);
@@ -130,14 +135,7 @@ class LinUCBDisjointConfig(PolicyConfigBase):
     """
 
     policy: Literal["linucb-disjoint"] = "linucb-disjoint"
-    d: int = Field(gt=0)
     max_arms: int = Field(1024, gt=0, validation_alias=AliasChoices("max_arms", "n_arms"))
-    reg: float = Field(1.0, gt=0)
-    beta: float | None = Field(None, ge=0)
-    alpha: float = Field(0.01, gt=0, lt=1)
-    sigma: float = Field(1.0, gt=0)
-    S: float = Field(1.0, gt=0)
-    batch_size: int = Field(1, ge=1)
     pending_capacity: int = Field(1 << 16, ge=1)
 
 

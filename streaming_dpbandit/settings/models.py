@@ -21,22 +21,6 @@ from pydantic_settings import (
 
 from ..config import DPMatroidConfig, LDPGLBConfig, PolicyConfig, validate_for_mode
 
-__all__ = [
-    "YAML_FILE",
-    "BanditSettings",
-    "BroadcastSettings",
-    "FileSource",
-    "KafkaSettings",
-    "LocalBanditSettings",
-    "MetricsSettings",
-    "ModelServerSettings",
-    "ScalingSettings",
-    "ServiceSettings",
-    "SimulationSource",
-    "SnapshotSettings",
-    "TopicsSettings",
-]
-
 #: The YAML file :func:`~.loading.load_service_settings` is reading (``{"path": ...}``), for
 #: :meth:`ServiceSettings.settings_customise_sources`.
 YAML_FILE: dict = {}
