@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from streaming_dpbandit import cli
 from streaming_dpbandit.cli import main
-from streaming_dpbandit.config import _CONFIGS, ConfigError
+from streaming_dpbandit.config import CONFIGS, ConfigError
 from streaming_dpbandit.envs import REGISTRY as ENVS
 from streaming_dpbandit.replay.datasets import obd_sample
 
@@ -186,7 +186,7 @@ VALUES = st.sampled_from(
 KEYS = st.sampled_from(
     ["d", "K", "s", "s_star", "epsilon", "delta", "zz", "noise", "gap", "calibration", "sigma", ""]
 )
-POLICIES = st.sampled_from([*sorted(_CONFIGS), "nope", ""])
+POLICIES = st.sampled_from([*sorted(CONFIGS), "nope", ""])
 
 
 def _kv(key: str, value: str) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from streaming_dpbandit import cli
-from streaming_dpbandit.config import _CONFIGS
+from streaming_dpbandit.config import CONFIGS
 from streaming_dpbandit.experiments import runner
 from streaming_dpbandit.replay import evaluate
 
@@ -156,7 +156,7 @@ def _replay_specs(monkeypatch, name, key, value):
 
 def _check_policy(monkeypatch, capsys, command: str, name: str):
     get_specs = _simulate_specs if command == "simulate" else _replay_specs
-    fields = _CONFIGS[name].model_fields
+    fields = CONFIGS[name].model_fields
     exercised, missing, lost = [], [], []
     for key, info in fields.items():
         if key in ("policy", "private") or key in NOT_PARAMS:
@@ -181,8 +181,8 @@ def _check_policy(monkeypatch, capsys, command: str, name: str):
     return exercised, missing, lost
 
 
-SIM_POLICIES = sorted(set(_CONFIGS) - SLATE - {"table"})
-REPLAY_POLICIES = sorted(set(_CONFIGS) - SLATE)
+SIM_POLICIES = sorted(set(CONFIGS) - SLATE - {"table"})
+REPLAY_POLICIES = sorted(set(CONFIGS) - SLATE)
 
 
 @pytest.mark.parametrize("name", SIM_POLICIES)
@@ -191,7 +191,7 @@ def test_every_simulate_policy_param_arrives(name, monkeypatch, capsys):
     assert not lost, lost
     structured = {
         k
-        for k, info in _CONFIGS[name].model_fields.items()
+        for k, info in CONFIGS[name].model_fields.items()
         if not candidates(info) and k not in ("policy", "private")
     }
     # every scalar parameter got a valid non-default value (structured ones are tested elsewhere)
@@ -204,7 +204,7 @@ def test_every_replay_policy_param_arrives(name, monkeypatch, capsys):
     assert not lost, lost
     structured = {
         k
-        for k, info in _CONFIGS[name].model_fields.items()
+        for k, info in CONFIGS[name].model_fields.items()
         if not candidates(info) and k not in ("policy", "private")
     }
     assert set(missing) <= structured | NOT_PARAMS | set(SIM_ONLY.get(name, ())), missing

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from stream_helpers import BANDIT, bandit_config, record_stream
 
-from streaming_dpbandit.cli import build_parser, build_service_settings, main
+from streaming_dpbandit.cli import build_parser, main
+from streaming_dpbandit.commands.serve import build_service_settings
 
 
 @pytest.fixture(scope="module")

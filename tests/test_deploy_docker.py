@@ -28,7 +28,8 @@ from deploy_helpers import (
     stages,
 )
 
-from streaming_dpbandit.cli import build_parser, build_service_settings
+from streaming_dpbandit.cli import build_parser
+from streaming_dpbandit.commands.serve import build_service_settings
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.runner import start_metrics_server

@@ -21,7 +21,8 @@ from deploy_helpers import (
     rule_groups,
 )
 
-from streaming_dpbandit.cli import build_parser, build_service_settings
+from streaming_dpbandit.cli import build_parser
+from streaming_dpbandit.commands.serve import build_service_settings
 
 K8S = DEPLOY / "kubernetes"
 KUBE_VERSION = "1.30.0"  # the oldest Kubernetes these manifests target

@@ -95,7 +95,7 @@ def test_lazy_registries_resolve_every_entry_and_name():
     from streaming_dpbandit import envs, policies
 
     for module, registries in (
-        (policies, (policies.REGISTRY, policies.SLATE_REGISTRY)),
+        (policies, (policies.REGISTRY,)),
         (envs, (envs.REGISTRY, envs.MATROID_REGISTRY)),
     ):
         for registry in registries:

@@ -234,9 +234,16 @@ def test_serve_defaults_to_the_secure_backend_and_simulate_to_fast():
     )
     assert m.policy.noise_backend == "secure"
     assert policy_config("fliphat", {"d": 10}).noise_backend == "fast"
-    # policies whose mechanisms are not migrated keep the fast backend (no noise_backend field)
+    # DP-LinUCB: secure on the Gaussian binary tree, which "auto" resolves to on that backend
     lin = BanditSettings(policy={"policy": "dp-linucb", "d": 3})
-    assert "noise_backend" not in type(lin.policy).model_fields
+    assert lin.policy.noise_backend == "secure"
+    assert lin.policy.build(seed=1).resolved_tree_impl() == "binary"
+    # where no affordable secure construction exists the default stays fast
+    for extra in ({"noise": "wishart"}, {"tree_impl": "blt"}):
+        other = BanditSettings(policy={"policy": "dp-linucb", "d": 3, **extra})
+        assert other.policy.noise_backend == "fast", extra
+    ldp = BanditSettings(policy={"policy": "ldp-glb", "d": 3}, privacy="local")
+    assert ldp.policy.noise_backend == "fast"  # drawn on the devices, which serve cannot see
 
 
 @pytest.mark.parametrize("kind", ["laplace", "gaussian"])

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..envs.matroid_env import MatroidEnvironment
-from ..policies import SLATE_REGISTRY
+from ..policies import REGISTRY
 
 __all__ = [
     "MatroidResult",
@@ -38,7 +38,7 @@ CHUNK = 4096
 
 @dataclasses.dataclass
 class MatroidRunSpec:
-    """One slate-policy configuration (``policy`` in ``SLATE_REGISTRY``; ``params`` without
+    """One slate-policy configuration (``policy`` in ``REGISTRY``; ``params`` without
     matroid and seed, which the runner supplies)."""
 
     key: str
@@ -102,7 +102,7 @@ def run_matroid_repetition(
     pols, state = [], []
     for spec in specs:
         pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
-        cls = SLATE_REGISTRY[spec.policy]
+        cls = REGISTRY[spec.policy]
         params = dict(spec.params)
         fast = batched and hasattr(cls, "quiet_rounds")
         if fast:

@@ -58,6 +58,9 @@ class RunSpec:
         The privacy budget the run was configured with (``None`` for non-private policies).
     group
         Free label grouping runs (e.g. ``"T1"`` or ``"curve"`` in a reproduction).
+    config
+        The validated configuration (``streaming_dpbandit.config``), when the run was given
+        one: each repetition builds its policy from it (``params`` then only describe it).
     """
 
     key: str
@@ -67,6 +70,7 @@ class RunSpec:
     epsilon: float | None = None
     delta: float | None = None
     group: str = ""
+    config: object | None = None
 
 
 def make_grid(horizon: int, points: int = 400) -> np.ndarray:
@@ -87,6 +91,8 @@ def _seed(base_seed: int, rep: int, *labels: str | int) -> np.random.SeedSequenc
 
 
 def build_policy(spec: RunSpec, seed: int | None) -> Policy:
+    if spec.config is not None:
+        return spec.config.build(seed=seed)
     cls = REGISTRY[spec.policy]
     return cls(**spec.params, seed=seed)
 

@@ -1,4 +1,5 @@
-"""Bandit policies, one per file, all sharing :class:`~.base.Policy`'s interface.
+"""Bandit policies, one per file: single-arm (:class:`~.base.Policy`) or slate
+(:class:`~.slate_base.SlatePolicy`), both :class:`~.base.BasePolicy`.
 
 The policy modules are imported on first use (``from streaming_dpbandit.policies import FLIPHAT``,
 ``REGISTRY["fliphat"]``): together they import SciPy's linear algebra, optimisation and sparse
@@ -8,7 +9,7 @@ modules, and ``OneHotArms`` River's bandit module, which one policy seldom needs
 from __future__ import annotations
 
 from ..utils.lazy import LazyRegistry, lazy_attribute
-from .base import DecisionBatch, Policy
+from .base import BasePolicy, DecisionBatch, Policy
 
 #: Module of each public class of the package.
 _MODULES = {
@@ -32,6 +33,7 @@ _MODULES = {
     "RandomPolicy": "random",
     "SALassoBandit": "sa_lasso",
     "SlateBatch": "matroid_base",
+    "SlatePolicy": "slate_base",
     "THLassoBandit": "th_lasso",
     "TablePolicy": "table",
 }
@@ -41,7 +43,9 @@ def _entries(names: dict[str, str]) -> dict[str, tuple[str, str]]:
     return {key: (_MODULES[cls], cls) for key, cls in names.items()}
 
 
-#: Policies by registry name (the CLI's ``--policy``).
+#: Every policy by registry name: the one registry that the CLI (``--policy``), the service,
+#: ``simulate``, ``replay``, ``explain`` and the tests read. The configurable ones have a
+#: configuration class of the same name in ``streaming_dpbandit.config.CONFIGS``.
 REGISTRY: LazyRegistry = LazyRegistry(
     __name__,
     _entries(
@@ -60,16 +64,6 @@ REGISTRY: LazyRegistry = LazyRegistry(
             "ldp-ucb": "LDPUCB",
             "ldp-gloc": "LDPGLOC",
             "table": "TablePolicy",
-        }
-    ),
-)
-
-#: Slate (matroid) policies by registry name: they decide with ``decide_slates``, not
-#: ``decide``; OMM and CTS-Gaussian are non-private, simulation-only baselines.
-SLATE_REGISTRY: LazyRegistry = LazyRegistry(
-    __name__,
-    _entries(
-        {
             "dpucb-mat": "DPUCBMAT",
             "dpts-mat": "DPTSMAT",
             "omm": "OMM",
@@ -77,6 +71,11 @@ SLATE_REGISTRY: LazyRegistry = LazyRegistry(
         }
     ),
 )
+
+#: Registry names of the slate policies (:class:`~.slate_base.SlatePolicy`: they decide with
+#: ``decide_slates``, not ``decide``; no per-arm contexts, no dimension d). OMM and
+#: CTS-Gaussian are non-private, simulation-only baselines. Known without importing them.
+SLATE_POLICIES = frozenset({"dpucb-mat", "dpts-mat", "omm", "cts-gaussian"})
 
 
 def __getattr__(name: str):
@@ -93,7 +92,8 @@ __all__ = [
     "FLIPHAT",
     "OMM",
     "REGISTRY",
-    "SLATE_REGISTRY",
+    "SLATE_POLICIES",
+    "BasePolicy",
     "CTSGaussian",
     "DPLinUCB",
     "DecisionBatch",
@@ -109,6 +109,7 @@ __all__ = [
     "RandomPolicy",
     "SALassoBandit",
     "SlateBatch",
+    "SlatePolicy",
     "THLassoBandit",
     "TablePolicy",
 ]

@@ -56,7 +56,7 @@ from ..privacy.statement import PrivacyStatement
 from ..utils.hashing import uniform_coins
 from ._river import register_contextual_policy
 
-__all__ = ["DecisionBatch", "Policy", "argmax_random_ties", "context_matrix"]
+__all__ = ["BasePolicy", "DecisionBatch", "Policy", "argmax_random_ties", "context_matrix"]
 
 #: Constructor parameters that are secrets and never appear in repr, logs or explain().
 #: Only the noise seed is one: a public parameter (e.g. DP-LinUCB's ``noise="wishart"``, a
@@ -150,9 +150,10 @@ def context_matrix(arm_ids: Sequence, context, d: int | None = None) -> np.ndarr
     return X
 
 
-@register_contextual_policy
-class Policy(Base, abc.ABC):
-    """Base class of every policy. Subclasses implement the vectorised methods."""
+class BasePolicy(Base, abc.ABC):
+    """What every policy shares, single-arm (:class:`Policy`) or slate
+    (:class:`~.slate_base.SlatePolicy`): parameters, validation, the update schedule, the
+    privacy statement, persistence."""
 
     #: Registry name of the policy (e.g. ``"fliphat"``).
     name: str = "policy"
@@ -163,6 +164,120 @@ class Policy(Base, abc.ABC):
     #: Otherwise the next update reads every row learned before it, and the caller feeds rows
     #: in round order (see ``stream/bandit.py``, ``feedback_lag_rounds``).
     routes_rows_by_round: bool = False
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` when the parameters contradict each other.
+
+        The one home of a policy's cross-field rules: the configuration
+        (``streaming_dpbandit.config``) calls it before anything runs, the policy before its
+        first round.
+        """
+        self._validate()
+
+    def _validate(self) -> None:
+        return None
+
+    def max_decide_batch(self) -> int:
+        """Rounds that can be decided before the next model update is due."""
+        return UNBOUNDED
+
+    def refit_due(self) -> bool:
+        return False
+
+    def refit(self) -> list[ReleaseRecord]:
+        """Compute the model update the schedule requires; return its ledger records."""
+        return []
+
+    def refit_reads_through(self) -> int:
+        """Last round whose row the due refit reads.
+
+        A streaming caller makes sure every decision up to this round has its reward resolved
+        (joined or expired) before it calls :meth:`refit`; rows of later rounds wait for the
+        next refit. Default: every round decided so far.
+        """
+        return self.t
+
+    # -- user-level contribution bounding (docs/privacy/user-level.md) ----------------------
+    def contribution_windows(self, rounds: np.ndarray) -> np.ndarray:
+        """Bounding window of the rows of ``rounds``: the data slice their private statistics
+        belong to (``policies/user_level.py`` admits at most k rows per user per window).
+
+        Default: one window for the whole run (k bounds a user's rows over the run) — valid for
+        every policy. A policy whose rows each enter exactly one data slice, known from the
+        round, overrides this (FLIPHAT: the episode).
+        """
+        return np.zeros(np.shape(rounds), dtype=np.int64)
+
+    def open_windows_from(self) -> int:
+        """Windows below this one are released: their per-user counts may be freed (rows that
+        still arrive for them are not learned from). Default 0 (the one window stays open)."""
+        return 0
+
+    @property
+    def t(self) -> int:
+        """Number of rounds decided so far."""
+        return int(getattr(self, "_t", 0))
+
+    @property
+    def model_version(self) -> int:
+        return 0
+
+    @property
+    def privacy(self) -> PrivacyStatement:
+        return PrivacyStatement(
+            model="none",
+            unit="n/a",
+            neighbouring="n/a",
+            epsilon=None,
+            delta=None,
+            calibration="non-private",
+            scope="This policy is a non-private baseline: it gives no privacy guarantee.",
+        )
+
+    def explain(self, horizon: int | None = None) -> dict:
+        return {"policy": self.name, "private": self.private, "params": self.public_params()}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def public_params(self) -> dict:
+        return {
+            k: v
+            for k, v in self._get_params().items()
+            if k not in SECRET_PARAMS and not _is_secret_value(v)
+        }
+
+    def _coin_key(self) -> int:
+        key = getattr(self, "_tie_key", None)
+        if key is None:
+            seed = getattr(self, "seed", None)
+            if seed is None:
+                key = secrets.randbits(64)
+            else:
+                key = int(
+                    np.random.SeedSequence([int(seed), 0x7153]).generate_state(2, np.uint64)[0]
+                )
+            self._tie_key = key
+        return key
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.public_params().items())
+        return f"{type(self).__name__}({params})"
+
+    # -- persistence -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def state_dict(self) -> dict: ...
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict) -> BasePolicy: ...
+
+    @classmethod
+    def _init_param_names(cls) -> list[str]:
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+
+@register_contextual_policy
+class Policy(BasePolicy):
+    """Base class of the single-arm policies. Subclasses implement the vectorised methods."""
+
     #: True when the policy implements the model-broadcast methods (``released_model``,
     #: ``load_released_model``, ``record_rounds``).
     supports_released_model: bool = False
@@ -232,42 +347,6 @@ class Policy(Base, abc.ABC):
     def _restore_decide_extra(self, saved) -> None:
         return None
 
-    def max_decide_batch(self) -> int:
-        """Rounds that can be decided before the next model update is due."""
-        return UNBOUNDED
-
-    def refit_due(self) -> bool:
-        return False
-
-    def refit(self) -> list[ReleaseRecord]:
-        """Compute the model update the schedule requires; return its ledger records."""
-        return []
-
-    def refit_reads_through(self) -> int:
-        """Last round whose row the due refit reads.
-
-        A streaming caller makes sure every decision up to this round has its reward resolved
-        (joined or expired) before it calls :meth:`refit`; rows of later rounds wait for the
-        next refit. Default: every round decided so far.
-        """
-        return self.t
-
-    # -- user-level contribution bounding (docs/privacy/user-level.md) ----------------------
-    def contribution_windows(self, rounds: np.ndarray) -> np.ndarray:
-        """Bounding window of the rows of ``rounds``: the data slice their private statistics
-        belong to (``policies/user_level.py`` admits at most k rows per user per window).
-
-        Default: one window for the whole run (k bounds a user's rows over the run) — valid for
-        every policy. A policy whose rows each enter exactly one data slice, known from the
-        round, overrides this (FLIPHAT: the episode).
-        """
-        return np.zeros(np.shape(rounds), dtype=np.int64)
-
-    def open_windows_from(self) -> int:
-        """Windows below this one are released: their per-user counts may be freed (rows that
-        still arrive for them are not learned from). Default 0 (the one window stays open)."""
-        return 0
-
     # -- model broadcast (docs/scaling.md, pattern 2) ---------------------------------------
     def released_model(self) -> dict | None:
         """The model in force as privately released, or ``None`` (initial model).
@@ -305,51 +384,6 @@ class Policy(Base, abc.ABC):
         ``max_decide_batch()`` rounds, never across a due model update).
         """
         raise NotImplementedError(f"policy {self.name!r} has no model-broadcast learner")
-
-    @property
-    def t(self) -> int:
-        """Number of rounds decided so far."""
-        return int(getattr(self, "_t", 0))
-
-    @property
-    def model_version(self) -> int:
-        return 0
-
-    @property
-    def privacy(self) -> PrivacyStatement:
-        return PrivacyStatement(
-            model="none",
-            unit="n/a",
-            neighbouring="n/a",
-            epsilon=None,
-            delta=None,
-            calibration="non-private",
-            scope="This policy is a non-private baseline: it gives no privacy guarantee.",
-        )
-
-    def explain(self, horizon: int | None = None) -> dict:
-        return {"policy": self.name, "private": self.private, "params": self.public_params()}
-
-    # -- helpers ---------------------------------------------------------------------------
-    def public_params(self) -> dict:
-        return {
-            k: v
-            for k, v in self._get_params().items()
-            if k not in SECRET_PARAMS and not _is_secret_value(v)
-        }
-
-    def _coin_key(self) -> int:
-        key = getattr(self, "_tie_key", None)
-        if key is None:
-            seed = getattr(self, "seed", None)
-            if seed is None:
-                key = secrets.randbits(64)
-            else:
-                key = int(
-                    np.random.SeedSequence([int(seed), 0x7153]).generate_state(2, np.uint64)[0]
-                )
-            self._tie_key = key
-        return key
 
     def _coins(self, rounds: np.ndarray, event_ids) -> np.ndarray:
         ids = rounds if event_ids is None else event_ids
@@ -433,18 +467,3 @@ class Policy(Base, abc.ABC):
     @property
     def ranking(self):
         return []
-
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.public_params().items())
-        return f"{type(self).__name__}({params})"
-
-    # -- persistence -------------------------------------------------------------------------
-    @abc.abstractmethod
-    def state_dict(self) -> dict: ...
-
-    @abc.abstractmethod
-    def load_state_dict(self, state: dict) -> Policy: ...
-
-    @classmethod
-    def _init_param_names(cls) -> list[str]:
-        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]

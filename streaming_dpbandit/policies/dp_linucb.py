@@ -285,6 +285,8 @@ class DPLinUCB(Policy):
             raise ValueError("ties must be 'lowest' or 'coins'")
         if not (self.L > 0 and self.B_tilde > 0 and self.S > 0 and self.reward_sigma > 0):
             raise ValueError("L, B_tilde, S and sigma must be positive")
+        if self.horizon_mode == "doubling" and self.n0 & (self.n0 - 1):
+            raise ValueError("n0 must be a power of two in doubling mode")
         self._aggregator(None).calibration(0)  # raises on any invalid combination
 
     def _state(self):

@@ -286,11 +286,21 @@ class FLIPHAT(Policy):
         if self.contribution_clip is not None and self.form not in ("auto", "h"):
             raise ValueError("grad_clip accumulates clipped contributions: form must be 'h'")
         if self.calibration == "certified" and not self.clip_contexts:
-            raise ValueError("the certified calibration requires clip_contexts=True")
+            raise ValueError("the certified calibration requires clip_contexts=true")
         if not (self.epsilon > 0 and 0 < self.delta < 1):
             raise ValueError("need epsilon > 0 and 0 < delta < 1")
-        if not 1 <= self.s <= self.d:
+        if self.s > self.d:
+            raise ValueError(f"s={self.s} cannot exceed d={self.d}")
+        if not 1 <= self.s:
             raise ValueError("need 1 <= s <= d")
+        for name in ("feature_mean", "feature_scale"):
+            v = getattr(self, name)
+            if v is not None and len(v) != self.d:
+                raise ValueError(f"{name} must have d={self.d} entries")
+        if self.feature_scale is not None and min(self.feature_scale) <= 0:
+            raise ValueError("feature_scale entries must be positive")
+        if self.max_episode_len is not None and self.max_episode_len < self.first_episode_len:
+            raise ValueError("max_episode_len must be >= first_episode_len")
         if self.swap_delay < 0:
             raise ValueError("swap_delay must be >= 0")
         if self.noise_scale_multiplier != 1.0 and self.calibration == "certified":

@@ -274,6 +274,15 @@ class LDPGLB(Policy):
         self.noise_backend = noise_backend
 
     # -- construction --------------------------------------------------------------------------
+    def _validate(self) -> None:
+        if self.theta0 == "prior":
+            n = self.d if self.setting == "single" else self.d * self.n_arms
+            if self.theta_prior is None or len(self.theta_prior) != n:
+                raise ValueError(f"theta0=prior needs theta_prior with {n} numbers")
+        if not self.ols_shift and self.profile != "authors_code":
+            raise ValueError("ols_shift=false is a reproduction switch of profile=authors_code")
+        self.model_spec()  # every rule of the model spec (ε ≤ 1 per Gaussian if classical, ...)
+
     def model_spec(self) -> ModelSpec:
         """The public model configuration (what clients receive in every snapshot)."""
         return ModelSpec(

@@ -117,15 +117,18 @@ class LDPGLOC(LDPBaseline):
         self.bandit_id = bandit_id
         self.seed = seed
 
+    def _validate(self) -> None:
+        if self.link not in MU_MIN:
+            raise ValueError("link must be linear, logistic or poisson")
+        if self.profile not in ("spec", "authors_multiparam"):
+            raise ValueError("profile must be 'spec' or 'authors_multiparam'")
+        if self.profile == "authors_multiparam" and self.setting != "multi":
+            raise ValueError("profile=authors_multiparam is the authors' E2 code: setting=multi")
+
     def _state(self):
         if not hasattr(self, "_V"):
             self._base_state()
-            if self.link not in MU_MIN:
-                raise ValueError("link must be linear, logistic or poisson")
-            if self.profile not in ("spec", "authors_multiparam"):
-                raise ValueError("profile must be 'spec' or 'authors_multiparam'")
-            if self.profile == "authors_multiparam" and self.setting != "multi":
-                raise ValueError("profile='authors_multiparam' is the E2 (setting='multi') code")
+            self._validate()
             _d, D = self._dims()
             self._sigma = code_sigma(self.epsilon, self.delta, self.sigma_factor)
             self._authors = self.profile == "authors_multiparam"

@@ -2,7 +2,7 @@
 
 A matroid bandit serves a *slate*: a basis of a matroid over L items, always K items (the
 rank), and observes the reward of every served item (semi-bandit feedback). Its vectorised
-interface mirrors :class:`~.base.Policy`:
+interface (:class:`~.slate_base.SlatePolicy`) mirrors :class:`~.base.Policy`'s:
 
 ``decide_slates(n, event_ids)``
     Compute an index per item for each of n rounds (a UCB, a Thompson sample, …) and run the
@@ -35,7 +35,7 @@ import numpy as np
 
 from ..matroids import Matroid, from_description, greedy_many
 from ..utils.hashing import hash_ids
-from .base import Policy
+from .slate_base import SlatePolicy
 
 __all__ = ["MatroidPolicy", "RoundNormals", "SlateBatch"]
 
@@ -123,7 +123,7 @@ class RoundNormals:
         return out
 
 
-class MatroidPolicy(Policy):
+class MatroidPolicy(SlatePolicy):
     """Base class of the matroid (slate) bandits.
 
     Parameters
@@ -149,8 +149,6 @@ class MatroidPolicy(Policy):
         simulations only. ``None`` draws them from OS entropy.
     """
 
-    #: Marks slate policies (the service gives them a slate runtime).
-    slates = True
     name = "matroid"
     #: the keys are resampled every round (Thompson), so their order never repeats: a speed
     #: hint for the greedy's fast path (``Matroid.greedy_fast_sorted``), never a change of slate
@@ -183,16 +181,19 @@ class MatroidPolicy(Policy):
             raise ValueError("reward_range must be (lo, hi) with finite lo < hi")
         if not 0.0 <= float(self.default_reward) <= 1.0:
             raise ValueError("default_reward must be in [0, 1]")
+        m = from_description(self.matroid)  # validates; computes rank and loops
+        if self.item_ids is not None:
+            ids = list(self.item_ids)
+            if len(ids) != m.n_items or len(set(ids)) != len(ids):
+                raise ValueError(
+                    f"items must be {m.n_items} distinct ids (one per matroid item; the "
+                    "policy's item_ids)"
+                )
 
     def _state(self):
         if not hasattr(self, "_t"):
             self._validate()
-            m = from_description(self.matroid)
-            if self.item_ids is not None:
-                ids = list(self.item_ids)
-                if len(ids) != m.n_items or len(set(ids)) != len(ids):
-                    raise ValueError(f"item_ids must be {m.n_items} distinct names")
-            self._matroid = m
+            self._matroid = from_description(self.matroid)
             self._t = 0
             self._since = 0
             self._version = 0
@@ -322,15 +323,6 @@ class MatroidPolicy(Policy):
             self._matroid, keys, tie_rng, with_keys=True, fresh_order=self._fresh_key_order
         )
         return SlateBatch(slates, served, rounds, self._version)
-
-    def decide(self, X, event_ids=None, mask=None):
-        raise TypeError(f"{self.name} serves slates: use decide_slates()")
-
-    def pull(self, arm_ids, context=None):
-        raise TypeError(f"{self.name} serves slates, not single arms (no River pull/update)")
-
-    def update(self, arm_id, context, reward, **kwargs):
-        raise TypeError(f"{self.name} serves slates, not single arms (no River pull/update)")
 
     # -- learning ------------------------------------------------------------------------------
     def intake(self, rewards: np.ndarray) -> np.ndarray:

@@ -433,6 +433,9 @@ class PrivateLASSO(Policy):
                 raise ValueError("support='oracle' needs oracle_support indices in [0, d)")
         if self.refresh_every < 1:
             raise ValueError("refresh_every must be >= 1")
+
+    def _warn_weak(self) -> None:
+        """Warnings for a valid but weak configuration (at the first round, not in validation)."""
         if self.delta > 1.0 / (10.0 * self.horizon):
             warnings.warn(f"delta={self.delta:g} > 1/(10·T_max): a weak guarantee", stacklevel=3)
         if self.support == "svt" and self.clip_l2 >= self.clip_coord * math.sqrt(self.d) / 2:
@@ -446,6 +449,7 @@ class PrivateLASSO(Policy):
     def _state(self):
         if not hasattr(self, "_noise"):
             self._validate()
+            self._warn_weak()
             self._t = 0
             self._version = 0
             self._next_l = self.lmin

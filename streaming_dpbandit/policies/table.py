@@ -49,6 +49,9 @@ class TablePolicy(Policy):
         self.d = d
         self.seed = seed
 
+    def _validate(self) -> None:
+        self._table()
+
     def _table(self) -> np.ndarray:
         tab = getattr(self, "_tab", None)
         if tab is None:

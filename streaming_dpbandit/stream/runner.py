@@ -23,24 +23,10 @@ __all__ = [
     "build_transport",
     "run_broadcast",
     "run_service",
-    "slate_environment",
     "start_metrics_server",
 ]
 
 log = logging.getLogger("streaming_dpbandit.service")
-
-
-def slate_environment(name: str, env_params: dict):
-    """A slate (matroid) environment of the embedded simulation; the simulation section's
-    default ``env_params`` belong to the default contextual environment and are not passed."""
-    from ..config import ConfigError, SimulationSource
-    from ..envs import MATROID_REGISTRY
-
-    params = {} if env_params == SimulationSource().env_params else env_params
-    try:
-        return MATROID_REGISTRY[name](**params)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"simulation.env_params: {err}") from None
 
 
 def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Transport:
@@ -64,6 +50,7 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
 
     sim = settings.simulation
     if sim.env in MATROID_REGISTRY:  # slate requests with per-item feedback
+        from ..settings.embedded import slate_environment
         from .slates.sources import SlateSimulatedSource
 
         env = slate_environment(sim.env, sim.env_params)

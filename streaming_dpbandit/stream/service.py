@@ -216,11 +216,14 @@ class Service:
                         f"snapshot has bandit {name!r} that is not configured; "
                         "refusing to drop its state"
                     )
-                if snap["fingerprints"][name] != self.fingerprint(self.settings.bandits[name]):
+                changed = self.settings.bandits[name].policy.changes_since(
+                    snap["fingerprints"][name]
+                )
+                if changed:
                     raise ServiceStartError(
-                        f"the policy configuration of bandit {name!r} changed since "
-                        "the snapshot; restore the old configuration or start a new "
-                        "state directory"
+                        f"the policy configuration of bandit {name!r} changed since the "
+                        f"snapshot ({', '.join(changed)}); restore the old configuration or "
+                        "start a new state directory"
                     )
                 self.bandits[name].load_state_dict(st)
             for k, v in snap["offsets"].items():

@@ -1,0 +1,124 @@
+"""``dpbandit budget``: the privacy spent, per bandit, from a ledger file or topic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+
+__all__ = ["run"]
+
+
+def _kafka_ledger(bootstrap: str, topic: str) -> list:
+    """Committed records of a ledger topic (a replica group's ledger)."""
+    from ..stream.kafka.ledger import KafkaLedger
+
+    try:
+        from kafka.admin import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+        exists = topic in set(admin.list_topics())  # a metadata request could create it
+        admin.close()
+    except Exception as err:  # NoBrokersAvailable and friends
+        raise ConfigError(f"cannot reach Kafka at {bootstrap}: {type(err).__name__}") from None
+    if not exists:
+        raise ConfigError(f"no ledger topic {topic!r} at {bootstrap}")
+    return KafkaLedger(bootstrap.split(","), topic).open().records()
+
+
+def run(args) -> int:
+    from ..experiments.report import format_table
+    from ..privacy.accountant import ACCOUNTANT_NAMES, Accountant, format_of_record
+    from ..privacy.ledger import LedgerCorruptError, read_ledger
+    from ..privacy.statement import PrivacyStatement
+
+    path = Path(args.ledger)
+    if args.kafka:
+        records, torn = _kafka_ledger(args.kafka, args.ledger), 0
+        path = f"{args.ledger} at {args.kafka}"
+    elif not path.is_file():
+        raise ConfigError(f"no ledger at {path}")
+    else:
+        try:
+            records, torn = read_ledger(path)
+        except LedgerCorruptError as err:
+            raise ConfigError(f"{path}: {err}") from None
+    acc = Accountant(records)
+    out = {"ledger": str(path), "records": len(records), "torn_tail_bytes": torn, "bandits": []}
+    for b in acc.bandits():
+        recs = [r for r in records if r.bandit_id == b]
+        delta = args.delta if args.delta is not None else max(r.delta for r in recs) or None
+        sp = acc.spend(b, delta=delta)
+        last = recs[-1]
+        notes = sorted({r.note for r in recs if r.note})
+        rec = sp.of_record()
+        st = PrivacyStatement(
+            model=last.privacy_model,
+            unit=last.privacy_unit or "see the policy's documentation",
+            neighbouring=last.neighbouring or "see the policy's documentation",
+            epsilon=rec["epsilon"],
+            delta=rec["delta"],
+            rho=sp.rho,
+            accountant=ACCOUNTANT_NAMES[rec["accountant"]],
+            calibration=",".join(sp.calibrations),
+            scope=f"{sp.releases} releases over {sp.slices or 1} disjoint data slice(s), "
+            "composed by the ledger's accountant.",
+            label="; ".join(notes) if notes else None,
+            noise_backend=",".join(sorted({r.noise_backend for r in recs})),
+        )
+        out["bandits"].append(
+            {"spend": sp.to_dict(), "statement": st.to_dict(), "statement_text": st.text()}
+        )
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    rows = []
+    for item in out["bandits"]:
+        sp = item["spend"]
+        rows.append(
+            [
+                sp["bandit_id"],
+                str(sp["releases"]),
+                "-" if sp["pure_epsilon"] is None else f"{sp['pure_epsilon']:.4g}",
+                f"{sp['basic_epsilon']:.4g}, {sp['basic_delta']:.3g}",
+                "-" if sp["rho"] is None else f"{sp['rho']:.4g}",
+                "-"
+                if sp["epsilon_at_delta"] is None
+                else f"{sp['epsilon_at_delta']:.4g} @ δ={sp['target_delta']:.3g}",
+                format_of_record(sp["of_record"]),
+                ",".join(sp["calibrations"]) + ("" if sp["dp_valid"] else " (NOT DP-valid)"),
+                item["statement"]["noise_backend"],
+            ]
+        )
+    print(f"ledger {path}: {len(records)} releases")
+    if torn:
+        print(
+            f"warning: the final line is torn ({torn} bytes of an unacknowledged release); "
+            "the service repairs it when it next opens the ledger"
+        )
+    print(
+        format_table(
+            [
+                "bandit",
+                "releases",
+                "pure ε",
+                "basic (ε, δ)",
+                "zCDP ρ",
+                "ε at δ (PLD)",
+                "of record (tightest)",
+                "calibration",
+                "noise",
+            ],
+            rows,
+        )
+    )
+    for item in out["bandits"]:
+        print()
+        print(f"[{item['spend']['bandit_id']}]")
+        print(item["statement_text"])
+    for item in out["bandits"]:
+        label = item["statement"].get("label")
+        if label:
+            print(f"\nnote: [{item['spend']['bandit_id']}] calibration is {label}")
+    return 0

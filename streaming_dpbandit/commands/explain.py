@@ -1,0 +1,28 @@
+"""``dpbandit explain``: a policy's public calibration constants, as JSON."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import ConfigError
+from .options import json_default, parse_kv, policy_config
+
+__all__ = ["run"]
+
+
+def run(args) -> int:
+    from ..config import CONFIGS
+
+    if args.policy not in CONFIGS:
+        raise ConfigError(
+            f"unknown policy {args.policy!r}; choose from {', '.join(sorted(CONFIGS))}"
+        )
+    from ..policies import SLATE_POLICIES
+
+    params = parse_kv(args.policy_param)
+    if args.policy not in ("random", *SLATE_POLICIES) and "d" not in params:
+        raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
+    cfg = policy_config(args.policy, params)
+    policy = cfg.build()
+    print(json.dumps(policy.explain(args.horizon), indent=1, default=json_default))
+    return 0

@@ -1,0 +1,127 @@
+"""``dpbandit serve`` and ``dpbandit loadgen``: the settings from the flags, then the service.
+
+Settings: YAML < environment < command-line flags, plus the embedded default
+(:mod:`streaming_dpbandit.settings`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from .options import deep_merge, json_default
+
+__all__ = ["build_service_settings", "run", "run_loadgen"]
+
+
+def build_service_settings(args):
+    """Settings for ``serve``: YAML < environment < command-line flags, plus embedded defaults."""
+    import tempfile
+
+    from ..settings import embedded_bandits, load_service_settings, validate_settings
+
+    over: dict = {}
+    if args.kafka:
+        over["kafka"] = {"bootstrap_servers": args.kafka}
+    if args.file:
+        if not Path(args.file).is_file():
+            raise ConfigError(f"--file: no such file {args.file}")
+        over["file"] = {"path": args.file}
+    if args.events:
+        over["simulation"] = {"events": args.events}
+    if args.state_dir:
+        over["snapshots"] = {"directory": args.state_dir}
+    if args.metrics_port is not None:
+        over["metrics"] = {"port": args.metrics_port}
+    if args.no_metrics:
+        over.setdefault("metrics", {})["enabled"] = False
+    if args.mode:
+        over["mode"] = args.mode
+    if args.log_json:
+        over["log_json"] = True
+    if args.no_progress:
+        over["progress"] = False
+    # the flags join the file and the environment before validation: the pattern of
+    # DPBANDIT_KAFKA__SASL_PASSWORD=... with --kafka HOST:PORT and no kafka section must work
+    base = load_service_settings(args.config, **over)
+    data = deep_merge(base.model_dump(exclude_unset=False), over)
+    if data.get("log_json"):
+        data["progress"] = False  # every stderr line is JSON: no progress bar
+    embedded = not data.get("kafka") and not data.get("file")
+    notes = []
+    if embedded and not data.get("bandits"):
+        data["bandits"], note = embedded_bandits(data["simulation"])
+        notes.append(note)
+    if data.get("file") and not data.get("kafka") and not data.get("bandits"):
+        ids = _file_bandit_ids(data["file"]["path"])
+        which = f" (its events are for bandit {', '.join(map(repr, ids))})" if ids else ""
+        raise ConfigError(
+            f"--file {data['file']['path']}: no bandit is configured{which}, so every event "
+            "would be dead-lettered as unknown_bandit: give --config FILE.yaml with a 'bandits:' "
+            "section (docs/service.md)"
+        )
+    state_set = bool(args.state_dir) or "snapshots" in (base.model_fields_set or set())
+    if embedded and not state_set:
+        data["snapshots"]["directory"] = tempfile.mkdtemp(prefix="dpbandit-state-")
+    elif not state_set and (data.get("scaling") or {}).get("mode") != "group":
+        # (a group replica keeps its state in Kafka topics: no directory to announce)
+        where = Path(data["snapshots"]["directory"]).resolve()
+        notes.append(
+            f"state (snapshots and the privacy ledger) in {where}: the default "
+            "snapshots.directory; set --state-dir or snapshots.directory to choose"
+        )
+    return validate_settings(data), notes
+
+
+def _file_bandit_ids(path: str, lines: int = 1000) -> list[str]:
+    """The bandit ids named in the first lines of a JSONL message file (for an error line)."""
+    ids: dict[str, None] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for _, line in zip(range(lines), f):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                value = msg.get("value", msg) if isinstance(msg, dict) else None
+                if isinstance(value, dict) and isinstance(value.get("bandit_id"), str):
+                    ids.setdefault(value["bandit_id"][:64])
+                if len(ids) >= 5:
+                    break
+    except OSError:
+        return []
+    return list(ids)
+
+
+def run(args) -> int:
+    from ..logs import cli_logger, setup_logging
+    from ..stream.runner import run_service
+
+    settings, notes = build_service_settings(args)
+    setup_logging(settings.log_level, settings.log_json)
+    for note in notes:
+        cli_logger().info(note)
+    from ..stream.service import ServiceStartError
+
+    try:
+        summary = run_service(settings, linger_s=args.linger)
+    except ServiceStartError as err:
+        raise ConfigError(str(err)) from None
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary, indent=1, default=json_default))
+    return 0
+
+
+def run_loadgen(args) -> int:
+    from ..logs import setup_logging
+    from ..settings import load_service_settings, validate_settings
+    from ..stream.sim.loadgen import run_loadgen
+
+    over = {"kafka": {"bootstrap_servers": args.kafka}} if args.kafka else {}
+    base = load_service_settings(args.config)
+    if over:
+        base = validate_settings(deep_merge(base.model_dump(exclude_unset=False), over))
+    setup_logging(base.log_level, args.log_json or base.log_json)
+    run_loadgen(base, rate=args.rate, events=args.events, duration_s=args.duration)
+    return 0
