@@ -13,6 +13,8 @@ n_cap = 2²⁰, a shorter horizon since every round is a release).
 
 Usage: python bench/bench_blt_default.py [--seeds 20] [--horizon 100000] [--service-horizon 3000]
 [--configs d5,d20,service] [--jobs 2] [--quick]
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
    with the weight diagnostics, the bootstrap blocks and the running curves — fed in-memory
    chunks (the vectorised core, no I/O), and the same with the target policy's probabilities
    and sampled choices (a table policy, as for the OBD example) computed per chunk.
-2. ``obd``: end to end on the largest Open Bandit Dataset log available (default
-   ``/work/shared/datasets/obd/random/all``, 10,000 events, K = 80, d = 122; else the bundled
-   slice): reading alone (the floor), and ``replay_log`` of the Bernoulli-TS table policy with
-   ips, snips, dm and dr (two passes: reward model, evaluation).
+2. ``obd``: end to end on the largest Open Bandit Dataset log available
+   (``$DPBANDIT_OBD_DIR/random/all``, default ``../shared/datasets/obd``, 10,000 events,
+   K = 80, d = 122; else the bundled slice): reading alone (the floor), and ``replay_log``
+   of the Bernoulli-TS table policy with ips, snips, dm and dr (two passes: reward model, evaluation).
 3. ``replay_vs_simulation``: events/s of the replay method against rounds/s of the same policy's
    in-process simulation (``experiments.runner.run_repetition``) at the same K and d — on the OBD
    log (the simulation draws contexts from the log's own per-arm features) and on the two
@@ -60,7 +60,9 @@ from streaming_dpbandit.replay.readers.base import LogReader
 from streaming_dpbandit.replay.readers.obd import ObdReader
 from streaming_dpbandit.replay.reward_model import RidgeRewardModel
 
-SHARED_OBD = Path("/work/shared/datasets/obd")
+#: The full OBD sample (as the ``obp`` package distributes it), if present; else the bundled
+#: slice.
+SHARED_OBD = Path(os.environ.get("DPBANDIT_OBD_DIR", "../shared/datasets/obd"))
 
 
 def best_of(fn, repeat):

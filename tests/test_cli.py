@@ -198,7 +198,7 @@ def test_explain_prints_the_spec_constants(capsys):
         "sigma_prior=0.1",
     ]:
         argv += ["--policy-param", kv]
-    # spec §5.4's certified-v1 values: without the §14 options
+    # FLIPHAT spec §5.4's certified-v1 values: without the §14 options
     legacy = [*argv, "--policy-param", "grad_clip=off", "--policy-param", "accountant=closed_form"]
     assert main(legacy) == 0
     data = json.loads(capsys.readouterr().out)
@@ -215,7 +215,7 @@ def test_explain_prints_the_spec_constants(capsys):
     assert data["grad_clip"] == pytest.approx(G) and data["accountant"] == "pld"
     assert ep["steps"][0]["sensitivity"] == pytest.approx(4e-4 * G / 1024, rel=1e-12)
     ratio = ep["steps"][0]["scale"] / (ep["steps"][0]["sensitivity"] * 23.50788)
-    assert ratio == pytest.approx(0.56, abs=0.01)  # spec §14.2 at ε = 1, s = 10, δ = 0.01
+    assert ratio == pytest.approx(0.56, abs=0.01)  # FLIPHAT spec §14.2 at ε = 1, s = 10, δ = 0.01
     assert data["formula"] == "certified-v2+grad_clip+pld"
 
 

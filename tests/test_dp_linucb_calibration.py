@@ -1,4 +1,7 @@
-"""DP-LinUCB calibrations (spec §3–§4, §3.4, §7, §11) and their derivations (docs/privacy)."""
+"""DP-LinUCB calibrations (spec §3–§4, §3.4, §7, §11) and their derivations (docs/privacy).
+
+Spec: docs/specs/dp_linucb_tree.md.
+"""
 
 import json
 import math

@@ -1,7 +1,10 @@
 """``dpbandit reproduce dp-matroid --quick`` (DP-matroid spec §11.5, §12 seeded statistical tests):
 Q1 at ε = 2 with 10 seeds, the Q3 ordering over ε ∈ {10⁻⁴, 2, 10⁵} and the approach to the
 non-private baselines, a 5-point Q2 sweep, Q5, no lock-in, and the exact checks of §11.6.
-Runs with --jobs 1 (about a minute on one core)."""
+Runs with --jobs 1 (about a minute on one core).
+
+Spec: docs/specs/dp_matroid.md.
+"""
 
 import json
 

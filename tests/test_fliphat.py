@@ -1,4 +1,7 @@
-"""FLIPHAT invariants: forgetting, exactly-once rows, release before use, determinism, state."""
+"""FLIPHAT invariants: forgetting, exactly-once rows, release before use, determinism, state.
+
+Spec: docs/specs/fliphat.md.
+"""
 
 import copy
 import gc

@@ -2,6 +2,8 @@
 
 Derivations: docs/privacy/fliphat-noise-reduction.md. Statistical audits (certified passes, a
 halved scale is caught) are in tests/test_privacy_audit.py.
+
+Spec: docs/specs/fliphat.md.
 """
 
 import math

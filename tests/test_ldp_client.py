@@ -1,4 +1,7 @@
-"""The client SDK: snapshots, decisions, report wire format and privacy wiring (spec §8, §15)."""
+"""The client SDK: snapshots, decisions, report wire format and privacy wiring (spec §8, §15).
+
+Spec: docs/specs/ldp_glb.md.
+"""
 
 import json
 import subprocess

@@ -1,5 +1,8 @@
 """LDP-GLB environments (spec §11): E1, E2 and the E3 auto-loan loader on a synthetic CSV in the
-dataset's format (the product never downloads the real data)."""
+dataset's format (the product never downloads the real data).
+
+Spec: docs/specs/ldp_glb.md.
+"""
 
 import csv
 

@@ -1,4 +1,7 @@
-"""The two local randomizers of LDP-GLB (spec §3, acceptance tests §15.1–15.2)."""
+"""The two local randomizers of LDP-GLB (spec §3, acceptance tests §15.1–15.2).
+
+Spec: docs/specs/ldp_glb.md.
+"""
 
 import math
 

@@ -6,6 +6,8 @@
 * A reduced run on the reference path (one policy object per repetition): the same claims at a
   small horizon, and every target of the report (gates and the authors' code's curve shapes below
   their judging horizon are reported, not gated).
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 import json

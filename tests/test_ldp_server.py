@@ -1,4 +1,7 @@
-"""LDP-GLB server estimators, the simulation policy and the baselines (spec §4, §6, §7, §15)."""
+"""LDP-GLB server estimators, the simulation policy and the baselines (spec §4, §6, §7, §15).
+
+Spec: docs/specs/ldp_glb.md.
+"""
 
 import logging
 import math

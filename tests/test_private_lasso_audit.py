@@ -6,6 +6,8 @@ claim. Support selection = the certified elastic net (a deterministic map whose 
 tested over 10⁴ adversarial pairs in test_private_lasso_mechanisms.py) followed by the audited
 SVT; its end-to-end audit is reported and must pass, but — like Peeling's end-to-end claim — it
 cannot catch a halved σ, because one record moves a query by at most ≈ 0.2Δ.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 import pytest

@@ -1,6 +1,8 @@
 """PrivateLASSO-R mechanisms (spec §11.1–§11.7): goldens, sensitivities, SVT, Gram, tree, TRS, prox.
 
 Tolerances follow from the Monte-Carlo variance (z = 4 unless stated), never from the outputs.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 import math

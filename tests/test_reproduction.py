@@ -3,6 +3,8 @@
 T1's ±10% per-cell tolerance is widened by 2 standard errors of the 12-repetition mean
 (coefficient of variation 16–20% per repetition, so ≈ 5% per cell); T3, T5 and T6 keep their
 tolerances. The full 20-seed run is `dpbandit reproduce fliphat` (see the README).
+
+Spec: docs/specs/fliphat.md.
 """
 
 from streaming_dpbandit.experiments.fliphat import run_reproduction

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "docs" / "specs"
 QUALIFIED = re.compile(r"(FLIPHAT|DP-LinUCB|PrivateLASSO|LDP-GLB|DP-matroid) spec §")
 NAMED = re.compile(r"(?:docs/)?specs/(\w+\.md)")
-MACHINE = re.compile(r"\.\./shared/|/work/(?:main|shared|wt)\b|/check/work\b")
+MACHINE = re.compile(r"\.\./shared/(?:specs|seeds|DESIGN)|/work/(?:main|shared|wt)\b|/check/work\b")
 
 
 def sources() -> list[Path]:

@@ -190,15 +190,15 @@ class DPLinUCBConfig(PolicyConfigBase):
         if self.calibration == "zcdp":
             return (
                 "dp-linucb calibration=zcdp is simulation-only: pending DP-specialist review "
-                "(spec §3.2)"
+                "(DP-LinUCB spec §3.2)"
             )
         if self.calibration == "authors_code_2018":
             return (
                 "dp-linucb calibration=authors_code_2018 is simulation-only: a reproduction "
-                "profile of the authors' code (spec §3.4)"
+                "profile of the authors' code (DP-LinUCB spec §3.4)"
             )
         if self.track_bounds:
-            return "track_bounds reads the raw noise and is simulation-only (spec §9)"
+            return "track_bounds reads the raw noise and is simulation-only (DP-LinUCB spec §9)"
         if not self.release_records:
             return (
                 "release_records=false is simulation-only: the ledger must record every release "
@@ -280,7 +280,7 @@ class THLassoConfig(_LassoBaselineConfig):
 
 
 class SALassoConfig(_LassoBaselineConfig):
-    """Sparsity-agnostic Lasso bandit, spec §6 profile (non-private ε = ∞ reference)."""
+    """Sparsity-agnostic Lasso bandit, PrivateLASSO spec §6 profile (non-private, ε = ∞)."""
 
     policy: Literal["sa-lasso"] = "sa-lasso"
     d: int = Field(gt=1)
@@ -328,7 +328,7 @@ def policy_config(name: str, params: dict) -> PolicyConfigBase:
 
 
 def validate_for_mode(cfg: PolicyConfigBase, mode: str) -> None:
-    """Refuse settings that are only acceptable in simulation (spec §5.3, §6)."""
+    """Refuse settings that are only acceptable in simulation (FLIPHAT spec §5.3, §6)."""
     reason = None if mode == "simulation" else cfg.simulation_only()
     if reason:
         raise ConfigError(reason)

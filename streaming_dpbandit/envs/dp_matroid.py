@@ -14,6 +14,8 @@ e5      (0, 1, 1)   0.30
 e6      (2, 0, 0)   0.40
 e7      (0, 0, 0)   0.70
 ======  ==========  ======
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ Env-S is Env-M(sparse) over a grid of d (the dimension experiments).
 
 Every environment reports :meth:`public_bounds` (b_x, B_x, C_r, C_θ) under the PrivateLASSO
 parameter names; contexts and rewards never exceed them, so clipping never triggers.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations

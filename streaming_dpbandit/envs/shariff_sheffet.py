@@ -14,6 +14,8 @@ spec's inverse-CDF recipe, ~100× faster than ``betaincinv``). ``theta_seed=None
 the spec's allowed shortcut θ* = e₁ (LinUCB is rotation-equivariant and every noise law here is
 orthogonally invariant); an integer draws θ* uniformly on the sphere once and rotates the
 actions by an orthogonal Q with Q e₁ = θ*.
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ bit for bit (and recognise it in the ledger) instead of producing a near-copy. P
 formed by BLAS on chunks small enough that every partial sum is exactly representable in
 float64 (|partial sum| < 2²¹ in units of 2⁻³² resolution), then added as Python integers.
 Callers that need a bound B on a value must clip to ``grid_floor(B)`` so rounding cannot cross it.
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

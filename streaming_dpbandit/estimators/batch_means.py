@@ -24,6 +24,8 @@ lost release bit for bit instead of drawing a second noisy copy (spec §7.3). Th
 exact while a batch holds fewer than 2³¹ rewards.
 
 Nothing here logs, and :class:`Release` carries no raw sum and no noise value.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

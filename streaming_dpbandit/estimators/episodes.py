@@ -10,6 +10,8 @@ start of episode k uses the rows of episode k − 1, with the *public* nominal s
 ``fit_size(k) = length(k − 1)``. Episode boundaries depend on round counts only, never on data.
 An optional cap ``max_len`` (off by default; a documented deviation for non-stationary streams,
 spec §11) stops the doubling once episodes reach that length. All arithmetic is integer.
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ if Cholesky fails, A (symmetrised) is eigendecomposed, its eigenvalues floored a
 θ̂ = QΛ⁻¹QᵀU; the fallback is counted and logged (no values). Then θ̂ ← Π_S(θ̂). This is all
 post-processing. The shift constant is c̃ = 2τ(4√d + 2 ln(2T/α)) single-parameter (Thm 3.1) and
 2τ(4√d + 2 ln(2TK/α)) multi-parameter (Thm 4.1), with τ the noise scale of the reports.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

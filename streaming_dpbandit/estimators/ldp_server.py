@@ -16,6 +16,8 @@ Everything here is post-processing of reports that were privatised on the device
 no privacy. :meth:`LDPServer.publish` solves OLS models (the refresh) and returns the next
 :class:`~streaming_dpbandit.ldp.model.ModelSnapshot`; what a snapshot holds is a function of the
 reports absorbed and their order only.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

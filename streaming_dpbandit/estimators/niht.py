@@ -24,6 +24,8 @@ Two certified options lower the noise (spec §14.1–§14.2, derived in
   :func:`clip_contributions`), so λ = 4·η·G/n whatever x_max and R are;
 * ``accountant="pld"``: ξ_m = λ_m/ρ with ρ the largest ratio whose exact composition (PLD) of
   the fit's s·M selections and s·M values meets (ε, δ), instead of the closed form.
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

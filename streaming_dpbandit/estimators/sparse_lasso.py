@@ -10,6 +10,8 @@ satisfies the full problem's optimality conditions up to the inner solver's dual
 
 The baselines release nothing, so any solver is acceptable (spec §6); this one costs
 O(nnz(Z)) per outer pass plus O(n·|A|) for the restricted Gram.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ A is symmetric, possibly indefinite (a noisy Gram). With A = QΛQᵀ and b′ = 
   root above −λ_min) ν = −λ_min and the bottom eigenvector is added to reach the boundary.
 
 This is post-processing of a private release: it costs no privacy.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ faster than the triangular solve TRSM for 2,560 right-hand sides, d = 20). log d
 from the factor's diagonal. If V is not numerically positive definite (possible for a noisy
 private V), its
 eigenvalues are floored (spec §10 item 1, a post-processing) and the repair is reported.
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

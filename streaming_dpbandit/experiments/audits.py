@@ -51,6 +51,8 @@ sensitivity L̃² (rescaled coordinates). Three mechanisms:
   (scale matrix ×½) still satisfies it. The tight component claim is the node's *exact* privacy
   profile for this pair, δ(ε*), which reduces to a 2×2 Wishart (the inverse-Wishart marginal of
   span{a, b}) and is evaluated by an independent Monte Carlo; that claim catches the halving.
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ R3  Gaussian beats Wishart-shifted by ≥ 2× at every ε of the sweep;
 F   the square-root factorisation is no worse than the tree at equal (ε, δ) (95% CI);
 B   every release of every private run of repetition 0 is positive definite after the shift and
     inside [ρ_min, ρ_max], ‖h‖_{H⁻¹} ≤ γ (count of non-PD releases reported).
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ linearly; Q3 final per-round return ordered in ε and approaching the non-privat
 grows; Q4 R_n/ln n levels off; Q5 at ε = 2 both return curves rise towards 2.15; "no run gets
 stuck on its first slate"; Q6 MovieLens. Every repetition i of every run uses the same reward
 stream (common random numbers), so differences between runs are paired.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ numbers) and draw independent DP noise.
 Targets (spec §13.3): T1 regret at 10⁴ (±10% per cell), T3 random-policy regret (±2%),
 T5 where each curve flattens (±1 episode), T6 ordering in ε and between the baselines;
 T4 (Lasso ≈ 510, read off the paper's figure) is reported for information.
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

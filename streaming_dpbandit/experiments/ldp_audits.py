@@ -24,6 +24,8 @@ Gaussian privacy-loss statistic of the vector block. With the ``analytic`` calib
 conservative at (1, 0.01) (half of it still has ε(0.01) ≈ 1.3), so the tight component claim is
 audited too: the exact privacy profile of the nominal mechanism, (ε*, δ(ε*)) with ε* = 0.25
 (Balle & Wang's δ(ε) for sensitivity 2/τ and unit noise), which a halved σ violates.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ one policy object per repetition instead (~90 µs per round and method, about a 
 spec's E1). E2 and E3 always run on the reference path, and their spec horizons (T = 10⁶ for
 E2) are reduced; the reductions are printed with every report. Gate (iv) needs T = 10⁶ and is
 marked "not run" below it.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ Recorded per run, at the grid rounds s: the pseudo-regret R_s = Σ_{t≤s} (f(A*
 and the expected per-round return (1/s) Σ_{t≤s} Σ_{e∈A^t} w̄(e) (true means, never realised
 rewards; spec §2); plus whether the run covered every non-loop item within its first L decisions
 and how many distinct slates it served (a run that locks onto its first slate serves one).
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

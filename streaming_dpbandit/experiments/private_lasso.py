@@ -26,6 +26,8 @@ which is being built in parallel (issue 4) and is not in this branch. The stand-
 ``PrivateLASSO(support="full")``: PrivateLASSO-R's own Gaussian Gram mechanism (M3 + M5) on all d
 coordinates with the whole ρ — private greedy least squares in R^d with forgetful blocks. It shares
 LinUCB's d-dimensional private statistics (noise ∝ √d in operator norm) but has no optimism bonus.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ returns only the privatised payload, the model version it was computed against, 
 message id and, in the multi-parameter warm-up, the public schedule's arm. The app pins the
 privacy level it accepts (``max_epsilon``, ``max_delta``): a snapshot that asks for more is
 refused, so a misconfigured or malicious server cannot weaken the guarantee.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

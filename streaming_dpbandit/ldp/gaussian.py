@@ -14,6 +14,8 @@ x′ → x, r′ = −r), which is exactly what either calibration needs. Only t
 sent: d(d+1)/2 + d floats.
 
 Pure Python and numpy only (the SDK must not need scipy): Φ comes from ``math.erfc``.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ gradient g = (μ(xᵀθ̂) − r)·x and the environments' mean rewards.
 | linear | s | 1 | [−c_r, c_r] |
 | logistic | 1/(1 + e^{−s}) (stable) | e^{−1}/(1 + e^{−1})² ≈ 0.1966 | [0, 1] |
 | poisson | e^s | e^{−1} | [0, c_r] |
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ elimination threshold h. Its JSON form is documented in ``docs/events.md`` (``ld
 Profiles: ``paper`` is the product (certified). ``authors_code`` reproduces the authors'
 experiments, including their defects (unnormalised contexts, σ_code on every entry, a radius
 computed for the wrong dimension); it is simulation-only and clients refuse it by default.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

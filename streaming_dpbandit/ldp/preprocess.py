@@ -5,6 +5,8 @@ the public constant s and projected into the unit ball (C_B = 1), rewards are cl
 link's range, SGD gradients are clipped to ‖g‖ ≤ R. Bounds therefore hold by construction, not
 by assumption, which is what the calibrations of §3 need. These maps depend only on the user's
 own data and public constants (threat-model limit (4) of spec §1).
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

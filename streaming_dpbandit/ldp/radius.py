@@ -10,6 +10,8 @@ The paper prints R·(√π e^ε + 1)/2 · dΓ((d+1)/2)/Γ(d/2 + 1) (no (e^ε −
 E[Z] = (r_printed/r_{ε,d})·g ≠ g. :func:`printed_radius` keeps that formula for the negative test
 and the documentation only; nothing in the product uses it. Gamma ratios go through ``lgamma``
 (Γ overflows at d ≈ 340).
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

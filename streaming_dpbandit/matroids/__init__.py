@@ -3,6 +3,8 @@ an incremental independence oracle, the greedy basis algorithm, and loop detecti
 
 A slate is a basis: a maximal independent set, always of the matroid's rank K. Items that can
 never be in a basis are exactly the loops (spec §4.4), computed at construction.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

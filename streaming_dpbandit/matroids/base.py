@@ -7,6 +7,8 @@ independent with e, ``add(e)`` adds it. The greedy (``greedy.py``) runs one buil
 
 The rank K (the size of every basis, hence of every slate) and the loops (items e with {e}
 dependent: they are in no basis, spec §4.4) are computed at construction, never supplied.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

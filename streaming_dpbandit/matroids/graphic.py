@@ -1,4 +1,7 @@
-"""The graphic matroid: items are the edges of a multigraph, independent sets are forests."""
+"""The graphic matroid: items are the edges of a multigraph, independent sets are forests.
+
+Spec: docs/specs/dp_matroid.md.
+"""
 
 from __future__ import annotations
 

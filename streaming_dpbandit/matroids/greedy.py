@@ -11,6 +11,8 @@ cannot be added to any superset of A. It returns a maximum-key basis for any rea
 fast path; a row whose outcome depends on tie-breaking (equal keys inside the slate, or at the
 boundary of the selection — in practice the +∞ keys of never-played items) goes through the
 reference scan with that row's own generator, so the tie rule is exactly the reference's.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ The field is ℝ, not GF(2) (spec §4.2): (1,1,0), (0,1,1), (1,0,1) are independ
 
 At construction the computed rank must equal ``numpy.linalg.matrix_rank`` (and, in exact mode,
 the exact rank must too); an ill-conditioned description is rejected rather than served.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

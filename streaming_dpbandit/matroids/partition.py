@@ -1,4 +1,7 @@
-"""The partition matroid: at most cap_j items from each category j."""
+"""The partition matroid: at most cap_j items from each category j.
+
+Spec: docs/specs/dp_matroid.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The uniform matroid U(K, L): any set of at most K items is independent."""
+"""The uniform matroid U(K, L): any set of at most K items is independent.
+
+Spec: docs/specs/dp_matroid.md.
+"""
 
 from __future__ import annotations
 

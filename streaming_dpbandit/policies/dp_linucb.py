@@ -33,6 +33,8 @@ Ledger: the first refit of each tree epoch returns the epoch record (the whole e
 cost, every constant of spec §9); every refit returns a release record with zero cost (a
 post-processing of that epoch's node releases) naming the node-noise streams it used and a digest
 of the release, so a re-drawn release can never be recorded twice.
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ For decision t with the released batch statistics (T_e, w̃_e):
 — a Hoeffding width plus a Laplace-tail width (P(|Lap(1/ε0)| ≥ 3 ln(Kt)/ε0) = (Kt)⁻³) — then the
 matroid greedy with never-played items first (spec §6.4: the thesis's "∞ at the end" would lock
 onto the first slate). It is the private version of OMM (Kveton et al. 2014).
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ exactly one fit and fits use disjoint data, so the whole unbounded run is (ε, �
 Calibrations (spec §5): ``certified`` (default; contexts and rewards clipped, sensitivity
 derived in ``docs/privacy/fliphat-sensitivity.md``) and ``paper`` (reproduction only, labelled
 "for reproducing the paper's figures only; not a valid DP guarantee under the stated bounds").
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

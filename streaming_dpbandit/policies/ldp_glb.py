@@ -12,6 +12,8 @@ The guarantee is local and per report: each round's report is Îµ-LDP (SGD) or (Î
 with respect to that round's whole input (all K contexts, the reward, the arm). Decisions are a
 deterministic function of (state, event id): ties are broken by hashed coins, like every policy
 of the package; the report noise comes from the policy's own noise stream.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ different rule; the baseline for a correct GLOC is the outer product. Both profi
 code's constants (labelled ``authors_code``; the three-block calibration is not re-derived).
 
 Simulation only.
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
   not positive definite.
 
 Simulation only (see :mod:`._ldp_baseline`).
+
+Spec: docs/specs/ldp_glb.md.
 """
 
 from __future__ import annotations

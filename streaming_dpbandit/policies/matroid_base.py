@@ -21,6 +21,8 @@ the round t (the event's position, itself state), ties are broken with a generat
 non-private key and the event id (or the round). Thompson samples come from a non-private key
 and the round (:class:`RoundNormals`), so a batch of decisions gives the same slates however it
 is split. None of this randomness is a privacy mechanism; it is kept apart from the DP noise.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

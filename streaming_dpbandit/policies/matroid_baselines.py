@@ -7,6 +7,8 @@ The thesis gives no formulas; the spec fixes them:
 
 Both use cumulative statistics and the same greedy. They give no privacy guarantee and are not
 wired into the service (no service configuration exists for them): simulation only.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ Ledger. The first release registers the run's guarantee (one record: ε_certifie
 component of sensitivity 2K and scale 1/ε0); every update that completes batches appends one
 record listing them (item, batch, size, closing round, noisy mean) with zero accounting of its
 own, in the same data slice: the registration covers the whole unbounded run for every event.
+
+Spec: docs/specs/dp_matroid.md.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ releases a noisy snapshot Gram and starts a tree over (2^ℓ, 2^{ℓ+1}] that re
 
 ``PrivateLASSO(calibration="paper")`` builds the literal, *invalid* algorithm instead
 (:class:`~.private_lasso_paper.PrivateLASSOPaper`, simulation only).
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations

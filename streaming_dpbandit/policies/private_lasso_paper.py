@@ -16,6 +16,8 @@ outside ``mode="simulation"``. It exists so that users can observe what the pape
 Literal resolutions (spec §4.1): ⌈log T⌉ = ⌈log2 T⌉, other logs natural; C_X = 1, φ² = 0.5,
 λ0 = 1, s̃ = B_x² + C_r²; SVT in ascending index order; S1 = ∅ and c = 0 initially; θ̂_t uses
 records 1..t−1; S_1 = ∅. The clipping of spec §2 is applied.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations

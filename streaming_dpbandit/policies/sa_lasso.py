@@ -9,6 +9,8 @@ This is the foundation's :class:`~.lasso_bandit.LassoBandit` (greedy, uniform ti
 * records kept sparse (:class:`~..estimators.rowstore.RowStore`) and solved by a working-set Lasso,
   so that d = 10⁴–10⁵ fits in memory (``lasso-bandit`` keeps a dense d×d Gram);
 * optional public clipping bounds, as for the private policies.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ its zCDP guarantee is converted with Canonne–Kamath–Steinke's tighter formul
 
 Composition structure. Records of one bandit with ``composition="parallel"`` and distinct
 ``data_slice`` labels used disjoint data, a property the policy proves (FLIPHAT's forgetting:
-every row enters exactly one fit, spec §4). One person's data then reaches the sequential
+every row enters exactly one fit, FLIPHAT spec §4). One person's data then reaches the sequential
 records plus the records of at most one slice, so the spend is the *maximum over slices* of
 (sequential ∘ slice). Nothing else is composed in parallel. Different bandits are composed
 sequentially (a person may appear in several).

@@ -26,6 +26,8 @@ batched releases (every b rows) the horizon is T = ⌈n_cap/b⌉ steps. The dens
 past z: O(T·d²) memory and O(T·d²) work per release (spec §11: impractical for T ~ 10⁷; BLT is
 the streaming-friendly alternative, not implemented here). When T steps are used the aggregator
 freezes (further rows are not inserted).
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ It is therefore a Gaussian release of u(V) = (V_ij for i < j; V_ii/√2) with N(
 
 so one participation costs **ρ = L̃⁴/(2σ²)** (attained by orthogonal records of norm L̃).
 Derivation and audit: ``docs/privacy/private-lasso.md``.
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

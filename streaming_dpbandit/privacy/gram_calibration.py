@@ -31,6 +31,8 @@ Calibrations
 Accuracy bounds (spec §4, §3.4): ρ_min, ρ_max, γ and the shift added to H_t, such that with
 probability ≥ 1 − α/(2n) per round λ_min(H_t) ≥ ρ_min, λ_max(H_t) ≤ ρ_max and
 ‖h_t‖_{H_t⁻¹} ≤ γ. They enter the confidence width of Prop. 4 (:meth:`GramCalibration.beta`).
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ calibration, and the horizon handling of spec §7:
 
 Never changes m or n_cap of a live tree and never re-inserts rows (spec §7). The exact sums and
 the noise are SENSITIVE: only :meth:`release` output is DP.
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

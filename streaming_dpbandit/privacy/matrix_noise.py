@@ -12,6 +12,8 @@ release at once (spec §5: the pads are data-independent, only their law matters
 
 ``scale_multiplier`` exists for the privacy audits only (a deliberately under-noised variant);
 it multiplies σ, respectively the Wishart scale s.
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

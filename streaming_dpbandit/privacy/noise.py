@@ -16,6 +16,8 @@ asks for more words. A keyed hash is a pseudo-random function: streams of distin
 independent, and an output reveals nothing about the key or other streams. It costs about
 3 µs per stream (numpy's ``SeedSequence`` + ``PCG64`` took about 17 µs, which mattered for
 DP-LinUCB, one stream per release).
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

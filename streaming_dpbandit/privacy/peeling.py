@@ -12,6 +12,8 @@ top-s") is a different mechanism and is deliberately not offered.
 
 ``accountant="pld"`` calibrates the same mechanism by exact composition of privacy-loss
 distributions instead (spec §14.2, :mod:`.peeling_accounting`): a smaller ξ for the same (ε, δ).
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ composition still meets (ε, δ). The ratio depends only on public (s·M, ε, δ
 Compared with the closed form ξ = λ·2√(3 s ln(M/δ))·M/ε (advanced composition plus a basic
 split over iterations), the PLD scale is ≈ 0.47 / 0.56 / 0.65 / 0.81 of it at s = 10,
 δ = 0.01 and ε = 0.5 / 1 / 2 / 5 (M = 1).
+
+Spec: docs/specs/fliphat.md.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ DP-LinUCB spec §5 ("Storage"): only the upper triangle of a symmetric (p × p) 
 as a vector of P = p(p+1)/2 entries in row-major order (``numpy.triu_indices``). The *rescaled*
 coordinates of spec §3.2 divide the diagonal entries by √2: in them the symmetrised Gaussian node
 noise is isotropic and a replaced row moves a node by at most L̃² in ℓ2 norm.
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

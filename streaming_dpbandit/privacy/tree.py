@@ -37,6 +37,8 @@ converted to float once (a function of the integer release alone). Node and pad 
 held as int64 units; a snapshot stores them, never re-draws them.
 
 Memory: m node matrices + one pad + the exact prefix, each (d+1)(d+2)/2 numbers: O(m·d²).
+
+Spec: docs/specs/dp_linucb_tree.md.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ PrivateLASSO spec §2 ("Accounting"):
 Tighter conversions (the PLD accountant of :mod:`.accountant`) may be *reported*; calibration
 always uses the formula above, so that every σ of the product follows from (ε, δ) in closed form.
 Sums of ρ round upwards (:func:`rho_sum`), so a reported spend is never below the exact one.
+
+Spec: docs/specs/privatelasso.md.
 """
 
 from __future__ import annotations
