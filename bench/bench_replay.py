@@ -7,7 +7,8 @@
 2. ``obd``: end to end on the largest Open Bandit Dataset log available
    (``$DPBANDIT_OBD_DIR/random/all``, default ``../shared/datasets/obd``, 10,000 events,
    K = 80, d = 122; else the bundled slice): reading alone (the floor), and ``replay_log``
-   of the Bernoulli-TS table policy with ips, snips, dm and dr (two passes: reward model, evaluation).
+   of the Bernoulli-TS table policy with ips, snips, dm and dr (two passes:
+   reward model, evaluation).
 3. ``replay_vs_simulation``: events/s of the replay method against rounds/s of the same policy's
    in-process simulation (``experiments.runner.run_repetition``) at the same K and d — on the OBD
    log (the simulation draws contexts from the log's own per-arm features) and on the two
