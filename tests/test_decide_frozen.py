@@ -3,42 +3,25 @@
 import numpy as np
 import pytest
 
+from streaming_dpbandit.checks import params_of
 from streaming_dpbandit.config import ConfigError, policy_config
 from streaming_dpbandit.policies import REGISTRY, SLATE_POLICIES, TablePolicy
 from streaming_dpbandit.utils.serialization import dumps
 
 D, K = 4, 3
 
-PARAMS = {
-    "fliphat": {"s": 2, "first_episode_len": 4},
-    "dp-linucb": {"n_cap": 4096, "batch_size": 8},
-    "linucb": {"batch_size": 4},
-    "linucb-disjoint": {"max_arms": K, "batch_size": 4},
-    "greedy": {"batch_size": 2},
-    "lasso-bandit": {"refit_every": 20},
-    "random": {},
-    "table": {"probabilities": [[0.2, 0.5, 0.3]]},
-    "private-lasso": {
-        "s0": 2,
-        "horizon": 512,
-        "support_cap": 3,
-        "clip_l2": 4.0,
-        "reward_bound": 4.0,
-    },
-    "th-lasso": {"refit_every": 5},
-    "sa-lasso": {"refit_every": 20},
-    "ldp-glb": {"n_arms": K, "epsilon": 4.0},
-    "ldp-ucb": {"n_arms": K, "horizon": 1000},
-    "ldp-gloc": {"n_arms": K, "horizon": 1000},
-}
+#: (registry name, constructor parameters) of every single-arm policy: the classes'
+#: ``_unit_test_params()`` (d=4, contexts of K=3 arms).
+CASES = [
+    (name, params)
+    for name in sorted(set(REGISTRY) - SLATE_POLICIES)
+    for params in params_of(REGISTRY[name])
+]
 
 
-def trained(name, rounds=60, seed=0):
+def trained(name, params=None, rounds=60, seed=0):
     cls = REGISTRY[name]
-    kw = dict(PARAMS[name])
-    if name != "table":
-        kw["d"] = D
-    pol = cls(**kw, seed=seed)
+    pol = cls(**(params or params_of(cls)[0]), seed=seed)
     rng = np.random.default_rng(seed)
     while pol.t < rounds:
         if pol.refit_due():
@@ -54,13 +37,17 @@ def trained(name, rounds=60, seed=0):
 
 
 def test_every_policy_is_covered():
-    """Every single-arm policy (slate policies have no decide_frozen)."""
-    assert set(PARAMS) == set(REGISTRY) - SLATE_POLICIES
+    """Every single-arm policy (slate policies have no decide_frozen), with d and K as here."""
+    assert {name for name, _ in CASES} == set(REGISTRY) - SLATE_POLICIES
+    for name, params in CASES:
+        pol = REGISTRY[name](**params)
+        assert getattr(pol, "d", None) in (None, D)
+        assert getattr(pol, "n_arms", K) == K
 
 
-@pytest.mark.parametrize("name", sorted(PARAMS))
-def test_decide_frozen_leaves_the_state_unchanged_and_agrees_with_decide(name):
-    pol = trained(name)
+@pytest.mark.parametrize("name, params", CASES)
+def test_decide_frozen_leaves_the_state_unchanged_and_agrees_with_decide(name, params):
+    pol = trained(name, params)
     before = dumps(pol.state_dict())
     counters = dict(getattr(pol, "counters", {}))
     rng = np.random.default_rng(1)

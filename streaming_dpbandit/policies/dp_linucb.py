@@ -170,6 +170,13 @@ class DPLinUCB(Policy):
     """
 
     name = "dp-linucb"
+
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4, "n_cap": 4096, "batch_size": 8}
+
     private = True
 
     def __init__(

@@ -142,6 +142,13 @@ class FLIPHAT(Policy):
     """
 
     name = "fliphat"
+
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4, "s": 2, "first_episode_len": 4}
+
     private = True
     routes_rows_by_round = True
     supports_released_model = True

@@ -57,6 +57,12 @@ class LassoBandit(Policy):
 
     name = "lasso-bandit"
 
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4, "refit_every": 20}
+
     def __init__(
         self,
         d: int,

@@ -193,6 +193,13 @@ class LDPGLB(Policy):
     """
 
     name = "ldp-glb"
+
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4, "n_arms": 3, "epsilon": 4.0}
+
     private = True
 
     def __init__(

@@ -87,6 +87,12 @@ class LDPGLOC(LDPBaseline):
 
     name = "ldp-gloc"
 
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4, "n_arms": 3, "horizon": 1000}
+
     def __init__(
         self,
         d: int,

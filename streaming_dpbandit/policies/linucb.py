@@ -76,6 +76,12 @@ class LinUCB(Policy):
 
     name = "linucb"
 
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4, "batch_size": 4}
+
     def __init__(
         self,
         d: int,

@@ -79,6 +79,13 @@ class LinUCBDisjoint(Policy):
     """
 
     name = "linucb-disjoint"
+
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4, "max_arms": 3, "batch_size": 4}
+
     keyed_by_arm_id = True
 
     def __init__(

@@ -186,6 +186,23 @@ class PrivateLASSO(Policy):
     """
 
     name = "private-lasso"
+
+    @classmethod
+    def _unit_test_params(cls):
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests: certified, then the paper's
+        calibration (a :class:`~.private_lasso_paper.PrivateLASSOPaper`)."""
+        small = {
+            "d": 4,
+            "s0": 2,
+            "horizon": 512,
+            "support_cap": 3,
+            "clip_l2": 4.0,
+            "reward_bound": 4.0,
+        }
+        yield small
+        yield {**small, "calibration": "paper", "allow_invalid_privacy": True}
+
     private = True
 
     def __new__(cls, *args, **kwargs):

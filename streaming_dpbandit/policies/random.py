@@ -31,6 +31,12 @@ class RandomPolicy(Policy):
 
     name = "random"
 
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"d": 4}
+
     def __init__(self, d: int | None = None, seed: int | None = None):
         self.d = d
         self.seed = seed

@@ -44,6 +44,12 @@ class TablePolicy(Policy):
 
     name = "table"
 
+    @classmethod
+    def _unit_test_params(cls) -> dict:
+        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
+        checks in ``streaming_dpbandit.checks`` and the tests."""
+        return {"probabilities": [[0.2, 0.5, 0.3]]}
+
     def __init__(self, probabilities, d: int | None = None, seed: int | None = None):
         self.probabilities = probabilities
         self.d = d

@@ -1,0 +1,68 @@
+"""The generic policy checks (``streaming_dpbandit.checks``) on every registered policy, built
+from its ``_unit_test_params()`` (River's ``_unit_test_params`` and ``river/checks`` model)."""
+
+import numpy as np
+import pytest
+
+from streaming_dpbandit.checks import contextual, params_of, yield_checks
+from streaming_dpbandit.policies import OMM, REGISTRY, SLATE_POLICIES, LinUCB
+
+
+def _cases():
+    for name in sorted(REGISTRY):
+        cls = REGISTRY[name]
+        for i, params in enumerate(params_of(cls)):
+            pol = cls(**params, seed=0)
+            for check in yield_checks(pol):
+                yield pytest.param(name, params, check, id=f"{name}-{i}-{check.__name__}")
+
+
+@pytest.mark.parametrize("name, params, check", list(_cases()))
+def test_policy_passes_check(name, params, check):
+    check(REGISTRY[name](**params, seed=0))
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_registered_policy_defines_unit_test_params(name):
+    cls = REGISTRY[name]
+    assert "_unit_test_params" in vars(cls), f"{cls.__name__} has no _unit_test_params"
+    for params in params_of(cls):
+        assert isinstance(params, dict) and params
+        cls(**params).validate()
+
+
+def test_slate_policies_get_the_slate_checks():
+    for name in sorted(REGISTRY):
+        pol = REGISTRY[name](**params_of(REGISTRY[name])[0], seed=0)
+        modules = {check.__module__.rsplit(".", 1)[-1] for check in yield_checks(pol)}
+        assert modules == {"common", "slate" if name in SLATE_POLICIES else "contextual"}
+
+
+class _ForgetfulLinUCB(LinUCB):
+    """Loses its learned statistics on restore."""
+
+    def load_state_dict(self, state):
+        return self
+
+
+class _GlobalRandomOMM(OMM):
+    """Serves slates drawn from numpy's global RNG."""
+
+    def decide_slates(self, n=None, event_ids=None):
+        batch = super().decide_slates(n, event_ids)
+        batch.slates[:] = np.random.permutation(self.L)[: self.K]  # noqa: NPY002 (the defect)
+        return batch
+
+
+def test_round_trip_check_catches_a_policy_that_drops_its_state():
+    pol = _ForgetfulLinUCB(**LinUCB._unit_test_params(), seed=0)
+    with pytest.raises(AssertionError):
+        contextual.check_state_round_trip(pol)
+
+
+def test_seed_check_catches_global_rng_use():
+    from streaming_dpbandit.checks import slate
+
+    pol = _GlobalRandomOMM(**OMM._unit_test_params(), seed=0)
+    with pytest.raises(AssertionError):
+        slate.check_same_seed_same_decisions(pol)
