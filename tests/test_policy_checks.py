@@ -4,8 +4,8 @@ from its ``_unit_test_params()`` (River's ``_unit_test_params`` and ``river/chec
 import numpy as np
 import pytest
 
-from streaming_dpbandit.checks import contextual, params_of, yield_checks
-from streaming_dpbandit.policies import OMM, REGISTRY, SLATE_POLICIES, LinUCB
+from streaming_dpbandit.checks import common, contextual, params_of, yield_checks
+from streaming_dpbandit.policies import LDPUCB, OMM, REGISTRY, SLATE_POLICIES, LinUCB, RandomPolicy
 
 
 def _cases():
@@ -66,3 +66,29 @@ def test_seed_check_catches_global_rng_use():
     pol = _GlobalRandomOMM(**OMM._unit_test_params(), seed=0)
     with pytest.raises(AssertionError):
         slate.check_same_seed_same_decisions(pol)
+
+
+class _DoublingRandom(RandomPolicy):
+    """Stores a transformed parameter: rebuilding it from its parameters changes it."""
+
+    def __init__(self, d=None, seed=None):
+        super().__init__(d=None if d is None else 2 * d, seed=seed)
+
+
+class _SilentLDPUCB(LDPUCB):
+    """Explains itself without its parameters."""
+
+    def explain(self, horizon=None):
+        return {k: v for k, v in super().explain(horizon).items() if k != "params"}
+
+
+def test_clone_check_catches_a_constructor_that_transforms_its_parameters():
+    with pytest.raises(AssertionError):
+        common.check_clone_has_equal_params(_DoublingRandom(d=2, seed=0))
+
+
+def test_explain_check_catches_a_missing_key():
+    pol = _SilentLDPUCB(**LDPUCB._unit_test_params(), seed=0)
+    common.check_privacy_and_explain(LDPUCB(**LDPUCB._unit_test_params(), seed=0))
+    with pytest.raises(AssertionError, match="params"):
+        common.check_privacy_and_explain(pol)

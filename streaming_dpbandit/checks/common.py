@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["check_clone_has_equal_params", "check_privacy_and_explain", "check_repr"]
+__all__ = [
+    "check_clone_has_equal_params",
+    "check_privacy_and_explain",
+    "check_repr",
+    "without_seed",
+]
 
 #: Keys every private policy's ``explain()`` returns.
 EXPLAIN_KEYS = frozenset({"policy", "private", "params"})
@@ -32,3 +37,12 @@ def check_privacy_and_explain(policy) -> None:
     missing = EXPLAIN_KEYS - set(info)
     assert not missing, f"explain() lacks {sorted(missing)}"
     assert info["private"] is True and info["policy"] == policy.name
+
+
+def without_seed(state: dict) -> dict:
+    """``state`` without the constructor's ``seed`` among its ``params``: a restored policy is
+    built unseeded, so every key it uses must come from the state."""
+    params = state.get("params")
+    if isinstance(params, dict) and "seed" in params:
+        state = {**state, "params": {k: v for k, v in params.items() if k != "seed"}}
+    return state
