@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 
-from ..utils.serialization import dumps, loads
-from .common import without_seed
+from .common import Kind, play, ready, round_trip_agrees, seeded_twins_agree
 
 __all__ = [
     "check_decide_is_valid",
@@ -18,23 +15,10 @@ __all__ = [
 ]
 
 
-def ready(policy):
-    """Run the model update the schedule requires (a fresh private policy releases first)."""
-    if policy.refit_due():
-        policy.refit()
-    return policy
-
-
-def play(policy, rounds: int, seed: int = 0):
-    """Decide slates and learn Bernoulli per-item rewards for ``rounds`` rounds."""
-    rng = np.random.default_rng(seed)
-    while policy.t < rounds:
-        ready(policy)
-        m = min(policy.max_decide_batch(), rounds - policy.t)
-        batch = policy.decide_slates(m, np.arange(policy.t, policy.t + m) + 10_000)
-        rewards = (rng.random(batch.slates.shape) < 0.5).astype(float)
-        policy.learn(batch.slates, rewards, batch.rounds)
-    return ready(policy)
+def _step(policy, m: int, rng) -> None:
+    """Serve m slates and learn Bernoulli(1/2) per-item rewards."""
+    batch = policy.decide_slates(m, np.arange(policy.t, policy.t + m) + 10_000)
+    policy.learn(batch.slates, (rng.random(batch.slates.shape) < 0.5).astype(float), batch.rounds)
 
 
 def _next_slates(policy):
@@ -57,30 +41,26 @@ def check_decide_is_valid(policy) -> None:
 
 def check_learn_then_decide(policy) -> None:
     """After learning from a few rounds the policy still decides full slates."""
-    play(policy, 12)
+    play(policy, 12, _step)
     assert _next_slates(policy).slates.shape[1] == policy.K
+
+
+def _assert_same(a, b) -> None:
+    assert np.array_equal(a.slates, b.slates), (a.slates, b.slates)
+    assert np.array_equal(a.keys, b.keys)
+
+
+#: How the generic checks drive this kind of policy.
+KIND = Kind(lambda pol: play(pol, 12, _step), _next_slates, _assert_same)
 
 
 def check_state_round_trip(policy) -> None:
     """An unseeded instance restored from ``state_dict`` (through the serialiser) serves the
     same next slates as the original and ends in the same state: every key is in the state."""
-    play(policy, 12)
-    state = loads(dumps(policy.state_dict()))
-    twin = type(policy)(**{**policy._get_params(), "seed": None})  # keys come from the state
-    twin.load_state_dict(state)
-    a, b = _next_slates(policy), _next_slates(twin)
-    assert np.array_equal(a.slates, b.slates), (a.slates, b.slates)
-    assert np.array_equal(a.keys, b.keys)
-    assert dumps(without_seed(policy.state_dict())) == dumps(without_seed(twin.state_dict()))
+    round_trip_agrees(policy, KIND)
 
 
 def check_same_seed_same_decisions(policy) -> None:
     """Two instances with one seed serve identical slates (no global RNG): numpy's and Python's
     global states are disturbed between them."""
-    params = {**policy._get_params(), "seed": 123}
-    runs = []
-    for shuffle in (1, 2):
-        np.random.seed(shuffle)  # noqa: NPY002 (disturbs the global RNG on purpose)
-        random.seed(shuffle)
-        runs.append(_next_slates(play(type(policy)(**params), 12)).slates)
-    assert np.array_equal(runs[0], runs[1])
+    seeded_twins_agree(policy, KIND)

@@ -44,18 +44,6 @@ class DPTSMAT(PrivateMatroidPolicy):
     """
 
     name = "dpts-mat"
-
-    @classmethod
-    def _unit_test_params(cls):
-        """Small valid constructor parameters (matroids of rank 2 and 3 on 5 items) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
-        yield {"matroid": {"type": "uniform", "n_items": 5, "k": 2}, "epsilon": 1.0}
-        yield {
-            "matroid": {"type": "partition", "categories": [0, 0, 1, 1, 1], "capacities": [1, 2]},
-            "epsilon": 2.0,
-            "calibration": "paper",
-        }
-
     _fresh_key_order = True
 
     def _init_stats(self) -> None:

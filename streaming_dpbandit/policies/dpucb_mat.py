@@ -47,17 +47,6 @@ class DPUCBMAT(PrivateMatroidPolicy):
 
     name = "dpucb-mat"
 
-    @classmethod
-    def _unit_test_params(cls):
-        """Small valid constructor parameters (matroids of rank 2 and 3 on 5 items) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
-        yield {"matroid": {"type": "uniform", "n_items": 5, "k": 2}, "epsilon": 1.0}
-        yield {
-            "matroid": {"type": "partition", "categories": [0, 0, 1, 1, 1], "capacities": [1, 2]},
-            "epsilon": 2.0,
-            "calibration": "paper",
-        }
-
     def _keys(self, rounds: np.ndarray) -> np.ndarray:
         c = self._bonus_log(rounds)
         keys = np.multiply.outer(c, self._b)

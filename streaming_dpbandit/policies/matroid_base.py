@@ -152,6 +152,17 @@ class MatroidPolicy(SlatePolicy):
     """
 
     name = "matroid"
+
+    @classmethod
+    def _unit_test_params(cls):
+        """Small valid constructor parameters for the generic checks in
+        ``streaming_dpbandit.checks`` and the tests: a rank-2 uniform matroid on 5 items, then
+        a rank-3 partition matroid."""
+        yield {"matroid": {"type": "uniform", "n_items": 5, "k": 2}}
+        yield {
+            "matroid": {"type": "partition", "categories": [0, 0, 1, 1, 1], "capacities": [1, 2]}
+        }
+
     #: the keys are resampled every round (Thompson), so their order never repeats: a speed
     #: hint for the greedy's fast path (``Matroid.greedy_fast_sorted``), never a change of slate
     _fresh_key_order = False

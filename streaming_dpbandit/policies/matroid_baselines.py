@@ -70,12 +70,6 @@ class OMM(_CumulativeMatroidPolicy):
 
     name = "omm"
 
-    @classmethod
-    def _unit_test_params(cls) -> dict:
-        """Small valid constructor parameters (a rank-2 matroid on 5 items) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"matroid": {"type": "uniform", "n_items": 5, "k": 2}}
-
     def _refresh(self) -> None:
         N = self._N.astype(np.float64)
         played = N > 0
@@ -98,13 +92,6 @@ class CTSGaussian(_CumulativeMatroidPolicy):
     """
 
     name = "cts-gaussian"
-
-    @classmethod
-    def _unit_test_params(cls) -> dict:
-        """Small valid constructor parameters (a rank-2 matroid on 5 items) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"matroid": {"type": "uniform", "n_items": 5, "k": 2}}
-
     _fresh_key_order = True
 
     def _init_stats(self) -> None:

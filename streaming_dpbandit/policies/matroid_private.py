@@ -81,6 +81,15 @@ class PrivateMatroidPolicy(MatroidPolicy):
 
     private = True
 
+    @classmethod
+    def _unit_test_params(cls):
+        """Small valid constructor parameters for the generic checks in
+        ``streaming_dpbandit.checks``: the matroids of :class:`~.matroid_base.MatroidPolicy`,
+        certified, then the paper's calibration."""
+        uniform, partition = MatroidPolicy._unit_test_params()
+        yield {**uniform, "epsilon": 1.0}
+        yield {**partition, "epsilon": 2.0, "calibration": "paper"}
+
     def __init__(
         self,
         matroid,
