@@ -969,6 +969,7 @@ class PrivateLASSO(Policy):
 
     def explain(self, horizon: int | None = None) -> dict:
         self._validate()
+        self._warn_weak()  # explain is where a configuration is checked before it runs
         en = self.elastic_net()
         out = {
             "policy": self.name,
