@@ -350,6 +350,21 @@ def _rescaled_weights(p: int) -> np.ndarray:
     return packing(p).rescale ** 2
 
 
+def node_loss_sampler(sampler, m0: np.ndarray, m1: np.ndarray, w: np.ndarray):
+    """The audit's sampler for m Gaussian nodes released at means ``m0`` (D) or ``m1`` (D′):
+    draws the nodes and returns ⟨V − m1, (m0 − m1)·w⟩, proportional to the exact privacy-loss
+    statistic in the rescaled coordinates ``w``."""
+    diff = m0 - m1
+    n_nodes = diff.shape[0]
+
+    def sampler_fn(which, k, rng):
+        Z = sampler.sample_many(rng, k * n_nodes).reshape(k, n_nodes, -1)
+        V = Z + (m0 if which == 0 else m1)
+        return ((V - m1) * diff * w).sum(axis=(1, 2))
+
+    return sampler_fn
+
+
 def audit_gram_tree(
     multiplier: float = 1.0,
     calibration: str = "certified",
@@ -401,13 +416,8 @@ def audit_gram_tree(
     m = diff.shape[0]
     assert m == cal.m
 
-    def sampler_fn(which, k, rng):
-        Z = sampler.sample_many(rng, k * m).reshape(k, m, -1)
-        V = Z + (m0 if which == 0 else m1)
-        return ((V - m1) * diff * w).sum(axis=(1, 2))  # ∝ the exact privacy-loss statistic
-
     return audit(
-        sampler_fn,
+        node_loss_sampler(sampler, m0, m1, w),
         epsilon,
         delta,
         n,

@@ -22,7 +22,7 @@ from ..privacy.audit import AuditResult, audit
 from ..privacy.laplace import LaplaceMechanism
 from ..privacy.user_bound import UserContributionBound
 from ..privacy.user_level import calibrate_for_group, group_component
-from .audits import _rescaled_weights, gram_pair
+from .audits import _rescaled_weights, gram_pair, node_loss_sampler
 
 __all__ = ["audit_user_laplace", "audit_user_tree", "user_stream"]
 
@@ -126,17 +126,8 @@ def audit_user_tree(
             size *= 2
         prefixes.append(np.array(nodes))
     m0, m1 = prefixes
-    diff = m0 - m1
-    w = _rescaled_weights(d + 1)
-    n_nodes = diff.shape[0]
-
-    def sampler_fn(which, m, rng):
-        Z = sampler.sample_many(rng, m * n_nodes).reshape(m, n_nodes, -1)
-        V = Z + (m0 if which == 0 else m1)
-        return ((V - m1) * diff * w).sum(axis=(1, 2))  # the exact privacy-loss statistic
-
     return audit(
-        sampler_fn,
+        node_loss_sampler(sampler, m0, m1, _rescaled_weights(d + 1)),
         epsilon,
         delta,
         n,
