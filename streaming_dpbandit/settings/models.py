@@ -328,8 +328,9 @@ class ServiceSettings(BaseSettings):
         gt=0,
         allow_inf_nan=False,
         description="contexts and rewards stamped more than this many seconds ahead of the "
-        "wall clock are dead-lettered (event_time_out_of_range): a far-future event would "
-        "stall its bandit until that time; null disables (simulated streams from the future)",
+        "stream clock (the record's Kafka timestamp, or the wall clock if earlier) are "
+        "dead-lettered (event_time_out_of_range): a far-future event would stall its bandit "
+        "until that time; null disables (simulated streams from the future)",
     )
     broadcast: BroadcastSettings | None = None
 

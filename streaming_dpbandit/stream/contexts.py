@@ -42,7 +42,7 @@ class ContextStage:
             received,
             self.svc.bandits,
             max_bytes=self.svc.settings.max_message_bytes,
-            time_limit=self.svc.time_limit,
+            time_limit=self.svc.time_limit(r),
             skew=self.svc.settings.max_event_time_skew_s,
             schema=p.schema,
             invalid=p.invalid,

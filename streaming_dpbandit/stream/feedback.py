@@ -106,8 +106,8 @@ class FeedbackStage:
             rt.advance_watermark(msg.event_time)
             fb.labels(rt.bandit_id, "watermark").inc()
             return
-        if msg.event_time > svc.time_limit:
-            bad = svc.too_late(msg.event_time)
+        if msg.event_time > svc.time_limit(r):
+            bad = svc.too_late(msg.event_time, r)
             svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
             fb.labels(rt.bandit_id, bad.reason).inc()
             return

@@ -42,7 +42,7 @@ from .errors import ServiceStartError, out_of_memory_is_a_start_error
 from .feedback import FeedbackStage
 from .hooks import Decider, PublishDecisions, ReleaseHook
 from .local.hook import LocalBandits
-from .parsing import BadInput, ContextParser, too_late, unknown_bandit
+from .parsing import BadInput, ContextParser, event_time_limit, too_late, unknown_bandit
 from .reporting import learned_state_bytes, service_summary
 from .signals import StopSwitch
 from .slates.runtime import SlateBanditRuntime
@@ -123,6 +123,7 @@ class Service:
         self.spend = SpendGauges(self.metrics)
         self.contexts = ContextStage(self)
         self.feedback = FeedbackStage(self)
+        self.wall = time.time()  # the wall clock of the event-time bound (set per pass)
 
     # -- set-up -----------------------------------------------------------------------------
     def build_bandits(self) -> None:
@@ -284,9 +285,14 @@ class Service:
                 self.idle_check()
         return self.finish()
 
-    def too_late(self, event_time: float) -> BadInput:
-        """The dead letter of an event stamped beyond :attr:`time_limit`."""
-        return too_late(event_time, self.time_limit, self.settings.max_event_time_skew_s)
+    def time_limit(self, record: Record) -> float:
+        """The latest event time accepted for ``record`` (:func:`.parsing.event_time_limit`)."""
+        return event_time_limit(record, self.settings.max_event_time_skew_s, self.wall)
+
+    def too_late(self, event_time: float, record: Record) -> BadInput:
+        """The dead letter of ``record``, whose event is stamped beyond :meth:`time_limit`."""
+        limit = self.time_limit(record)
+        return too_late(event_time, limit, self.settings.max_event_time_skew_s)
 
     def _check_overrun(self) -> None:
         """A finite input that ended before the snapshot's offsets: not this state's input."""
@@ -305,8 +311,7 @@ class Service:
 
     def process(self) -> None:
         """Process every queue as far as possible (contexts may block; feedback never does)."""
-        skew = self.settings.max_event_time_skew_s  # the latest event time accepted now
-        self.time_limit = float("inf") if skew is None else time.time() + skew
+        self.wall = time.time()  # the wall clock of the event-time bound, once per pass
         for _ in range(3):  # feedback can unblock contexts processed in the same round
             progressed = False
             for tp in list(self.queues):

@@ -87,8 +87,9 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def generate(self, emit, max_new: int) -> bool:
-        """Call ``emit(topic, key, value)`` for up to about ``max_new`` new input records;
-        return False when the input is over."""
+        """Call ``emit(topic, key, value)`` (or ``emit(topic, key, value, timestamp_ms)``, a
+        record timestamp as Kafka's) for up to about ``max_new`` new input records; return
+        False when the input is over."""
 
     def on_output(self, topic: str, value: bytes) -> None:  # noqa: B027 - optional
         """Observe a record the service wrote (the simulation answers decisions with rewards)."""
@@ -121,10 +122,12 @@ class InProcessTransport(Transport):
         self.output_counts: dict[str, int] = {}
         self._live = True
 
-    def _emit(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def _emit(
+        self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
         tp = (topic, 0)
         records = self.log[tp]
-        records.append(Record(topic, 0, self.base[tp] + len(records), key, value))
+        records.append(Record(topic, 0, self.base[tp] + len(records), key, value, timestamp_ms))
 
     def _unread(self, tp: TP) -> int:
         return self.base[tp] + len(self.log[tp]) - self.position[tp]
