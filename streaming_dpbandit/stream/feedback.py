@@ -9,12 +9,16 @@ from __future__ import annotations
 import collections
 import functools
 import time
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from .parsing import first_error, unreadable, validation_reason
 from .schemas import Watermark, parse_feedback
 from .transport import TP, Record
+
+if TYPE_CHECKING:
+    from .service import Service
 
 __all__ = ["EARLY_PAUSE", "FEEDBACK_OUTCOMES", "FeedbackStage"]
 
@@ -43,7 +47,7 @@ class FeedbackStage:
     """Reads one feedback partition's queue of a :class:`~.service.Service` (its bandits,
     local bandits, dead letters, time limit and offsets)."""
 
-    def __init__(self, service):
+    def __init__(self, service: Service) -> None:
         self.svc = service
 
     def __call__(self, tp: TP, q: collections.deque) -> None:

@@ -31,6 +31,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..config import BanditSettings, ServiceSettings, TopicsSettings
 from ..metrics import ServiceMetrics
@@ -60,7 +61,9 @@ QUEUE_PAUSE = 50_000
 METRICS_EXPORT_INTERVAL_S = 0.5
 
 
-def build_runtime(name: str, settings: BanditSettings, policy, metrics) -> BanditRuntime:
+def build_runtime(
+    name: str, settings: BanditSettings, policy: Any, metrics: ServiceMetrics
+) -> BanditRuntime:
     """The runtime of a central bandit: a slate runtime for a slate policy."""
     runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
     return runtime(name, settings, policy, metrics)
@@ -98,16 +101,18 @@ class Service:
         self,
         settings: ServiceSettings,
         transport: Transport,
-        metrics=None,
+        metrics: ServiceMetrics | None = None,
         *,
         topics: TopicsSettings | None = None,
         state: StateBackend | None = None,
         parser: ContextParser | None = None,
-        runtime: Callable = build_runtime,
+        runtime: Callable[[str, BanditSettings, Any, ServiceMetrics], BanditRuntime] = (
+            build_runtime
+        ),
         decider: Decider | None = None,
         hooks: Sequence[ReleaseHook] = (),
         missing_bandit: Callable[[str], BadInput] = unknown_bandit,
-    ):
+    ) -> None:
         self.settings = settings
         self.transport = transport
         self.metrics = metrics or ServiceMetrics()
@@ -156,9 +161,9 @@ class Service:
 
     @staticmethod
     def fingerprint(b: BanditSettings) -> str:
-        return b.policy.model_dump_json()
+        return str(b.policy.model_dump_json())
 
-    def restore_state(self) -> tuple[dict[TP, int], dict | None]:
+    def restore_state(self) -> tuple[dict[TP, int], dict[str, Any] | None]:
         """Build the bandits and load the state backend's snapshot into them; returns the
         input offsets to resume at, and the snapshot."""
         self.build_bandits()
@@ -194,7 +199,7 @@ class Service:
             for hook in self.hooks:
                 hook(rt)
 
-    def unsaved_keys(self, snap: dict | None) -> bool:
+    def unsaved_keys(self, snap: dict[str, Any] | None) -> bool:
         """True when a bandit's state (and its secret keys) is in no snapshot yet: a new state
         directory, or a bandit added to the configuration since the last snapshot."""
         if snap is None:
@@ -202,7 +207,7 @@ class Service:
         saved = set(snap["bandits"]) | set(snap.get("local", {}))
         return bool(set(self.bandits) - saved or set(self.local.runtimes) - saved)
 
-    def _restore(self, snap: dict | None) -> dict[TP, int]:
+    def _restore(self, snap: dict[str, Any] | None) -> dict[TP, int]:
         """Load a snapshot's bandit states and offsets; ledger its unledgered releases; returns
         the input offsets to resume at."""
         offsets: dict[TP, int] = {}
@@ -235,7 +240,9 @@ class Service:
         else:
             self.snapshot_seq = 0
         self.offsets: dict[TP, int] = dict(offsets)
-        self.queues: dict[TP, collections.deque] = collections.defaultdict(collections.deque)
+        self.queues: dict[TP, collections.deque[tuple[Record, float]]] = collections.defaultdict(
+            collections.deque
+        )
         self.blocked: dict[TP, str] = {}
         self.paused: set[TP] = set()
         self.feedback_paused: set[TP] = set()
@@ -248,18 +255,18 @@ class Service:
         return offsets
 
     @property
-    def dead_count(self) -> collections.Counter:
+    def dead_count(self) -> collections.Counter[str]:
         """Dead letters by reason."""
         return self.dead_letters.count
 
     # -- the loop ---------------------------------------------------------------------------
-    def request_stop(self, *_args) -> None:
+    def request_stop(self, *_args: object) -> None:
         self.stop.request()
 
     def install_signal_handlers(self) -> None:
         self.stop.install()
 
-    def run(self, progress=None) -> dict:
+    def run(self, progress: Callable[[Service], object] | None = None) -> dict[str, Any]:
         """Serve until the input is exhausted (finite sources) or a stop is requested."""
         load_pld()  # the spend gauges' accountant: its import would stall the first release
         timeout = (self.settings.kafka.poll_timeout_ms / 1000) if self.settings.kafka else 0.0
@@ -367,7 +374,7 @@ class Service:
             )
         return self.missing(bandit_id)
 
-    def pop(self, tp: TP, q: collections.deque) -> Record:
+    def pop(self, tp: TP, q: collections.deque[tuple[Record, float]]) -> Record:
         """Take the first record of a queue: processed, its offset is the partition's next."""
         r, _ = q.popleft()
         self.contexts.forget(r)
@@ -478,7 +485,7 @@ class Service:
         self.local.export_metrics()
 
     # -- the end ----------------------------------------------------------------------------
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         """Final snapshot; for a finished finite input, expire what is still pending."""
         if self.transport.exhausted:
             for rt in self.bandits.values():
@@ -490,7 +497,7 @@ class Service:
         self.transport.close()
         return summary
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return service_summary(self)
 
     def state_bytes(self) -> bytes:

@@ -88,7 +88,7 @@ class DirectoryState(StateBackend):
         monitoring tools (the snapshot is authoritative).
     """
 
-    def __init__(self, directory, transport=None):
+    def __init__(self, directory: str | Path, transport: object | None = None) -> None:
         self.directory = Path(directory)
         self.transport = transport
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from typing import Any, Protocol
 
 __all__ = ["InProcessTransport", "Record", "Source", "Transport"]
 
@@ -80,13 +81,21 @@ class Transport(abc.ABC):
         """Release resources."""
 
 
+class Emit(Protocol):
+    """How a :class:`Source` hands a record to the in-process transport."""
+
+    def __call__(
+        self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None = None, /
+    ) -> None: ...
+
+
 class Source(abc.ABC):
     """A finite or generated input for :class:`InProcessTransport`."""
 
     topics: tuple[str, str]  # (contexts, feedback)
 
     @abc.abstractmethod
-    def generate(self, emit, max_new: int) -> bool:
+    def generate(self, emit: Emit, max_new: int) -> bool:
         """Call ``emit(topic, key, value)`` (or ``emit(topic, key, value, timestamp_ms)``, a
         record timestamp as Kafka's) for up to about ``max_new`` new input records; return
         False when the input is over."""
@@ -94,7 +103,7 @@ class Source(abc.ABC):
     def on_output(self, topic: str, value: bytes) -> None:  # noqa: B027 - optional
         """Observe a record the service wrote (the simulation answers decisions with rewards)."""
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -22,6 +23,11 @@ from ..transport import Record
 from .publisher import ModelStore
 from .runtime import LocalBanditRuntime, LocalMetrics, learned_local_bytes
 from .schemas import LDPReportMessage, is_ldp_report
+
+if TYPE_CHECKING:
+    from ...config import ServiceSettings, TopicsSettings
+    from ...metrics import ServiceMetrics
+    from ..transport import Transport
 
 __all__ = ["LocalBandits"]
 
@@ -43,7 +49,13 @@ class LocalBandits:
         The service's :class:`~streaming_dpbandit.metrics.ServiceMetrics`.
     """
 
-    def __init__(self, settings, transport, topics, metrics):
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        transport: Transport,
+        topics: TopicsSettings,
+        metrics: ServiceMetrics,
+    ) -> None:
         self.settings = settings
         self.transport = transport
         self.topics = topics
@@ -53,7 +65,7 @@ class LocalBandits:
         self.local_metrics = None
         self.ledger: Ledger | None = None
         self._ledger_count: dict[str, int] = {}
-        self._children: dict[tuple[str, str], object] = {}
+        self._children: dict[tuple[str, str], Any] = {}  # prometheus Counter children
         for name, b in settings.bandits.items():
             if b.privacy != "local":
                 continue
@@ -145,10 +157,10 @@ class LocalBandits:
             )
             dead(r, reason, f"bandit {msg.bandit_id!r} takes no LDP reports")
             return self._count(None, reason)
-        reason = rt.handle(msg)
-        if reason is not None:
-            dead(r, reason, f"report for model version {msg.model_version} not used")
-        self._count(rt.bandit_id, reason or "absorbed")
+        refused = rt.handle(msg)
+        if refused is not None:
+            dead(r, refused, f"report for model version {msg.model_version} not used")
+        self._count(rt.bandit_id, refused or "absorbed")
         if rt.outbox:
             self._drain(rt)
 
