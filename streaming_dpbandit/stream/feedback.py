@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from .parsing import first_error, unreadable, validation_reason
+from .parsing import first_error, too_late, unreadable, validation_reason
 from .schemas import Watermark, parse_feedback
 from .transport import TP, Record
 
@@ -110,8 +110,9 @@ class FeedbackStage:
             rt.advance_watermark(msg.event_time)
             fb.labels(rt.bandit_id, "watermark").inc()
             return
-        if msg.event_time > svc.time_limit(r):
-            bad = svc.too_late(msg.event_time, r)
+        limit = svc.time_limit(r)
+        if msg.event_time > limit:
+            bad = too_late(msg.event_time, limit, svc.settings.max_event_time_skew_s)
             svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
             fb.labels(rt.bandit_id, bad.reason).inc()
             return

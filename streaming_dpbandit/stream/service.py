@@ -39,17 +39,17 @@ from ..privacy.accountant import load_pld
 from .bandit import BanditRuntime
 from .contexts import ContextStage
 from .dead_letters import DeadLetters
-from .errors import ServiceStartError, out_of_memory_is_a_start_error
+from .errors import ServiceStartError, input_overrun, out_of_memory_is_a_start_error
 from .feedback import FeedbackStage
 from .hooks import Decider, PublishDecisions, ReleaseHook
 from .local.hook import LocalBandits
-from .parsing import BadInput, ContextParser, event_time_limit, too_late, unknown_bandit
+from .parsing import BadInput, ContextParser, event_time_limit, unknown_bandit
 from .reporting import learned_state_bytes, service_summary
 from .signals import StopSwitch
 from .slates.runtime import SlateBanditRuntime
 from .spend import SpendGauges
 from .state import DirectoryState, StateBackend, tp_key
-from .transport import TP, Record, Transport
+from .transport import TP, Queue, Record, Transport
 
 __all__ = ["Service", "ServiceStartError", "build_runtime", "learned_state_bytes"]
 
@@ -59,6 +59,10 @@ QUEUE_PAUSE = 50_000
 #: Gauges (spend, pending joins, lag, ...) are refreshed at most this often from the loop, and
 #: at the end; Prometheus scrapes every few seconds.
 METRICS_EXPORT_INTERVAL_S = 0.5
+
+
+#: ``runtime(name, bandit_settings, policy, metrics)``: a bandit's runtime
+RuntimeFactory = Callable[[str, BanditSettings, Any, ServiceMetrics], BanditRuntime]
 
 
 def build_runtime(
@@ -106,9 +110,7 @@ class Service:
         topics: TopicsSettings | None = None,
         state: StateBackend | None = None,
         parser: ContextParser | None = None,
-        runtime: Callable[[str, BanditSettings, Any, ServiceMetrics], BanditRuntime] = (
-            build_runtime
-        ),
+        runtime: RuntimeFactory = build_runtime,
         decider: Decider | None = None,
         hooks: Sequence[ReleaseHook] = (),
         missing_bandit: Callable[[str], BadInput] = unknown_bandit,
@@ -240,9 +242,7 @@ class Service:
         else:
             self.snapshot_seq = 0
         self.offsets: dict[TP, int] = dict(offsets)
-        self.queues: dict[TP, collections.deque[tuple[Record, float]]] = collections.defaultdict(
-            collections.deque
-        )
+        self.queues: dict[TP, Queue] = collections.defaultdict(collections.deque)
         self.blocked: dict[TP, str] = {}
         self.paused: set[TP] = set()
         self.feedback_paused: set[TP] = set()
@@ -296,25 +296,13 @@ class Service:
         """The latest event time accepted for ``record`` (:func:`.parsing.event_time_limit`)."""
         return event_time_limit(record, self.settings.max_event_time_skew_s, self.wall)
 
-    def too_late(self, event_time: float, record: Record) -> BadInput:
-        """The dead letter of ``record``, whose event is stamped beyond :meth:`time_limit`."""
-        limit = self.time_limit(record)
-        return too_late(event_time, limit, self.settings.max_event_time_skew_s)
-
     def _check_overrun(self) -> None:
         """A finite input that ended before the snapshot's offsets: not this state's input."""
-        overrun = getattr(self.transport, "overrun", None)
-        over = overrun() if overrun is not None else {}
-        if not over:
-            return
-        where = ", ".join(f"{t}: offset {at} of {n}" for (t, _p), (at, n) in sorted(over.items()))
-        self.ledger.close()
-        self.transport.close()
-        raise ServiceStartError(
-            f"the input ends before the snapshot's offsets ({where}): the state directory "
-            f"{self.settings.snapshots.directory} was written from a longer input; use this "
-            "input's state directory, or a new one"
-        )
+        err = input_overrun(self.transport, self.settings.snapshots.directory)
+        if err is not None:
+            self.ledger.close()
+            self.transport.close()
+            raise err
 
     def process(self) -> None:
         """Process every queue as far as possible (contexts may block; feedback never does)."""
@@ -374,7 +362,7 @@ class Service:
             )
         return self.missing(bandit_id)
 
-    def pop(self, tp: TP, q: collections.deque[tuple[Record, float]]) -> Record:
+    def pop(self, tp: TP, q: Queue) -> Record:
         """Take the first record of a queue: processed, its offset is the partition's next."""
         r, _ = q.popleft()
         self.contexts.forget(r)

@@ -10,6 +10,7 @@ given offsets. :class:`InProcessTransport` runs the same loop without a broker, 
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 from typing import Any, Protocol
 
@@ -32,6 +33,10 @@ class Record:
     key: bytes | None
     value: bytes
     timestamp_ms: int | None = None
+
+
+#: A partition's polled records waiting to be processed, with ``perf_counter()`` at the poll.
+Queue = collections.deque[tuple[Record, float]]
 
 
 class Transport(abc.ABC):
