@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from ...utils.serialization import dumps, loads
 from ..snapshot import SnapshotCorruptError, SnapshotStore
@@ -99,7 +100,7 @@ class KafkaChangelogStore(StateStore):
         self._values: dict[str, bytes] = {}
         self._read_to: dict[int, int] = {}
         self._seq: dict[str, int] = {}
-        self.last_start: dict[str, object] = {}
+        self.last_start: dict[str, Any] = {}  # kafka-python send futures
 
     def start_reading_at(self, partition: int, offset: int) -> None:
         """Skip what lies before ``offset`` in ``partition`` (known to hold only snapshots

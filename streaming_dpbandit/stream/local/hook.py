@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ...privacy.ledger import Ledger
 from ..parsing import first_error, unreadable, validation_reason
 from ..schemas import Watermark
 from ..transport import Record
@@ -27,6 +26,7 @@ from .schemas import LDPReportMessage, is_ldp_report
 if TYPE_CHECKING:
     from ...config import ServiceSettings, TopicsSettings
     from ...metrics import ServiceMetrics
+    from ..state import ReleaseLedger
     from ..transport import Transport
 
 __all__ = ["LocalBandits"]
@@ -63,7 +63,7 @@ class LocalBandits:
         self.store = ModelStore()
         self.runtimes: dict[str, LocalBanditRuntime] = {}
         self.local_metrics = None
-        self.ledger: Ledger | None = None
+        self.ledger: ReleaseLedger | None = None
         self._ledger_count: dict[str, int] = {}
         self._children: dict[tuple[str, str], Any] = {}  # prometheus Counter children
         for name, b in settings.bandits.items():
@@ -114,7 +114,7 @@ class LocalBandits:
             if name in snap.get("bandits", {}):
                 raise RuntimeError(f"bandit {name!r} was central in the snapshot; now local")
 
-    def open(self, ledger: Ledger) -> None:
+    def open(self, ledger: ReleaseLedger) -> None:
         """Append records the ledger misses, then publish every bandit's current model."""
         self.ledger = ledger
         kafka = self.settings.kafka
