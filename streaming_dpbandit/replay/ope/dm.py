@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...utils.arrays import ArrayLike, FloatArray
 from .base import OffPolicyEstimator
 
 __all__ = ["DM"]
@@ -29,6 +30,12 @@ class DM(OffPolicyEstimator):
     uses_weights = False
     label = "interval conditional on the reward model: its bias is not covered"
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self,
+        rewards: FloatArray,
+        weights: ArrayLike | None,
+        q_logged: ArrayLike | None,
+        q_target: ArrayLike | None,
+    ) -> tuple[FloatArray, FloatArray]:
         q = np.asarray(q_target, dtype=np.float64)
         return q, np.ones_like(q)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...utils.arrays import ArrayLike, FloatArray
 from .base import OffPolicyEstimator
 
 __all__ = ["DR"]
@@ -28,7 +29,15 @@ class DR(OffPolicyEstimator):
     name = "dr"
     needs_model = True
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self,
+        rewards: FloatArray,
+        weights: ArrayLike | None,
+        q_logged: ArrayLike | None,
+        q_target: ArrayLike | None,
+    ) -> tuple[FloatArray, FloatArray]:
+        if q_logged is None:
+            raise ValueError(f"{self.name} needs the reward model's q_logged and q_target")
         w = np.asarray(weights, dtype=np.float64)
-        a = np.asarray(q_target, dtype=np.float64) + w * (rewards - q_logged)
+        a = np.asarray(q_target, dtype=np.float64) + w * (rewards - np.asarray(q_logged))
         return a, np.ones_like(a)

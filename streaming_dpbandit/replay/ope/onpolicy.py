@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...utils.arrays import ArrayLike, FloatArray
 from .base import OffPolicyEstimator
 
 __all__ = ["OnPolicy"]
@@ -25,5 +26,11 @@ class OnPolicy(OffPolicyEstimator):
     name = "on-policy"
     uses_weights = False
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self,
+        rewards: FloatArray,
+        weights: ArrayLike | None,
+        q_logged: ArrayLike | None,
+        q_target: ArrayLike | None,
+    ) -> tuple[FloatArray, FloatArray]:
         return rewards, np.ones_like(rewards)

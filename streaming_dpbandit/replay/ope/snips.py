@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...utils.arrays import ArrayLike, FloatArray
 from .base import OffPolicyEstimator
 
 __all__ = ["SNIPS"]
@@ -24,6 +25,12 @@ class SNIPS(OffPolicyEstimator):
 
     name = "snips"
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self,
+        rewards: FloatArray,
+        weights: ArrayLike | None,
+        q_logged: ArrayLike | None,
+        q_target: ArrayLike | None,
+    ) -> tuple[FloatArray, FloatArray]:
         w = np.asarray(weights, dtype=np.float64)
         return w * rewards, w
