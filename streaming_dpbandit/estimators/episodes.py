@@ -16,11 +16,12 @@ Spec: docs/specs/fliphat.md.
 
 from __future__ import annotations
 
-from typing import overload
+from collections.abc import Sequence
+from typing import Any, overload
 
 import numpy as np
 
-from ..utils.arrays import ArrayLike, IntArray
+from ..utils.arrays import AnyArray, ArrayLike, IntArray
 
 __all__ = ["DoublingSchedule"]
 
@@ -96,7 +97,9 @@ class DoublingSchedule:
         return self.length(k - 1)
 
     @overload
-    def episode_of(self, t: int) -> int: ...
+    def episode_of(self, t: int | np.integer[Any]) -> int: ...
+    @overload
+    def episode_of(self, t: AnyArray | Sequence[int]) -> IntArray: ...
     @overload
     def episode_of(self, t: ArrayLike) -> int | IntArray: ...
     def episode_of(self, t: ArrayLike) -> int | IntArray:
