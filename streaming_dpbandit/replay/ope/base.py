@@ -21,6 +21,11 @@ from ..moments import RatioMoments, Totals, normal_quantile, prefix_estimates
 
 __all__ = ["FEW_NONZERO", "Estimate", "OffPolicyEstimator", "RunningCurve", "few_nonzero_warning"]
 
+#: Per-event terms (a, b) of V = ā / b̄.
+Terms = tuple[FloatArray, FloatArray]
+#: An optional per-event array (importance weights, reward-model values).
+MaybeArray = ArrayLike | None
+
 #: Below this many events with a non-zero term, normal and bootstrap intervals are unreliable.
 FEW_NONZERO = 10
 
@@ -197,12 +202,8 @@ class OffPolicyEstimator:
         self._nonzero = 0
 
     def terms(
-        self,
-        rewards: FloatArray,
-        weights: ArrayLike | None,
-        q_logged: ArrayLike | None,
-        q_target: ArrayLike | None,
-    ) -> tuple[FloatArray, FloatArray]:
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         """Per-event terms (a, b) of V = ā / b̄."""
         raise NotImplementedError
 

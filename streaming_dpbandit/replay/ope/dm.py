@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...utils.arrays import ArrayLike, FloatArray
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["DM"]
 
@@ -31,11 +31,7 @@ class DM(OffPolicyEstimator):
     label = "interval conditional on the reward model: its bias is not covered"
 
     def terms(
-        self,
-        rewards: FloatArray,
-        weights: ArrayLike | None,
-        q_logged: ArrayLike | None,
-        q_target: ArrayLike | None,
-    ) -> tuple[FloatArray, FloatArray]:
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         q = np.asarray(q_target, dtype=np.float64)
         return q, np.ones_like(q)

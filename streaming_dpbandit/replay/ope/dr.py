@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...utils.arrays import ArrayLike, FloatArray
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["DR"]
 
@@ -30,12 +30,8 @@ class DR(OffPolicyEstimator):
     needs_model = True
 
     def terms(
-        self,
-        rewards: FloatArray,
-        weights: ArrayLike | None,
-        q_logged: ArrayLike | None,
-        q_target: ArrayLike | None,
-    ) -> tuple[FloatArray, FloatArray]:
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         if q_logged is None:
             raise ValueError(f"{self.name} needs the reward model's q_logged and q_target")
         w = np.asarray(weights, dtype=np.float64)

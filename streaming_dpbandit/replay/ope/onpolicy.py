@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...utils.arrays import ArrayLike, FloatArray
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["OnPolicy"]
 
@@ -27,10 +27,6 @@ class OnPolicy(OffPolicyEstimator):
     uses_weights = False
 
     def terms(
-        self,
-        rewards: FloatArray,
-        weights: ArrayLike | None,
-        q_logged: ArrayLike | None,
-        q_target: ArrayLike | None,
-    ) -> tuple[FloatArray, FloatArray]:
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         return rewards, np.ones_like(rewards)

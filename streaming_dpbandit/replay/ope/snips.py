@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...utils.arrays import ArrayLike, FloatArray
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["SNIPS"]
 
@@ -26,11 +26,7 @@ class SNIPS(OffPolicyEstimator):
     name = "snips"
 
     def terms(
-        self,
-        rewards: FloatArray,
-        weights: ArrayLike | None,
-        q_logged: ArrayLike | None,
-        q_target: ArrayLike | None,
-    ) -> tuple[FloatArray, FloatArray]:
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         w = np.asarray(weights, dtype=np.float64)
         return w * rewards, w
