@@ -9,6 +9,7 @@ R^{dK} while υ_t and β_t keep the per-arm d.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy import linalg
@@ -152,10 +153,10 @@ class LDPBaseline(Policy):
             out[i, a * d : (a + 1) * d] = contexts[i]
         return out
 
-    def _get_params(self) -> dict:
+    def _get_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._init_param_names()}
 
-    def _common_state(self) -> dict:
+    def _common_state(self) -> dict[str, Any]:
         return {
             "t": self._t,
             "since": self._since,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,7 @@ from ..privacy.noise import NoiseSource
 from ..privacy.rows import overflowing_norms, prepare_rows
 from ..privacy.statement import PrivacyStatement
 from ..privacy.symmetric import packing
+from ..utils.arrays import ArrayLike
 from ..utils.hashing import MultisetDigest
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
@@ -172,7 +174,7 @@ class DPLinUCB(Policy):
     name = "dp-linucb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> dict[str, Any]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
         return {"d": 4, "n_cap": 4096, "batch_size": 8}
@@ -342,7 +344,7 @@ class DPLinUCB(Policy):
         return self._state()._agg.epoch
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         self._state()
         out = dict(self._counters)
         draws = self._agg.draws()
@@ -441,7 +443,7 @@ class DPLinUCB(Policy):
             hn = math.sqrt(float(h @ np.linalg.solve(H, h)))
             b["max_h_norm_over_gamma"] = max(b["max_h_norm_over_gamma"], hn / cal.gamma)
 
-    def _record_common(self) -> dict:
+    def _record_common(self) -> dict[str, Any]:
         return {
             "bandit_id": self.bandit_id,
             "noise_backend": self.noise_backend,
@@ -505,7 +507,7 @@ class DPLinUCB(Policy):
             **const["fields"],
         )
 
-    def _release_record_constants(self, cal, e: int) -> dict:
+    def _release_record_constants(self, cal, e: int) -> dict[str, Any]:
         """The fields every release record of epoch e shares (built once per epoch)."""
         cached = getattr(self, "_record_consts", None)
         if cached is not None and cached[0] == (e, id(cal)):
@@ -533,7 +535,9 @@ class DPLinUCB(Policy):
         return const
 
     # -- deciding ----------------------------------------------------------------------------------
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, d = X.shape
@@ -571,7 +575,13 @@ class DPLinUCB(Policy):
         return DecisionBatch(arms, prop, rounds, np.full(B, e, dtype=np.int64), self._version)
 
     # -- learning ----------------------------------------------------------------------------------
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Insert the chosen actions and rewards (clipped: ‖x‖ ≤ L, |y| ≤ B̃) into the tree."""
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
@@ -636,7 +646,7 @@ class DPLinUCB(Policy):
             noise_backend=self.noise_backend,
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         """Every public constant (spec §9), the accountant's check, and the alternatives."""
         from ..privacy.accountant import Accountant
 
@@ -712,7 +722,7 @@ class DPLinUCB(Policy):
         )
 
     # -- persistence -------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Complete state: exact sums, node noise, noise key (SENSITIVE: owner-only storage)."""
         self._state()
         return {
@@ -735,7 +745,7 @@ class DPLinUCB(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> DPLinUCB:
+    def load_state_dict(self, state: dict[str, Any]) -> DPLinUCB:
         # snapshots before the "auto" default record the mechanism only in their parameters
         impl = state.get("tree_impl") or state["params"].get("tree_impl", "binary")
         if self.tree_impl not in ("auto", impl):

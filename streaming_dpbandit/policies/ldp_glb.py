@@ -18,6 +18,8 @@ Spec: docs/specs/ldp_glb.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..estimators.ldp_server import LDPServer, shift_constant
@@ -29,6 +31,7 @@ from ..ldp.randomizers import build_payloads
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
+from ..utils.arrays import ArrayLike
 from ._argmax import argmax_ties_by_coins
 from .base import DecisionBatch, Policy
 
@@ -195,7 +198,7 @@ class LDPGLB(Policy):
     name = "ldp-glb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> dict[str, Any]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
         return {"d": 4, "n_arms": 3, "epsilon": 4.0}
@@ -431,7 +434,7 @@ class LDPGLB(Policy):
         return self._state()._server.theta.copy()
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         st = self._state()
         return {**st._counters, "ols_pd_fallbacks": st._server.pd_fallbacks}
 
@@ -440,7 +443,9 @@ class LDPGLB(Policy):
         spec = self._spec
         return normalise_contexts(X, spec.context_scale) if spec.normalise else X
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
@@ -491,7 +496,13 @@ class LDPGLB(Policy):
         self._since += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), snap.model_version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Each round's client builds its report; the server absorbs them in round order."""
         self._state()
         spec = self._spec
@@ -558,7 +569,7 @@ class LDPGLB(Policy):
     def privacy(self) -> PrivacyStatement:
         return local_privacy_statement(self._state()._spec)
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         spec = self._state()._spec
         out = {
             "policy": self.name,
@@ -574,11 +585,11 @@ class LDPGLB(Policy):
             out["ols_shift_constant"] = shift_constant(spec, self.horizon, self.alpha)
         return out
 
-    def _get_params(self) -> dict:
+    def _get_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._init_param_names()}
 
     # -- persistence ----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -597,7 +608,7 @@ class LDPGLB(Policy):
             "counters": dict(self._counters),
         }
 
-    def load_state_dict(self, state: dict) -> LDPGLB:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPGLB:
         from ..ldp.model import ModelSnapshot
 
         self._state()

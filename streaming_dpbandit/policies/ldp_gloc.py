@@ -40,10 +40,12 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ..ldp.links import get_link
+from ..utils.arrays import ArrayLike
 from ._argmax import argmax_ties_by_coins
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
 from .base import DecisionBatch
@@ -88,7 +90,7 @@ class LDPGLOC(LDPBaseline):
     name = "ldp-gloc"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> dict[str, Any]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
         return {"d": 4, "n_arms": 3, "horizon": 1000}
@@ -173,7 +175,9 @@ class LDPGLOC(LDPBaseline):
         else:
             self._beta = math.sqrt((self._sigma_s / MU_MIN[self.link]) * math.sqrt(d * t))
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B = X.shape[0]
@@ -189,7 +193,13 @@ class LDPGLOC(LDPBaseline):
         self._since += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.atleast_2d(np.asarray(contexts, dtype=np.float64))
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -218,7 +228,7 @@ class LDPGLOC(LDPBaseline):
     def coefficients(self) -> np.ndarray:
         return self._state()._theta_c.copy()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -231,7 +241,7 @@ class LDPGLOC(LDPBaseline):
             "reports": self._reports,
         }
 
-    def load_state_dict(self, state: dict) -> LDPGLOC:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPGLOC:
         self._state()
         self._load_common(state)
         self._V = np.array(state["V"], dtype=np.float64)

@@ -21,10 +21,12 @@ path one matrix product per batch.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ..estimators.ucb_model import UCBModel, oful_beta
+from ..utils.arrays import ArrayLike
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import DecisionBatch, Policy
 
@@ -77,7 +79,7 @@ class LinUCB(Policy):
     name = "linucb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> dict[str, Any]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
         return {"d": 4, "batch_size": 4}
@@ -156,7 +158,7 @@ class LinUCB(Policy):
         return self._state()._width
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return {"rows_learned": self._state()._rows, "cholesky_repairs": 0}
 
     # -- schedule ------------------------------------------------------------------------------
@@ -177,7 +179,9 @@ class LinUCB(Policy):
         return []
 
     # -- deciding ------------------------------------------------------------------------------
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, d = X.shape
@@ -190,7 +194,13 @@ class LinUCB(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
     # -- learning ------------------------------------------------------------------------------
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -205,7 +215,7 @@ class LinUCB(Policy):
         self._rows += y.size
 
     # -- persistence ---------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -221,7 +231,7 @@ class LinUCB(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> LinUCB:
+    def load_state_dict(self, state: dict[str, Any]) -> LinUCB:
         self._state()
         self._t = int(state["t"])
         self._since = int(state["since"])

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 from scipy.linalg import lapack
 
 from ..estimators.ucb_model import oful_beta
+from ..utils.arrays import ArrayLike
 from ._arm_slots import ArmSlots
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
@@ -81,7 +83,7 @@ class LinUCBDisjoint(Policy):
     name = "linucb-disjoint"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> dict[str, Any]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
         return {"d": 4, "max_arms": 3, "batch_size": 4}
@@ -238,13 +240,13 @@ class LinUCBDisjoint(Policy):
         return list(self._state()._slots.slot)
 
     @property
-    def coefficients(self) -> dict:
+    def coefficients(self) -> dict[str, Any]:
         """θ̂_a of every kept arm, by arm id (the model in force)."""
         self._state()
         return {a: self._theta[s].copy() for a, s in self._slots.slot.items()}
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         self._state()
         return {
             **self._counters,
@@ -358,7 +360,13 @@ class LinUCBDisjoint(Policy):
         return (mean + width).reshape(B, K)
 
     # -- learning ------------------------------------------------------------------------------
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Learn the rewards of earlier decisions (by round); the ring remembers their arms."""
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
@@ -424,7 +432,7 @@ class LinUCBDisjoint(Policy):
         self._counters["rows_learned"] += int(y.size)
 
     # -- persistence ---------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         live = self._ring_round > max(0, self._t - self.pending_capacity)
         return {
@@ -448,7 +456,7 @@ class LinUCBDisjoint(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> LinUCBDisjoint:
+    def load_state_dict(self, state: dict[str, Any]) -> LinUCBDisjoint:
         self._state()
         if "arms" not in state:
             raise ValueError(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from ..privacy.statement import PrivacyStatement
 from ..privacy.svt import SparseVector, svt_epsilon0, svt_margin, svt_rho, svt_sigma
 from ..privacy.tree_aggregator import TreeAggregator
 from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_pure, rho_sum
+from ..utils.arrays import ArrayLike
 from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
 
 __all__ = ["PrivateLASSO", "clip_rows", "random_argmax"]
@@ -319,7 +321,7 @@ class PrivateLASSO(Policy):
         return rho_from_epsilon_delta(self.epsilon, self.delta)
 
     @property
-    def split(self) -> dict:
+    def split(self) -> dict[str, Any]:
         split = dict(self.rho_split or DEFAULT_SPLIT[self.mode])
         if self.support != "svt":
             # oracle: LS mechanism only at the svt split (isolates selection); full: all of ρ to LS
@@ -361,7 +363,7 @@ class PrivateLASSO(Policy):
             return 1, 1 << ell
         return (1 << (ell - 1)) + 1, 1 << ell
 
-    def boundary_constants(self, ell: int) -> dict:
+    def boundary_constants(self, ell: int) -> dict[str, Any]:
         """Every public constant of boundary ℓ (spec §5.2–§5.4)."""
         lo, hi = self.block(ell)
         N = hi - lo + 1
@@ -504,7 +506,7 @@ class PrivateLASSO(Policy):
         return self._state()._version
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     @property
@@ -547,7 +549,9 @@ class PrivateLASSO(Policy):
         return limit
 
     # -- deciding (billboard: public θ̂ and the slot's own contexts only) ------------------------
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
@@ -579,7 +583,13 @@ class PrivateLASSO(Policy):
         self._counters["clipped_rewards"] += int(np.count_nonzero(yc != rewards))
         return Xc, yc
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Attach clipped records to their slots (duplicates and late records are dropped)."""
         self._state()
         contexts = np.asarray(contexts, dtype=np.float64)
@@ -845,7 +855,7 @@ class PrivateLASSO(Policy):
             return secure_sym_gauss_release(V, sigma, g)
         return Vf + sym_gauss(Vf.shape[0], sigma, g)
 
-    def _zcdp(self, rho: float, mechanism: str) -> dict:
+    def _zcdp(self, rho: float, mechanism: str) -> dict[str, Any]:
         """A ρ-zCDP ledger component of a Gaussian release (Gram, tree node): marked
         ``gaussian`` on the fast backend (its PLD is the Gaussian's with Δ/σ = √(2ρ)), Rényi-only
         on the secure backend (discrete Gaussian: no continuous PLD)."""
@@ -967,7 +977,7 @@ class PrivateLASSO(Policy):
             noise_backend=self.noise_backend,
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         self._validate()
         self._warn_weak()  # explain is where a configuration is checked before it runs
         en = self.elastic_net()
@@ -998,7 +1008,7 @@ class PrivateLASSO(Policy):
         return out
 
     # -- persistence ----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -1026,7 +1036,7 @@ class PrivateLASSO(Policy):
             "counters": dict(self._counters),
         }
 
-    def load_state_dict(self, state: dict) -> PrivateLASSO:
+    def load_state_dict(self, state: dict[str, Any]) -> PrivateLASSO:
         self._state()
         self._t = int(state["t"])
         self._version = int(state["version"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
 from ..privacy.tree_aggregator import TreeAggregator
+from ..utils.arrays import ArrayLike
 from .base import DecisionBatch
 from .private_lasso import NEIGHBOURING, PRIVACY_UNIT, PrivateLASSO, clip_rows, random_argmax
 
@@ -65,7 +67,7 @@ class PaperConstants:
         """The SVT threshold 4·λ_t·Γ·√s̄."""
         return 4.0 * lam * self.gamma * math.sqrt(self.sbar)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -138,7 +140,7 @@ def sparse_estimation(
     s0: int,
     rng: np.random.Generator,
     tol: float = 1e-4,
-) -> dict:
+) -> dict[str, Any]:
     """Algorithm 2 on the (d+1)² Gram G = Σ wwᵀ (w = [x; r]) of n records, literally.
 
     Returns the selected S1 and simulation-only diagnostics (the non-private θ̂, S0, and the
@@ -318,7 +320,9 @@ class PrivateLASSOPaper(PrivateLASSO):
     def max_decide_batch(self) -> int:
         return 0 if self.refit_due() else 1
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
@@ -334,7 +338,13 @@ class PrivateLASSOPaper(PrivateLASSO):
         self._t += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         contexts = np.asarray(contexts, dtype=np.float64)
         rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -458,7 +468,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             ),
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         self._validate()
         k = self.constants
         T = int(horizon or self.horizon)
@@ -485,7 +495,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             "privacy_statement": self.privacy.text(),
         }
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -504,7 +514,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             "diagnostics": list(self._diagnostics),
         }
 
-    def load_state_dict(self, state: dict) -> PrivateLASSOPaper:
+    def load_state_dict(self, state: dict[str, Any]) -> PrivateLASSOPaper:
         self._state()
         self._t = int(state["t"])
         self._version = int(state["version"])

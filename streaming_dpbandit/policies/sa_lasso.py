@@ -16,11 +16,13 @@ Spec: docs/specs/privatelasso.md.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows
+from ..utils.arrays import ArrayLike
 from .lasso_bandit import LassoBandit
 from .th_lasso import THLassoBandit
 
@@ -69,7 +71,7 @@ class SALassoBandit(LassoBandit):
     name = "sa-lasso"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> dict[str, Any]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
         return {"d": 4, "refit_every": 20}
@@ -108,7 +110,7 @@ class SALassoBandit(LassoBandit):
         return self
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     def lambda_n(self, n: int) -> float:
@@ -133,7 +135,13 @@ class SALassoBandit(LassoBandit):
         self._version += 1
         return []
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -143,7 +151,7 @@ class SALassoBandit(LassoBandit):
         X, y = THLassoBandit._clip(self, X, y)
         self._store.add(rounds, X, y)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -157,7 +165,7 @@ class SALassoBandit(LassoBandit):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> SALassoBandit:
+    def load_state_dict(self, state: dict[str, Any]) -> SALassoBandit:
         self._state()
         self._t = int(state["t"])
         self._store = RowStore.from_state_dict(state["store"])

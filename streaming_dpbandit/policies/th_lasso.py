@@ -14,11 +14,13 @@ optional public bounds (the ε = ∞ reference keeps the private policies' input
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows, least_squares_rows
+from ..utils.arrays import ArrayLike
 from .base import DecisionBatch, Policy
 from .private_lasso import clip_rows, random_argmax
 
@@ -69,7 +71,7 @@ class THLassoBandit(Policy):
     name = "th-lasso"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> dict[str, Any]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
         return {"d": 4, "refit_every": 5}
@@ -122,7 +124,7 @@ class THLassoBandit(Policy):
         return self._state()._version
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     def lambda_n(self, n: int) -> float:
@@ -164,7 +166,9 @@ class THLassoBandit(Policy):
         self._version += 1
         return []
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
@@ -191,7 +195,13 @@ class THLassoBandit(Policy):
             y = yc
         return X, y
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -201,7 +211,7 @@ class THLassoBandit(Policy):
         X, y = self._clip(X, y)
         self._store.add(rounds, X, y)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -217,7 +227,7 @@ class THLassoBandit(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> THLassoBandit:
+    def load_state_dict(self, state: dict[str, Any]) -> THLassoBandit:
         self._state()
         self._t = int(state["t"])
         self._store = RowStore.from_state_dict(state["store"])

@@ -17,6 +17,8 @@ total". Derivation: ``docs/privacy/user-level.md``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..privacy.ledger import ReleaseRecord
@@ -124,14 +126,14 @@ class UserLevel:
         )
 
     # -- what a caller reads ------------------------------------------------------------------
-    def user_counters(self) -> dict:
+    def user_counters(self) -> dict[str, Any]:
         """Admitted / bounded counts (metrics-safe: no ids, no hashes)."""
         b = self._bound()
         b._init()
         return {**b.counters, "counter_entries": b.memory_entries()}
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         base = getattr(self.policy, "counters", {})
         base = dict(base) if isinstance(base, dict) else {}
         base.update({f"user_{k}": v for k, v in self.user_counters().items()})
@@ -193,7 +195,7 @@ class UserLevel:
             accountant=st.accountant,
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         out = dict(self.policy.explain(horizon))
         out["user_level"] = {
             "max_contributions_per_user": self.max_contributions_per_user,
@@ -204,11 +206,11 @@ class UserLevel:
         return out
 
     # -- persistence --------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Owner-only snapshot: the policy's state and the bounder's (key, hashed counts)."""
         return {"policy": self.policy.state_dict(), "user_bound": self._bound().state_dict()}
 
-    def load_state_dict(self, state: dict) -> UserLevel:
+    def load_state_dict(self, state: dict[str, Any]) -> UserLevel:
         self.policy.load_state_dict(state["policy"])
         self._bound().load_state_dict(state["user_bound"])
         return self
