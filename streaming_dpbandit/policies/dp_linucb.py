@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -300,7 +300,7 @@ class DPLinUCB(Policy):
             raise ValueError("n0 must be a power of two in doubling mode")
         self._aggregator(None).calibration(0)  # raises on any invalid combination
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_agg"):
             self._validate()
             self._noise_src = NoiseSource(self.seed, backend=self.noise_backend)

@@ -15,7 +15,7 @@ Spec: docs/specs/fliphat.md.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.peeling_accounting import accountant_record, peeling_pld_epsilon
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
-from ..utils.arrays import ArrayLike
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
 
@@ -319,7 +319,7 @@ class FLIPHAT(Policy):
             self._audit_only = True
 
     # -- state --------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_acc"):
             self._validate()
             self._t = 0
@@ -350,7 +350,7 @@ class FLIPHAT(Policy):
         return dict(self._state()._counters)
 
     @property
-    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+    def coefficients(self) -> tuple[IntArray, FloatArray]:
         """The frozen private model β̂ (indices, values): a DP output."""
         self._state()
         return self._beta_idx.copy(), self._beta_val.copy()
@@ -392,7 +392,7 @@ class FLIPHAT(Policy):
         swap = sch.start(k) + min(self.swap_delay, sch.length(k) - 1)
         return min(UNBOUNDED, swap - (self._t + 1))
 
-    def contribution_windows(self, rounds: np.ndarray) -> np.ndarray:
+    def contribution_windows(self, rounds: ArrayLike) -> IntArray:
         """A row enters exactly the fit of its round's episode (spec §4): the episode."""
         return np.asarray(self.schedule.episode_of(np.asarray(rounds, dtype=np.int64)))
 
@@ -401,7 +401,7 @@ class FLIPHAT(Policy):
         return self._state()._model_episode
 
     # -- transforms -----------------------------------------------------------------------------
-    def _standardise(self, X: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+    def _standardise(self, X: FloatArray, cols: IntArray | None = None) -> FloatArray:
         if self._mean is None and self._scale is None:
             return X
         mean = 0.0 if self._mean is None else (self._mean if cols is None else self._mean[cols])
@@ -659,7 +659,7 @@ class FLIPHAT(Policy):
         self._decide_only = True
         return self
 
-    def record_rounds(self, n: int) -> np.ndarray:
+    def record_rounds(self, n: int) -> IntArray:
         """Count n rounds decided by decision replicas (the learner's ``decide``)."""
         self._state()
         self._check_learner("record_rounds")

@@ -11,12 +11,13 @@ Rows are kept as Gram statistics (XᵀX, Xᵀy, yᵀy), which give the same Lass
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from ..estimators.lasso import lasso_gram
-from ..utils.arrays import ArrayLike
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import ArrayLike, FloatArray
 from .base import DecisionBatch, Policy, argmax_random_ties
 
 __all__ = ["LassoBandit"]
@@ -81,7 +82,7 @@ class LassoBandit(Policy):
         self.max_iter = max_iter
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_G"):
             self._t = 0
             self._n = 0
@@ -96,7 +97,7 @@ class LassoBandit(Policy):
         return self
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         return self._state()._w.copy()
 
     @property
@@ -117,7 +118,7 @@ class LassoBandit(Policy):
             return 0
         return self._next_refit - self._t
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if not self.refit_due():
             return []

@@ -40,12 +40,12 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from ..ldp.links import get_link
-from ..utils.arrays import ArrayLike
+from ..utils.arrays import ArrayLike, FloatArray
 from ._argmax import argmax_ties_by_coins
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
 from .base import DecisionBatch
@@ -135,7 +135,7 @@ class LDPGLOC(LDPBaseline):
         if self.profile == "authors_multiparam" and self.setting != "multi":
             raise ValueError("profile=authors_multiparam is the authors' E2 code: setting=multi")
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_V"):
             self._base_state()
             self._validate()
@@ -152,7 +152,8 @@ class LDPGLOC(LDPBaseline):
             rng = np.random.default_rng([0 if self.seed is None else int(self.seed), 0x610C])
             g = rng.standard_normal((2, D))
             g /= np.linalg.norm(g, axis=1, keepdims=True)
-            self._theta_h, self._theta_c = g[0].copy(), g[1].copy()
+            self._theta_h: FloatArray = g[0].copy()
+            self._theta_c: FloatArray = g[1].copy()
             self._V = self.v0 * np.eye(D)
             self._u = np.zeros(D)
             self._rows, self._cols = np.triu_indices(D)
@@ -225,7 +226,7 @@ class LDPGLOC(LDPBaseline):
             self._reports += 1
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         return self._state()._theta_c.copy()
 
     def state_dict(self) -> dict[str, Any]:

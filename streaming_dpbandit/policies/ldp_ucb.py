@@ -15,12 +15,12 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from ..ldp.gaussian import GaussianOLSMechanism
-from ..utils.arrays import ArrayLike
+from ..utils.arrays import ArrayLike, FloatArray
 from ._argmax import argmax_ties_by_coins
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
 from .base import DecisionBatch
@@ -105,7 +105,7 @@ class LDPUCB(LDPBaseline):
         self.bandit_id = bandit_id
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_V"):
             self._base_state()
             _d, D = self._dims()
@@ -169,7 +169,7 @@ class LDPUCB(LDPBaseline):
         self._reports += y.size
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         return self._state()._theta.copy()
 
     def state_dict(self) -> dict[str, Any]:

@@ -21,12 +21,13 @@ path one matrix product per batch.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, Self
 
 import numpy as np
 
 from ..estimators.ucb_model import UCBModel, oful_beta
-from ..utils.arrays import ArrayLike
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import DecisionBatch, Policy
 
@@ -117,7 +118,7 @@ class LinUCB(Policy):
         if self.ties not in ("lowest", "coins"):
             raise ValueError("ties must be 'lowest' or 'coins'")
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_G"):
             self._validate()
             self._t = 0
@@ -148,7 +149,7 @@ class LinUCB(Policy):
         return self._state()._version
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         """θ̂ of the model in force."""
         return self._state()._model.theta.copy()
 
@@ -168,7 +169,7 @@ class LinUCB(Policy):
     def max_decide_batch(self) -> int:
         return self.batch_size - self._state()._since
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         """Refresh the frozen model from every row learned so far (no private release)."""
         self._state()
         if self._since < self.batch_size:
@@ -247,14 +248,29 @@ class LinUCB(Policy):
         return self
 
 
-def decide_arms(pol, scores, mask, rounds, event_ids):
+class _TieRule(Protocol):
+    """A policy with a tie rule: ``ties`` (``"lowest"`` or ``"coins"``) and its coins."""
+
+    ties: str
+
+    def _coins(self, rounds: ArrayLike, event_ids: ArrayLike | None) -> FloatArray: ...
+
+
+def decide_arms(
+    pol: _TieRule,
+    scores: FloatArray,
+    mask: ArrayLike | None,
+    rounds: IntArray,
+    event_ids: ArrayLike | None,
+) -> tuple[IntArray, FloatArray]:
     """Masking, the finiteness check and the argmax with the policy's tie rule."""
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
     elif not math.isfinite(np.add.reduce(scores, axis=None)):
         raise ValueError("contexts must be finite")
     if pol.ties == "lowest":
-        return scores.argmax(axis=1), np.ones(scores.shape[0])
+        arms: IntArray = scores.argmax(axis=1)
+        return arms, np.ones(scores.shape[0])
     return argmax_ties_by_coins(
         scores, lambda rows: pol._coins(rounds[rows], take_ids(event_ids, rows))
     )

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from scipy.linalg import lapack
 
 from ..estimators.ucb_model import oful_beta
+from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import ArrayLike
 from ._arm_slots import ArmSlots
 from .base import DecisionBatch, Policy
@@ -117,7 +118,7 @@ class LinUCBDisjoint(Policy):
         self.seed = seed
 
     # -- state ---------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_G"):
             if min(self.d, self.max_arms, self.batch_size, self.pending_capacity) < 1:
                 raise ValueError("need d, max_arms, batch_size, pending_capacity >= 1")
@@ -260,7 +261,7 @@ class LinUCBDisjoint(Policy):
     def max_decide_batch(self) -> int:
         return self.batch_size - self._state()._since
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if self._since < self.batch_size:
             return []

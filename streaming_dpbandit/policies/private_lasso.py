@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -467,7 +467,7 @@ class PrivateLASSO(Policy):
             )
 
     # -- state -----------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_noise"):
             self._validate()
             self._warn_weak()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -264,7 +264,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             raise ValueError("need horizon >= 2")
 
     # -- state -------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_noise"):
             self._validate()
             if self.noise_backend != "fast":  # never ignore the setting silently

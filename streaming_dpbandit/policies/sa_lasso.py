@@ -16,12 +16,13 @@ Spec: docs/specs/privatelasso.md.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows
+from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import ArrayLike
 from .lasso_bandit import LassoBandit
 from .th_lasso import THLassoBandit
@@ -96,7 +97,7 @@ class SALassoBandit(LassoBandit):
         self.tol = tol
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_store"):
             if self.refit_every < 1:
                 raise ValueError("refit_every must be >= 1")
@@ -125,7 +126,7 @@ class SALassoBandit(LassoBandit):
         self._state()
         return self._t >= self._next_refit and self._store.count >= self._next_refit
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if not self.refit_due():
             return []

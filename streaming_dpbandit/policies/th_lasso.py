@@ -14,17 +14,28 @@ optional public bounds (the ε = ∞ reference keeps the private policies' input
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, Self
 
 import numpy as np
 
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows, least_squares_rows
-from ..utils.arrays import ArrayLike
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .base import DecisionBatch, Policy
 from .private_lasso import clip_rows, random_argmax
 
 __all__ = ["THLassoBandit"]
+
+
+class _Clipped(Protocol):
+    """The clipping parameters and counters that :meth:`THLassoBandit._clip` reads (shared
+    with ``SALassoBandit``)."""
+
+    clip_coord: float | None
+    clip_l2: float | None
+    reward_bound: float | None
+    _counters: dict[str, int]
 
 
 class THLassoBandit(Policy):
@@ -98,7 +109,7 @@ class THLassoBandit(Policy):
         self.tol = tol
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_store"):
             if self.refit_every < 1 or self.first_refit < 1:
                 raise ValueError("refit_every and first_refit must be >= 1")
@@ -114,7 +125,7 @@ class THLassoBandit(Policy):
         return self
 
     @property
-    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+    def coefficients(self) -> tuple[IntArray, FloatArray]:
         """(S, β_S): the thresholded support and its least-squares coefficients."""
         self._state()
         return self._S.copy(), self._beta.copy()
@@ -149,7 +160,7 @@ class THLassoBandit(Policy):
             return 0
         return max(1, self._next_refit() - self._t)
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if not self.refit_due():
             return []
@@ -180,7 +191,7 @@ class THLassoBandit(Policy):
         self._t += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def _clip(self, X, y):
+    def _clip(self: _Clipped, X: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
         if self.clip_coord is not None or self.clip_l2 is not None:
             X, nc, nr = clip_rows(
                 X,

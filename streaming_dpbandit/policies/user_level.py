@@ -17,14 +17,18 @@ total". Derivation: ``docs/privacy/user-level.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
 from ..privacy.user_level import UserLevelSpend, group_component, user_level_spend
+from ..utils.arrays import AnyArray, ArrayLike, BoolArray
+from .base import Policy
 
 __all__ = ["UserLevel"]
 
@@ -67,12 +71,12 @@ class UserLevel:
 
     def __init__(
         self,
-        policy,
+        policy: Policy,
         max_contributions_per_user: int,
         max_releases_per_user: int | None = None,
         max_users: int = 1_000_000,
         seed: int | None = None,
-    ):
+    ) -> None:
         self.policy = policy
         self.max_contributions_per_user = max_contributions_per_user
         self.max_releases_per_user = max_releases_per_user
@@ -92,33 +96,53 @@ class UserLevel:
         return b
 
     # -- the learning path --------------------------------------------------------------------
-    def hash_users(self, user_ids) -> np.ndarray:
+    def hash_users(self, user_ids: Sequence[Any] | AnyArray) -> npt.NDArray[np.uint64]:
         """Keyed hashes of user ids (uint64): a service hashes on arrival and keeps only these
         (in its pending joins and snapshots), then passes them to :meth:`learn`."""
         return self._bound().hash_users(user_ids)
 
-    def admit(self, rounds, user_ids=None, user_hashes=None) -> np.ndarray:
+    def admit(
+        self,
+        rounds: ArrayLike,
+        user_ids: Sequence[Any] | AnyArray | None = None,
+        user_hashes: ArrayLike | None = None,
+    ) -> BoolArray:
         """Mask of the rows (of ``rounds``) that enter the statistics; users given as ids or
         as keyed hashes from :meth:`hash_users`."""
         b = self._bound()
         b.close_below(self.policy.open_windows_from())
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        h = b.hash_users(user_ids) if user_hashes is None else np.asarray(user_hashes, np.uint64)
-        if h.shape != rounds.shape:
+        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if user_hashes is not None:
+            h = np.asarray(user_hashes, np.uint64)
+        elif user_ids is not None:
+            h = b.hash_users(user_ids)
+        else:  # no users: as many user entries as rows only when there are no rows
             raise ValueError("user ids must have one entry per row")
-        return b.admit(h, self.policy.contribution_windows(rounds))
+        if h.shape != rnd.shape:
+            raise ValueError("user ids must have one entry per row")
+        return b.admit(h, self.policy.contribution_windows(rnd))
 
-    def learn(self, contexts, rewards, rounds, ids=None, user_ids=None, user_hashes=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+        user_ids: Sequence[Any] | AnyArray | None = None,
+        user_hashes: ArrayLike | None = None,
+    ) -> None:
         """The policy's ``learn`` on the admitted rows; no user ids: event level (unchanged)."""
         if user_ids is None and user_hashes is None:
-            return self.policy.learn(contexts, rewards, rounds, ids)
+            self.policy.learn(contexts, rewards, rounds, ids)
+            return
         mask = self.admit(rounds, user_ids, user_hashes)
         if mask.all():
-            return self.policy.learn(contexts, rewards, rounds, ids)
+            self.policy.learn(contexts, rewards, rounds, ids)
+            return
         if not mask.any():
-            return None
+            return
         sub_ids = None if ids is None else np.asarray(ids)[mask]
-        return self.policy.learn(
+        self.policy.learn(
             np.asarray(contexts)[mask],
             np.asarray(rewards).reshape(-1)[mask],
             np.asarray(rounds).reshape(-1)[mask],
@@ -140,7 +164,7 @@ class UserLevel:
         return base
 
     def user_level_spend(
-        self, records: list[ReleaseRecord], delta: float | None = None, bandit_id=None
+        self, records: list[ReleaseRecord], delta: float | None = None, bandit_id: str | None = None
     ) -> UserLevelSpend:
         """Whole-run user-level spend of the policy's ledger ``records``."""
         bandit = (
@@ -216,7 +240,7 @@ class UserLevel:
         return self
 
     # everything else (decide, decide_frozen, refit, refit_due, max_decide_batch, t, ...)
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("policy", "_bounder"):
             raise AttributeError(name)
         return getattr(self.policy, name)
