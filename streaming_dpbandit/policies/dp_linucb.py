@@ -54,7 +54,7 @@ from ..privacy.noise import NoiseSource
 from ..privacy.rows import overflowing_norms, prepare_rows
 from ..privacy.statement import PrivacyStatement
 from ..privacy.symmetric import packing
-from ..utils.arrays import ArrayLike
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ..utils.hashing import MultisetDigest
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
@@ -67,7 +67,7 @@ _CANDIDATE_SLACK = 1.0 + 2.0**-40
 
 
 @functools.lru_cache(maxsize=32)
-def _block_index(d: int) -> tuple[np.ndarray, np.ndarray]:
+def _block_index(d: int) -> tuple[IntArray, IntArray]:
     """Packed positions of V (the top-left d × d block, full, row-major) and of u = S[:d, d]."""
     full = packing(d + 1).full_index.reshape(d + 1, d + 1)
     V_idx, u_idx = np.ascontiguousarray(full[:d, :d]).reshape(-1), full[:d, d].copy()
@@ -244,7 +244,7 @@ class DPLinUCB(Policy):
         """The continual-release mechanism in force: ``tree_impl``, or for ``"auto"`` BLT
         where it applies and the binary tree otherwise; after :meth:`load_state_dict`, the
         snapshot's mechanism (a run never switches mechanism)."""
-        restored = getattr(self, "_restored_impl", None)
+        restored: str | None = getattr(self, "_restored_impl", None)
         if restored is not None:
             return restored
         if self.tree_impl != "auto":
@@ -308,8 +308,8 @@ class DPLinUCB(Policy):
             self._t = 0
             self._since = 0
             self._version = 0
-            self._released_at = None  # (epoch, s) of the release in force
-            self._release = None  # packed release in force (DP)
+            self._released_at: tuple[int, int] | None = None  # (epoch, s) of the release in force
+            self._release: FloatArray | None = None  # packed release in force (DP)
             self._recorded_epochs: set[int] = set()
             self._first_round: dict[int, int] = {}
             self._last_round: dict[int, int] = {}
@@ -324,7 +324,7 @@ class DPLinUCB(Policy):
                 "decisions": 0,
                 "cholesky_repairs": 0,
             }
-            self._bounds = {
+            self._bounds: dict[str, float] = {
                 "releases_checked": 0,
                 "non_pd_H": 0,
                 "min_lambda_min_over_rho_min": math.inf,
@@ -346,7 +346,7 @@ class DPLinUCB(Policy):
     @property
     def counters(self) -> dict[str, Any]:
         self._state()
-        out = dict(self._counters)
+        out: dict[str, Any] = dict(self._counters)
         draws = self._agg.draws()
         out["noise_draws_node"] = draws["node"]
         out["noise_draws_pad"] = draws["pad"]
@@ -359,7 +359,7 @@ class DPLinUCB(Policy):
         return self._state()._agg.calibration(epoch)
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         """θ̃ of the release in force (a DP output)."""
         self._state()
         if self._release is None:
@@ -411,7 +411,7 @@ class DPLinUCB(Policy):
             records.append(self._release_record(cal, R, before, after))
         return records
 
-    def _install(self, R: np.ndarray, cal: GramCalibration) -> None:
+    def _install(self, R: FloatArray, cal: GramCalibration) -> None:
         d = self.d
         V_idx, u_idx = _block_index(d)
         V = R[V_idx]  # a new, exactly symmetric array (both triangles from one packed entry)
@@ -484,7 +484,14 @@ class DPLinUCB(Policy):
             **self._record_common(),
         )
 
-    def _release_record(self, cal, R, before, after) -> ReleaseRecord:
+    def _release_record(
+        self,
+        cal: GramCalibration,
+        R: FloatArray,
+        before: tuple[int, int],
+        after: tuple[int, int],
+    ) -> ReleaseRecord:
+        assert self._released_at is not None  # refit installed the release just before
         e, s = self._released_at
         const = self._release_record_constants(cal, e)
         first, last = self._first_round.get(e), self._last_round.get(e)
@@ -493,13 +500,15 @@ class DPLinUCB(Policy):
             "rows_in_tree": s,
             "node_noise_draws": after[0] - before[0],
             "pad_draws": after[1] - before[1],
-            "release_digest": hashlib.sha256(np.ascontiguousarray(R)).hexdigest()[:32],
+            # numpy's stubs declare ndarray's buffer protocol for Python >= 3.12 only
+            "release_digest": hashlib.sha256(np.ascontiguousarray(R)).hexdigest()[:32],  # type: ignore[arg-type]
             "beta": self._beta,
             "consumed_ids_digest": self._ids.hexdigest(),
         }
         return ReleaseRecord(
             release_id=f"{const['release_prefix']}{s}",
-            event_range=None if first is None else (first, last),
+            # the first and last rounds of an epoch are recorded together
+            event_range=None if first is None or last is None else (first, last),
             rows_used=s,
             model_version=self._version,
             params=params,
@@ -507,9 +516,11 @@ class DPLinUCB(Policy):
             **const["fields"],
         )
 
-    def _release_record_constants(self, cal, e: int) -> dict[str, Any]:
+    def _release_record_constants(self, cal: GramCalibration, e: int) -> dict[str, Any]:
         """The fields every release record of epoch e shares (built once per epoch)."""
-        cached = getattr(self, "_record_consts", None)
+        cached: tuple[tuple[int, int], dict[str, Any]] | None = getattr(
+            self, "_record_consts", None
+        )
         if cached is not None and cached[0] == (e, id(cal)):
             return cached[1]
         const = {
@@ -662,7 +673,7 @@ class DPLinUCB(Policy):
                 e += 1
         rec = self._epoch_record_for_explain(cal)
         spend = Accountant([rec]).spend(self.bandit_id, delta=self.delta)
-        alternatives = {}
+        alternatives: dict[str, dict[str, Any]] = {}
         for name in CALIBRATIONS:
             try:
                 other = self._with(calibration=name)._aggregator(None).calibration(0)
@@ -677,7 +688,7 @@ class DPLinUCB(Policy):
                 "dp_valid": other.dp_valid,
                 "label": other.label,
             }
-        out = {
+        out: dict[str, Any] = {
             "policy": self.name,
             "private": True,
             "model": "joint DP",
@@ -702,7 +713,7 @@ class DPLinUCB(Policy):
             out["label"] = cal.label
         return out
 
-    def _with(self, **changes) -> DPLinUCB:
+    def _with(self, **changes: Any) -> DPLinUCB:
         params = self._get_params()
         params.update(changes)
         return type(self)(**params)
@@ -775,6 +786,7 @@ class DPLinUCB(Policy):
             self._release = None
         else:
             repairs = self._counters["cholesky_repairs"]
+            assert self._released_at is not None  # a snapshot with a release names its epoch
             epoch = self._released_at[0]
             self._install(
                 np.asarray(state["release"], dtype=np.float64), self._agg.calibration(epoch)
