@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -174,10 +175,10 @@ class DPLinUCB(Policy):
     name = "dp-linucb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "n_cap": 4096, "batch_size": 8}
+        yield {"d": 4, "n_cap": 4096, "batch_size": 8}
 
     private = True
 

@@ -15,6 +15,7 @@ Spec: docs/specs/fliphat.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -146,10 +147,10 @@ class FLIPHAT(Policy):
     name = "fliphat"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "s": 2, "first_episode_len": 4}
+        yield {"d": 4, "s": 2, "first_episode_len": 4}
 
     private = True
     routes_rows_by_round = True

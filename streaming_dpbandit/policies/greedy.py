@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from .linucb import LinUCB
@@ -45,10 +46,10 @@ class GreedyRidge(LinUCB):
     name = "greedy"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "batch_size": 2}
+        yield {"d": 4, "batch_size": 2}
 
     def __init__(
         self,

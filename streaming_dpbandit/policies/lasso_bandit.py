@@ -11,6 +11,7 @@ Rows are kept as Gram statistics (XᵀX, Xᵀy, yᵀy), which give the same Lass
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -61,10 +62,10 @@ class LassoBandit(Policy):
     name = "lasso-bandit"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "refit_every": 20}
+        yield {"d": 4, "refit_every": 20}
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ Spec: docs/specs/ldp_glb.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -198,10 +199,10 @@ class LDPGLB(Policy):
     name = "ldp-glb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "n_arms": 3, "epsilon": 4.0}
+        yield {"d": 4, "n_arms": 3, "epsilon": 4.0}
 
     private = True
 

@@ -40,6 +40,7 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -90,10 +91,10 @@ class LDPGLOC(LDPBaseline):
     name = "ldp-gloc"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "n_arms": 3, "horizon": 1000}
+        yield {"d": 4, "n_arms": 3, "horizon": 1000}
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ path one matrix product per batch.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Protocol, Self
 
 import numpy as np
@@ -80,10 +81,10 @@ class LinUCB(Policy):
     name = "linucb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "batch_size": 4}
+        yield {"d": 4, "batch_size": 4}
 
     def __init__(
         self,

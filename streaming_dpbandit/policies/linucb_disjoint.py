@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -96,10 +96,10 @@ class LinUCBDisjoint(Policy):
     _cat: tuple[tuple[int, bytes], FloatArray, FloatArray, dict[int, list[int]]] | None
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "max_arms": 3, "batch_size": 4}
+        yield {"d": 4, "max_arms": 3, "batch_size": 4}
 
     keyed_by_arm_id = True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,10 +36,10 @@ class RandomPolicy(Policy):
     name = "random"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4}
+        yield {"d": 4}
 
     def __init__(self, d: int | None = None, seed: int | None = None):
         self.d = d

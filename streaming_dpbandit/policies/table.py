@@ -7,6 +7,7 @@ features — and of any randomised baseline: π(a | position p) for every slate 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,10 +49,10 @@ class TablePolicy(Policy):
     name = "table"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"probabilities": [[0.2, 0.5, 0.3]]}
+        yield {"probabilities": [[0.2, 0.5, 0.3]]}
 
     def __init__(
         self, probabilities: ArrayLike, d: int | None = None, seed: int | None = None

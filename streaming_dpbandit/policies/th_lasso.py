@@ -14,6 +14,7 @@ optional public bounds (the ε = ∞ reference keeps the private policies' input
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Protocol, Self
 
 import numpy as np
@@ -82,10 +83,10 @@ class THLassoBandit(Policy):
     name = "th-lasso"
 
     @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "refit_every": 5}
+        yield {"d": 4, "refit_every": 5}
 
     def __init__(
         self,
