@@ -526,7 +526,7 @@ class PrivateLASSO(Policy):
         return dict(self._state()._counters)
 
     @property
-    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+    def coefficients(self) -> tuple[IntArray, FloatArray]:
         """The public model: support S (sorted) and θ̂^priv on S."""
         self._state()
         return self._S.copy(), self._theta.copy()

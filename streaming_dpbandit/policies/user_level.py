@@ -18,7 +18,7 @@ total". Derivation: ``docs/privacy/user-level.md``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,7 @@ from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
 from ..privacy.user_level import UserLevelSpend, group_component, user_level_spend
 from ..utils.arrays import AnyArray, ArrayLike, BoolArray
-from .base import Policy
+from .base import DecisionBatch, Policy
 
 __all__ = ["UserLevel"]
 
@@ -68,6 +68,36 @@ class UserLevel:
     >>> pol.user_counters()["admitted"], pol.user_counters()["bounded"]
     (2, 1)
     """
+
+    if TYPE_CHECKING:  # forwarded to the wrapped policy by __getattr__; declared for checkers
+        name: str
+        private: bool
+        t: int
+        model_version: int
+
+        def decide(
+            self,
+            X: ArrayLike,
+            event_ids: ArrayLike | None = None,
+            mask: ArrayLike | None = None,
+            **kw: Any,
+        ) -> DecisionBatch: ...
+
+        def decide_frozen(
+            self,
+            X: ArrayLike,
+            event_ids: ArrayLike | None = None,
+            mask: ArrayLike | None = None,
+            **kw: Any,
+        ) -> DecisionBatch: ...
+
+        def refit(self) -> list[ReleaseRecord]: ...
+
+        def refit_due(self) -> bool: ...
+
+        def max_decide_batch(self) -> int: ...
+
+        def refit_reads_through(self) -> int: ...
 
     def __init__(
         self,
