@@ -322,7 +322,7 @@ class PrivateLASSO(Policy):
         return rho_from_epsilon_delta(self.epsilon, self.delta)
 
     @property
-    def split(self) -> dict[str, Any]:
+    def split(self) -> dict[str, float]:
         split = dict(self.rho_split or DEFAULT_SPLIT[self.mode])
         if self.support != "svt":
             # oracle: LS mechanism only at the svt split (isolates selection); full: all of ρ to LS
