@@ -46,7 +46,7 @@ import dataclasses
 import inspect
 import secrets
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 
 import numpy as np
 from river.base import Base
@@ -288,7 +288,7 @@ class BasePolicy(Base, abc.ABC):
     def state_dict(self) -> dict[str, Any]: ...
 
     @abc.abstractmethod
-    def load_state_dict(self, state: dict[str, Any]) -> BasePolicy: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Self: ...
 
     @classmethod
     def _init_param_names(cls) -> list[str]:
@@ -395,7 +395,7 @@ class Policy(BasePolicy):
         """
         return None
 
-    def load_released_model(self, model: dict[str, Any]) -> Policy:
+    def load_released_model(self, model: dict[str, Any]) -> Self:
         """Decide from now on with a broadcast released model (see :meth:`released_model`).
 
         Only for a fresh policy, which becomes decide-only: ``learn``, ``refit`` and
@@ -404,7 +404,7 @@ class Policy(BasePolicy):
         raise NotImplementedError(f"policy {self.name!r} cannot decide from a released model")
 
     @classmethod
-    def from_released_model(cls, model: dict[str, Any] | None, **params: Any) -> Policy:
+    def from_released_model(cls, model: dict[str, Any] | None, **params: Any) -> Self:
         """A decide-only policy built from its parameters and a released model.
 
         ``model=None`` gives the policy's initial (data-independent) model.
