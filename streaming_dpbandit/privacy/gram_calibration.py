@@ -462,9 +462,9 @@ def calibrate_gram_release(
             norm = sqrt_toeplitz_norm(T)
             sens = Lt2 * norm
             if noise_backend == "secure":
-                c = sqrt_toeplitz_coefficients(T)
+                coeffs = sqrt_toeplitz_coefficients(T)
                 sigma, accounting, rho_spent, margin = _secure_factor_sigma(
-                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                    calibration, epsilon, delta, Lt2, coeffs, norm, d, T
                 )
             elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
@@ -487,9 +487,9 @@ def calibrate_gram_release(
             row = blt_max_error(theta, omega, T)
             sens = Lt2 * norm
             if noise_backend == "secure":
-                c = blt_coefficients(theta, omega, T)
+                coeffs = blt_coefficients(theta, omega, T)
                 sigma, sec_acc, sec_rho, margin = _secure_factor_sigma(
-                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                    calibration, epsilon, delta, Lt2, coeffs, norm, d, T
                 )
             elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
