@@ -21,8 +21,14 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..utils.arrays import ArrayLike, FloatArray
+
+if TYPE_CHECKING:
+    from ..privacy.noise import NoiseGenerator
 
 __all__ = [
     "GaussianOLSMechanism",
@@ -197,7 +203,9 @@ class GaussianOLSMechanism:
         """Floats per report: d(d+1)/2 + d."""
         return packed_size(self.d) + self.d
 
-    def privatize(self, X, r, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def privatize(
+        self, X: ArrayLike, r: ArrayLike, rng: NoiseGenerator
+    ) -> tuple[FloatArray, FloatArray]:
         """Reports of n rows: X (n, d), r (n,) → (packed matrices (n, p), vectors (n, d)).
 
         Rows of zeros with r = 0 give the synthetic (pure-noise) report ψ(0, 0).
