@@ -15,7 +15,8 @@ pre-processed context x (‖x‖ ≤ 1) and the clipped reward r, it returns the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias, cast
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 
@@ -65,7 +66,7 @@ def build_payloads(
     X: ArrayLike,
     r: ArrayLike,
     rng: NoiseGenerator,
-    mechanisms: dict[tuple[str, str], Mechanism] | None = None,
+    mechanisms: MutableMapping[tuple[str, str], Any] | None = None,
 ) -> FloatArray:
     """Privatised payloads (n, ``spec.payload_size(phase)``).
 

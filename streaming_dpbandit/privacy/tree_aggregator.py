@@ -14,7 +14,7 @@ sums are exact and a restored tree reproduces its releases bit for bit — or fl
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,7 @@ class TreeAggregator:
     node_noise
         ``node_noise(j)`` returns the noise of the node closed by leaf j (same shape). It must
         derive a fresh, never-reused stream per j (for example from a keyed :class:`NoiseSource`).
+        ``None`` when ``node_release`` is given (it is then never called).
     unit
         Real value of one unit of the (exact integer) leaves; 1.0 for float leaves.
     node_release
@@ -57,7 +58,7 @@ class TreeAggregator:
     def __init__(
         self,
         shape: tuple[int, ...],
-        node_noise: Callable[[int], npt.ArrayLike],
+        node_noise: Callable[[int], npt.ArrayLike] | None,
         unit: float = 1.0,
         node_release: Callable[[int, npt.NDArray[Any]], npt.ArrayLike] | None = None,
     ):
@@ -108,7 +109,9 @@ class TreeAggregator:
             self._noisy[i] = np.asarray(self.node_release(j, total), dtype=np.float64)
         else:
             real = np.asarray(total, dtype=np.float64) * self.unit
-            self._noisy[i] = real + np.asarray(self.node_noise(j), dtype=np.float64)
+            # without node_release the caller gives node_noise (class docstring)
+            node_noise = cast("Callable[[int], npt.ArrayLike]", self.node_noise)
+            self._noisy[i] = real + np.asarray(node_noise(j), dtype=np.float64)
         self._count = j
 
     def prefix(self) -> npt.NDArray[np.float64]:
