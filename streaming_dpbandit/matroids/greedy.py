@@ -154,14 +154,6 @@ def greedy_many(
     with_keys: Literal[True],
     fresh_order: bool = False,
 ) -> tuple[IntArray, FloatArray]: ...
-@overload
-def greedy_many(
-    matroid: Matroid,
-    keys: ArrayLike,
-    tie_rng: Callable[[int], np.random.Generator],
-    with_keys: bool = False,
-    fresh_order: bool = False,
-) -> IntArray | tuple[IntArray, FloatArray]: ...
 def greedy_many(
     matroid: Matroid,
     keys: ArrayLike,
