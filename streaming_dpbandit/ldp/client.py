@@ -26,6 +26,7 @@ import dataclasses
 import secrets
 
 import numpy as np
+import numpy.typing as npt
 
 from ..privacy.noise import NoiseGenerator, NoiseSource
 from ..utils.arrays import ArrayLike, BoolArray, FloatArray
@@ -55,8 +56,8 @@ class Choice:
 
 
 def choose_arms(
-    scores: np.ndarray, coins: np.ndarray, allowed: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+    scores: FloatArray, coins: FloatArray, allowed: BoolArray | None = None
+) -> tuple[npt.NDArray[np.intp], FloatArray]:
     """Row-wise argmax over allowed arms, ties broken uniformly by ``coins`` in [0, 1).
 
     Returns (arms, propensities 1/#ties).

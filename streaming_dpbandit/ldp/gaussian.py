@@ -24,6 +24,7 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from ..utils.arrays import ArrayLike, FloatArray
 
@@ -40,10 +41,10 @@ __all__ = [
     "triu_indices",
 ]
 
-_TRIU: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_TRIU: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]] = {}
 
 
-def triu_indices(d: int) -> tuple[np.ndarray, np.ndarray]:
+def triu_indices(d: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Row-major upper-triangle indices of a d × d matrix (the packing of M), cached."""
     out = _TRIU.get(d)
     if out is None:

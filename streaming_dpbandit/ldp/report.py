@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ..utils.arrays import FloatArray
+
 __all__ = ["Report", "new_msg_id"]
 
 SCHEMA_VERSION = 1
@@ -50,7 +52,7 @@ class Report:
     bandit_id: str
     model_id: str
     model_version: int
-    payload: np.ndarray
+    payload: FloatArray
     arm: int | None = None
     msg_id: str | None = None
 

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 __all__ = ["AuditResult", "audit", "clopper_pearson", "epsilon_lower_bound"]
 
-Sampler = Callable[[int, int, np.random.Generator], np.ndarray]
+Sampler = Callable[[int, int, np.random.Generator], npt.NDArray[np.float64]]
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
@@ -83,15 +84,15 @@ _ORIENTATIONS = ((False, 1.0), (False, -1.0), (True, 1.0), (True, -1.0))
 
 
 def _oriented(
-    sd: np.ndarray, sdp: np.ndarray, swapped: bool, sign: float
-) -> tuple[np.ndarray, np.ndarray]:
+    sd: npt.NDArray[np.float64], sdp: npt.NDArray[np.float64], swapped: bool, sign: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Scores (a, b) such that the event is {a ≥ τ} and the bound is on P_a / P_b."""
     a, b = (sdp, sd) if swapped else (sd, sdp)
     return sign * a, sign * b
 
 
 def _best_event(
-    sd: np.ndarray, sdp: np.ndarray, delta: float, alpha: float
+    sd: npt.NDArray[np.float64], sdp: npt.NDArray[np.float64], delta: float, alpha: float
 ) -> tuple[float, tuple[bool, float]]:
     """Threshold and orientation maximising the (pilot) ε lower bound."""
     best: tuple[float, float, tuple[bool, float]] = (-1.0, 0.0, _ORIENTATIONS[0])

@@ -131,7 +131,7 @@ def secure_sym_gauss_release(
     return out
 
 
-def u_vector(M: np.ndarray) -> np.ndarray:
+def u_vector(M: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """u(M) = (M_ij for i < j; M_ii/√2): the coordinates in which SymGauss is isotropic.
 
     >>> u_vector(np.array([[2.0, 1.0], [1.0, 4.0]])).round(4).tolist()
@@ -139,12 +139,13 @@ def u_vector(M: np.ndarray) -> np.ndarray:
     """
     M = np.asarray(M, dtype=np.float64)
     iu = np.triu_indices(M.shape[-1], k=1)
-    return np.concatenate(
+    u: npt.NDArray[np.float64] = np.concatenate(
         [M[..., iu[0], iu[1]], np.diagonal(M, axis1=-2, axis2=-1) / math.sqrt(2)], axis=-1
     )
+    return u
 
 
-def u_distance(v: np.ndarray, w: np.ndarray) -> float:
+def u_distance(v: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> float:
     """‖u(vvᵀ − wwᵀ)‖₂ for two records (the per-participation sensitivity).
 
     >>> u_distance(np.array([1.0, 1.0, 2 ** 0.5]), np.array([-1.0, -1.0, 2 ** 0.5]))
