@@ -39,7 +39,25 @@ from .secure_noise import SecureGenerator
 #: does not implement exactly).
 NoiseGenerator: TypeAlias = np.random.Generator | SecureGenerator
 
-__all__ = ["NoiseGenerator", "NoiseSource", "StreamFamily"]
+__all__ = ["NoiseGenerator", "NoiseSource", "StreamFamily", "numpy_stream", "secure_stream"]
+
+
+def numpy_stream(g: NoiseGenerator) -> np.random.Generator:
+    """``g`` as a fast-backend (numpy) stream; a secure stream here is a wiring error.
+
+    >>> numpy_stream(np.random.default_rng(0)).random() < 1
+    True
+    """
+    if not isinstance(g, np.random.Generator):
+        raise TypeError("a float sampler was handed a secure noise stream")
+    return g
+
+
+def secure_stream(g: NoiseGenerator) -> SecureGenerator:
+    """``g`` as a secure-backend stream; a numpy stream here is a wiring error."""
+    if not isinstance(g, SecureGenerator):
+        raise TypeError("an exact sampler was handed a floating-point noise stream")
+    return g
 
 
 @functools.lru_cache(maxsize=1024)

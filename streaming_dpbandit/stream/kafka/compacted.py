@@ -8,7 +8,7 @@ __all__ = ["ensure_compacted_topic", "read_to_end"]
 
 
 def read_to_end(
-    bootstrap: str,
+    bootstrap: str | list[str],
     topic: str,
     read_to: dict[int, int],
     on_message: Callable[[bytes, bytes | None], None],

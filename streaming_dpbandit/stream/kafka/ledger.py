@@ -36,7 +36,7 @@ class KafkaLedger:
 
     def __init__(
         self,
-        bootstrap: str,
+        bootstrap: str | list[str],
         topic: str,
         send=None,
         consumer_config: dict | None = None,
