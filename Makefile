@@ -25,10 +25,12 @@ simulate: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	scripts/run-tests.sh $(BIN)/python
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/ruff format --check streaming_dpbandit bench
 
 bench: $(STAMP)

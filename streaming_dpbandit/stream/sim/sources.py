@@ -266,7 +266,10 @@ class FileSource(Source):
                         ts = stamp
             except (ValueError, UnicodeDecodeError):
                 pass
-            emit(topic, key, value, ts)
+            if ts is None:
+                emit(topic, key, value)
+            else:
+                emit(topic, key, value, ts)
         return True
 
 
