@@ -75,7 +75,14 @@ def record_reports(path: Path, reports: int, bandit=None, seed=0, encoding="json
     Returns the source (raw samples, summary) and the recording service."""
     bandit = bandit or local_bandit()
     src = SimulatedLDPClients(
-        env_for(bandit), reports, BANDIT, seed, TOPICS, MODELS, chunk=97, encoding=encoding
+        env_for(bandit),
+        reports,
+        BANDIT,
+        topics=TOPICS,
+        models_topic=MODELS,
+        seed=seed,
+        chunk=97,
+        encoding=encoding,
     )
     svc = Service(
         local_settings(path.parent / f"rec-{path.stem}", bandit),

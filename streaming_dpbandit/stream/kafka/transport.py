@@ -102,6 +102,23 @@ def producer_options(settings: KafkaSettings) -> dict:
     }
 
 
+def group_consumer_options(settings: KafkaSettings, instance_id: str | None) -> dict:
+    """Keyword arguments of the service's group consumers: :func:`client_options`, offsets
+    committed by the service only (with its outputs), read from the earliest when the group has
+    none, large fetches, the group's timeouts and the static member id ``instance_id``."""
+    return {
+        **client_options(settings),
+        "group_id": settings.group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": settings.max_poll_records,
+        "fetch_max_bytes": 64 * 1024 * 1024,
+        "session_timeout_ms": settings.session_timeout_ms,
+        "heartbeat_interval_ms": settings.heartbeat_ms(),
+        "group_instance_id": instance_id,
+    }
+
+
 def ensure_topics(settings: KafkaSettings) -> list[str]:
     """Create the four topics if they do not exist; returns the names created."""
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -309,17 +326,7 @@ class KafkaTransport(Transport):
 
         s = self.settings
         self.instance_id = s.instance_id(single=True)
-        self.consumer = KafkaConsumer(
-            **client_options(s),
-            group_id=s.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=s.max_poll_records,
-            fetch_max_bytes=64 * 1024 * 1024,
-            session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=s.heartbeat_ms(),
-            group_instance_id=self.instance_id,
-        )
+        self.consumer = KafkaConsumer(**group_consumer_options(s, self.instance_id))
         transport = self
 
         class Listener(ConsumerRebalanceListener):
