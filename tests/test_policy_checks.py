@@ -5,7 +5,15 @@ import numpy as np
 import pytest
 
 from streaming_dpbandit.checks import common, contextual, params_of, yield_checks
-from streaming_dpbandit.policies import LDPUCB, OMM, REGISTRY, SLATE_POLICIES, LinUCB, RandomPolicy
+from streaming_dpbandit.policies import (
+    LDPUCB,
+    OMM,
+    REGISTRY,
+    SLATE_POLICIES,
+    LinUCB,
+    RandomPolicy,
+    policy_class,
+)
 
 
 def _params_owner(cls):
@@ -19,14 +27,14 @@ def _cases():
         if _params_owner(cls).__init__ is not cls.__init__:
             continue  # test_every_registered_policy_defines_unit_test_params fails
         for i, params in enumerate(params_of(cls)):
-            pol = cls(**params, seed=0)
+            pol = policy_class(name, params)(**params, seed=0)
             for check in yield_checks(pol):
                 yield pytest.param(name, params, check, id=f"{name}-{i}-{check.__name__}")
 
 
 @pytest.mark.parametrize("name, params, check", list(_cases()))
 def test_policy_passes_check(name, params, check):
-    check(REGISTRY[name](**params, seed=0))
+    check(policy_class(name, params)(**params, seed=0))
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -38,7 +46,7 @@ def test_every_registered_policy_defines_unit_test_params(name):
     assert owner.__init__ is cls.__init__, f"{cls.__name__} inherits {owner.__name__}'s params"
     for params in params_of(cls):
         assert isinstance(params, dict) and params
-        cls(**params).validate()
+        policy_class(name, params)(**params).validate()
 
 
 def test_slate_policies_get_the_slate_checks():

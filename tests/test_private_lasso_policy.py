@@ -14,7 +14,7 @@ import pytest
 from streaming_dpbandit.config import ConfigError, policy_config, validate_for_mode
 from streaming_dpbandit.envs import MarginEnv
 from streaming_dpbandit.experiments.private_lasso_audits import selection_scores
-from streaming_dpbandit.policies import REGISTRY, PrivateLASSO
+from streaming_dpbandit.policies import REGISTRY, PrivateLASSO, policy_class
 from streaming_dpbandit.policies.private_lasso_paper import (
     PrivateLASSOPaper,
     paper_constants,
@@ -363,14 +363,30 @@ def test_paper_golden_table_and_uninformative_selection():
         assert abs(frac - p_pass) <= Z_COUNT * math.sqrt(0.25 / queried) + 0.003
 
 
+def test_the_paper_calibration_is_its_own_class_picked_where_the_policy_is_built():
+    """No constructor returns another class: the registry's and the configuration's choice."""
+    kw = dict(d=20, s0=2, horizon=64, clip_l2=4.5, reward_bound=2.0)
+    paper = {**kw, "calibration": "paper", "allow_invalid_privacy": True}
+    with pytest.raises(ValueError, match="class PrivateLASSOPaper"):
+        PrivateLASSO(**paper)
+    with pytest.raises(ValueError, match="is calibration='paper'"):
+        PrivateLASSOPaper(**kw)
+    assert policy_class("private-lasso", paper) is PrivateLASSOPaper
+    assert policy_class("private-lasso", kw) is PrivateLASSO is REGISTRY["private-lasso"]
+    cfg = policy_config("private-lasso", paper)
+    assert type(cfg.build(seed=0)) is PrivateLASSOPaper
+    certified = policy_config("private-lasso", {**kw, "horizon": 1024})
+    assert type(certified.build(seed=0)) is PrivateLASSO
+
+
 def test_paper_variant_is_gated_labelled_and_restorable():
     kw = dict(d=20, s0=2, horizon=64, clip_l2=4.5, reward_bound=2.0)
     with pytest.raises(ValueError, match="allow_invalid_privacy"):
-        PrivateLASSO(calibration="paper", **kw)
+        PrivateLASSOPaper(calibration="paper", **kw)
     with pytest.raises(ValueError, match="allow_large"):
-        PrivateLASSO(calibration="paper", allow_invalid_privacy=True, **{**kw, "d": 2000})
-    pol = PrivateLASSO(calibration="paper", allow_invalid_privacy=True, seed=1, **kw)
-    assert isinstance(pol, PrivateLASSOPaper) and type(pol.clone()) is PrivateLASSOPaper
+        PrivateLASSOPaper(calibration="paper", allow_invalid_privacy=True, **{**kw, "d": 2000})
+    pol = PrivateLASSOPaper(calibration="paper", allow_invalid_privacy=True, seed=1, **kw)
+    assert type(pol.clone()) is PrivateLASSOPaper
     assert "WARNING" in pol.privacy.text() and pol.explain()["valid"] is False
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, size=(64, 3, 20))
@@ -385,7 +401,7 @@ def test_paper_variant_is_gated_labelled_and_restorable():
     assert recs and all(
         not r.dp_valid and r.note == PAPER_LABEL and r.calibration == "paper" for r in recs
     )
-    again = PrivateLASSO(calibration="paper", allow_invalid_privacy=True, seed=1, **kw)
+    again = PrivateLASSOPaper(calibration="paper", allow_invalid_privacy=True, seed=1, **kw)
     again.load_state_dict(loads(snap))
     for t in range(30, 64):
         if again.refit_due():

@@ -9,7 +9,7 @@ import pytest
 from secure_audit_helpers import SecureBatches, check_audit_and_mutant, run_audit
 
 from streaming_dpbandit.envs import MarginEnv
-from streaming_dpbandit.policies import PrivateLASSO
+from streaming_dpbandit.policies import PrivateLASSO, PrivateLASSOPaper
 from streaming_dpbandit.privacy.accountant import Accountant
 from streaming_dpbandit.privacy.gram import (
     secure_grid_exponent,
@@ -123,7 +123,7 @@ def test_episodic_snapshot_restores_the_tree_without_redrawing():
 
 def test_the_paper_variant_refuses_the_secure_backend_in_one_line():
     env = MarginEnv(d=20)
-    pol = PrivateLASSO(
+    pol = PrivateLASSOPaper(
         d=20,
         s0=2,
         horizon=1024,

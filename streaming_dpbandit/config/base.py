@@ -43,10 +43,11 @@ class PolicyConfigBase(BaseModel):
         return self
 
     def policy_class(self) -> type:
-        """The policy class this configuration builds (by its registry name)."""
-        from ..policies import REGISTRY
+        """The policy class this configuration builds (by its registry name and, for a
+        policy whose parameters select a variant, its parameters)."""
+        from ..policies import policy_class
 
-        return REGISTRY[self.policy]
+        return policy_class(self.policy, self.params())
 
     def params(self) -> dict:
         """The constructor's keyword arguments (without ``seed``)."""

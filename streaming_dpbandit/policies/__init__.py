@@ -8,6 +8,8 @@ modules, and ``OneHotArms`` River's bandit module, which one policy seldom needs
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..utils.lazy import LazyRegistry, lazy_attribute
 from .base import BasePolicy, DecisionBatch, Policy
 
@@ -72,6 +74,27 @@ REGISTRY: LazyRegistry = LazyRegistry(
     ),
 )
 
+#: Registered policies that a parameter turns into another class: (registry name, parameter,
+#: value) → class. PrivateLASSO's ``calibration="paper"`` is the paper's literal algorithm.
+_VARIANTS = {("private-lasso", "calibration", "paper"): "PrivateLASSOPaper"}
+
+
+def policy_class(name: str, params: Mapping[str, object] | None = None) -> type:
+    """The class that builds policy ``name`` with the constructor parameters ``params``:
+    ``REGISTRY[name]``, or the variant one of the parameters selects.
+
+    >>> policy_class("private-lasso", {"d": 4, "calibration": "paper"}).__name__
+    'PrivateLASSOPaper'
+    >>> policy_class("private-lasso", {"d": 4}).__name__, policy_class("linucb").__name__
+    ('PrivateLASSO', 'LinUCB')
+    """
+    params = params or {}
+    for (key, param, value), cls in _VARIANTS.items():
+        if key == name and params.get(param) == value:
+            return lazy_attribute(__name__, _MODULES, cls)
+    return REGISTRY[name]
+
+
 #: Registry names of the slate policies (:class:`~.slate_base.SlatePolicy`: they decide with
 #: ``decide_slates``, not ``decide``; no per-arm contexts, no dimension d). OMM and
 #: CTS-Gaussian are non-private, simulation-only baselines. Known without importing them.
@@ -112,4 +135,5 @@ __all__ = [
     "SlatePolicy",
     "THLassoBandit",
     "TablePolicy",
+    "policy_class",
 ]

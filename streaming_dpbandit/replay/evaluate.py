@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ..policies import REGISTRY
+from ..policies import policy_class
 from .errors import LogFormatError
 from .ledger import InMemoryLedger
 from .offpolicy import OffPolicyEvaluator
@@ -60,7 +60,7 @@ class PolicySpec:
     reference: dict | None = None
 
     def build(self, seed: int | None):
-        return REGISTRY[self.policy](**self.params, seed=seed)
+        return policy_class(self.policy, self.params)(**self.params, seed=seed)
 
 
 def policy_seed(base_seed: int, key: str, role: str) -> int:
