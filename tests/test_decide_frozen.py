@@ -5,7 +5,7 @@ import pytest
 
 from streaming_dpbandit.checks import params_of
 from streaming_dpbandit.config import ConfigError, policy_config
-from streaming_dpbandit.policies import REGISTRY, SLATE_POLICIES, TablePolicy
+from streaming_dpbandit.policies import REGISTRY, SLATE_POLICIES, TablePolicy, policy_class
 from streaming_dpbandit.utils.serialization import dumps
 
 D, K = 4, 3
@@ -20,8 +20,8 @@ CASES = [
 
 
 def trained(name, params=None, rounds=60, seed=0):
-    cls = REGISTRY[name]
-    pol = cls(**(params or params_of(cls)[0]), seed=seed)
+    params = params or params_of(REGISTRY[name])[0]
+    pol = policy_class(name, params)(**params, seed=seed)
     rng = np.random.default_rng(seed)
     while pol.t < rounds:
         if pol.refit_due():
@@ -40,7 +40,7 @@ def test_every_policy_is_covered():
     """Every single-arm policy (slate policies have no decide_frozen), with d and K as here."""
     assert {name for name, _ in CASES} == set(REGISTRY) - SLATE_POLICIES
     for name, params in CASES:
-        pol = REGISTRY[name](**params)
+        pol = policy_class(name, params)(**params)
         assert getattr(pol, "d", None) in (None, D)
         assert getattr(pol, "n_arms", K) == K
 

@@ -26,7 +26,7 @@ from streaming_dpbandit.stream.schemas import (
     SlateFeedback,
     parse_decision,
 )
-from streaming_dpbandit.stream.slates.runtime import SlateBanditRuntime
+from streaming_dpbandit.stream.slates.runtime import slate_runtime
 
 ITEMS40 = [f"sku-{i:02d}" for i in range(40)]
 CASES = {
@@ -138,7 +138,7 @@ def runtime(update_every=4, lag=0, window=10.0, **policy):
         ),
     )
     b = st.bandits[BANDIT]
-    return SlateBanditRuntime(BANDIT, b, b.policy.build(seed=b.seed))
+    return slate_runtime(BANDIT, b, b.policy.build(seed=b.seed))
 
 
 def ctx(eid, t, **kw):
@@ -156,7 +156,7 @@ class Dead(list):
 
 def decide(rt, *events):
     batch = [Pending(e, *rt.encode(e), 0.0) for e in events]
-    out = rt.decide(batch)
+    out = rt.kind.decide(rt, batch)
     return {d.event_id: [x.item_id for x in d.slate] for d in out}, batch
 
 
