@@ -7,14 +7,24 @@ import json
 
 import numpy as np
 import pytest
-from broadcast_helpers import broadcast_stream, leaked_numbers, run_learner_file
 from pydantic import ValidationError
-from stream_helpers import BANDIT, decisions, ledger_digests, record_stream, run_file
 
 from streaming_dpbandit.config import ConfigError, ServiceSettings
 from streaming_dpbandit.policies import FLIPHAT, RandomPolicy
 from streaming_dpbandit.stream.scaling.broadcast import check_broadcast
 from streaming_dpbandit.stream.scaling.models_topic import ModelMessage, model_message
+from streaming_dpbandit.testing.broadcast_helpers import (
+    broadcast_stream,
+    leaked_numbers,
+    run_learner_file,
+)
+from streaming_dpbandit.testing.stream_helpers import (
+    BANDIT,
+    decisions,
+    ledger_digests,
+    record_stream,
+    run_file,
+)
 from streaming_dpbandit.utils.serialization import dumps
 
 D = 20

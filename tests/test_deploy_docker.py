@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_helpers import (
+
+from streaming_dpbandit.cli import build_parser
+from streaming_dpbandit.commands.serve import build_service_settings
+from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.stream.runner import start_metrics_server
+from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings
+from streaming_dpbandit.testing.deploy_helpers import (
     DEPLOY,
     DOCKER,
     DOCKERFILE,
@@ -27,13 +34,6 @@ from deploy_helpers import (
     load_yaml,
     stages,
 )
-
-from streaming_dpbandit.cli import build_parser
-from streaming_dpbandit.commands.serve import build_service_settings
-from streaming_dpbandit.config import ServiceSettings
-from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.runner import start_metrics_server
-from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings
 
 COMPOSE = DOCKER / "docker-compose.yml"
 SERVICES = {"kafka", "dpbandit", "loadgen", "prometheus", "grafana"}

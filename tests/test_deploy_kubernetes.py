@@ -12,7 +12,10 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_helpers import (
+
+from streaming_dpbandit.cli import build_parser
+from streaming_dpbandit.commands.serve import build_service_settings
+from streaming_dpbandit.testing.deploy_helpers import (
     DEPLOY,
     args_default,
     image_env,
@@ -20,9 +23,6 @@ from deploy_helpers import (
     load_yaml_all,
     rule_groups,
 )
-
-from streaming_dpbandit.cli import build_parser
-from streaming_dpbandit.commands.serve import build_service_settings
 
 K8S = DEPLOY / "kubernetes"
 KUBE_VERSION = "1.30.0"  # the oldest Kubernetes these manifests target

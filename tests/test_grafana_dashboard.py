@@ -8,7 +8,14 @@ import json
 import re
 
 import pytest
-from deploy_helpers import DEPLOY, REPO, check_promql, promql_metric_names, service_metrics
+
+from streaming_dpbandit.testing.deploy_helpers import (
+    DEPLOY,
+    REPO,
+    check_promql,
+    promql_metric_names,
+    service_metrics,
+)
 
 DASHBOARD = DEPLOY / "grafana" / "dpbandit-dashboard.json"
 PANEL_TYPES = {"row", "timeseries", "stat", "gauge", "bargauge", "table", "text", "state-timeline"}

@@ -15,7 +15,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.serializer import DefaultSerializer, JsonSerializer
 from kafka.structs import OffsetAndMetadata
-from kafka_broker import parse_bootstrap
+
+from streaming_dpbandit.testing.kafka_broker import parse_bootstrap
 
 pytestmark = pytest.mark.kafka
 

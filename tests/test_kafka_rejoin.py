@@ -15,10 +15,10 @@ import time
 import pytest
 from kafka import KafkaProducer
 from kafka.structs import MemberState
-from stream_helpers import BANDIT, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import KafkaSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.testing.stream_helpers import BANDIT, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -143,9 +143,8 @@ def test_a_stalled_rejoin_makes_a_group_replica_exit_with_a_clear_error(kafka_br
 
 def test_a_stalled_rejoin_makes_a_decision_replica_exit_with_a_clear_error(kafka_broker, tmp_path):
     """Broadcast mode: a decision replica exits too (it is stateless; a restart is safe)."""
-    from test_broadcast_kafka import settings_for
-
     from streaming_dpbandit.stream.scaling.replica import DecisionReplica
+    from streaming_dpbandit.testing.broadcast_kafka import settings_for
 
     name = f"rejoinbc{os.getpid()}"
     topics = kafka_topics(name) | {"models": f"{name}.models"}

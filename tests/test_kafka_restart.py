@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 import yaml
 from kafka import KafkaProducer
-from stream_helpers import BANDIT, D, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.schemas import context_message
+from streaming_dpbandit.testing.stream_helpers import BANDIT, D, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
 

@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from stream_helpers import decisions, ledger_digests, run_file
+from streaming_dpbandit.testing.stream_helpers import decisions, ledger_digests, run_file
 
 DATA = Path(__file__).parent / "data" / "legacy_state"
 
@@ -33,9 +33,9 @@ def test_a_snapshot_and_ledger_of_the_old_code_resume_to_the_same_end(tmp_path):
 def test_the_legacy_state_is_refused_under_another_configuration(tmp_path):
     """The snapshot really is read (its fingerprint is checked), not silently replaced."""
     import pytest
-    from stream_helpers import bandit_config
 
     from streaming_dpbandit.stream.service import ServiceStartError
+    from streaming_dpbandit.testing.stream_helpers import bandit_config
 
     stream = tmp_path / "stream.jsonl"
     stream.write_bytes(gzip.decompress((DATA / "stream.jsonl.gz").read_bytes()))

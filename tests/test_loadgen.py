@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from stream_helpers import BANDIT, D, K
 
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.config import ConfigError, ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.stream.sim.loadgen import RealTimeStream, check_loadgen_settings
+from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K
 
 
 def test_real_time_stream_paces_contexts_and_schedules_rewards_after_decisions():

@@ -7,12 +7,12 @@ import os
 import threading
 
 import pytest
-from stream_helpers import BANDIT, D, K, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.loadgen import run_loadgen
+from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
 

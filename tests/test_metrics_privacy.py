@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 
 import pytest
-from stream_helpers import BANDIT, dead_letters, record_stream, run_file
 
 from streaming_dpbandit.metrics import RAW_REWARD_METRICS, ServiceMetrics
+from streaming_dpbandit.testing.stream_helpers import BANDIT, dead_letters, record_stream, run_file
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,24 +12,33 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from stream_helpers import BANDIT, D, K
-from stream_helpers import settings as service_settings
 
 from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.bandit import BanditRuntime
 from streaming_dpbandit.stream.scaling.broadcast import learner_service
 from streaming_dpbandit.stream.scaling.replica import DecisionReplica, dead_letters_of
-from streaming_dpbandit.stream.schemas import ContextEvent, encode_f64, parse_feedback
+from streaming_dpbandit.stream.schemas import ContextEvent, parse_feedback
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.transport import InProcessTransport, Source
-
-CONTEXTS, FEEDBACK = "dpbandit.contexts", "dpbandit.feedback"
-T0 = 1_700_000_000.0
-HUGE = int("1" * 400)
+from streaming_dpbandit.testing.poison_helpers import (
+    CONTEXTS,
+    FEEDBACK,
+    FIXED,
+    HUGE,
+    T0,
+    dumps,
+    features,
+    good_binary_context,
+    good_context,
+    good_feedback,
+    good_slate_feedback,
+    good_watermark,
+)
+from streaming_dpbandit.testing.stream_helpers import BANDIT, D
+from streaming_dpbandit.testing.stream_helpers import settings as service_settings
 
 leaves = (
     st.none()
@@ -47,44 +56,6 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
-
-
-def _features(i: int) -> list[float]:
-    return np.round(np.sin(np.arange(D) + i), 3).tolist()
-
-
-def good_context(i: int) -> dict:
-    return {
-        "v": 1,
-        "event_id": f"e{i}",
-        "bandit_id": BANDIT,
-        "event_time": T0 + i,
-        "arms": [{"arm_id": f"a{k}", "features": _features(i + k)} for k in range(K)],
-    }
-
-
-def good_binary_context(i: int) -> dict:
-    X = np.array([_features(i + k) for k in range(K)])
-    return {
-        "v": 1,
-        "event_id": f"e{i}",
-        "bandit_id": BANDIT,
-        "event_time": T0 + i,
-        "arm_ids": [f"a{k}" for k in range(K)],
-        "arm_features_f64": encode_f64(X),
-    }
-
-
-def good_feedback(i: int) -> dict:
-    return {"v": 1, "event_id": f"e{i}", "bandit_id": BANDIT, "reward": 1.0, "event_time": T0 + i}
-
-
-def good_watermark(i: int) -> dict:
-    return {"type": "watermark", "bandit_id": BANDIT, "event_time": T0 + i}
-
-
-def good_slate_feedback(i: int) -> dict:
-    return {"event_id": f"e{i}", "bandit_id": BANDIT, "rewards": {"a0": 1}, "event_time": T0 + i}
 
 
 CONTEXT_PATHS = [
@@ -133,10 +104,6 @@ def _put(doc, path, value):
     return doc
 
 
-def _dumps(doc) -> bytes:
-    return json.dumps(doc).encode()  # NaN and Infinity as Python writes them: also input
-
-
 @st.composite
 def poison(draw, kind: str):
     """One message of an input topic: a good message with some fields replaced by arbitrary
@@ -146,7 +113,7 @@ def poison(draw, kind: str):
     if form == "bytes":
         return draw(st.binary(max_size=64))
     if form == "document":
-        return _dumps(draw(json_values))
+        return dumps(draw(json_values))
     if kind == "contexts":
         doc = draw(st.sampled_from([good_context, good_binary_context]))(i)
         paths = CONTEXT_PATHS
@@ -155,31 +122,7 @@ def poison(draw, kind: str):
         paths = FEEDBACK_PATHS
     for path in draw(st.lists(st.sampled_from(paths), min_size=1, max_size=3)):
         doc = _put(doc, path, draw(json_values))
-    return _dumps(doc)
-
-
-#: Hand-picked poison, one message each, always tried.
-FIXED = [
-    (CONTEXTS, _dumps(good_context(0) | {"event_time": HUGE})),  # the issue's crash
-    (FEEDBACK, _dumps(good_feedback(0) | {"event_time": HUGE})),
-    (FEEDBACK, _dumps(good_watermark(0) | {"event_time": HUGE})),
-    (FEEDBACK, _dumps(good_slate_feedback(0) | {"event_time": HUGE})),
-    (CONTEXTS, _dumps(good_context(1) | {"event_time": -HUGE})),
-    (CONTEXTS, _dumps(good_context(2) | {"event_time": "9" * 5000})),
-    (CONTEXTS, b'{"v": 1, "event_id": "e3", "event_time": ' + b"1" * 5000 + b"}"),
-    (CONTEXTS, b"[" * 100_000 + b"]" * 100_000),
-    (FEEDBACK, b"[" * 100_000 + b"]" * 100_000),
-    (CONTEXTS, b'{"a":' * 5000 + b"1" + b"}" * 5000),
-    (CONTEXTS, b"\xff\xfe\x00"),
-    (FEEDBACK, b"\xff\xfe\x00"),
-    (CONTEXTS, None),  # tombstones
-    (FEEDBACK, None),
-    (CONTEXTS, b""),
-    (FEEDBACK, b'"watermark"'),
-    (FEEDBACK, b'{"type": "watermark", "rewards": "ldp_report"}'),
-    (CONTEXTS, _dumps(good_context(4) | {"arms": [{"arm_id": "a", "features": [HUGE] * D}]})),
-    (CONTEXTS, _dumps(good_context(5) | {"event_time": "+999999-01-01T00:00:00"})),
-]
+    return dumps(doc)
 
 
 class ListSource(Source):
@@ -257,9 +200,9 @@ def check_every_message_has_its_outcome(transport, records):
 
 
 def test_the_issues_400_digit_event_time_is_dead_lettered(tmp_path):
-    records = [(CONTEXTS, _dumps(good_context(0) | {"event_time": HUGE}))]
-    records += [(CONTEXTS, _dumps(good_context(1)))]
-    records += [(FEEDBACK, _dumps(good_feedback(1) | {"event_time": HUGE}))]
+    records = [(CONTEXTS, dumps(good_context(0) | {"event_time": HUGE}))]
+    records += [(CONTEXTS, dumps(good_context(1)))]
+    records += [(FEEDBACK, dumps(good_feedback(1) | {"event_time": HUGE}))]
     _svc, transport = run_records(tmp_path, records)
     dead = [json.loads(v) for v in transport.outputs["dpbandit.dead-letter"]]
     assert [(d["source_topic"], d["reason"]) for d in dead] == [
@@ -271,7 +214,7 @@ def test_the_issues_400_digit_event_time_is_dead_lettered(tmp_path):
 
 
 def test_hand_picked_poison_never_stops_the_loop(tmp_path):
-    records = FIXED + [(CONTEXTS, _dumps(good_context(i))) for i in range(6, 10)]
+    records = FIXED + [(CONTEXTS, dumps(good_context(i))) for i in range(6, 10)]
     _svc, transport = run_records(tmp_path, records)
     check_every_message_has_its_outcome(transport, records)
     assert len(transport.outputs["dpbandit.decisions"]) == 4
@@ -292,11 +235,11 @@ def test_hand_picked_poison_never_stops_the_loop(tmp_path):
         max_size=12,
     )
 )
-@example([(CONTEXTS, _dumps(good_context(0) | {"event_time": HUGE}))])
+@example([(CONTEXTS, dumps(good_context(0) | {"event_time": HUGE}))])
 def test_arbitrary_json_at_every_field_never_stops_the_loop(tmp_path_factory, records):
     # good messages around the poison: the loop must still decide and join them
-    good = [(CONTEXTS, _dumps(good_context(100 + i))) for i in range(3)]
-    good += [(FEEDBACK, _dumps(good_feedback(100 + i))) for i in range(3)]
+    good = [(CONTEXTS, dumps(good_context(100 + i))) for i in range(3)]
+    good += [(FEEDBACK, dumps(good_feedback(100 + i))) for i in range(3)]
     records = good[:3] + records + good[3:]
     _svc, transport = run_records(tmp_path_factory.mktemp("poison"), records)
     check_every_message_has_its_outcome(transport, records)
@@ -320,7 +263,7 @@ def _broadcast_decision(i: int) -> dict:
         "policy": "fliphat",
         "decided_at": T0 + i,
         "event_time": T0 + i,
-        "features": _features(i),
+        "features": features(i),
         "replica": "r0",
     }
 
@@ -334,11 +277,11 @@ def poison_decision(draw):
     if form == "bytes":
         return draw(st.binary(max_size=64))
     if form == "document":
-        return _dumps(draw(json_values))
+        return dumps(draw(json_values))
     doc = _broadcast_decision(draw(st.integers(0, 30)))
     for path in draw(st.lists(st.sampled_from(DECISION_PATHS), min_size=1, max_size=3)):
         doc = _put(doc, path, draw(json_values))
-    return _dumps(doc)
+    return dumps(doc)
 
 
 @settings(
@@ -347,12 +290,12 @@ def poison_decision(draw):
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(st.lists(poison_decision(), min_size=1, max_size=10))
-@example([_dumps(_broadcast_decision(0) | {"event_time": HUGE}), None])
+@example([dumps(_broadcast_decision(0) | {"event_time": HUGE}), None])
 def test_the_broadcast_learner_survives_arbitrary_decisions(tmp_path_factory, values):
-    good = [_dumps(_broadcast_decision(100 + i)) for i in range(3)]
+    good = [dumps(_broadcast_decision(100 + i)) for i in range(3)]
     decisions = good + values
     records = [("dpbandit.decisions", v) for v in decisions]
-    records += [(FEEDBACK, _dumps(good_feedback(100)))]
+    records += [(FEEDBACK, dumps(good_feedback(100)))]
     st_ = service_settings(
         tmp_path_factory.mktemp("learner"), broadcast={"role": "learner"}, max_message_bytes=10**6
     )
@@ -399,7 +342,7 @@ class _Msg:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(st.lists(poison("contexts"), min_size=1, max_size=10))
-@example([_dumps(good_context(0) | {"event_time": HUGE}), None, b"[" * 100_000])
+@example([dumps(good_context(0) | {"event_time": HUGE}), None, b"[" * 100_000])
 def test_a_decision_replica_parses_arbitrary_contexts_or_dead_letters_them(tmp_path, values):
     rep = _replica(tmp_path)
     for off, v in enumerate(values):

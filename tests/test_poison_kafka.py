@@ -10,11 +10,22 @@ import os
 
 import pytest
 from kafka import KafkaProducer
-from stream_helpers import BANDIT, kafka_topics
-from test_poison_input import CONTEXTS, FIXED, _dumps, good_context, good_feedback
-from test_service_kafka import create_topics, kafka_settings, read_topic, run_in_thread
 
 from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.testing.kafka_helpers import (
+    create_topics,
+    kafka_settings,
+    read_topic,
+    run_in_thread,
+)
+from streaming_dpbandit.testing.poison_helpers import (
+    CONTEXTS,
+    FIXED,
+    dumps,
+    good_context,
+    good_feedback,
+)
+from streaming_dpbandit.testing.stream_helpers import BANDIT, kafka_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -23,8 +34,8 @@ def test_poison_through_kafka_is_dead_lettered_and_the_loop_goes_on(kafka_broker
     topics = kafka_topics(f"poison{os.getpid()}")
     create_topics(kafka_broker, topics)
     records = [(t == CONTEXTS, v) for t, v in FIXED]
-    records += [(True, _dumps(good_context(100 + i))) for i in range(5)]
-    records += [(False, _dumps(good_feedback(100 + i))) for i in range(5)]
+    records += [(True, dumps(good_context(100 + i))) for i in range(5)]
+    records += [(False, dumps(good_feedback(100 + i))) for i in range(5)]
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
     counts = {"contexts": 0, "feedback": 0}
     for is_ctx, value in records:

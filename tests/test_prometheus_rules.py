@@ -10,7 +10,15 @@ import subprocess
 
 import pytest
 import yaml
-from deploy_helpers import DEPLOY, REPO, check_promql, load_yaml, rule_groups, service_metrics
+
+from streaming_dpbandit.testing.deploy_helpers import (
+    DEPLOY,
+    REPO,
+    check_promql,
+    load_yaml,
+    rule_groups,
+    service_metrics,
+)
 
 PROM = DEPLOY / "prometheus"
 RULE_TEST = PROM / "tests" / "dpbandit-rules.test.yml"

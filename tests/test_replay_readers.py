@@ -8,7 +8,6 @@ import shutil
 
 import numpy as np
 import pytest
-from replay_helpers import service_log_lines, write_jsonl
 
 from streaming_dpbandit.replay.build import make_reader
 from streaming_dpbandit.replay.datasets import obd_sample
@@ -17,6 +16,7 @@ from streaming_dpbandit.replay.readers.kafka_log import parse_bound
 from streaming_dpbandit.replay.readers.obd import ObdReader
 from streaming_dpbandit.replay.readers.service_jsonl import ServiceJsonlReader
 from streaming_dpbandit.replay.readers.tabular import CsvReader, ParquetReader
+from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
 
 def read_all(reader, chunk=None):

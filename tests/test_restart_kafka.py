@@ -18,8 +18,20 @@ import time
 
 import pytest
 import yaml
-from stream_helpers import BANDIT, any_policy_config, bandit_config, kafka_topics, record_stream
-from test_service_kafka import create_topics, kafka_settings, produce_file, read_topic
+
+from streaming_dpbandit.testing.kafka_helpers import (
+    create_topics,
+    kafka_settings,
+    produce_file,
+    read_topic,
+)
+from streaming_dpbandit.testing.stream_helpers import (
+    BANDIT,
+    any_policy_config,
+    bandit_config,
+    kafka_topics,
+    record_stream,
+)
 
 pytestmark = pytest.mark.kafka
 

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
-from stream_helpers import D, bandit_config, kafka_topics
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
@@ -36,6 +35,7 @@ from streaming_dpbandit.stream.service import Service, learned_state_bytes
 from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
 from streaming_dpbandit.stream.transport import InProcessTransport
+from streaming_dpbandit.testing.stream_helpers import D, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
 

@@ -9,7 +9,6 @@ calibration and the accountant, and the configurations that have no secure const
 import numpy as np
 import pytest
 from scipy import stats
-from secure_audit_helpers import SecureBatches, check_audit_and_mutant, run_audit
 
 from streaming_dpbandit.experiments.audits import _rescaled_weights, gram_pair
 from streaming_dpbandit.policies import DPLinUCB
@@ -20,6 +19,11 @@ from streaming_dpbandit.privacy.rows import prepare_rows
 from streaming_dpbandit.privacy.secure_steps import ExactToeplitzSteps
 from streaming_dpbandit.privacy.symmetric import packing
 from streaming_dpbandit.privacy.zcdp import delta_from_rho_cks
+from streaming_dpbandit.testing.secure_audit_helpers import (
+    SecureBatches,
+    check_audit_and_mutant,
+    run_audit,
+)
 
 
 def _drive(pol, rounds, seed=0, batch=8):

@@ -9,7 +9,14 @@ import urllib.request
 
 import numpy as np
 import pytest
-from ldp_stream_helpers import (
+from prometheus_client import generate_latest
+
+from streaming_dpbandit.config import ConfigError, load_service_settings
+from streaming_dpbandit.ldp import LDPClient, ModelSnapshot, fetch_snapshot
+from streaming_dpbandit.privacy.accountant import Accountant
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.stream.local.publisher import ModelStore, start_model_server
+from streaming_dpbandit.testing.ldp_stream_helpers import (
     BANDIT,
     MODELS,
     local_bandit,
@@ -21,14 +28,7 @@ from ldp_stream_helpers import (
     state_leaks,
     text_leaks,
 )
-from prometheus_client import generate_latest
-from stream_helpers import dead_letters, ledger_digests, run_file
-
-from streaming_dpbandit.config import ConfigError, load_service_settings
-from streaming_dpbandit.ldp import LDPClient, ModelSnapshot, fetch_snapshot
-from streaming_dpbandit.privacy.accountant import Accountant
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.local.publisher import ModelStore, start_model_server
+from streaming_dpbandit.testing.stream_helpers import dead_letters, ledger_digests, run_file
 
 REPORTS = 3000
 

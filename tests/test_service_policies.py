@@ -4,7 +4,13 @@ stream gives the same learned state and ledger whatever the batching, and after 
 import random
 
 import pytest
-from stream_helpers import any_policy_config, ledger_digests, record_stream, run_file
+
+from streaming_dpbandit.testing.stream_helpers import (
+    any_policy_config,
+    ledger_digests,
+    record_stream,
+    run_file,
+)
 
 POLICIES = {
     "fliphat": (

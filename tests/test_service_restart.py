@@ -5,7 +5,14 @@ snapshot's offsets refused."""
 from __future__ import annotations
 
 import pytest
-from stream_helpers import BANDIT, bandit_config, decisions, record_stream, run_file
+
+from streaming_dpbandit.testing.stream_helpers import (
+    BANDIT,
+    bandit_config,
+    decisions,
+    record_stream,
+    run_file,
+)
 
 
 @pytest.fixture(scope="module")

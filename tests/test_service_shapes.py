@@ -9,10 +9,6 @@ import gc
 import json
 import time
 
-from broadcast_helpers import broadcast_stream, run_learner_file
-from stream_helpers import BANDIT, decisions, record_stream, run_file
-from stream_helpers import settings as service_settings
-
 from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.bandit import BanditRuntime
@@ -23,6 +19,9 @@ from streaming_dpbandit.stream.scaling.task import TaskService
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport, Record
+from streaming_dpbandit.testing.broadcast_helpers import broadcast_stream, run_learner_file
+from streaming_dpbandit.testing.stream_helpers import BANDIT, decisions, record_stream, run_file
+from streaming_dpbandit.testing.stream_helpers import settings as service_settings
 
 CYCLIC = {"ContextEvent", "BroadcastDecision", "Pending", "BadInput", "ValidationError", "frame"}
 

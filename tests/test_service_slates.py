@@ -11,8 +11,6 @@ import random
 import numpy as np
 import pytest
 from prometheus_client import generate_latest
-from slate_helpers import SYNTHETIC, PartitionEnv, record_slate_stream, slate_bandit
-from stream_helpers import BANDIT, decisions, ledger_digests, run_file, settings
 
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.config import ServiceSettings
@@ -27,6 +25,19 @@ from streaming_dpbandit.stream.schemas import (
     parse_decision,
 )
 from streaming_dpbandit.stream.slates.runtime import slate_runtime
+from streaming_dpbandit.testing.slate_helpers import (
+    SYNTHETIC,
+    PartitionEnv,
+    record_slate_stream,
+    slate_bandit,
+)
+from streaming_dpbandit.testing.stream_helpers import (
+    BANDIT,
+    decisions,
+    ledger_digests,
+    run_file,
+    settings,
+)
 
 ITEMS40 = [f"sku-{i:02d}" for i in range(40)]
 CASES = {

@@ -20,9 +20,11 @@ import time
 
 import pytest
 import yaml
-from slate_helpers import PartitionEnv, record_slate_stream, slate_bandit
-from stream_helpers import BANDIT, decisions, kafka_topics, ledger_digests, run_file
-from test_service_kafka import (
+
+from streaming_dpbandit.stream.schemas import SlateDecision, parse_decision
+from streaming_dpbandit.stream.service import learned_state_bytes
+from streaming_dpbandit.stream.snapshot import SnapshotStore
+from streaming_dpbandit.testing.kafka_helpers import (
     create_topics,
     free_port,
     kafka_settings,
@@ -31,10 +33,14 @@ from test_service_kafka import (
     sample,
     scrape,
 )
-
-from streaming_dpbandit.stream.schemas import SlateDecision, parse_decision
-from streaming_dpbandit.stream.service import learned_state_bytes
-from streaming_dpbandit.stream.snapshot import SnapshotStore
+from streaming_dpbandit.testing.slate_helpers import PartitionEnv, record_slate_stream, slate_bandit
+from streaming_dpbandit.testing.stream_helpers import (
+    BANDIT,
+    decisions,
+    kafka_topics,
+    ledger_digests,
+    run_file,
+)
 
 pytestmark = pytest.mark.kafka
 

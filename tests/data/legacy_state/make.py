@@ -21,7 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from stream_helpers import ledger_digests, record_stream, run_file
+try:  # a tree with the test helpers in the package
+    from streaming_dpbandit.testing.stream_helpers import ledger_digests, record_stream, run_file
+except ImportError:  # the tree the files were made with (a95fd5c): tests/ on PYTHONPATH
+    from stream_helpers import ledger_digests, record_stream, run_file
 
 HERE = Path(__file__).resolve().parent
 EVENTS = 800

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stream_helpers import settings
-
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.scaling.broadcast import BroadcastDecision, learner_service
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport
+
+from .stream_helpers import settings
 
 DECISIONS = "dpbandit.decisions"
 FEEDBACK = "dpbandit.feedback"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from stream_helpers import BANDIT, settings
-
 from streaming_dpbandit.envs import MatroidSyntheticEnv
 from streaming_dpbandit.envs.matroid_env import MatroidEnvironment
 from streaming_dpbandit.matroids import PartitionMatroid
@@ -11,6 +9,8 @@ from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import RecordingSource
 from streaming_dpbandit.stream.slates.sources import SlateSimulatedSource
 from streaming_dpbandit.stream.transport import InProcessTransport
+
+from .stream_helpers import BANDIT, settings
 
 SYNTHETIC = MatroidSyntheticEnv().matroid.describe()
 
