@@ -29,7 +29,7 @@ class PolicyConfigBase(BaseModel):
     private: bool = False
 
     #: Constructor parameters a configuration never sets: the privacy audit's noise multiplier
-    #: and the tests' tie rule (``tests/test_config_parity.py`` checks the rest match).
+    #: and the tests' tie rule (``tests/config/test_config_parity.py`` checks the rest match).
     not_configurable: ClassVar[frozenset[str]] = frozenset({"noise_scale_multiplier", "ties"})
     #: Configuration field → constructor parameter, where the names differ.
     renamed: ClassVar[dict[str, str]] = {}

@@ -302,7 +302,7 @@ def decision_encoder(bandit_id: str, calibration: str, policy: str):
     same order, same values) by string formatting, without constructing models: about half a
     microsecond per decision instead of three. The bandit's constant fields are escaped once
     and a batch's shared fields (model version, decision time) formatted once.
-    ``tests/test_event_schemas.py`` checks the output against the model.
+    ``tests/stream/test_event_schemas.py`` checks the output against the model.
 
     >>> enc = decision_encoder("shop", "certified", "fliphat")
     >>> raw = enc(["e-1", "e-2"], ["arm-2", "arm-0"], [2, 0], [0.5, 1.0], 3, [4, 4], [17, 18],

@@ -1,4 +1,4 @@
-"""Shared pieces of the secure-backend audits (tests/test_secure_*.py)."""
+"""Shared pieces of the secure-backend audits (tests/privacy/test_secure_*.py)."""
 
 import itertools
 

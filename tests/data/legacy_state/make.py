@@ -9,8 +9,8 @@ restructuring of ``stream/``, issue 23), run as
 * ``expected.json`` — what an uninterrupted service over the same input learned (a digest of
   ``Service.state_bytes()``) and released (the ledger's content digests).
 
-``tests/test_legacy_state.py`` resumes today's service from ``state/`` and checks that it ends
-exactly where the uninterrupted run of the old code ended.
+``tests/stream/test_legacy_state.py`` resumes today's service from ``state/`` and checks that it
+ends exactly where the uninterrupted run of the old code ended.
 """
 
 import gzip

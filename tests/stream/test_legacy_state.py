@@ -10,7 +10,7 @@ from pathlib import Path
 
 from streaming_dpbandit.testing.stream_helpers import decisions, ledger_digests, run_file
 
-DATA = Path(__file__).parent / "data" / "legacy_state"
+DATA = Path(__file__).resolve().parents[1] / "data" / "legacy_state"
 
 
 def test_a_snapshot_and_ledger_of_the_old_code_resume_to_the_same_end(tmp_path):

@@ -138,7 +138,7 @@ def test_the_fast_decision_encoder_refuses_non_finite_numbers():
 def test_the_binary_example_of_docs_events_md_is_the_json_example():
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "events.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text()
     blocks = [b.split("```", 1)[0] for b in doc.split("```json\n")[1:]]
     as_json = ContextEvent.model_validate_json(next(b for b in blocks if '"arms"' in b))
     as_f64 = ContextEvent.model_validate_json(next(b for b in blocks if "arm_features_f64" in b))

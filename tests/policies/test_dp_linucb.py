@@ -18,7 +18,8 @@ ENV = ShariffSheffetEnv(d=4, gap=0.1)
 
 
 def make(**kw):
-    # the binary tree's ledger and state (BLT, the default where it applies: tests/test_blt.py)
+    # the binary tree's ledger and state (BLT, the default where it applies:
+    # tests/privacy/test_blt.py)
     params = dict(
         d=4, epsilon=1.0, delta=0.1, n_cap=1 << 14, batch_size=32, seed=11, tree_impl="binary"
     )

@@ -18,7 +18,7 @@ import pytest
 from streaming_dpbandit.metrics import RAW_REWARD_METRICS, ServiceMetrics
 from streaming_dpbandit.testing.stream_helpers import BANDIT, dead_letters, record_stream, run_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _section(text: str, start: str, end: str) -> str:

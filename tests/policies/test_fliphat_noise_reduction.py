@@ -1,7 +1,7 @@
 """FLIPHAT spec §14.1–§14.2: per-row contribution clipping and exact (PLD) accounting of Peeling.
 
 Derivations: docs/privacy/fliphat-noise-reduction.md. Statistical audits (certified passes, a
-halved scale is caught) are in tests/test_privacy_audit.py.
+halved scale is caught) are in tests/privacy/test_privacy_audit.py.
 
 Spec: docs/specs/fliphat.md.
 """

@@ -23,7 +23,7 @@ from streaming_dpbandit.config import CONFIGS
 from streaming_dpbandit.experiments import runner
 from streaming_dpbandit.replay import evaluate
 
-OBD = Path(__file__).resolve().parents[1] / "streaming_dpbandit" / "data" / "obd"
+OBD = Path(__file__).resolve().parents[2] / "streaming_dpbandit" / "data" / "obd"
 RANDOM = str(OBD / "random" / "men")
 
 SLATE = {"dpucb-mat", "dpts-mat"}
