@@ -14,7 +14,8 @@ import contextlib
 import logging
 import sys
 import warnings
-from typing import ClassVar
+from collections.abc import Iterator
+from typing import IO, ClassVar, TextIO
 
 __all__ = ["FIELDS", "cli_logger", "scoped_logging", "setup_logging"]
 
@@ -24,13 +25,13 @@ FIELDS = ("bandit", "release_id", "model_version", "partition", "partitions", "u
 _ROOT = "streaming_dpbandit"
 
 
-class _BarSafeHandler(logging.StreamHandler):
+class _BarSafeHandler(logging.StreamHandler[TextIO]):
     """A stderr handler that writes each record on a line of its own above any live tqdm bar."""
 
     def emit(self, record: logging.LogRecord) -> None:
         tqdm_mod = sys.modules.get("tqdm")
         bars = getattr(getattr(tqdm_mod, "tqdm", None), "_instances", None)
-        if not bars:
+        if not bars or tqdm_mod is None:
             super().emit(record)
             return
         try:
@@ -63,7 +64,14 @@ def _json_formatter() -> logging.Formatter:
     )
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
     """``warnings.showwarning`` replacement: one log record, no source path or line."""
     text = str(message).splitlines()[0] if str(message) else category.__name__
     logging.getLogger(f"{_ROOT}.warnings").warning(text, extra={"category": category.__name__})
@@ -106,7 +114,7 @@ def _warnings_not_recorded() -> bool:
 
 
 @contextlib.contextmanager
-def scoped_logging(level: str = "WARNING"):
+def scoped_logging(level: str = "WARNING") -> Iterator[None]:
     """Plain short-form logging and warnings-through-logging for the duration of one command
     (``dpbandit`` calls); the previous handlers and ``warnings.showwarning`` come back after."""
     root = logging.getLogger(_ROOT)

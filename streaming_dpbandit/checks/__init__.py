@@ -8,7 +8,7 @@ Examples
 --------
 >>> from streaming_dpbandit.checks import yield_checks
 >>> from streaming_dpbandit.policies import LinUCB
->>> pol = LinUCB(**LinUCB._unit_test_params(), seed=0)
+>>> pol = LinUCB(**next(LinUCB._unit_test_params()), seed=0)
 >>> for check in yield_checks(pol):
 ...     check(pol.clone())
 """

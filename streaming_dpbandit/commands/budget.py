@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -34,9 +35,10 @@ def run(args) -> int:
     from ..privacy.statement import PrivacyStatement
 
     path = Path(args.ledger)
+    where = str(path)
     if args.kafka:
         records, torn = _kafka_ledger(args.kafka, args.ledger), 0
-        path = f"{args.ledger} at {args.kafka}"
+        where = f"{args.ledger} at {args.kafka}"
     elif not path.is_file():
         raise ConfigError(f"no ledger at {path}")
     else:
@@ -45,7 +47,12 @@ def run(args) -> int:
         except LedgerCorruptError as err:
             raise ConfigError(f"{path}: {err}") from None
     acc = Accountant(records)
-    out = {"ledger": str(path), "records": len(records), "torn_tail_bytes": torn, "bandits": []}
+    out: dict[str, Any] = {
+        "ledger": str(where),
+        "records": len(records),
+        "torn_tail_bytes": torn,
+        "bandits": [],
+    }
     for b in acc.bandits():
         recs = [r for r in records if r.bandit_id == b]
         delta = args.delta if args.delta is not None else max(r.delta for r in recs) or None
@@ -91,7 +98,7 @@ def run(args) -> int:
                 item["statement"]["noise_backend"],
             ]
         )
-    print(f"ledger {path}: {len(records)} releases")
+    print(f"ledger {where}: {len(records)} releases")
     if torn:
         print(
             f"warning: the final line is torn ({torn} bytes of an unacknowledged release); "

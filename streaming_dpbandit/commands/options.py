@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -178,7 +178,9 @@ def known_params(name: str, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in fields}
 
 
-def reject_unknown_params(user: dict, names: list[str], also: set[str] = frozenset()) -> None:
+def reject_unknown_params(
+    user: dict, names: list[str], also: Collection[str] = frozenset()
+) -> None:
     """Refuse a ``--policy-param`` that no policy of ``names`` takes."""
     unknown = set(user) - set().union(*(policy_fields(n) for n in names)) - set(also)
     if unknown:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -27,6 +27,8 @@ class PolicyConfigBase(BaseModel):
     # no infinities or NaN anywhere in a configuration (``feedback_window: .inf`` is a mistake)
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
     private: bool = False
+    if TYPE_CHECKING:  # each subclass declares it as a Literal field (a field here would
+        policy: str  # reorder every model's fields, and with them the snapshot fingerprints)
 
     #: Constructor parameters a configuration never sets: the privacy audit's noise multiplier
     #: and the tests' tie rule (``tests/config/test_config_parity.py`` checks the rest match).

@@ -67,6 +67,14 @@ class _SparseLinearEnv(Environment):
     """Shared machinery: θ, the base feature draws, bounds and rewards."""
 
     m0 = 3
+    # set by the subclasses' constructors
+    base: str
+    s0: int
+    sigma: float
+    theta_seed: int
+
+    def public_bounds(self) -> dict[str, float]:
+        raise NotImplementedError
 
     def _validate(self) -> None:
         for name in ("d", "s0", "K", "theta_seed"):

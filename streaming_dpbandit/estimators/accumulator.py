@@ -25,22 +25,25 @@ Spec: docs/specs/fliphat.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any, Final
 
 import numpy as np
 
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ..utils.hashing import MultisetDigest
 
 __all__ = ["FORMS", "EpisodeAccumulator", "grid_floor", "quantize"]
 
 FORMS = ("h", "gram", "rows")
-QBITS = 16
+QBITS: Final = 16
 _GRID = 2.0**-QBITS
 _MAGIC = 1.5 * 2.0 ** (52 - QBITS)  # x + M − M rounds x to the 2⁻¹⁶ grid (|x| < 2³⁵)
 _UNIT = 2.0 ** (2 * QBITS)  # products of two grid values are integers in units of 2⁻³²
 _EXACT = 2.0 ** (52 - 2 * QBITS)  # partial sums below this stay exact in float64
 
 
-def quantize(a, out: np.ndarray | None = None) -> np.ndarray:
+def quantize(a: ArrayLike, out: FloatArray | None = None) -> FloatArray:
     """Round to the nearest multiple of 2⁻¹⁶ (into ``out``, which may be ``a`` itself).
 
     Values must be below 2³⁴ in magnitude (callers clip far below that).
@@ -66,16 +69,17 @@ def grid_floor(bound: float) -> float:
     return math.floor(bound * 2**QBITS) / 2**QBITS
 
 
-def _exact_matmul(A: np.ndarray, B: np.ndarray, amax: float, bmax: float) -> np.ndarray:
+def _exact_matmul(A: FloatArray, B: FloatArray, amax: float, bmax: float) -> IntArray:
     """Aᵀ·B as int64 units of 2⁻³², exact: grid inputs, chunks with exactly representable sums."""
     n = A.shape[0]
     per_row = max(amax * bmax, _GRID * _GRID)
     chunk = max(1, int(_EXACT // per_row))
-    out = None
+    out: IntArray | None = None
     for i in range(0, n, chunk):
-        part = A[i : i + chunk].T @ B[i : i + chunk]
-        part = (part * _UNIT).astype(np.int64)
+        part = ((A[i : i + chunk].T @ B[i : i + chunk]) * _UNIT).astype(np.int64)
         out = part if out is None else out + part
+    if out is None:  # callers return before multiplying zero rows
+        raise ValueError("no rows to multiply")
     return out
 
 
@@ -108,14 +112,16 @@ class EpisodeAccumulator:
         self.form = form
 
     # -- lazily created state -------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> EpisodeAccumulator:
         if not hasattr(self, "_h"):
             if self.form not in FORMS:
                 raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
-            self._h = np.zeros(self.d, dtype=object)  # exact sums, units of 2⁻³²
-            self._G = np.zeros((self.d, self.d), dtype=object) if self.form == "gram" else None
-            self._rows: list[np.ndarray] = []
-            self._ys: list[np.ndarray] = []
+            self._h: AnyArray = np.zeros(self.d, dtype=object)  # exact sums, units of 2⁻³²
+            self._G: AnyArray | None = (
+                np.zeros((self.d, self.d), dtype=object) if self.form == "gram" else None
+            )
+            self._rows: list[FloatArray] = []
+            self._ys: list[FloatArray] = []
             self._count = 0
             self._digest = MultisetDigest()
             self._sealed = False
@@ -135,9 +141,9 @@ class EpisodeAccumulator:
 
     def learn_many(
         self,
-        X: np.ndarray,
-        y: np.ndarray,
-        ids=None,
+        X: ArrayLike,
+        y: ArrayLike,
+        ids: Sequence[Any] | AnyArray | None = None,
         owned: bool = False,
         bounds: tuple[float, float] | None = None,
     ) -> None:
@@ -176,7 +182,7 @@ class EpisodeAccumulator:
         if ids is not None:
             self._digest.add(ids)
 
-    def learn_one(self, x: np.ndarray, y: float, id=None) -> None:
+    def learn_one(self, x: ArrayLike, y: float, id: Any = None) -> None:
         self.learn_many(
             np.asarray(x, dtype=np.float64)[None, :],
             np.array([y], dtype=float),
@@ -190,18 +196,18 @@ class EpisodeAccumulator:
 
     # -- what a fit reads -----------------------------------------------------------------
     @property
-    def h(self) -> np.ndarray:
+    def h(self) -> FloatArray:
         """h = Σ x·y (float64, from the exact integer sum)."""
         return np.array(self._state()._h, dtype=np.float64) / _UNIT
 
     @property
-    def G(self) -> np.ndarray:
+    def G(self) -> FloatArray:
         self._state()
         if self._G is None:
             raise RuntimeError("G is only kept in the 'gram' form")
         return np.array(self._G, dtype=np.float64) / _UNIT
 
-    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+    def rows(self) -> tuple[FloatArray, FloatArray]:
         self._state()
         if self.form != "rows":
             raise RuntimeError("rows are only kept in the 'rows' form")
@@ -212,7 +218,7 @@ class EpisodeAccumulator:
             self._ys = [np.concatenate(self._ys)]
         return self._rows[0], self._ys[0]
 
-    def gram_times(self, idx: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    def gram_times(self, idx: IntArray, vals: FloatArray) -> FloatArray:
         """G·θ for a sparse θ (indices ``idx``, values ``vals``): O(d·s) or O(N·d)."""
         self._state()
         if self.form == "gram":
@@ -245,7 +251,7 @@ class EpisodeAccumulator:
         self._sealed = True
 
     # -- persistence ----------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         X, y = self.rows() if self.form == "rows" else (None, None)
         return {
@@ -261,7 +267,7 @@ class EpisodeAccumulator:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> EpisodeAccumulator:
+    def from_state_dict(cls, state: dict[str, Any]) -> EpisodeAccumulator:
         acc = cls(d=int(state["d"]), form=state["form"])._state()
         acc._h = _int_array(state["h"])
         acc._G = None if state["G"] is None else _int_array(state["G"])
@@ -274,7 +280,7 @@ class EpisodeAccumulator:
         return acc
 
 
-def _int_array(values) -> np.ndarray:
+def _int_array(values: ArrayLike) -> AnyArray:
     arr = np.empty(np.shape(values), dtype=object)
     arr[...] = np.vectorize(int, otypes=[object])(np.asarray(values, dtype=object))
     return arr

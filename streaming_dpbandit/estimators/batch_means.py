@@ -31,8 +31,12 @@ Spec: docs/specs/dp_matroid.md.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
+
+from ..privacy.noise import NoiseSource
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 
 __all__ = ["DoublingBatchMeans", "Release"]
 
@@ -111,7 +115,7 @@ class DoublingBatchMeans:
         return len(self._state()._sealed)
 
     # -- intake --------------------------------------------------------------------------
-    def learn_many(self, items: np.ndarray, rewards: np.ndarray, rounds: np.ndarray) -> int:
+    def learn_many(self, items: ArrayLike, rewards: ArrayLike, rounds: ArrayLike) -> int:
         """Observe rewards in [0, 1] of ``items`` served at ``rounds``, in the order given.
 
         Callers feed finalized decisions in increasing round (spec §7.2). Returns the number of
@@ -151,7 +155,7 @@ class DoublingBatchMeans:
             self._observe_item(e, units[pos].tolist(), rounds[pos].tolist())
         return len(self._sealed) - before
 
-    def _sums(self, items: np.ndarray, units: np.ndarray) -> np.ndarray:
+    def _sums(self, items: IntArray, units: FloatArray) -> IntArray:
         """Exact per-item sums of integer units (float64 bincount is exact below 2⁵³)."""
         if items.size < (1 << 20):
             return np.bincount(items, weights=units, minlength=self.n_items).astype(np.int64)
@@ -173,7 +177,7 @@ class DoublingBatchMeans:
         self.s[e], self.cnt[e], self.buf[e] = s, cnt, buf
 
     # -- releases ------------------------------------------------------------------------
-    def release(self, noise, *label_prefix: int | str) -> list[Release]:
+    def release(self, noise: NoiseSource, *label_prefix: int | str) -> list[Release]:
         """Draw the Laplace noise of every sealed batch and publish its noisy mean.
 
         Releases come in canonical order (closing round, item, batch), whatever the batching.
@@ -197,7 +201,7 @@ class DoublingBatchMeans:
         return out
 
     # -- persistence ---------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Complete state, raw sums included (snapshot-only; never log it)."""
         self._state()
         sealed = np.asarray(self._sealed, dtype=np.int64).reshape(-1, 5)
@@ -212,14 +216,17 @@ class DoublingBatchMeans:
             "releases": self.releases,
         }
 
-    def load_state_dict(self, state: dict) -> DoublingBatchMeans:
+    def load_state_dict(self, state: dict[str, Any]) -> DoublingBatchMeans:
         self._state()
         self.s = np.asarray(state["s"], dtype=np.int64).copy()
         self.T = np.asarray(state["T"], dtype=np.int64).copy()
         self.mean = np.asarray(state["mean"], dtype=np.float64).copy()
         self.buf = np.asarray(state["buf"], dtype=np.int64).copy()
         self.cnt = np.asarray(state["cnt"], dtype=np.int64).copy()
-        self._sealed = [tuple(int(x) for x in row) for row in np.asarray(state["sealed"])]
+        self._sealed = [
+            (int(e), int(s), int(n), int(total), int(t))
+            for e, s, n, total, t in np.asarray(state["sealed"]).tolist()
+        ]
         self.observations = int(state["observations"])
         self.releases = int(state["releases"])
         return self

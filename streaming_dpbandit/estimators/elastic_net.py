@@ -25,13 +25,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+from scipy import sparse
+
+from ..utils.arrays import ArrayLike, FloatArray
 
 __all__ = ["CertifiedElasticNet", "ElasticNetFit", "prox_l1_l2ball"]
 
 
-def prox_l1_l2ball(v: np.ndarray, t: float, radius: float) -> np.ndarray:
+def prox_l1_l2ball(v: FloatArray, t: float, radius: float) -> FloatArray:
     """prox of t‖·‖₁ + I{‖·‖₂ ≤ radius}: soft-threshold, then project (along the last axis).
 
     >>> prox_l1_l2ball(np.array([3.0, -0.5, 4.5]), 0.5, 5.0).tolist()
@@ -50,7 +55,7 @@ def prox_l1_l2ball(v: np.ndarray, t: float, radius: float) -> np.ndarray:
 class ElasticNetFit:
     """θ̃ (secret: only ever used through the SVT) and the solver's public constants."""
 
-    theta: np.ndarray
+    theta: FloatArray
     iterations: int
     sensitivity: float
     residual_bound: float | None = None  # a-posteriori ‖θ̃ − θ*‖ bound (secret diagnostic)
@@ -135,28 +140,46 @@ class CertifiedElasticNet:
             raise ValueError("need reward_bound >= 0 and slack > 0")
 
     # -- the solver ------------------------------------------------------------------------
-    def _iterate(self, matvec, rmatvec, y, N: int, lam: float, shape, check: bool, k_max=None):
+    def _iterate(
+        self,
+        matvec: Callable[[FloatArray], FloatArray],
+        rmatvec: Callable[[FloatArray], FloatArray],
+        y: FloatArray,
+        N: int,
+        lam: float,
+        shape: tuple[int, ...],
+        check: bool,
+        k_max: int | None = None,
+    ) -> tuple[FloatArray, int, Any]:
         self._check()
         k_max = self.iterations(N) if k_max is None else int(k_max)
         mu, eta, C = self.ridge, 1.0 / self.smoothness, self.theta_bound
 
-        def grad(theta):
+        def grad(theta: FloatArray) -> FloatArray:
             return (2.0 / N) * rmatvec(matvec(theta) - y) + mu * theta
 
-        theta = np.zeros(shape)
-        prev = g_prev = None
+        theta: FloatArray = np.zeros(shape)
+        prev: FloatArray | None = None
+        g_prev: FloatArray | None = None
         for _ in range(k_max):
             g = grad(theta)
             prev, g_prev = theta, g
             theta = prox_l1_l2ball(theta - eta * g, eta * lam, C)
-        bound = None
-        if check and prev is not None:
+        bound = None  # (d,) ‖r‖/μ is a numpy scalar, (P, d) an array
+        if check and prev is not None and g_prev is not None:
             # (θ − θ⁺)/η − ∇f(θ) + ∇f(θ⁺) ∈ ∂F(θ⁺), so μ‖θ⁺ − θ*‖ ≤ its norm
             r = (prev - theta) / eta - g_prev + grad(theta)
             bound = np.linalg.norm(r, axis=-1) / mu
         return theta, k_max, bound
 
-    def fit(self, Z, y, N: int, lam: float, check: bool = False) -> ElasticNetFit:
+    def fit(
+        self,
+        Z: FloatArray | sparse.spmatrix,
+        y: ArrayLike,
+        N: int,
+        lam: float,
+        check: bool = False,
+    ) -> ElasticNetFit:
         """Solve on rows ``Z`` (n × d, scipy sparse or dense; n ≤ N present records) and ``y``.
 
         ``check=True`` also returns the a-posteriori bound ‖r‖/μ ≥ ‖θ̃ − θ*‖ of the last step
@@ -171,8 +194,8 @@ class CertifiedElasticNet:
         return ElasticNetFit(theta, k, self.sensitivity(N), None if bound is None else float(bound))
 
     def fit_batch(
-        self, Z: np.ndarray, y: np.ndarray, N: int, lam: float, iterations: int | None = None
-    ) -> np.ndarray:
+        self, Z: ArrayLike, y: ArrayLike, N: int, lam: float, iterations: int | None = None
+    ) -> FloatArray:
         """The same iterations on P independent dense problems Z (P, n, d), y (P, n) at once.
 
         Used by the sensitivity tests and audits to solve many neighbouring pairs quickly; it

@@ -16,7 +16,12 @@ Spec: docs/specs/fliphat.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, overload
+
 import numpy as np
+
+from ..utils.arrays import AnyArray, ArrayLike, IntArray
 
 __all__ = ["DoublingSchedule"]
 
@@ -78,6 +83,7 @@ class DoublingSchedule:
         kc = self._cap_episode()
         if kc is None or k <= kc:
             return self.first_len * ((1 << k) - 1) + 1
+        assert self.max_len is not None  # kc is None without a cap
         return self.first_len * ((1 << kc) - 1) + 1 + (k - kc) * self.max_len
 
     def end(self, k: int) -> int:
@@ -90,7 +96,13 @@ class DoublingSchedule:
             raise ValueError("the first fit is released at the start of episode 1")
         return self.length(k - 1)
 
-    def episode_of(self, t):
+    @overload
+    def episode_of(self, t: int | np.integer[Any]) -> int: ...
+    @overload
+    def episode_of(self, t: AnyArray | Sequence[int]) -> IntArray: ...
+    @overload
+    def episode_of(self, t: ArrayLike) -> int | IntArray: ...
+    def episode_of(self, t: ArrayLike) -> int | IntArray:
         """Episode of round ``t`` (1-based); accepts an int or an integer array."""
         self._check()
         scalar = np.isscalar(t)
@@ -102,6 +114,7 @@ class DoublingSchedule:
         k = np.frexp(q.astype(np.float64))[1].astype(np.int64) - 1
         kc = self._cap_episode()
         if kc is not None:
+            assert self.max_len is not None  # kc is None without a cap
             tc = self.start(kc)
             k = np.where(tt >= tc, kc + (tt - tc) // self.max_len, k)
         return int(k) if scalar else k

@@ -14,10 +14,14 @@ import math
 
 import numpy as np
 
+from ..utils.arrays import BoolArray, FloatArray
+
 __all__ = ["lasso_gram"]
 
 
-def _gap(w, alpha, Gw, h, yty):
+def _gap(
+    w: FloatArray, alpha: float, Gw: FloatArray, h: FloatArray, yty: float
+) -> tuple[float, float, FloatArray]:
     """Duality gap (scikit-learn's formulation, penalty α scaled by n) and ‖Xᵀr‖_∞."""
     q_dot_w = float(w @ h)
     r_norm2 = yty + float(w @ Gw) - 2.0 * q_dot_w
@@ -35,15 +39,15 @@ def _gap(w, alpha, Gw, h, yty):
 
 
 def lasso_gram(
-    G: np.ndarray,
-    h: np.ndarray,
+    G: FloatArray,
+    h: FloatArray,
     yty: float,
     n: int,
     alpha: float,
     tol: float = 1e-3,
     max_iter: int = 1000,
-    w0: np.ndarray | None = None,
-) -> np.ndarray:
+    w0: FloatArray | None = None,
+) -> FloatArray:
     """Lasso coefficients from Gram statistics.
 
     Parameters
@@ -83,9 +87,9 @@ def lasso_gram(
     gap, dual, xta = _gap(w, l1, Gw, h, yty)
     if 0 <= gap <= gtol:
         return w
-    active = np.ones(d, dtype=bool)
+    active: BoolArray = np.ones(d, dtype=bool)
 
-    def screen(gap, dual, xta):
+    def screen(gap: float, dual: float, xta: FloatArray) -> None:
         radius = math.sqrt(2.0 * abs(gap)) / l1
         with np.errstate(divide="ignore", invalid="ignore"):
             dj = (1.0 - np.abs(xta / max(l1, dual))) / np.sqrt(diag)

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import numpy as np
 from scipy import linalg
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .ldp_sgd import project_l2
 
 __all__ = ["LDPOLS", "MAX_ABS", "ols_shift_constant", "quantize_int"]
@@ -39,7 +41,7 @@ _SCALE = float(1 << QBITS)
 MAX_ABS = 1e6
 
 
-def quantize_int(a: np.ndarray) -> np.ndarray:
+def quantize_int(a: ArrayLike) -> IntArray:
     """Round to the grid 2⁻¹⁶, as int64 multiples of 2⁻¹⁶.
 
     >>> quantize_int(np.array([0.5, -1.0, 2**-17])).tolist()
@@ -105,7 +107,7 @@ class LDPOLS:
         self.pd_fallbacks = 0
         self._rows, self._cols = np.triu_indices(d)
 
-    def learn_many(self, M: np.ndarray, u: np.ndarray) -> None:
+    def learn_many(self, M: ArrayLike, u: ArrayLike) -> None:
         """Add reports: packed matrices M (n, d(d+1)/2) and vectors u (n, d)."""
         M = np.atleast_2d(M)
         u = np.atleast_2d(u)
@@ -124,7 +126,7 @@ class LDPOLS:
         self.count += other.count
         return self
 
-    def gram(self) -> np.ndarray:
+    def gram(self) -> FloatArray:
         """V (d × d, symmetric) in float64."""
         out = np.empty((self.d, self.d))
         v = self._V / _SCALE
@@ -132,11 +134,11 @@ class LDPOLS:
         out[self._cols, self._rows] = v
         return out
 
-    def vector(self) -> np.ndarray:
+    def vector(self) -> FloatArray:
         """U in float64."""
         return self._U / _SCALE
 
-    def solve(self, t: int | None = None) -> np.ndarray:
+    def solve(self, t: int | None = None) -> FloatArray:
         """θ̂ = Π_S((V + c̃√t I)⁻¹U); ``t`` defaults to this model's report count."""
         t = self.count if t is None else t
         shift = self.c_tilde * math.sqrt(max(t, 0))
@@ -168,7 +170,7 @@ class LDPOLS:
                     theta = np.linalg.lstsq(A, U, rcond=None)[0]
         return project_l2(np.asarray(theta, dtype=np.float64), self.S)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "V": self._V.copy(),
             "U": self._U.copy(),
@@ -176,7 +178,7 @@ class LDPOLS:
             "pd_fallbacks": self.pd_fallbacks,
         }
 
-    def load_state_dict(self, state: dict) -> LDPOLS:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPOLS:
         self._V = np.array(state["V"], dtype=np.int64)
         self._U = np.array(state["U"], dtype=np.int64)
         self.count = int(state["count"])

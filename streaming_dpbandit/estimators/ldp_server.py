@@ -22,9 +22,12 @@ Spec: docs/specs/ldp_glb.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..ldp.model import ModelSnapshot, ModelSpec
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .ldp_ols import LDPOLS, ols_shift_constant
 from .ldp_sgd import LDPSGD, project_l2
 
@@ -85,7 +88,7 @@ class LDPServer:
         alpha: float = 0.1,
         horizon: int = 1_000_000,
         ols_shift: bool = True,
-        theta0: np.ndarray | None = None,
+        theta0: ArrayLike | None = None,
         bandit_id: str = "default",
         model_id: str = "default",
     ):
@@ -103,7 +106,7 @@ class LDPServer:
         self._build()
 
     # -- construction --------------------------------------------------------------------------
-    def _theta0(self) -> np.ndarray:
+    def _theta0(self) -> FloatArray:
         s = self.spec
         shape = (s.d,) if s.setting == "single" else (s.K, s.d)
         if self.theta0 is None:
@@ -116,7 +119,7 @@ class LDPServer:
     def _project(self) -> bool:
         return self.spec.profile == "paper"
 
-    def _make(self, kind: str, theta0: np.ndarray, phase: str):
+    def _make(self, kind: str, theta0: FloatArray, phase: str) -> LDPSGD | LDPOLS:
         s = self.spec
         S = s.S if self._project() else None
         if kind == "sgd":
@@ -130,7 +133,7 @@ class LDPServer:
         self.version = 0
         self.reports = 0
         self.warm_count = 0
-        self.theta_warmup: np.ndarray | None = None
+        self.theta_warmup: FloatArray | None = None
         if s.setting == "single":
             self._arms = [self._make(s.variant, t0, "main")]
             self._warm = None
@@ -155,21 +158,21 @@ class LDPServer:
             return "stale_report"
         return None
 
-    def _learn(self, est, P: np.ndarray) -> None:
+    def _learn(self, est: LDPSGD | LDPOLS, P: FloatArray) -> None:
         if isinstance(est, LDPSGD):
             est.learn_many(P)
         else:
             p = self.spec.p
             est.learn_many(P[:, :p], P[:, p:])
 
-    def _solve(self, est, t: int) -> np.ndarray:
+    def _solve(self, est: LDPSGD | LDPOLS, t: int) -> FloatArray:
         if isinstance(est, LDPSGD):
             return est.theta.copy()
         if est.count == 0 and est.c_tilde == 0:
             return np.zeros(self.spec.d)
         return est.solve(t + 1 if self.spec.ols_noise == "code" else t)
 
-    def absorb(self, payloads: np.ndarray, phase: str, arms: np.ndarray | None = None) -> bool:
+    def absorb(self, payloads: ArrayLike, phase: str, arms: ArrayLike | None = None) -> bool:
         """Absorb reports in order; returns True when the warm-up ended among them.
 
         ``payloads`` is (n, ``spec.payload_size(phase)``); ``arms`` (n,) for warm-up reports.
@@ -193,22 +196,22 @@ class LDPServer:
                 self._learn(est, P[:, i * bs : (i + 1) * bs])
             self.reports += n
             return False
-        arms = np.asarray(arms, dtype=np.int64).reshape(n)
-        if np.any((arms < 0) | (arms >= s.K)):
+        arm_idx = np.asarray(arms, dtype=np.int64).reshape(n)
+        if np.any((arm_idx < 0) | (arm_idx >= s.K)):
             raise ValueError("arm out of range")
         switched = False
         if self.phase == "warmup":
             k = min(n, s.warmup_rounds - self.warm_count)
-            self._learn_warm(P[:k], arms[:k])
+            self._learn_warm(P[:k], arm_idx[:k])
             if self.warm_count >= s.warmup_rounds:
                 self._freeze()
                 switched = True
-            P, arms = P[k:], arms[k:]
+            P, arm_idx = P[k:], arm_idx[k:]
         if P.shape[0]:
-            self._learn_warm(P, arms)  # late warm-up reports: live estimates only
+            self._learn_warm(P, arm_idx)  # late warm-up reports: live estimates only
         return switched
 
-    def _learn_warm(self, P: np.ndarray, arms: np.ndarray) -> None:
+    def _learn_warm(self, P: FloatArray, arms: IntArray) -> None:
         ests = self._warm if self._warm is not None else self._arms
         for a in np.unique(arms):
             self._learn(ests[a], P[arms == a])  # order within an arm is kept
@@ -219,6 +222,8 @@ class LDPServer:
         if self._warm is not None:  # the code's SGD model starts from the warm-up OLS fit
             theta = np.array([self._solve(w, self.reports) for w in self._warm])
             for est, th in zip(self._arms, theta):
+                # a separate warm-up model exists only for OLS warm-up before SGD blocks
+                assert isinstance(est, LDPSGD)
                 est.theta = th.copy()
         else:
             theta = np.array([self._solve(e, self.reports) for e in self._arms])
@@ -226,7 +231,7 @@ class LDPServer:
         self.phase = "main"
 
     # -- publishing ----------------------------------------------------------------------------
-    def current_theta(self) -> np.ndarray:
+    def current_theta(self) -> FloatArray:
         """Solve every arm now (the OLS refresh)."""
         s = self.spec
         if s.setting == "single":
@@ -270,7 +275,7 @@ class LDPServer:
         )
 
     @property
-    def theta(self) -> np.ndarray:
+    def theta(self) -> FloatArray:
         """The published θ̂ ((d,) or (K, d))."""
         return self._published
 
@@ -280,7 +285,7 @@ class LDPServer:
         return sum(getattr(e, "pd_fallbacks", 0) for e in ests)
 
     # -- persistence ---------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "reports": self.reports,
@@ -294,7 +299,7 @@ class LDPServer:
             "warm": None if self._warm is None else [e.state_dict() for e in self._warm],
         }
 
-    def load_state_dict(self, state: dict) -> LDPServer:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPServer:
         self.version = int(state["version"])
         self.reports = int(state["reports"])
         self.warm_count = int(state["warm_count"])

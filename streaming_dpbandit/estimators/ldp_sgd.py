@@ -17,13 +17,16 @@ code only) steps on Z + λθ̂.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+
+from ..utils.arrays import ArrayLike, FloatArray
 
 __all__ = ["LDPSGD", "project_l2"]
 
 
-def project_l2(theta: np.ndarray, S: float | None) -> np.ndarray:
+def project_l2(theta: FloatArray, S: float | None) -> FloatArray:
     """Π_S(θ) = θ·min(1, S/‖θ‖), in place; ``S=None`` leaves θ unchanged.
 
     >>> project_l2(np.array([3.0, 4.0]), 1.0).tolist()
@@ -72,7 +75,7 @@ class LDPSGD:
         S: float | None = 1.0,
         weight_decay: float = 0.0,
         batch_size: int = 1,
-        theta0: np.ndarray | None = None,
+        theta0: ArrayLike | None = None,
     ):
         if d < 1 or not c0 > 0 or n0 < 0 or batch_size < 1 or weight_decay < 0:
             raise ValueError("need d >= 1, c0 > 0, n0 >= 0, batch_size >= 1, weight_decay >= 0")
@@ -93,10 +96,10 @@ class LDPSGD:
         self._buf = np.zeros(d)
         self._buffered = 0
 
-    def learn_one(self, z: np.ndarray) -> None:
+    def learn_one(self, z: ArrayLike) -> None:
         self.learn_many(np.asarray(z, dtype=np.float64)[None, :])
 
-    def learn_many(self, Z: np.ndarray) -> None:
+    def learn_many(self, Z: ArrayLike) -> None:
         """Absorb reports in row order."""
         Z = np.asarray(Z, dtype=np.float64)
         if Z.ndim != 2 or Z.shape[1] != self.d:
@@ -129,7 +132,7 @@ class LDPSGD:
                 self._buf[:] = 0.0
                 self._buffered = 0
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "theta": self.theta.copy(),
             "n": self.n,
@@ -138,7 +141,7 @@ class LDPSGD:
             "buffered": self._buffered,
         }
 
-    def load_state_dict(self, state: dict) -> LDPSGD:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPSGD:
         self.theta = np.array(state["theta"], dtype=np.float64)
         self.n = int(state["n"])
         self.steps = int(state["steps"])

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from ..privacy.noise import NoiseSource
 from ..privacy.peeling import Peeling
 from ..privacy.peeling_accounting import ACCOUNTANTS, closed_form_ratio, peeling_pld_ratio
 from ..privacy.projection import project_l1_ball
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .accumulator import EpisodeAccumulator
 
 __all__ = [
@@ -56,7 +58,9 @@ CALIBRATIONS = ("certified", "paper")
 FORMULA_ID = {"certified": "certified-v1", "paper": "paper"}
 
 
-def formula_id(calibration: str, grad_clip: float | None = None, accountant="closed_form") -> str:
+def formula_id(
+    calibration: str, grad_clip: float | None = None, accountant: str = "closed_form"
+) -> str:
     """Ledger identifier of a calibration: ``certified-v1`` is today's closed form.
 
     >>> formula_id("certified"), formula_id("certified", 2.0, "pld"), formula_id("paper")
@@ -70,7 +74,7 @@ def formula_id(calibration: str, grad_clip: float | None = None, accountant="clo
     return "+".join(["certified-v2", *flags])
 
 
-def clip_contributions(X: np.ndarray, y: np.ndarray, bound: float) -> np.ndarray:
+def clip_contributions(X: ArrayLike, y: ArrayLike, bound: float) -> FloatArray:
     """Per-row gradient contributions x_i·y_i, clipped coordinate-wise to [−bound, bound].
 
     Feed the result to an ``"h"`` accumulator with unit rewards: h = Σ_i clip(x_i·y_i).
@@ -178,8 +182,8 @@ def iterations_for(
 class NIHTFit:
     """Result of one fit: a sparse model and the public constants of its noise."""
 
-    indices: np.ndarray
-    values: np.ndarray
+    indices: IntArray
+    values: FloatArray
     iterations: int
     sensitivities: list[float]
     scales: list[float]
@@ -273,7 +277,7 @@ class NIHT:
             raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
         return closed_form_ratio(self.s, iterations, self.epsilon, self.delta)
 
-    def calibrate(self, n: int, reward_clip: float, iterations: int) -> list[dict]:
+    def calibrate(self, n: int, reward_clip: float, iterations: int) -> list[dict[str, Any]]:
         """Public noise constants of every iteration: λ_m, ξ_m and the per-step budget."""
         out = []
         if iterations > 1 and self.grad_clip is not None:
@@ -292,6 +296,7 @@ class NIHT:
                 grad_clip=self.grad_clip,
             )
             if self.accountant == "pld":
+                assert rho is not None  # iterations > 0 inside this loop
                 base = lam / rho
             else:  # the closed form, computed exactly as Peeling does (bit-identical scales)
                 split = (self.epsilon / iterations, self.delta / iterations)
@@ -315,7 +320,7 @@ class NIHT:
         reward_clip: float,
         iterations: int,
         noise: NoiseSource,
-        label: tuple,
+        label: tuple[int | str, ...],
     ) -> NIHTFit:
         """Run N-IHT on a sealed episode's statistics (θ⁰ = 0), spec §3.3.
 

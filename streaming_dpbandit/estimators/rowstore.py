@@ -16,9 +16,13 @@ a duplicate reward would double a slot's contribution) and records outside the r
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 from scipy import sparse
 
+from ..utils.arrays import AnyArray, ArrayLike, BoolArray, FloatArray, IntArray
 from .accumulator import _exact_matmul
 
 __all__ = ["RowStore", "quantize_toward_zero"]
@@ -27,15 +31,18 @@ QBITS = 16
 _SCALE = float(1 << QBITS)
 _UNIT = 2.0 ** (2 * QBITS)
 
+# one added batch: (slots, CSR indptr, CSR column indices, values, rewards)
+_Chunk = tuple[IntArray, IntArray, npt.NDArray[np.int32], FloatArray, FloatArray]
 
-def quantize_toward_zero(a) -> np.ndarray:
+
+def quantize_toward_zero(a: ArrayLike) -> FloatArray:
     """Round to the grid 2⁻¹⁶, toward zero (|result| ≤ |input|; bounds survive rounding).
 
     >>> quantize_toward_zero([0.1, -0.1, 1.0]).tolist() == [6553 / 65536, -6553 / 65536, 1.0]
     True
     """
-    a = np.asarray(a, dtype=np.float64)
-    return np.trunc(a * _SCALE) / _SCALE
+    arr = np.asarray(a, dtype=np.float64)
+    return np.trunc(arr * _SCALE) / _SCALE
 
 
 class RowStore:
@@ -71,37 +78,41 @@ class RowStore:
         self.slot_range = slot_range
         self.exact = exact
 
-    def _state(self):
+    def _state(self) -> RowStore:
         if not hasattr(self, "_chunks"):
-            self._chunks: list[tuple] = []  # (slots, indptr, indices, values, y)
+            self._chunks: list[_Chunk] = []
             self._count = 0
-            self._seen = None
+            self._seen: BoolArray | None = None
             if self.slot_range is not None:
                 lo, hi = self.slot_range
                 self._seen = np.zeros(hi - lo + 1, dtype=bool)
-            self._cache = None
+            self._cache: tuple[IntArray, Any, FloatArray] | None = None
         return self
 
     @property
     def count(self) -> int:
         return self._state()._count
 
-    def add(self, slots, X, y) -> int:
+    def add(self, slots: ArrayLike, X: ArrayLike, y: ArrayLike) -> int:
         """Add clipped records (slots (B,), dense rows X (B, d), rewards y (B,)).
 
         Returns the number of records refused as duplicates (same slot twice). Raises on a slot
         outside ``slot_range``.
         """
         self._state()
-        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
-        X = np.asarray(X, dtype=np.float64)
-        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        slots_a = np.asarray(slots, dtype=np.int64).reshape(-1)
+        X_a = np.asarray(X, dtype=np.float64)
+        y_a = np.asarray(y, dtype=np.float64).reshape(-1)
+        return self._add(slots_a, X_a, y_a)
+
+    def _add(self, slots: IntArray, X: FloatArray, y: FloatArray) -> int:
         if X.shape != (slots.size, self.d) or y.shape != slots.shape:
             raise ValueError(f"expected slots (B,), X (B, {self.d}) and y (B,)")
         if slots.size == 0:
             return 0
         dup = 0
         if self._seen is not None:
+            assert self.slot_range is not None  # _seen exists only with a slot range
             lo, hi = self.slot_range
             if slots.min() < lo or slots.max() > hi:
                 raise ValueError(f"slot outside the store's range [{lo}, {hi}]")
@@ -126,7 +137,7 @@ class RowStore:
         self._cache = None
         return dup
 
-    def matrix(self) -> tuple[np.ndarray, sparse.csr_matrix, np.ndarray]:
+    def matrix(self) -> tuple[IntArray, Any, FloatArray]:
         """(slots ascending, Z as CSR n × d in slot order, y): the canonical form of the records."""
         self._state()
         if self._cache is not None:
@@ -150,7 +161,7 @@ class RowStore:
         self._cache = (slots, Z, y)
         return self._cache
 
-    def support_gram(self, support: np.ndarray) -> np.ndarray:
+    def support_gram(self, support: ArrayLike) -> AnyArray:
         """V = Σ v vᵀ with v = [x_S; r] as exact integers in units of 2⁻³² ((p+1)², object dtype).
 
         Values are grid multiples of 2⁻¹⁶, so every product is an integer number of units and the
@@ -159,12 +170,12 @@ class RowStore:
         if not self.exact:
             raise RuntimeError("exact support Grams need a store with exact=True")
         _, Z, y = self.matrix()
-        support = np.asarray(support, dtype=np.int64)
-        p1 = support.size + 1
+        support_a = np.asarray(support, dtype=np.int64)
+        p1 = support_a.size + 1
         out = np.zeros((p1, p1), dtype=object)
         if y.size == 0:
             return out
-        ZS = sparse.csc_matrix(Z)[:, support].tocsr() if support.size else None
+        ZS = sparse.csc_matrix(Z)[:, support_a].tocsr() if support_a.size else None
         step = max(1, (1 << 22) // p1)  # dense row chunks of at most ~32 MB
         for i in range(0, y.size, step):
             W = np.empty((min(step, y.size - i), p1))
@@ -176,7 +187,7 @@ class RowStore:
         return out
 
     @staticmethod
-    def units_to_float(V: np.ndarray) -> np.ndarray:
+    def units_to_float(V: AnyArray) -> FloatArray:
         return np.array(V, dtype=np.float64) / _UNIT
 
     def destroy(self) -> None:
@@ -196,7 +207,7 @@ class RowStore:
         return sum(a.nbytes for c in self._chunks for a in c)
 
     # -- persistence -------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         slots, Z, y = self.matrix()
         return {
             "d": self.d,
@@ -211,7 +222,7 @@ class RowStore:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> RowStore:
+    def from_state_dict(cls, state: dict[str, Any]) -> RowStore:
         rng = state["slot_range"]
         st = cls(
             int(state["d"]),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .lasso import lasso_gram
 
 __all__ = ["lasso_rows", "least_squares_rows"]
@@ -26,13 +27,13 @@ __all__ = ["lasso_rows", "least_squares_rows"]
 
 def lasso_rows(
     Z: sparse.csr_matrix,
-    y: np.ndarray,
+    y: ArrayLike,
     alpha: float,
-    w0: np.ndarray | None = None,
+    w0: ArrayLike | None = None,
     tol: float = 1e-6,
     max_outer: int = 100,
     max_add: int = 200,
-) -> np.ndarray:
+) -> FloatArray:
     """Lasso coefficients (d,) for the rows of ``Z`` (n × d) and rewards ``y``.
 
     ``tol`` is the inner duality-gap tolerance relative to yᵀy (scikit-learn's meaning);
@@ -59,14 +60,15 @@ def lasso_rows(
     Zc = Z.tocsc()
     yty = float(y @ y)
     corr_y = Zc.T @ y  # Zᵀy
-    active = np.nonzero(w)[0]
+    active: IntArray = np.nonzero(w)[0]
 
-    def solve(active):
+    def solve(active: IntArray) -> IntArray:
         ZA = Zc[:, active].toarray()
         wA = lasso_gram(ZA.T @ ZA, ZA.T @ y, yty, n, alpha, tol=tol, max_iter=10_000, w0=w[active])
         w[:] = 0.0
         w[active] = wA
-        return active[wA != 0]
+        support: IntArray = active[wA != 0]
+        return support
 
     if active.size:  # a warm start is re-optimised on its support before the KKT check
         active = solve(active)
@@ -84,7 +86,7 @@ def lasso_rows(
     return w
 
 
-def least_squares_rows(Z: sparse.csr_matrix, y: np.ndarray, support: np.ndarray) -> np.ndarray:
+def least_squares_rows(Z: sparse.csr_matrix, y: ArrayLike, support: ArrayLike) -> FloatArray:
     """Least squares of y on the columns ``support`` of Z (minimum-norm if rank-deficient).
 
     >>> import numpy as np

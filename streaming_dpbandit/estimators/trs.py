@@ -19,10 +19,12 @@ import math
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray
+
 __all__ = ["trs"]
 
 
-def trs(A: np.ndarray, b: np.ndarray, C: float, rtol: float = 1e-10) -> np.ndarray:
+def trs(A: ArrayLike, b: ArrayLike, C: float, rtol: float = 1e-10) -> FloatArray:
     """Solve the trust-region subproblem.
 
     Examples
@@ -52,7 +54,8 @@ def trs(A: np.ndarray, b: np.ndarray, C: float, rtol: float = 1e-10) -> np.ndarr
     if lmin > 0:
         x = bp / lam
         if float(np.linalg.norm(x)) <= C:
-            return Q @ x
+            interior: FloatArray = Q @ x
+            return interior
     bnorm = float(np.linalg.norm(bp))
     lo = max(0.0, -lmin)
     bottom = lam - lmin <= 1e-12 * scale
@@ -84,4 +87,5 @@ def trs(A: np.ndarray, b: np.ndarray, C: float, rtol: float = 1e-10) -> np.ndarr
             hi = mid
         if hi - lo_b <= 1e-15 * max(1.0, hi):
             break
-    return Q @ (bp / (lam + hi))
+    boundary: FloatArray = Q @ (bp / (lam + hi))
+    return boundary

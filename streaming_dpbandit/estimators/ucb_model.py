@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 from scipy.linalg import lapack
+
+from ..utils.arrays import FloatArray
 
 __all__ = ["UCBModel", "oful_beta"]
 
@@ -43,14 +46,14 @@ class UCBModel:
 
     """
 
-    theta: np.ndarray
-    cinv_t: np.ndarray  # (C⁻¹)ᵀ, C-contiguous: x @ cinv_t = C⁻¹x
+    theta: FloatArray
+    cinv_t: FloatArray  # (C⁻¹)ᵀ, C-contiguous: x @ cinv_t = C⁻¹x
     logdet: float
     repaired: bool = False
 
     @classmethod
     def fit(
-        cls, V: np.ndarray, u: np.ndarray, floor: float | None = None, symmetric: bool = False
+        cls, V: FloatArray, u: FloatArray, floor: float | None = None, symmetric: bool = False
     ) -> UCBModel:
         """Factor V and solve for θ; floor eigenvalues at ``floor`` on failure.
 
@@ -79,14 +82,14 @@ class UCBModel:
             theta=theta, cinv_t=np.ascontiguousarray(Cinv.T), logdet=logdet, repaired=repaired
         )
 
-    def mean_width(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def mean_width(self, flat: FloatArray) -> tuple[FloatArray, FloatArray]:
         """θᵀx and ‖x‖_{V⁻¹} for the rows x of ``flat`` (n, d): one GEMM and one GEMV."""
         Y = flat @ self.cinv_t
         np.multiply(Y, Y, out=Y)
         sq = Y @ _ones(Y.shape[1])
         return flat @ self.theta, np.sqrt(sq, out=sq)
 
-    def scores(self, flat: np.ndarray, beta: float) -> np.ndarray:
+    def scores(self, flat: FloatArray, beta: float) -> FloatArray:
         """UCB θᵀx + β‖x‖_{V⁻¹} (β = 0: greedy, no width computed)."""
         if beta == 0.0:
             return flat @ self.theta
@@ -95,14 +98,14 @@ class UCBModel:
         width += mean
         return width
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"theta": self.theta, "cinv_t": self.cinv_t, "logdet": self.logdet}
 
 
-_ONES: dict[int, np.ndarray] = {}
+_ONES: dict[int, FloatArray] = {}
 
 
-def _ones(n: int) -> np.ndarray:
+def _ones(n: int) -> FloatArray:
     v = _ONES.get(n)
     if v is None:
         v = _ONES[n] = np.ones(n)

@@ -239,7 +239,7 @@ def audit_niht(
         x_max, b_max, eta = 1.0, 1.0, 0.1
     n_rows = 1024
     accs = []
-    R = None
+    R = 0.0  # the reward clip the policy calibrates for n_rows (the same for both datasets)
     for which in (0, 1):
         pol = FLIPHAT(
             d=d,

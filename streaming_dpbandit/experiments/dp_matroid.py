@@ -27,10 +27,13 @@ Spec: docs/specs/dp_matroid.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -216,8 +219,8 @@ class MatroidReport:
         import matplotlib.pyplot as plt
 
         a = self.sections["S1S2"]
-        s3 = self.extras.get("s3")
-        sw = self.extras.get("sweep")
+        s3: dict = self.extras.get("s3") or {}
+        sw: dict = self.extras.get("sweep") or {}
 
         def curves(ax, algo):
             for key in [
@@ -253,7 +256,7 @@ class MatroidReport:
             ax.legend()
 
         # only the panels with data: the quick profile skips S3, so no empty subplot
-        panels = [lambda ax, algo=algo: curves(ax, algo) for algo in ALGOS]
+        panels: list[Callable[[Any], None]] = [functools.partial(curves, algo=a) for a in ALGOS]
         panels += [s3_panel] if s3 else []
         panels += [sweep_panel] if sw else []
         rows = (len(panels) + 1) // 2
@@ -273,7 +276,7 @@ def _exact_checks(env: MatroidSyntheticEnv) -> tuple[list[TargetCheck], dict]:
     bases = all_bases(env.matroid)
     returns = sorted((float(env.means[list(b)].sum()) for b in bases), reverse=True)
     uninf = uninformed_return(env)
-    facts = {
+    facts: dict[str, Any] = {
         "K": env.K,
         "L": env.n_items,
         "loops": sorted(env.matroid.loops),
@@ -420,7 +423,7 @@ def _stuck_check(sections: dict[str, MatroidResult]) -> TargetCheck:
 def _sweep_checks(res: MatroidResult, eps_list, extras: dict) -> list[TargetCheck]:
     checks = []
     eps = sorted(float(e) for e in eps_list)
-    sw = {"eps": eps}
+    sw: dict[str, Any] = {"eps": eps}
     inv = 1 / np.asarray(eps)
     for algo in ALGOS:
         finals = [res.final(f"{algo} ε={e:g}") for e in eps]

@@ -48,7 +48,7 @@ def round_pair(
     epsilon: float = 1.0, calibration: str = "certified", multiplier: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray, DPUCBMAT]:
     """Sealed exact batch-2 sums of the K items under D and D′ (through the policy's intake)."""
-    sums, pol = [], None
+    sums: list[np.ndarray] = []
     for which in (0, 1):
         pol = DPUCBMAT(
             {"type": "uniform", "n_items": K, "k": K},

@@ -33,9 +33,11 @@ import math
 import multiprocessing as mp
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from ..envs.base import Environment
 from ..ldp.preprocess import normalise_contexts
 from ..ldp.randomizers import l2_mechanism
 from ..policies._ldp_baseline import upsilon
@@ -240,6 +242,22 @@ class _Group:
     def counters(self, i: int) -> dict:
         return {}
 
+    # what every method's group implements
+    def draw(self, n: int, d: int) -> None:
+        raise NotImplementedError
+
+    def learn(self, x, r, j: int) -> None:
+        raise NotImplementedError
+
+    def refresh(self) -> None:
+        raise NotImplementedError
+
+    def scores(self, X, out) -> None:
+        raise NotImplementedError
+
+    def rewards(self, r):
+        return r
+
 
 class _LDPGLBGroup(_Group):
     """LDP-SGD and LDP-OLS (policy ``ldp-glb``), single-parameter, either profile."""
@@ -415,6 +433,17 @@ class _IndexGroup(_Group):
         self._tab_start = 1
         self._tab = np.empty((0, 2, self.R))
 
+    _keys: list  # the distinct constant sets (set by each method's constructor)
+    _idx: np.ndarray  # each row's index into _keys
+
+    @staticmethod
+    def _pair(key, t) -> tuple[float, float]:
+        """(c_t, β_t) of one constant set at round t (per method)."""
+        raise NotImplementedError
+
+    def _init_centre(self) -> None:
+        raise NotImplementedError
+
     def attach(self, inv, centre, beta) -> None:
         """Use views of the shared scoring arrays; then compute the first model."""
         self.inv, self.centre, self.beta = inv, centre, beta
@@ -478,7 +507,8 @@ class _UCBGroup(_IndexGroup):
 
     @staticmethod
     def _pair(key, t):
-        ups, beta = ucb_beta(*key[:1], t, *key[1:])
+        sigma, d, horizon, alpha = key
+        ups, beta = ucb_beta(sigma, t, d, horizon, alpha)
         return 2.0 * ups, beta
 
     def _init_centre(self) -> None:
@@ -567,7 +597,7 @@ def _first_round_records(env, spec: RunSpec, pseed: int, X0: np.ndarray, mu0, ep
 
 
 # -- the driver ------------------------------------------------------------------------------------
-_COUNTER = None
+_COUNTER: Any = None  # a multiprocessing.Value shared with the workers
 
 
 def _init_worker(counter) -> None:
@@ -601,7 +631,7 @@ def _run_reps(args) -> dict:
         np.random.Generator(np.random.PCG64(_seed(base_seed, r, "reward-noise"))) for r in reps
     ]
     # replicas: every (cell, spec, repetition), grouped by method; rows of one set of arrays
-    members: dict[type, list] = {}
+    members: dict[str, list] = {}
     for cell, specs in cells.items():
         for spec in specs:
             for i, rep in enumerate(reps):
@@ -610,7 +640,9 @@ def _run_reps(args) -> dict:
                 kind = _group_kind(spec)
                 if kind in classes:
                     members.setdefault(kind, []).append((cell, spec, i, rep, pseed))
-    groups, mems, slices = [], [], []
+    groups: list[_Group] = []
+    mems: list[list] = []
+    slices: list[slice] = []
     row = 0
     for kind in _ORDER:
         if kind not in members:
@@ -629,8 +661,8 @@ def _run_reps(args) -> dict:
     if index:
         idx_sl = slice(index[0][1].start, index[-1][1].stop)
         shared = _IndexScores(idx_sl.stop - idx_sl.start)
-        for g, sl in index:
-            g.attach(*shared.views(slice(sl.start - idx_sl.start, sl.stop - idx_sl.start)))
+        for ig, sl in index:
+            ig.attach(*shared.views(slice(sl.start - idx_sl.start, sl.stop - idx_sl.start)))
     seed_rows = np.array([m[2] for mem in mems for m in mem], dtype=np.int64)
     normalise = np.concatenate([g.normalise for g in groups])
     keys = [p._coin_key() for g in groups for p in g.policies]
@@ -711,13 +743,13 @@ def _run_reps(args) -> dict:
 
 
 def run_lockstep(
-    env_factory: Callable[[int], object],
+    env_factory: Callable[[int], Environment],
     cells: dict[str, list[RunSpec]],
     seeds: int,
     base_seed: int,
     grid: np.ndarray,
     jobs: int = 1,
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[float], object] | None = None,
 ) -> dict[str, SimulationResult]:
     """Run E1 cells (name → specs, one horizon) on ``seeds`` repetitions, in lock-step.
 

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import multiprocessing as mp
 import time
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,8 @@ def run_matroid_repetition(
     means = env.means
     L = env.n_items
     non_loops = set(env.matroid.candidates.tolist())
-    pols, state = [], []
+    pols: list = []
+    state: list[dict[str, Any]] = []
     for spec in specs:
         pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
         cls = REGISTRY[spec.policy]

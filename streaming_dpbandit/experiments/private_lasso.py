@@ -217,7 +217,7 @@ def fliphat_params(env, epsilon: float) -> dict:
     }
 
 
-def baseline_params(env, refit_every: int = 200) -> dict:
+def baseline_params(env, refit_every: int = 200) -> tuple[dict, dict]:
     b = env.public_bounds()
     clip = {
         "clip_coord": b["clip_coord"],
@@ -242,7 +242,7 @@ def _clip_total(result: SimulationResult, key: str) -> int:
 
 def recovery_boundary(result: SimulationResult, key: str, support: np.ndarray, share=0.8):
     """n_rec: the first boundary slot at which TPR = 1 in ≥ 80% of seeds (None if never)."""
-    reps = result.records_by_rep[key]
+    reps = result.records_of(key)
     by_boundary: dict[int, list[float]] = {}
     for recs in reps:
         for r in recs:
@@ -468,7 +468,7 @@ def comparison(prof: Profile, jobs: int, base_seed: int, progress: bool, eps_ove
             for s in specs:
                 if s.policy == "private-lasso":
                     rho_max = policy_class(s.policy, s.params)(**s.params).rho
-                    for recs in res.records_by_rep[s.key]:
+                    for recs in res.records_of(s.key):
                         sp = Accountant(recs).spend("default")
                         if sp.rho is not None and sp.rho > rho_max * (1 + 1e-12):
                             over.append(s.key)
@@ -540,7 +540,7 @@ def doubling_shapes(prof: Profile, jobs: int, base_seed: int, progress: bool):
     T, d, eps = prof.shape_horizon, prof.shape_d, prof.shape_epsilon
     top = T.bit_length() - 2  # last doubling j with 2^{j+1} ≤ T
     rows, checks, curves = [], [], {}
-    slopes = {}
+    slopes: dict[tuple[str, str], tuple[float, float, float, int, bool]] = {}
     for env in (MarginEnv(d=d), NoMarginEnv(d=d)):
         sa, th = baseline_params(env)
         specs = [
@@ -581,19 +581,19 @@ def doubling_shapes(prof: Profile, jobs: int, base_seed: int, progress: bool):
                 ]
             )
     for pol in ("sa-lasso", "th-lasso"):
-        b = slopes[("Env-M", pol)]
+        sl = slopes[("Env-M", pol)]
         checks.append(
-            TargetCheck("T1", f"{pol}, Env-M", "b̂ ≤ 0.2", f"{b[0]:+.2f}", "-", b[0] <= 0.2)
+            TargetCheck("T1", f"{pol}, Env-M", "b̂ ≤ 0.2", f"{sl[0]:+.2f}", "-", sl[0] <= 0.2)
         )
-        b = slopes[("Env-NM", pol)]
+        sl = slopes[("Env-NM", pol)]
         checks.append(
             TargetCheck(
                 "T2",
                 f"{pol}, Env-NM",
                 "b̂ ∈ [0.35, 0.65]",
-                f"{b[0]:+.2f}",
+                f"{sl[0]:+.2f}",
                 "-",
-                0.35 <= b[0] <= 0.65,
+                0.35 <= sl[0] <= 0.65,
             )
         )
     bm, bn = slopes[("Env-M", "private-lasso")], slopes[("Env-NM", "private-lasso")]
@@ -654,10 +654,10 @@ def support_recovery(prof: Profile, base_seed: int):
         for m in ("forgetful", "episodic")
         for e in prof.recovery_epsilons
     }
-    tpr = {
+    tpr: dict[tuple[str, int, float], list[float]] = {
         (m, N, e): [] for m in ("forgetful", "episodic") for N in prof.recovery_ns for e in eps_all
     }
-    fp = {k: [] for k in tpr}
+    fp: dict[tuple[str, int, float], list[float]] = {k: [] for k in tpr}
     for seed in range(prof.recovery_seeds):
         for N in prof.recovery_ns:
             rng = np.random.default_rng([base_seed, seed, N, 5])
@@ -734,12 +734,12 @@ def support_recovery(prof: Profile, base_seed: int):
                 f"mean FP ≤ (2/3)(c − s0) = {bound:.2f} + 2 s.e. in every cell",
                 f"max (mean − 2 s.e.) = {worst[0]:.2f} at N={worst[1][1]}, ε={worst[1][2]:g}",
                 "2 s.e.",
-                worst[0] <= bound,
+                bool(worst[0] <= bound),
             )
         )
         # recovery point (guidance, not a criterion)
         for i, e in enumerate(eps_all):
-            j = next((j for j in range(len(prof.recovery_ns)) if grid[i, j] >= 0.99), None)
+            jr = next((j for j in range(len(prof.recovery_ns)) if grid[i, j] >= 0.99), None)
             if mode == "forgetful" and not math.isinf(e):
                 checks.append(
                     TargetCheck(
@@ -747,8 +747,8 @@ def support_recovery(prof: Profile, base_seed: int):
                         f"forgetful ε={e:g}: TPR ≈ 1 from N =",
                         "guidance: 2^13–2^14 at ε=32, 2^17–2^18 at ε=1",
                         "not within the grid"
-                        if j is None
-                        else f"2^{prof.recovery_ns[j].bit_length() - 1}",
+                        if jr is None
+                        else f"2^{prof.recovery_ns[jr].bit_length() - 1}",
                         "-",
                         None,
                     )
@@ -968,7 +968,7 @@ def paper_variant(prof: Profile, jobs: int, base_seed: int, progress: bool):
     rp = _mean_se(res.finals["PrivateLASSO (paper)"])
     rr = _mean_se(res.finals["uniform"])
     ratio = rp[0] / rr[0]
-    valid = all(not r.dp_valid for recs in res.records_by_rep["PrivateLASSO (paper)"] for r in recs)
+    valid = all(not r.dp_valid for recs in res.records_of("PrivateLASSO (paper)") for r in recs)
     checks.append(
         TargetCheck(
             "T6b",

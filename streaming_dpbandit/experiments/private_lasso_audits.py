@@ -142,7 +142,7 @@ def audit_gram(multiplier: float = 1.0, n: int = 200_000, seed: int = 12) -> Aud
     rho_ls = 1.0 / (2.0 * s_a**2)
     epsilon = epsilon_from_rho(rho_ls / 0.25, 1e-8)
     V = []
-    sigma = None
+    sigma = 0.0  # the policy's calibrated Gram noise (the same for both datasets)
     for sign in (1.0, -1.0):
         pol = _gram_policy(epsilon, multiplier)
         pol.decide(np.zeros((4, 2, 4)))

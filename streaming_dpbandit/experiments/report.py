@@ -68,7 +68,7 @@ def plot_curves(result: SimulationResult, path: str, title: str = "") -> None:
     if ("fliphat", "paper") in labels:
         note = "\n(calibration 'paper': reproduction only, not a valid DP guarantee)"
     elif any(cal not in (None, "certified") for _, cal in labels):
-        shown = sorted({cal for _, cal in labels if cal not in (None, "certified")})
+        shown = sorted({cal for _, cal in labels if cal is not None and cal != "certified"})
         note = f"\n(labelled calibration options: {', '.join(shown)})"
     ax.set_title(
         (title or f"{result.env.get('name', '')}: {result.seeds} repetitions") + note, fontsize=10

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from ..policies import policy_class
 from ..policies.base import Policy
 from ..privacy.accountant import Accountant
 from ..privacy.ledger import ReleaseRecord
+
+if TYPE_CHECKING:
+    from ..config.base import PolicyConfigBase
 
 __all__ = ["RunSpec", "SimulationResult", "make_grid", "run_repetition", "simulate"]
 
@@ -70,7 +74,7 @@ class RunSpec:
     epsilon: float | None = None
     delta: float | None = None
     group: str = ""
-    config: object | None = None
+    config: PolicyConfigBase | None = None
 
 
 def make_grid(horizon: int, points: int = 400) -> np.ndarray:
@@ -103,7 +107,7 @@ def run_repetition(
     rep: int,
     base_seed: int = 0,
     grid: np.ndarray | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], object] | None = None,
     keep_records: bool = True,
 ) -> dict:
     """Run every spec on one common stream; return cumulative-regret curves and releases.
@@ -167,7 +171,7 @@ def run_repetition(
 
 
 # -- parallel driver -------------------------------------------------------------------------
-_PROGRESS = None
+_PROGRESS: Any = None  # a multiprocessing.Value shared with the workers
 
 
 def _init_worker(counter):
@@ -202,6 +206,12 @@ class SimulationResult:
     #: key -> per-repetition releases and counters (all repetitions; ``records`` is repetition 0)
     records_by_rep: dict[str, list[list[ReleaseRecord]]] | None = None
     counters_by_rep: dict[str, list[dict]] | None = None
+
+    def records_of(self, key: str) -> list[list[ReleaseRecord]]:
+        """Every repetition's releases of run ``key`` (a result made by :func:`simulate`)."""
+        if self.records_by_rep is None:
+            raise ValueError("this result holds only repetition 0's releases (records)")
+        return self.records_by_rep[key]
 
     def grid_of(self, key: str) -> np.ndarray:
         spec = next(s for s in self.specs if s.key == key)

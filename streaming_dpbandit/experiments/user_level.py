@@ -257,7 +257,7 @@ def user_level_table(rows: list[dict]) -> str:
         T = next(r["T"] for r in rows if r["policy"] == p)
         line = [p, f"{T:,}"]
         for k in ks:
-            r = cell.get((p, k))
-            line.append("-" if r is None else f"{r['regret']:,.0f} ± {r['se']:,.0f}")
+            got = cell.get((p, k))
+            line.append("-" if got is None else f"{got['regret']:,.0f} ± {got['se']:,.0f}")
         body.append(line)
     return format_table(header, body)

@@ -9,9 +9,33 @@ modules, and ``OneHotArms`` River's bandit module, which one policy seldom needs
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..utils.lazy import LazyRegistry, lazy_attribute
 from .base import BasePolicy, DecisionBatch, Policy
+
+if TYPE_CHECKING:  # the real classes for type checkers (imported lazily at run time)
+    from .dp_linucb import DPLinUCB
+    from .dpts_mat import DPTSMAT
+    from .dpucb_mat import DPUCBMAT
+    from .fliphat import FLIPHAT
+    from .greedy import GreedyRidge
+    from .lasso_bandit import LassoBandit
+    from .ldp_glb import LDPGLB as LDPGLB
+    from .ldp_gloc import LDPGLOC as LDPGLOC
+    from .ldp_ucb import LDPUCB as LDPUCB
+    from .linucb import LinUCB
+    from .linucb_disjoint import LinUCBDisjoint
+    from .matroid_base import MatroidPolicy, SlateBatch
+    from .matroid_baselines import OMM, CTSGaussian
+    from .multi_armed import OneHotArms
+    from .private_lasso import PrivateLASSO
+    from .private_lasso_paper import PrivateLASSOPaper
+    from .random import RandomPolicy
+    from .sa_lasso import SALassoBandit
+    from .slate_base import SlatePolicy
+    from .table import TablePolicy
+    from .th_lasso import THLassoBandit
 
 #: Module of each public class of the package.
 _MODULES = {
@@ -101,7 +125,7 @@ def policy_class(name: str, params: Mapping[str, object] | None = None) -> type:
 SLATE_POLICIES = frozenset({"dpucb-mat", "dpts-mat", "omm", "cts-gaussian"})
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:  # PEP 562: a class of _MODULES, imported on first use
     return lazy_attribute(__name__, _MODULES, name)
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from .base import argmax_random_ties
 
 __all__ = ["argmax_ties_by_coins", "take_ids"]
 
 
-def argmax_ties_by_coins(scores: np.ndarray, coins_for) -> tuple[np.ndarray, np.ndarray]:
+def argmax_ties_by_coins(
+    scores: FloatArray, coins_for: Callable[[IntArray], FloatArray]
+) -> tuple[IntArray, FloatArray]:
     """Row-wise argmax of (B, K) ``scores``; exact ties are broken by ``coins_for(rows)``.
 
     ``coins_for(rows)`` returns the deterministic coins (hash of the event ids) of the given
@@ -22,7 +27,7 @@ def argmax_ties_by_coins(scores: np.ndarray, coins_for) -> tuple[np.ndarray, np.
     ([2, 1], [0.5, 1.0])
     """
     B = scores.shape[0]
-    arms = scores.argmax(axis=1)
+    arms: IntArray = scores.argmax(axis=1)
     best = scores[np.arange(B), arms]
     ties = scores == best[:, None]
     if np.count_nonzero(ties) == B:
@@ -36,7 +41,7 @@ def argmax_ties_by_coins(scores: np.ndarray, coins_for) -> tuple[np.ndarray, np.
     return arms, prop
 
 
-def take_ids(event_ids, rows: np.ndarray):
+def take_ids(event_ids: ArrayLike | None, rows: IntArray) -> AnyArray | None:
     """The event ids of ``rows`` (None stays None: coins then come from the rounds).
 
     >>> take_ids(["a", "b", "c"], np.array([2, 0])).tolist(), take_ids(None, np.array([1]))

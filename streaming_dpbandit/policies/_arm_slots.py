@@ -18,7 +18,12 @@ from request to request as items appear and retire. :class:`ArmSlots` maps arm i
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+from typing import Any
+
 import numpy as np
+
+from ..utils.arrays import IntArray
 
 __all__ = ["ArmSlots"]
 
@@ -38,19 +43,19 @@ class ArmSlots:
 
     """
 
-    def __init__(self, max_arms: int, initial: int = 16):
+    def __init__(self, max_arms: int, initial: int = 16) -> None:
         if max_arms < 1:
             raise ValueError("max_arms must be >= 1")
         self.max_arms = int(max_arms)
         self.capacity = min(self.max_arms, max(1, initial))
-        self.slot: dict = {}
-        self.ids: list = [None] * (self.capacity + 1)
+        self.slot: dict[Hashable, int] = {}
+        self.ids: list[Hashable | None] = [None] * (self.capacity + 1)
         self.stamp = np.zeros(self.capacity + 1, dtype=np.int64)
         self.gen = np.zeros(self.capacity + 1, dtype=np.int64)
         self.evicted = 0
         self._next = 1  # first never-used slot
         self._assigned: list[int] = []
-        self._last: tuple[list, np.ndarray] | None = None  # (ids, slots) of the last lookup
+        self._last: tuple[list[Hashable], IntArray] | None = None  # (ids, slots) of the last lookup
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -83,7 +88,7 @@ class ArmSlots:
         self._last = None
         return s
 
-    def lookup(self, arm_ids, stamp: int, insert: bool = True) -> np.ndarray:
+    def lookup(self, arm_ids: Sequence[Hashable], stamp: int, insert: bool = True) -> IntArray:
         """Slots of ``arm_ids`` (a list of hashable ids); marks them used at ``stamp``.
 
         ``insert=False``: unknown arms get slot 0 (the prior) and nothing is marked.
@@ -118,11 +123,11 @@ class ArmSlots:
             self._last = (list(arm_ids), slots)
         return slots
 
-    def touch(self, slots: np.ndarray, stamp: int) -> None:
+    def touch(self, slots: IntArray, stamp: int) -> None:
         self.stamp[slots] = np.maximum(self.stamp[slots], stamp)
 
     # -- persistence -------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "max_arms": self.max_arms,
             "capacity": self.capacity,
@@ -134,7 +139,7 @@ class ArmSlots:
         }
 
     @classmethod
-    def from_state(cls, state: dict, max_arms: int | None = None) -> ArmSlots:
+    def from_state(cls, state: dict[str, Any], max_arms: int | None = None) -> ArmSlots:
         """Restore; ``max_arms`` (the policy's parameter now) may grow the bound, not shrink
         it below the slots the snapshot uses."""
         cap = int(state["capacity"])
@@ -155,6 +160,6 @@ class ArmSlots:
         return out
 
 
-def _hashable(a):
+def _hashable(a: Any) -> Hashable:
     """Ids come back from JSON snapshots as lists when they were tuples."""
     return tuple(_hashable(x) for x in a) if isinstance(a, list) else a

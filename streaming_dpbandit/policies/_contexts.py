@@ -16,14 +16,17 @@ or mappings as values) is a per-arm context.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any, TypeGuard
 
 import numpy as np
+
+from ..utils.arrays import FloatArray
 
 __all__ = ["is_shared_context", "shared_row"]
 
 
-def is_shared_context(context) -> bool:
+def is_shared_context(context: object) -> TypeGuard[Mapping[Any, Any]]:
     """True for River's ``{feature: number}`` dict (including the empty dict).
 
     >>> is_shared_context({"age": 0.3, "clicks": 2}), is_shared_context({"a": [1.0, 0.0]})
@@ -34,7 +37,7 @@ def is_shared_context(context) -> bool:
     )
 
 
-def shared_row(context: Mapping, d: int, columns: dict) -> np.ndarray:
+def shared_row(context: Mapping[Any, Any], d: int, columns: dict[Hashable, int]) -> FloatArray:
     """The (d,) feature row of a shared context; ``columns`` (name → index) grows in place.
 
     >>> cols = {}

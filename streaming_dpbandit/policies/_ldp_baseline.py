@@ -8,7 +8,9 @@ R^{dK} while υ_t and β_t keep the per-arm d.
 
 from __future__ import annotations
 
+import abc
 import math
+from typing import Any, Self
 
 import numpy as np
 from scipy import linalg
@@ -17,6 +19,7 @@ from ..ldp.model import AUTHORS_CODE_LABEL
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
+from ..utils.arrays import FloatArray, IntArray
 from .base import Policy
 
 __all__ = ["LDPBaseline", "code_sigma", "upsilon"]
@@ -42,13 +45,31 @@ class LDPBaseline(Policy):
 
     private = True
 
+    # the parameters every baseline stores (its constructor's)
+    d: int
+    n_arms: int
+    setting: str
+    epsilon: float
+    delta: float
+    refresh_every: int
+    bandit_id: str
+    seed: int | None
+
+    @abc.abstractmethod
+    def _state(self) -> Self:
+        """Build the state on first use; returns the policy."""
+
+    @abc.abstractmethod
+    def _refresh(self) -> None:
+        """Recompute the model in force from the reports so far."""
+
     def _dims(self) -> tuple[int, int]:
         """(per-arm d, model dimension: d single-param, dK stacked multi-param)."""
         if self.setting == "single":
             return self.d, self.d
         return self.d, self.d * self.n_arms
 
-    def _stack(self, X: np.ndarray) -> np.ndarray:
+    def _stack(self, X: FloatArray) -> FloatArray:
         """(B, K, d) → (B, K, D): stacked x̃_a = e_a ⊗ x_a in multi-param."""
         if self.setting == "single":
             return X
@@ -126,22 +147,24 @@ class LDPBaseline(Policy):
         )
 
     @staticmethod
-    def _inverse(A: np.ndarray, floor: float) -> np.ndarray:
+    def _inverse(A: FloatArray, floor: float) -> FloatArray:
         """A⁻¹ by Cholesky; if A is not positive definite, eigenvalues floored at ``floor``."""
         try:
             c = linalg.cho_factor(A, check_finite=False)
-            return linalg.cho_solve(c, np.eye(A.shape[0]), check_finite=False)
+            inv: FloatArray = linalg.cho_solve(c, np.eye(A.shape[0]), check_finite=False)
+            return inv
         except linalg.LinAlgError:
             lam, Q = np.linalg.eigh(0.5 * (A + A.T))
             lam = np.maximum(lam, max(floor, 1e-12))
-            return (Q / lam) @ Q.T
+            floored: FloatArray = (Q / lam) @ Q.T
+            return floored
 
-    def _remember(self, rounds: np.ndarray, arms: np.ndarray) -> None:
+    def _remember(self, rounds: IntArray, arms: IntArray) -> None:
         if self.setting == "multi":
             for r, a in zip(rounds.tolist(), arms.tolist()):
                 self._pending[r] = a
 
-    def _chosen_stacked(self, contexts: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+    def _chosen_stacked(self, contexts: FloatArray, rounds: IntArray) -> FloatArray:
         """Stacked feature of the chosen arm of each round, from the learned (B, d) contexts."""
         if self.setting == "single":
             return contexts
@@ -152,10 +175,10 @@ class LDPBaseline(Policy):
             out[i, a * d : (a + 1) * d] = contexts[i]
         return out
 
-    def _get_params(self) -> dict:
+    def _get_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._init_param_names()}
 
-    def _common_state(self) -> dict:
+    def _common_state(self) -> dict[str, Any]:
         return {
             "t": self._t,
             "since": self._since,
@@ -166,7 +189,7 @@ class LDPBaseline(Policy):
             "pending": {str(k): v for k, v in self._pending.items()},
         }
 
-    def _load_common(self, state: dict) -> None:
+    def _load_common(self, state: dict[str, Any]) -> None:
         self._t = int(state["t"])
         self._since = int(state["since"])
         self._version = int(state["version"])

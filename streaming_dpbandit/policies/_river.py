@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import importlib.abc
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import TypeVar
 
 __all__ = ["register_contextual_policy"]
 
 _TARGET = "river.bandit.base"
 _PENDING: list[type] = []
 
+_C = TypeVar("_C", bound=type)
 
-def register_contextual_policy(cls: type) -> type:
+
+def register_contextual_policy(cls: _C) -> _C:
     """Make ``cls`` a virtual subclass of ``river.bandit.base.ContextualPolicy``; returns it.
 
     Does not import River's bandit module: if it is not loaded yet, ``cls`` is registered
@@ -45,7 +51,7 @@ def register_contextual_policy(cls: type) -> type:
     return cls
 
 
-def _register_pending(module) -> None:
+def _register_pending(module: ModuleType) -> None:
     while _PENDING:
         module.ContextualPolicy.register(_PENDING.pop(0))
 
@@ -53,14 +59,19 @@ def _register_pending(module) -> None:
 class _RegisterOnImport(importlib.abc.MetaPathFinder):
     """Finds nothing itself: wraps the loader of ``river.bandit.base`` to register afterwards."""
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
         if fullname != _TARGET:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
             if finder is self or find is None:
                 continue
-            spec = find(fullname, path, target)
+            spec: ModuleSpec | None = find(fullname, path, target)
             if spec is not None:
                 break
         else:
@@ -71,14 +82,14 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
 
 
 class _RegisteringLoader(importlib.abc.Loader):
-    def __init__(self, loader, finder: _RegisterOnImport):
+    def __init__(self, loader: importlib.abc.Loader, finder: _RegisterOnImport) -> None:
         self._loader = loader
         self._finder = finder
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         # the module's own loader from now on (get_source, resources, reload)
         module.__loader__ = self._loader
         if module.__spec__ is not None:

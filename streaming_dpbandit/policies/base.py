@@ -45,7 +45,8 @@ import abc
 import dataclasses
 import inspect
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, Self, TypeVar, cast
 
 import numpy as np
 from river.base import Base
@@ -53,10 +54,27 @@ from river.base import Base
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ..utils.hashing import uniform_coins
 from ._river import register_contextual_policy
 
-__all__ = ["BasePolicy", "DecisionBatch", "Policy", "argmax_random_ties", "context_matrix"]
+__all__ = [
+    "ArmId",
+    "BasePolicy",
+    "Context",
+    "DecisionBatch",
+    "Policy",
+    "argmax_random_ties",
+    "context_matrix",
+]
+
+#: An arm id of River's interface (``pull`` returns one of the ids it was given).
+ArmId = TypeVar("ArmId", bound=Hashable)
+
+#: A River-style context of one round: ``{arm_id: features}`` (features a sequence, an array
+#: or a sparse ``{j: value}`` mapping), a (K, d) array, or (policies keyed by arm id) River's
+#: shared ``{feature: value}`` dict.
+Context = Mapping[Any, Any] | ArrayLike | None
 
 #: Constructor parameters that are secrets and never appear in repr, logs or explain().
 #: Only the noise seed is one: a public parameter (e.g. DP-LinUCB's ``noise="wishart"``, a
@@ -64,7 +82,7 @@ __all__ = ["BasePolicy", "DecisionBatch", "Policy", "argmax_random_ties", "conte
 SECRET_PARAMS = frozenset({"seed"})
 
 
-def _is_secret_value(value) -> bool:
+def _is_secret_value(value: object) -> bool:
     """A noise source or generator passed as a parameter is a secret whatever its name."""
     return isinstance(value, (NoiseSource, np.random.Generator, np.random.BitGenerator))
 
@@ -90,17 +108,17 @@ class DecisionBatch:
         Version of the frozen model used.
     """
 
-    arms: np.ndarray
-    propensities: np.ndarray
-    rounds: np.ndarray
-    episodes: np.ndarray
+    arms: IntArray
+    propensities: FloatArray
+    rounds: IntArray
+    episodes: IntArray
     model_version: int
 
     def __len__(self) -> int:
         return int(self.arms.shape[0])
 
 
-def argmax_random_ties(scores: np.ndarray, coins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def argmax_random_ties(scores: FloatArray, coins: FloatArray) -> tuple[IntArray, FloatArray]:
     """Row-wise argmax, ties broken uniformly by ``coins`` in [0, 1); returns (arms, 1/#ties).
 
     >>> s = np.array([[1.0, 3.0, 3.0], [0.0, 0.0, 0.0]])
@@ -112,11 +130,14 @@ def argmax_random_ties(scores: np.ndarray, coins: np.ndarray) -> tuple[np.ndarra
     n_ties = ties.sum(axis=1)
     pick = np.minimum((coins * n_ties).astype(np.int64), n_ties - 1)
     ranks = np.cumsum(ties, axis=1) - 1
-    arms = np.argmax(ties & (ranks == pick[:, None]), axis=1)
-    return arms, 1.0 / n_ties
+    arms: IntArray = np.argmax(ties & (ranks == pick[:, None]), axis=1)
+    prop: FloatArray = 1.0 / n_ties
+    return arms, prop
 
 
-def context_matrix(arm_ids: Sequence, context, d: int | None = None) -> np.ndarray:
+def context_matrix(
+    arm_ids: Sequence[Hashable], context: Context, d: int | None = None
+) -> FloatArray:
     """Turn a River-style per-arm context into a (K, d) matrix, rows in ``arm_ids`` order.
 
     ``context`` may be a (K, d) array, or a mapping ``{arm_id: features}`` where features are
@@ -128,7 +149,7 @@ def context_matrix(arm_ids: Sequence, context, d: int | None = None) -> np.ndarr
     if context is None:
         raise ValueError("this policy needs per-arm contexts: {arm_id: features} or a K×d array")
     if isinstance(context, Mapping):
-        rows = []
+        rows: list[FloatArray] = []
         for arm in arm_ids:
             if arm not in context:
                 raise ValueError(f"no features for arm {arm!r} in the context")
@@ -198,7 +219,7 @@ class BasePolicy(Base, abc.ABC):
         return self.t
 
     # -- user-level contribution bounding (docs/privacy/user-level.md) ----------------------
-    def contribution_windows(self, rounds: np.ndarray) -> np.ndarray:
+    def contribution_windows(self, rounds: ArrayLike) -> IntArray:
         """Bounding window of the rows of ``rounds``: the data slice their private statistics
         belong to (``policies/user_level.py`` admits at most k rows per user per window).
 
@@ -234,11 +255,11 @@ class BasePolicy(Base, abc.ABC):
             scope="This policy is a non-private baseline: it gives no privacy guarantee.",
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         return {"policy": self.name, "private": self.private, "params": self.public_params()}
 
     # -- helpers ---------------------------------------------------------------------------
-    def public_params(self) -> dict:
+    def public_params(self) -> dict[str, Any]:
         return {
             k: v
             for k, v in self._get_params().items()
@@ -246,7 +267,7 @@ class BasePolicy(Base, abc.ABC):
         }
 
     def _coin_key(self) -> int:
-        key = getattr(self, "_tie_key", None)
+        key: int | None = getattr(self, "_tie_key", None)
         if key is None:
             seed = getattr(self, "seed", None)
             if seed is None:
@@ -264,10 +285,10 @@ class BasePolicy(Base, abc.ABC):
 
     # -- persistence -------------------------------------------------------------------------
     @abc.abstractmethod
-    def state_dict(self) -> dict: ...
+    def state_dict(self) -> dict[str, Any]: ...
 
     @abc.abstractmethod
-    def load_state_dict(self, state: dict) -> BasePolicy: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Self: ...
 
     @classmethod
     def _init_param_names(cls) -> list[str]:
@@ -292,17 +313,33 @@ class Policy(BasePolicy):
 
     # -- vectorised interface --------------------------------------------------------------
     @abc.abstractmethod
-    def decide(self, X: np.ndarray, event_ids=None, mask: np.ndarray | None = None):
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         """Decide B rounds; ``X`` is (B, K, d); ``mask`` (B, K) marks available arms."""
 
     @abc.abstractmethod
-    def learn(self, contexts: np.ndarray, rewards: np.ndarray, rounds: np.ndarray, ids=None):
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Learn from chosen contexts (B, d) and rewards (B,) of the decisions of ``rounds``."""
 
     #: Attributes that ``decide`` advances (restored by :meth:`decide_frozen`).
     _DECIDE_STATE: tuple[str, ...] = ("_t", "_since")
+    #: (arm ids, round) of the last River ``pull`` (set by :meth:`pull`).
+    _river_last: tuple[list[Any], int]
 
-    def decide_frozen(self, X: np.ndarray, event_ids=None, mask: np.ndarray | None = None, **kw):
+    def decide_frozen(
+        self,
+        X: ArrayLike,
+        event_ids: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        **kw: Any,
+    ) -> DecisionBatch:
         """Decide B rounds with the model in force, leaving the policy's state unchanged.
 
         The frozen policy of off-policy evaluation: no rounds are consumed, no update becomes
@@ -336,19 +373,20 @@ class Policy(BasePolicy):
                 if hasattr(self, a):
                     delattr(self, a)
             if counters_copy is not None:
+                assert isinstance(counters, dict)  # copied above only when it is one
                 counters.clear()
                 counters.update(counters_copy)
             self._restore_decide_extra(extra)
 
-    def _save_decide_extra(self):
+    def _save_decide_extra(self) -> object:
         """Hook: state besides ``_DECIDE_STATE`` and ``_counters`` that ``decide`` mutates."""
         return None
 
-    def _restore_decide_extra(self, saved) -> None:
+    def _restore_decide_extra(self, saved: Any) -> None:
         return None
 
     # -- model broadcast (docs/scaling.md, pattern 2) ---------------------------------------
-    def released_model(self) -> dict | None:
+    def released_model(self) -> dict[str, Any] | None:
         """The model in force as privately released, or ``None`` (initial model).
 
         A dict ``{"model_version": int, "release_ids": [str], "payload": dict}`` whose payload
@@ -357,7 +395,7 @@ class Policy(BasePolicy):
         """
         return None
 
-    def load_released_model(self, model: dict) -> Policy:
+    def load_released_model(self, model: dict[str, Any]) -> Self:
         """Decide from now on with a broadcast released model (see :meth:`released_model`).
 
         Only for a fresh policy, which becomes decide-only: ``learn``, ``refit`` and
@@ -366,7 +404,7 @@ class Policy(BasePolicy):
         raise NotImplementedError(f"policy {self.name!r} cannot decide from a released model")
 
     @classmethod
-    def from_released_model(cls, model: dict | None, **params) -> Policy:
+    def from_released_model(cls, model: dict[str, Any] | None, **params: Any) -> Self:
         """A decide-only policy built from its parameters and a released model.
 
         ``model=None`` gives the policy's initial (data-independent) model.
@@ -376,7 +414,7 @@ class Policy(BasePolicy):
             raise NotImplementedError(f"policy {cls.name!r} cannot decide from a released model")
         return pol if model is None else pol.load_released_model(model)
 
-    def record_rounds(self, n: int) -> np.ndarray:
+    def record_rounds(self, n: int) -> IntArray:
         """Count ``n`` rounds decided elsewhere (by decision replicas); returns their rounds.
 
         The learner of a model broadcast calls this instead of ``decide``: the round counter and
@@ -385,11 +423,11 @@ class Policy(BasePolicy):
         """
         raise NotImplementedError(f"policy {self.name!r} has no model-broadcast learner")
 
-    def _coins(self, rounds: np.ndarray, event_ids) -> np.ndarray:
+    def _coins(self, rounds: ArrayLike, event_ids: ArrayLike | None) -> FloatArray:
         ids = rounds if event_ids is None else event_ids
-        return uniform_coins(self._coin_key(), ids)
+        return uniform_coins(self._coin_key(), np.asarray(ids))
 
-    def _check_batch(self, X: np.ndarray, d: int | None) -> np.ndarray:
+    def _check_batch(self, X: ArrayLike, d: int | None) -> FloatArray:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 3 or (d is not None and X.shape[2] != d):
             raise ValueError(f"decide expects X of shape (B, K, {d}), got {X.shape}")
@@ -405,23 +443,26 @@ class Policy(BasePolicy):
         return X
 
     # -- River compatibility ---------------------------------------------------------------
-    def _pull(self, arm_ids, context):  # River's abstract hook (kept for River's callers)
+    def _pull(self, arm_ids: Iterable[ArmId], context: Context) -> ArmId:
+        # River's abstract hook (kept for River's callers)
         return self.pull(arm_ids, context)
 
-    def pull(self, arm_ids, context=None):
-        """River interface: choose one arm for one round (refits first if due)."""
-        arm_ids = list(arm_ids)
-        X = self._river_matrix(arm_ids, context)
+    def pull(self, arm_ids: Iterable[ArmId], context: Context = None) -> ArmId:
+        """River interface: choose one arm for one round (refits first if due); returns one
+        of ``arm_ids``."""
+        ids = list(arm_ids)
+        X = self._river_matrix(ids, context)
         if self.refit_due():
             self.refit()
         if self.keyed_by_arm_id:
-            dec = self.decide(X[None, :, :], arm_ids=arm_ids)
+            # keyed_by_arm_id is the flag of the policies whose decide takes arm_ids=
+            dec = cast(_KeyedByArmId, self).decide(X[None, :, :], arm_ids=ids)
         else:
             dec = self.decide(X[None, :, :])
-        self._river_last = (arm_ids, int(dec.rounds[0]))
-        return arm_ids[int(dec.arms[0])]
+        self._river_last = (ids, int(dec.rounds[0]))
+        return ids[int(dec.arms[0])]
 
-    def update(self, arm_id, context, reward, **kwargs):
+    def update(self, arm_id: Hashable, context: Context, reward: float, **kwargs: Any) -> None:
         """River interface: learn the reward of the last ``pull`` (a policy keyed by arm id
         learns the reward of any ``arm_id``, as River's per-arm policies do)."""
         last = getattr(self, "_river_last", None)
@@ -432,7 +473,8 @@ class Policy(BasePolicy):
                 row = self._river_matrix(last[0], context)[[last[0].index(arm_id)]]
             else:
                 raise ValueError(f"no features for arm {arm_id!r} in the context")
-            self.learn_arms(row, [float(reward)], [arm_id])
+            # keyed_by_arm_id is the flag of the policies that have learn_arms
+            cast(_KeyedByArmId, self).learn_arms(row, [float(reward)], [arm_id])
         else:
             if last is None:
                 raise RuntimeError("update() without a preceding pull()")
@@ -441,13 +483,14 @@ class Policy(BasePolicy):
             self.learn(X[[arm_ids.index(arm_id)]], np.array([float(reward)]), np.array([t]))
         self._n = getattr(self, "_n", 0) + 1
 
-    def _river_matrix(self, arm_ids: list, context) -> np.ndarray:
+    def _river_matrix(self, arm_ids: list[Any], context: Context) -> FloatArray:
         """(K, d) rows of a River context: per-arm, or (keyed policies) a shared dict."""
-        d = getattr(self, "d", None)
+        d: int | None = getattr(self, "d", None)
         if self.keyed_by_arm_id:
             from ._contexts import is_shared_context, shared_row
 
             if is_shared_context(context):
+                assert d is not None  # a policy keyed by arm id has its dimension d
                 cols = self.__dict__.setdefault("_river_features", {})
                 row = shared_row(context, d, cols)
                 return np.broadcast_to(row, (len(arm_ids), d))
@@ -465,5 +508,21 @@ class Policy(BasePolicy):
         return context_matrix(arm_ids, context, d)
 
     @property
-    def ranking(self):
+    def ranking(self) -> list[Any]:
         return []
+
+
+class _KeyedByArmId(Protocol):
+    """What a policy with ``keyed_by_arm_id`` adds to :class:`Policy` (``LinUCBDisjoint``)."""
+
+    def decide(
+        self,
+        X: ArrayLike,
+        event_ids: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        arm_ids: Sequence[Any] | None = None,
+    ) -> DecisionBatch: ...
+
+    def learn_arms(
+        self, contexts: ArrayLike, rewards: ArrayLike, arm_ids: Sequence[Any]
+    ) -> None: ...

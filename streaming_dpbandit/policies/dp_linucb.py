@@ -42,6 +42,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+from collections.abc import Iterator
+from typing import Any, Self
 
 import numpy as np
 
@@ -53,6 +55,7 @@ from ..privacy.noise import NoiseSource
 from ..privacy.rows import overflowing_norms, prepare_rows
 from ..privacy.statement import PrivacyStatement
 from ..privacy.symmetric import packing
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ..utils.hashing import MultisetDigest
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
@@ -65,7 +68,7 @@ _CANDIDATE_SLACK = 1.0 + 2.0**-40
 
 
 @functools.lru_cache(maxsize=32)
-def _block_index(d: int) -> tuple[np.ndarray, np.ndarray]:
+def _block_index(d: int) -> tuple[IntArray, IntArray]:
     """Packed positions of V (the top-left d × d block, full, row-major) and of u = S[:d, d]."""
     full = packing(d + 1).full_index.reshape(d + 1, d + 1)
     V_idx, u_idx = np.ascontiguousarray(full[:d, :d]).reshape(-1), full[:d, d].copy()
@@ -172,10 +175,10 @@ class DPLinUCB(Policy):
     name = "dp-linucb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "n_cap": 4096, "batch_size": 8}
+        yield {"d": 4, "n_cap": 4096, "batch_size": 8}
 
     private = True
 
@@ -242,7 +245,7 @@ class DPLinUCB(Policy):
         """The continual-release mechanism in force: ``tree_impl``, or for ``"auto"`` BLT
         where it applies and the binary tree otherwise; after :meth:`load_state_dict`, the
         snapshot's mechanism (a run never switches mechanism)."""
-        restored = getattr(self, "_restored_impl", None)
+        restored: str | None = getattr(self, "_restored_impl", None)
         if restored is not None:
             return restored
         if self.tree_impl != "auto":
@@ -298,7 +301,7 @@ class DPLinUCB(Policy):
             raise ValueError("n0 must be a power of two in doubling mode")
         self._aggregator(None).calibration(0)  # raises on any invalid combination
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_agg"):
             self._validate()
             self._noise_src = NoiseSource(self.seed, backend=self.noise_backend)
@@ -306,8 +309,8 @@ class DPLinUCB(Policy):
             self._t = 0
             self._since = 0
             self._version = 0
-            self._released_at = None  # (epoch, s) of the release in force
-            self._release = None  # packed release in force (DP)
+            self._released_at: tuple[int, int] | None = None  # (epoch, s) of the release in force
+            self._release: FloatArray | None = None  # packed release in force (DP)
             self._recorded_epochs: set[int] = set()
             self._first_round: dict[int, int] = {}
             self._last_round: dict[int, int] = {}
@@ -322,7 +325,7 @@ class DPLinUCB(Policy):
                 "decisions": 0,
                 "cholesky_repairs": 0,
             }
-            self._bounds = {
+            self._bounds: dict[str, float] = {
                 "releases_checked": 0,
                 "non_pd_H": 0,
                 "min_lambda_min_over_rho_min": math.inf,
@@ -342,9 +345,9 @@ class DPLinUCB(Policy):
         return self._state()._agg.epoch
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         self._state()
-        out = dict(self._counters)
+        out: dict[str, Any] = dict(self._counters)
         draws = self._agg.draws()
         out["noise_draws_node"] = draws["node"]
         out["noise_draws_pad"] = draws["pad"]
@@ -357,7 +360,7 @@ class DPLinUCB(Policy):
         return self._state()._agg.calibration(epoch)
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         """θ̃ of the release in force (a DP output)."""
         self._state()
         if self._release is None:
@@ -409,7 +412,7 @@ class DPLinUCB(Policy):
             records.append(self._release_record(cal, R, before, after))
         return records
 
-    def _install(self, R: np.ndarray, cal: GramCalibration) -> None:
+    def _install(self, R: FloatArray, cal: GramCalibration) -> None:
         d = self.d
         V_idx, u_idx = _block_index(d)
         V = R[V_idx]  # a new, exactly symmetric array (both triangles from one packed entry)
@@ -441,7 +444,7 @@ class DPLinUCB(Policy):
             hn = math.sqrt(float(h @ np.linalg.solve(H, h)))
             b["max_h_norm_over_gamma"] = max(b["max_h_norm_over_gamma"], hn / cal.gamma)
 
-    def _record_common(self) -> dict:
+    def _record_common(self) -> dict[str, Any]:
         return {
             "bandit_id": self.bandit_id,
             "noise_backend": self.noise_backend,
@@ -482,7 +485,14 @@ class DPLinUCB(Policy):
             **self._record_common(),
         )
 
-    def _release_record(self, cal, R, before, after) -> ReleaseRecord:
+    def _release_record(
+        self,
+        cal: GramCalibration,
+        R: FloatArray,
+        before: tuple[int, int],
+        after: tuple[int, int],
+    ) -> ReleaseRecord:
+        assert self._released_at is not None  # refit installed the release just before
         e, s = self._released_at
         const = self._release_record_constants(cal, e)
         first, last = self._first_round.get(e), self._last_round.get(e)
@@ -491,13 +501,15 @@ class DPLinUCB(Policy):
             "rows_in_tree": s,
             "node_noise_draws": after[0] - before[0],
             "pad_draws": after[1] - before[1],
-            "release_digest": hashlib.sha256(np.ascontiguousarray(R)).hexdigest()[:32],
+            # numpy's stubs declare ndarray's buffer protocol for Python >= 3.12 only
+            "release_digest": hashlib.sha256(np.ascontiguousarray(R)).hexdigest()[:32],  # type: ignore[arg-type]
             "beta": self._beta,
             "consumed_ids_digest": self._ids.hexdigest(),
         }
         return ReleaseRecord(
             release_id=f"{const['release_prefix']}{s}",
-            event_range=None if first is None else (first, last),
+            # the first and last rounds of an epoch are recorded together
+            event_range=None if first is None or last is None else (first, last),
             rows_used=s,
             model_version=self._version,
             params=params,
@@ -505,9 +517,11 @@ class DPLinUCB(Policy):
             **const["fields"],
         )
 
-    def _release_record_constants(self, cal, e: int) -> dict:
+    def _release_record_constants(self, cal: GramCalibration, e: int) -> dict[str, Any]:
         """The fields every release record of epoch e shares (built once per epoch)."""
-        cached = getattr(self, "_record_consts", None)
+        cached: tuple[tuple[int, int], dict[str, Any]] | None = getattr(
+            self, "_record_consts", None
+        )
         if cached is not None and cached[0] == (e, id(cal)):
             return cached[1]
         const = {
@@ -533,7 +547,9 @@ class DPLinUCB(Policy):
         return const
 
     # -- deciding ----------------------------------------------------------------------------------
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, d = X.shape
@@ -571,7 +587,13 @@ class DPLinUCB(Policy):
         return DecisionBatch(arms, prop, rounds, np.full(B, e, dtype=np.int64), self._version)
 
     # -- learning ----------------------------------------------------------------------------------
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Insert the chosen actions and rewards (clipped: ‖x‖ ≤ L, |y| ≤ B̃) into the tree."""
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
@@ -636,7 +658,7 @@ class DPLinUCB(Policy):
             noise_backend=self.noise_backend,
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         """Every public constant (spec §9), the accountant's check, and the alternatives."""
         from ..privacy.accountant import Accountant
 
@@ -652,7 +674,7 @@ class DPLinUCB(Policy):
                 e += 1
         rec = self._epoch_record_for_explain(cal)
         spend = Accountant([rec]).spend(self.bandit_id, delta=self.delta)
-        alternatives = {}
+        alternatives: dict[str, dict[str, Any]] = {}
         for name in CALIBRATIONS:
             try:
                 other = self._with(calibration=name)._aggregator(None).calibration(0)
@@ -667,7 +689,7 @@ class DPLinUCB(Policy):
                 "dp_valid": other.dp_valid,
                 "label": other.label,
             }
-        out = {
+        out: dict[str, Any] = {
             "policy": self.name,
             "private": True,
             "model": "joint DP",
@@ -692,7 +714,7 @@ class DPLinUCB(Policy):
             out["label"] = cal.label
         return out
 
-    def _with(self, **changes) -> DPLinUCB:
+    def _with(self, **changes: Any) -> DPLinUCB:
         params = self._get_params()
         params.update(changes)
         return type(self)(**params)
@@ -712,7 +734,7 @@ class DPLinUCB(Policy):
         )
 
     # -- persistence -------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Complete state: exact sums, node noise, noise key (SENSITIVE: owner-only storage)."""
         self._state()
         return {
@@ -735,7 +757,7 @@ class DPLinUCB(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> DPLinUCB:
+    def load_state_dict(self, state: dict[str, Any]) -> DPLinUCB:
         # snapshots before the "auto" default record the mechanism only in their parameters
         impl = state.get("tree_impl") or state["params"].get("tree_impl", "binary")
         if self.tree_impl not in ("auto", impl):
@@ -765,6 +787,7 @@ class DPLinUCB(Policy):
             self._release = None
         else:
             repairs = self._counters["cholesky_repairs"]
+            assert self._released_at is not None  # a snapshot with a release names its epoch
             epoch = self._released_at[0]
             self._install(
                 np.asarray(state["release"], dtype=np.float64), self._agg.calibration(epoch)

@@ -12,8 +12,11 @@ item at every decision, from a non-private key and the round (safe to log).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ..utils.arrays import FloatArray, IntArray
 from .matroid_base import RoundNormals, _key
 from .matroid_private import PrivateMatroidPolicy
 
@@ -51,7 +54,7 @@ class DPTSMAT(PrivateMatroidPolicy):
         self._ts_key = _key(self.seed, 0x75)
         self._normals = RoundNormals(self._ts_key, self.L)
 
-    def _keys(self, rounds: np.ndarray) -> np.ndarray:
+    def _keys(self, rounds: IntArray) -> FloatArray:
         B = rounds.size
         keys = np.empty((B, self.L))
         # standard deviation 1/√T (0 for never-played items: their base is +∞)
@@ -62,7 +65,7 @@ class DPTSMAT(PrivateMatroidPolicy):
         keys += bonus
         return keys
 
-    def _scratch(self, B: int) -> np.ndarray:
+    def _scratch(self, B: int) -> FloatArray:
         """A reused (B, L) work buffer while it is at most 1 MiB, else a fresh one.
 
         Reusing it saves the page faults of a fresh 200 KB array per batch (≈ 0.06 µs per
@@ -75,12 +78,12 @@ class DPTSMAT(PrivateMatroidPolicy):
             buf = self._scratch_buf = np.empty((B, self.L))
         return buf[:B]
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
         out["ts_key"] = self._ts_key
         return out
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict[str, Any]) -> DPTSMAT:
         super().load_state_dict(state)
         self._ts_key = int(state["ts_key"])
         self._normals = RoundNormals(self._ts_key, self.L)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..utils.arrays import FloatArray, IntArray
 from .matroid_private import PrivateMatroidPolicy
 
 __all__ = ["DPUCBMAT"]
@@ -47,7 +48,7 @@ class DPUCBMAT(PrivateMatroidPolicy):
 
     name = "dpucb-mat"
 
-    def _keys(self, rounds: np.ndarray) -> np.ndarray:
+    def _keys(self, rounds: IntArray) -> FloatArray:
         c = self._bonus_log(rounds)
         keys = np.multiply.outer(c, self._b)
         keys += self._base

@@ -15,6 +15,8 @@ Spec: docs/specs/fliphat.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any, Self
 
 import numpy as np
 
@@ -32,6 +34,7 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.peeling_accounting import accountant_record, peeling_pld_epsilon
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
 
@@ -144,10 +147,10 @@ class FLIPHAT(Policy):
     name = "fliphat"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "s": 2, "first_episode_len": 4}
+        yield {"d": 4, "s": 2, "first_episode_len": 4}
 
     private = True
     routes_rows_by_round = True
@@ -317,7 +320,7 @@ class FLIPHAT(Policy):
             self._audit_only = True
 
     # -- state --------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_acc"):
             self._validate()
             self._t = 0
@@ -344,11 +347,11 @@ class FLIPHAT(Policy):
         return self._state()._model_episode
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     @property
-    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+    def coefficients(self) -> tuple[IntArray, FloatArray]:
         """The frozen private model β̂ (indices, values): a DP output."""
         self._state()
         return self._beta_idx.copy(), self._beta_val.copy()
@@ -390,7 +393,7 @@ class FLIPHAT(Policy):
         swap = sch.start(k) + min(self.swap_delay, sch.length(k) - 1)
         return min(UNBOUNDED, swap - (self._t + 1))
 
-    def contribution_windows(self, rounds: np.ndarray) -> np.ndarray:
+    def contribution_windows(self, rounds: ArrayLike) -> IntArray:
         """A row enters exactly the fit of its round's episode (spec §4): the episode."""
         return np.asarray(self.schedule.episode_of(np.asarray(rounds, dtype=np.int64)))
 
@@ -399,7 +402,7 @@ class FLIPHAT(Policy):
         return self._state()._model_episode
 
     # -- transforms -----------------------------------------------------------------------------
-    def _standardise(self, X: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+    def _standardise(self, X: FloatArray, cols: IntArray | None = None) -> FloatArray:
         if self._mean is None and self._scale is None:
             return X
         mean = 0.0 if self._mean is None else (self._mean if cols is None else self._mean[cols])
@@ -407,7 +410,9 @@ class FLIPHAT(Policy):
         return (X - mean) / scale
 
     # -- deciding -------------------------------------------------------------------------------
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
@@ -437,7 +442,13 @@ class FLIPHAT(Policy):
         )
 
     # -- learning -------------------------------------------------------------------------------
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         self._check_learner("learn")
         contexts = np.asarray(contexts, dtype=np.float64)
@@ -587,7 +598,7 @@ class FLIPHAT(Policy):
     def _formula(self) -> str:
         return formula_id(self.calibration, self.contribution_clip, self.accountant_in_force)
 
-    def _accountant_params(self, M: int) -> dict:
+    def _accountant_params(self, M: int) -> dict[str, Any]:
         """Ledger entry of the accountant: name, library version, discretisation, and for PLD
         the ratio λ/ξ and the PLD ε (at δ) of the scale actually used."""
         out = accountant_record(self.accountant_in_force)
@@ -600,7 +611,7 @@ class FLIPHAT(Policy):
         return out
 
     # -- model broadcast (docs/scaling.md, pattern 2) -----------------------------------------
-    def released_model(self) -> dict | None:
+    def released_model(self) -> dict[str, Any] | None:
         """β̂ in force, exactly as released by N-IHT (the ledger record's ``release``).
 
         >>> import numpy as np
@@ -623,7 +634,7 @@ class FLIPHAT(Policy):
             "payload": {"indices": self._beta_idx.tolist(), "values": self._beta_val.tolist()},
         }
 
-    def load_released_model(self, model: dict) -> FLIPHAT:
+    def load_released_model(self, model: dict[str, Any]) -> FLIPHAT:
         """Decide with a released β̂ (decide-only from now on; see ``Policy``)."""
         self._state()
         if self._t or self._acc or self._counters["rows_learned"]:
@@ -649,7 +660,7 @@ class FLIPHAT(Policy):
         self._decide_only = True
         return self
 
-    def record_rounds(self, n: int) -> np.ndarray:
+    def record_rounds(self, n: int) -> IntArray:
         """Count n rounds decided by decision replicas (the learner's ``decide``)."""
         self._state()
         self._check_learner("record_rounds")
@@ -684,7 +695,7 @@ class FLIPHAT(Policy):
             ),
         )
 
-    def explain(self, horizon: int | None = 1 << 20) -> dict:
+    def explain(self, horizon: int | None = 1 << 20) -> dict[str, Any]:
         self._validate()
         sch = self.schedule
         est = self._estimator()
@@ -727,7 +738,7 @@ class FLIPHAT(Policy):
         return out
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -742,7 +753,7 @@ class FLIPHAT(Policy):
             "counters": dict(self._counters),
         }
 
-    def load_state_dict(self, state: dict) -> FLIPHAT:
+    def load_state_dict(self, state: dict[str, Any]) -> FLIPHAT:
         self._state()
         self._t = int(state["t"])
         self._model_episode = int(state["model_episode"])

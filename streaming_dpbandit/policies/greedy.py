@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from .linucb import LinUCB
 
 __all__ = ["GreedyRidge"]
@@ -43,10 +46,10 @@ class GreedyRidge(LinUCB):
     name = "greedy"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "batch_size": 2}
+        yield {"d": 4, "batch_size": 2}
 
     def __init__(
         self,
@@ -55,10 +58,10 @@ class GreedyRidge(LinUCB):
         batch_size: int = 1,
         ties: str = "coins",
         seed: int | None = None,
-    ):
+    ) -> None:
         super().__init__(d=d, reg=reg, beta=0.0, batch_size=batch_size, ties=ties, seed=seed)
 
-    def _get_params(self) -> dict:
+    def _get_params(self) -> dict[str, Any]:
         return {
             "d": self.d,
             "reg": self.reg,

@@ -11,10 +11,14 @@ Rows are kept as Gram statistics (XᵀX, Xᵀy, yᵀy), which give the same Lass
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any, Self
 
 import numpy as np
 
 from ..estimators.lasso import lasso_gram
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import ArrayLike, FloatArray
 from .base import DecisionBatch, Policy, argmax_random_ties
 
 __all__ = ["LassoBandit"]
@@ -58,10 +62,10 @@ class LassoBandit(Policy):
     name = "lasso-bandit"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "refit_every": 20}
+        yield {"d": 4, "refit_every": 20}
 
     def __init__(
         self,
@@ -79,7 +83,7 @@ class LassoBandit(Policy):
         self.max_iter = max_iter
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_G"):
             self._t = 0
             self._n = 0
@@ -94,7 +98,7 @@ class LassoBandit(Policy):
         return self
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         return self._state()._w.copy()
 
     @property
@@ -115,7 +119,7 @@ class LassoBandit(Policy):
             return 0
         return self._next_refit - self._t
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if not self.refit_due():
             return []
@@ -127,7 +131,9 @@ class LassoBandit(Policy):
         self._version += 1
         return []
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B = X.shape[0]
@@ -140,7 +146,13 @@ class LassoBandit(Policy):
         self._t += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -151,7 +163,7 @@ class LassoBandit(Policy):
         self._yty += float(y @ y)
         self._rows += y.size
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -167,7 +179,7 @@ class LassoBandit(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> LassoBandit:
+    def load_state_dict(self, state: dict[str, Any]) -> LassoBandit:
         self._state()
         self._t = int(state["t"])
         self._G = np.asarray(state["G"], dtype=np.float64)

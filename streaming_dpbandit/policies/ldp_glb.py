@@ -18,6 +18,9 @@ Spec: docs/specs/ldp_glb.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any, Self
+
 import numpy as np
 
 from ..estimators.ldp_server import LDPServer, shift_constant
@@ -29,6 +32,7 @@ from ..ldp.randomizers import build_payloads
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins
 from .base import DecisionBatch, Policy
 
@@ -84,7 +88,7 @@ def local_release_record(
     first: int,
     last: int,
     model_version: int | None = None,
-    params: dict | None = None,
+    params: dict[str, Any] | None = None,
     noise_backend: str = "fast",
 ) -> ReleaseRecord:
     """A ledger record for the reports [first, last] (1-based, inclusive) a model version used.
@@ -195,10 +199,10 @@ class LDPGLB(Policy):
     name = "ldp-glb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "n_arms": 3, "epsilon": 4.0}
+        yield {"d": 4, "n_arms": 3, "epsilon": 4.0}
 
     private = True
 
@@ -229,7 +233,7 @@ class LDPGLB(Policy):
         h: float | None = None,
         multi_sgd_mechanism: str = "per_arm",
         theta0: str = "zero",
-        theta_prior: list | None = None,
+        theta_prior: list[float] | list[list[float]] | None = None,
         profile: str = "paper",
         normalise: bool = True,
         clip_reward: bool = True,
@@ -321,7 +325,7 @@ class LDPGLB(Policy):
             warmup_variant=self.warmup_variant,
         )
 
-    def initial_theta(self, spec: ModelSpec) -> np.ndarray | None:
+    def initial_theta(self, spec: ModelSpec) -> FloatArray | None:
         shape = (spec.d,) if spec.setting == "single" else (spec.K, spec.d)
         if self.theta0 == "zero":
             return None
@@ -332,10 +336,11 @@ class LDPGLB(Policy):
         if self.theta0 == "random":
             rng = np.random.default_rng([0 if self.seed is None else int(self.seed), 0x7E7A])
             g = rng.standard_normal(shape)
-            return g / np.linalg.norm(g, axis=-1, keepdims=True)
+            theta: FloatArray = g / np.linalg.norm(g, axis=-1, keepdims=True)
+            return theta
         raise ValueError("theta0 must be 'zero', 'random' or 'prior'")
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_server"):
             if self.profile not in ("paper", "authors_code"):
                 raise ValueError("profile must be 'paper' or 'authors_code'")
@@ -360,7 +365,7 @@ class LDPGLB(Policy):
             self._since = 0
             self._switch_due = False
             self._recorded = False
-            self._mechs: dict = {}
+            self._mechs: dict[str, Any] = {}
             cap = self.pending_capacity
             self._ring_arm = np.full(cap, -1, dtype=np.int64)
             self._ring_version = np.full(cap, -1, dtype=np.int64)
@@ -426,21 +431,23 @@ class LDPGLB(Policy):
         return self._state()._server.version
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         """The published θ̂ ((d,) single-param, (K, d) multi-param)."""
         return self._state()._server.theta.copy()
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         st = self._state()
         return {**st._counters, "ols_pd_fallbacks": st._server.pd_fallbacks}
 
     # -- the client side ------------------------------------------------------------------------
-    def _client_contexts(self, X: np.ndarray) -> np.ndarray:
+    def _client_contexts(self, X: FloatArray) -> FloatArray:
         spec = self._spec
         return normalise_contexts(X, spec.context_scale) if spec.normalise else X
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
@@ -463,14 +470,19 @@ class LDPGLB(Policy):
                 allowed = None
             else:
                 scores = np.einsum("bkd,kd->bk", Xn, snap.theta)
+                # the main phase of the multi-arm setting has the frozen warm-up model
+                assert snap.theta_warmup is not None
                 allowed = eliminate(Xn, snap.theta_warmup, spec.h)
             if mask is not None:
-                allowed = mask if allowed is None else (allowed & mask)
+                m = np.asarray(mask, dtype=bool)
+                allowed = m if allowed is None else (allowed & m)
             if allowed is not None:
                 scores = np.where(allowed, scores, -np.inf)
             ids = None if event_ids is None else np.asarray(event_ids)
 
-            def coins_for(rows):  # hashed only where a tie needs breaking (θ̂ = 0 at start)
+            def coins_for(
+                rows: IntArray,
+            ) -> FloatArray:  # hashed only where a tie needs breaking (θ̂ = 0 at start)
                 return self._coins(rounds[rows], None if ids is None else ids[rows])
 
             arms, prop = argmax_ties_by_coins(scores, coins_for)
@@ -491,7 +503,13 @@ class LDPGLB(Policy):
         self._since += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), snap.model_version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Each round's client builds its report; the server absorbs them in round order."""
         self._state()
         spec = self._spec
@@ -544,7 +562,7 @@ class LDPGLB(Policy):
             start = end
         self._counters["reports"] += n
 
-    def _client_rng(self):
+    def _client_rng(self) -> np.random.Generator:
         """The simulated devices' noise: the fast stream, or a fresh secure stream per batch
         (labelled by a persisted batch counter: a restored policy continues, never repeats)."""
         if self.noise_backend != "secure":
@@ -558,7 +576,7 @@ class LDPGLB(Policy):
     def privacy(self) -> PrivacyStatement:
         return local_privacy_statement(self._state()._spec)
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         spec = self._state()._spec
         out = {
             "policy": self.name,
@@ -574,11 +592,11 @@ class LDPGLB(Policy):
             out["ols_shift_constant"] = shift_constant(spec, self.horizon, self.alpha)
         return out
 
-    def _get_params(self) -> dict:
+    def _get_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._init_param_names()}
 
     # -- persistence ----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -597,7 +615,7 @@ class LDPGLB(Policy):
             "counters": dict(self._counters),
         }
 
-    def load_state_dict(self, state: dict) -> LDPGLB:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPGLB:
         from ..ldp.model import ModelSnapshot
 
         self._state()

@@ -40,10 +40,13 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any, Self
 
 import numpy as np
 
 from ..ldp.links import get_link
+from ..utils.arrays import ArrayLike, FloatArray
 from ._argmax import argmax_ties_by_coins
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
 from .base import DecisionBatch
@@ -88,10 +91,10 @@ class LDPGLOC(LDPBaseline):
     name = "ldp-gloc"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "n_arms": 3, "horizon": 1000}
+        yield {"d": 4, "n_arms": 3, "horizon": 1000}
 
     def __init__(
         self,
@@ -133,7 +136,7 @@ class LDPGLOC(LDPBaseline):
         if self.profile == "authors_multiparam" and self.setting != "multi":
             raise ValueError("profile=authors_multiparam is the authors' E2 code: setting=multi")
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_V"):
             self._base_state()
             self._validate()
@@ -150,7 +153,8 @@ class LDPGLOC(LDPBaseline):
             rng = np.random.default_rng([0 if self.seed is None else int(self.seed), 0x610C])
             g = rng.standard_normal((2, D))
             g /= np.linalg.norm(g, axis=1, keepdims=True)
-            self._theta_h, self._theta_c = g[0].copy(), g[1].copy()
+            self._theta_h: FloatArray = g[0].copy()
+            self._theta_c: FloatArray = g[1].copy()
             self._V = self.v0 * np.eye(D)
             self._u = np.zeros(D)
             self._rows, self._cols = np.triu_indices(D)
@@ -173,7 +177,9 @@ class LDPGLOC(LDPBaseline):
         else:
             self._beta = math.sqrt((self._sigma_s / MU_MIN[self.link]) * math.sqrt(d * t))
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B = X.shape[0]
@@ -189,7 +195,13 @@ class LDPGLOC(LDPBaseline):
         self._since += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.atleast_2d(np.asarray(contexts, dtype=np.float64))
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -215,10 +227,10 @@ class LDPGLOC(LDPBaseline):
             self._reports += 1
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         return self._state()._theta_c.copy()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -231,7 +243,7 @@ class LDPGLOC(LDPBaseline):
             "reports": self._reports,
         }
 
-    def load_state_dict(self, state: dict) -> LDPGLOC:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPGLOC:
         self._state()
         self._load_common(state)
         self._V = np.array(state["V"], dtype=np.float64)

@@ -15,10 +15,13 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any, Self
 
 import numpy as np
 
 from ..ldp.gaussian import GaussianOLSMechanism
+from ..utils.arrays import ArrayLike, FloatArray
 from ._argmax import argmax_ties_by_coins
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
 from .base import DecisionBatch
@@ -70,10 +73,10 @@ class LDPUCB(LDPBaseline):
     name = "ldp-ucb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "n_arms": 3, "horizon": 1000}
+        yield {"d": 4, "n_arms": 3, "horizon": 1000}
 
     def __init__(
         self,
@@ -103,7 +106,7 @@ class LDPUCB(LDPBaseline):
         self.bandit_id = bandit_id
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_V"):
             self._base_state()
             _d, D = self._dims()
@@ -126,7 +129,9 @@ class LDPUCB(LDPBaseline):
         self._theta = self._Ainv @ self._U
         self._beta = beta
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B = X.shape[0]
@@ -142,7 +147,13 @@ class LDPUCB(LDPBaseline):
         self._since += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.atleast_2d(np.asarray(contexts, dtype=np.float64))
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -159,10 +170,10 @@ class LDPUCB(LDPBaseline):
         self._reports += y.size
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         return self._state()._theta.copy()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -173,7 +184,7 @@ class LDPUCB(LDPBaseline):
             "reports": self._reports,
         }
 
-    def load_state_dict(self, state: dict) -> LDPUCB:
+    def load_state_dict(self, state: dict[str, Any]) -> LDPUCB:
         self._state()
         self._load_common(state)
         self._V = np.array(state["V"], dtype=np.float64)

@@ -21,10 +21,14 @@ path one matrix product per batch.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any, Protocol, Self
 
 import numpy as np
 
 from ..estimators.ucb_model import UCBModel, oful_beta
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import DecisionBatch, Policy
 
@@ -77,10 +81,10 @@ class LinUCB(Policy):
     name = "linucb"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "batch_size": 4}
+        yield {"d": 4, "batch_size": 4}
 
     def __init__(
         self,
@@ -115,7 +119,7 @@ class LinUCB(Policy):
         if self.ties not in ("lowest", "coins"):
             raise ValueError("ties must be 'lowest' or 'coins'")
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_G"):
             self._validate()
             self._t = 0
@@ -146,7 +150,7 @@ class LinUCB(Policy):
         return self._state()._version
 
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> FloatArray:
         """θ̂ of the model in force."""
         return self._state()._model.theta.copy()
 
@@ -156,7 +160,7 @@ class LinUCB(Policy):
         return self._state()._width
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return {"rows_learned": self._state()._rows, "cholesky_repairs": 0}
 
     # -- schedule ------------------------------------------------------------------------------
@@ -166,7 +170,7 @@ class LinUCB(Policy):
     def max_decide_batch(self) -> int:
         return self.batch_size - self._state()._since
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         """Refresh the frozen model from every row learned so far (no private release)."""
         self._state()
         if self._since < self.batch_size:
@@ -177,7 +181,9 @@ class LinUCB(Policy):
         return []
 
     # -- deciding ------------------------------------------------------------------------------
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, d = X.shape
@@ -190,7 +196,13 @@ class LinUCB(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
     # -- learning ------------------------------------------------------------------------------
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -205,7 +217,7 @@ class LinUCB(Policy):
         self._rows += y.size
 
     # -- persistence ---------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -221,7 +233,7 @@ class LinUCB(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> LinUCB:
+    def load_state_dict(self, state: dict[str, Any]) -> LinUCB:
         self._state()
         self._t = int(state["t"])
         self._since = int(state["since"])
@@ -237,14 +249,29 @@ class LinUCB(Policy):
         return self
 
 
-def decide_arms(pol, scores, mask, rounds, event_ids):
+class _TieRule(Protocol):
+    """A policy with a tie rule: ``ties`` (``"lowest"`` or ``"coins"``) and its coins."""
+
+    ties: str
+
+    def _coins(self, rounds: ArrayLike, event_ids: ArrayLike | None) -> FloatArray: ...
+
+
+def decide_arms(
+    pol: _TieRule,
+    scores: FloatArray,
+    mask: ArrayLike | None,
+    rounds: IntArray,
+    event_ids: ArrayLike | None,
+) -> tuple[IntArray, FloatArray]:
     """Masking, the finiteness check and the argmax with the policy's tie rule."""
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
     elif not math.isfinite(np.add.reduce(scores, axis=None)):
         raise ValueError("contexts must be finite")
     if pol.ties == "lowest":
-        return scores.argmax(axis=1), np.ones(scores.shape[0])
+        arms: IntArray = scores.argmax(axis=1)
+        return arms, np.ones(scores.shape[0])
     return argmax_ties_by_coins(
         scores, lambda rows: pol._coins(rounds[rows], take_ids(event_ids, rows))
     )

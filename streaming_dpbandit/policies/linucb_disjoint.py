@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, Self
 
 import numpy as np
 from scipy.linalg import lapack
 
 from ..estimators.ucb_model import oful_beta
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ._arm_slots import ArmSlots
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
@@ -80,11 +84,22 @@ class LinUCBDisjoint(Policy):
 
     name = "linucb-disjoint"
 
+    # the per-slot models (built by _state/_alloc): statistics, θ, C⁻ᵀ and widths
+    _G: FloatArray
+    _u: FloatArray
+    _theta: FloatArray
+    _proj: FloatArray
+    _wid: FloatArray
+    _epoch: int
+    #: cached side-by-side matrix of the last decision set: ((epoch, slot bytes), P, widths,
+    #: slot → positions), see _concat
+    _cat: tuple[tuple[int, bytes], FloatArray, FloatArray, dict[int, list[int]]] | None
+
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "max_arms": 3, "batch_size": 4}
+        yield {"d": 4, "max_arms": 3, "batch_size": 4}
 
     keyed_by_arm_id = True
 
@@ -115,7 +130,7 @@ class LinUCBDisjoint(Policy):
         self.seed = seed
 
     # -- state ---------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_G"):
             if min(self.d, self.max_arms, self.batch_size, self.pending_capacity) < 1:
                 raise ValueError("need d, max_arms, batch_size, pending_capacity >= 1")
@@ -164,7 +179,7 @@ class LinUCBDisjoint(Policy):
         self._epoch = getattr(self, "_epoch", 0) + 1
         self._cat = None
 
-    def _slots_of(self, ids, stamp: int, insert: bool) -> np.ndarray:
+    def _slots_of(self, ids: Sequence[Hashable], stamp: int, insert: bool) -> IntArray:
         """Slots of the arm ids; new arms start from the prior (unless ``insert`` is False)."""
         sl = self._slots
         slots = sl.lookup(ids, stamp, insert)
@@ -184,7 +199,7 @@ class LinUCBDisjoint(Policy):
         return slots
 
     # -- model ---------------------------------------------------------------------------------
-    def _build(self, idx: np.ndarray) -> None:
+    def _build(self, idx: IntArray) -> None:
         """Refactor the models of slots ``idx`` from their statistics.
 
         Per arm: Cholesky V = C·Cᵀ (LAPACK ``potrf``) and the triangular inverse C⁻¹
@@ -214,7 +229,7 @@ class LinUCBDisjoint(Policy):
             ]
         self._patch_concat(idx)
 
-    def _patch_concat(self, idx: np.ndarray) -> None:
+    def _patch_concat(self, idx: IntArray) -> None:
         """Write the rebuilt models of ``idx`` into the cached side-by-side matrix."""
         cat = self._cat
         if cat is None:
@@ -233,18 +248,18 @@ class LinUCBDisjoint(Policy):
         return self._state()._version
 
     @property
-    def arm_ids(self) -> list:
+    def arm_ids(self) -> list[Hashable]:
         """Ids of the arms whose models are kept (at most ``max_arms``)."""
         return list(self._state()._slots.slot)
 
     @property
-    def coefficients(self) -> dict:
+    def coefficients(self) -> dict[Hashable, FloatArray]:
         """θ̂_a of every kept arm, by arm id (the model in force)."""
         self._state()
         return {a: self._theta[s].copy() for a, s in self._slots.slot.items()}
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         self._state()
         return {
             **self._counters,
@@ -258,7 +273,7 @@ class LinUCBDisjoint(Policy):
     def max_decide_batch(self) -> int:
         return self.batch_size - self._state()._since
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if self._since < self.batch_size:
             return []
@@ -270,7 +285,13 @@ class LinUCBDisjoint(Policy):
         return []
 
     # -- deciding ------------------------------------------------------------------------------
-    def decide(self, X, event_ids=None, mask=None, arm_ids=None) -> DecisionBatch:
+    def decide(
+        self,
+        X: ArrayLike,
+        event_ids: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        arm_ids: Sequence[Any] | AnyArray | None = None,
+    ) -> DecisionBatch:
         """Decide B rounds. ``X`` is (B, K, d); ``arm_ids`` the K ids of the decision set
         (shared by every round) or a (B, K) table of them (per round; masked cells are
         ignored). Without ids, position k is arm k."""
@@ -282,6 +303,7 @@ class LinUCBDisjoint(Policy):
         stamp = t0 + B
         ids, rows = _id_rows(arm_ids, B, K)
         if rows is None:
+            assert ids is not None  # _id_rows gives shared ids or per-round rows
             if len(ids) != K:
                 raise ValueError(f"{len(ids)} arm ids for a decision set of {K} arms")
             slots = self._slots_of(ids, stamp, not frozen)
@@ -307,7 +329,7 @@ class LinUCBDisjoint(Policy):
         self._since += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def _concat(self, slots: np.ndarray):
+    def _concat(self, slots: IntArray) -> tuple[FloatArray, FloatArray]:
         """For the K arms of ``slots``: [their projections side by side | their θ] (d, K·d + K)
         and their widths (K,). Cached while the arms of the decision set stay the same; a
         refit patches the blocks of the arms it rebuilt (``_patch_concat``)."""
@@ -321,9 +343,9 @@ class LinUCBDisjoint(Policy):
             for k, s in enumerate(slots.tolist()):
                 pos.setdefault(s, []).append(k)
             self._cat = (key, P, self._wid[slots].copy(), pos)
-        return self._cat[1:3]
+        return self._cat[1], self._cat[2]
 
-    def _scores_shared_ids(self, X: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    def _scores_shared_ids(self, X: FloatArray, slots: IntArray) -> FloatArray:
         B, K, d = X.shape
         P, wid = self._concat(slots)
         if X.strides[1] == 0 or K == 1:  # one context for every arm: one GEMM for all arms
@@ -339,9 +361,10 @@ class LinUCBDisjoint(Policy):
         width = np.sqrt(sq, out=sq)
         width *= wid
         width += mean
-        return width
+        out: FloatArray = width
+        return out
 
-    def _scores_by_cell(self, X: np.ndarray, S: np.ndarray) -> np.ndarray:
+    def _scores_by_cell(self, X: FloatArray, S: IntArray) -> FloatArray:
         """Scores when the arm ids differ between rounds: grouped by arm, one GEMM per arm."""
         B, K, d = X.shape
         flat = X.reshape(B * K, d)
@@ -355,10 +378,17 @@ class LinUCBDisjoint(Policy):
             a = s[seg[0]]
             Y = flat[seg] @ self._proj[a]
             width[seg] = np.sqrt(np.einsum("nd,nd->n", Y, Y)) * self._wid[a]
-        return (mean + width).reshape(B, K)
+        scores: FloatArray = (mean + width).reshape(B, K)
+        return scores
 
     # -- learning ------------------------------------------------------------------------------
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Learn the rewards of earlier decisions (by round); the ring remembers their arms."""
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
@@ -381,7 +411,7 @@ class LinUCBDisjoint(Policy):
             X, y, arms = X[live], y[live], arms[live]
         self._accumulate(X, y, arms)
 
-    def learn_arms(self, contexts, rewards, arm_ids) -> None:
+    def learn_arms(self, contexts: ArrayLike, rewards: ArrayLike, arm_ids: Sequence[Any]) -> None:
         """Learn rows by arm id directly (River's ``update(arm_id, context, reward)`` for any
         arm, e.g. a logged one); arms never seen start from the prior."""
         self._state()
@@ -393,7 +423,7 @@ class LinUCBDisjoint(Policy):
         if y.size:
             self._accumulate(X, y, self._slots_of(ids, max(self._t, 1), True))
 
-    def _accumulate(self, X: np.ndarray, y: np.ndarray, arms: np.ndarray) -> None:
+    def _accumulate(self, X: FloatArray, y: FloatArray, arms: IntArray) -> None:
         if y.size == 0:
             return
         if not math.isfinite(float(np.add.reduce(X, axis=None)) + float(np.add.reduce(y))):
@@ -424,7 +454,7 @@ class LinUCBDisjoint(Policy):
         self._counters["rows_learned"] += int(y.size)
 
     # -- persistence ---------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         live = self._ring_round > max(0, self._t - self.pending_capacity)
         return {
@@ -448,7 +478,7 @@ class LinUCBDisjoint(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> LinUCBDisjoint:
+    def load_state_dict(self, state: dict[str, Any]) -> LinUCBDisjoint:
         self._state()
         if "arms" not in state:
             raise ValueError(
@@ -480,7 +510,9 @@ class LinUCBDisjoint(Policy):
         return self
 
 
-def _id_rows(arm_ids, B: int, K: int) -> tuple[list | None, list | None]:
+def _id_rows(
+    arm_ids: Sequence[Any] | AnyArray | None, B: int, K: int
+) -> tuple[list[Any] | None, list[list[Any]] | None]:
     """(ids shared by every round, None) or (None, per-round rows of ids)."""
     if arm_ids is None:
         return list(range(K)), None

@@ -31,11 +31,14 @@ import abc
 import dataclasses
 import math
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Self
 
 import numpy as np
 
 from ..matroids import Matroid, from_description, greedy_many
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ..utils.hashing import hash_ids
 from .slate_base import SlatePolicy
 
@@ -58,9 +61,9 @@ class SlateBatch:
         Version of the index statistics used.
     """
 
-    slates: np.ndarray
-    keys: np.ndarray
-    rounds: np.ndarray
+    slates: IntArray
+    keys: FloatArray
+    rounds: IntArray
     model_version: int
 
     def __len__(self) -> int:
@@ -89,14 +92,14 @@ class RoundNormals:
     True
     """
 
-    def __init__(self, key: int, n_items: int):
+    def __init__(self, key: int, n_items: int) -> None:
         self.key = key
         self.n_items = n_items
         r = max(1, (1 << 17) // max(1, n_items))
         self.block = min(256, 1 << (r.bit_length() - 1))
-        self._cached: tuple[int, np.ndarray] | None = None
+        self._cached: tuple[int, FloatArray] | None = None
 
-    def _draws(self, b: int) -> np.ndarray:
+    def _draws(self, b: int) -> FloatArray:
         if self._cached is None or self._cached[0] != b:
             seq = np.random.SeedSequence([self.key & 0xFFFFFFFFFFFFFFFF, b])
             Z = np.random.Generator(np.random.SFC64(seq)).standard_normal(
@@ -106,8 +109,8 @@ class RoundNormals:
         return self._cached[1]
 
     def fill(
-        self, first_round: int, out: np.ndarray, scale: np.ndarray | None = None
-    ) -> np.ndarray:
+        self, first_round: int, out: FloatArray, scale: FloatArray | None = None
+    ) -> FloatArray:
         """Write the draws of rounds first_round, first_round + 1, … into the rows of ``out``
         (multiplied by the per-item ``scale`` when given, in the same pass)."""
         R = self.block
@@ -154,7 +157,7 @@ class MatroidPolicy(SlatePolicy):
     name = "matroid"
 
     @classmethod
-    def _unit_test_params(cls):
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters for the generic checks in
         ``streaming_dpbandit.checks`` and the tests: a rank-2 uniform matroid on 5 items, then
         a rank-3 partition matroid."""
@@ -169,14 +172,14 @@ class MatroidPolicy(SlatePolicy):
 
     def __init__(
         self,
-        matroid: Matroid | Mapping,
+        matroid: Matroid | Mapping[str, Any],
         update_every: int = 1,
         reward_range: Sequence[float] = (0.0, 1.0),
         default_reward: float = 0.0,
         item_ids: Sequence[str] | None = None,
         bandit_id: str = "default",
         seed: int | None = None,
-    ):
+    ) -> None:
         self.matroid = matroid
         self.update_every = update_every
         self.reward_range = reward_range
@@ -203,7 +206,7 @@ class MatroidPolicy(SlatePolicy):
                     "policy's item_ids)"
                 )
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_t"):
             self._validate()
             self._matroid = from_description(self.matroid)
@@ -237,7 +240,7 @@ class MatroidPolicy(SlatePolicy):
         return self._state()._version
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     @property
@@ -251,11 +254,11 @@ class MatroidPolicy(SlatePolicy):
         """Create the per-item statistics."""
 
     @abc.abstractmethod
-    def _observe(self, items: np.ndarray, rewards: np.ndarray, rounds: np.ndarray) -> None:
+    def _observe(self, items: IntArray, rewards: FloatArray, rounds: IntArray) -> None:
         """Take finalized rewards in [0, 1] (in round order)."""
 
     @abc.abstractmethod
-    def _update(self) -> list:
+    def _update(self) -> list[ReleaseRecord]:
         """Model update at ``refit`` (then :meth:`_refresh` if anything changed): returns the
         ledger records (private policies)."""
 
@@ -264,7 +267,7 @@ class MatroidPolicy(SlatePolicy):
         """Recompute the per-item arrays the index reads, from the statistics."""
 
     @abc.abstractmethod
-    def _keys(self, rounds: np.ndarray) -> np.ndarray:
+    def _keys(self, rounds: IntArray) -> FloatArray:
         """Index of every item for every round, (B, L)."""
 
     def _has_pending(self) -> bool:
@@ -279,7 +282,7 @@ class MatroidPolicy(SlatePolicy):
         self._state()
         return 0 if self.refit_due() else int(self.update_every) - self._since
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         """Update the index statistics from the rows learned since the last update."""
         self._state()
         if not self.refit_due():
@@ -289,7 +292,9 @@ class MatroidPolicy(SlatePolicy):
         return records
 
     # -- deciding ------------------------------------------------------------------------------
-    def decide_slates(self, n: int | None = None, event_ids=None) -> SlateBatch:
+    def decide_slates(
+        self, n: int | None = None, event_ids: Sequence[Any] | AnyArray | None = None
+    ) -> SlateBatch:
         """Decide ``n`` rounds (or one per event id) with the current statistics."""
         self._state()
         if event_ids is not None:
@@ -322,7 +327,7 @@ class MatroidPolicy(SlatePolicy):
         self._state()
         return self._slates(int(n), None)
 
-    def _slates(self, n: int, event_ids) -> SlateBatch:
+    def _slates(self, n: int, event_ids: list[Any] | None) -> SlateBatch:
         rounds = np.arange(self._t + 1, self._t + n + 1, dtype=np.int64)
         keys = self._keys(rounds)
         tie = self._tie_key
@@ -338,7 +343,7 @@ class MatroidPolicy(SlatePolicy):
         return SlateBatch(slates, served, rounds, self._version)
 
     # -- learning ------------------------------------------------------------------------------
-    def intake(self, rewards: np.ndarray) -> np.ndarray:
+    def intake(self, rewards: ArrayLike) -> FloatArray:
         """Map rewards into [0, 1] (fixed affine map), fill non-finite ones, clip (spec §5.3)."""
         lo, hi = (float(x) for x in self.reward_range)
         r = np.asarray(rewards, dtype=np.float64)
@@ -348,38 +353,44 @@ class MatroidPolicy(SlatePolicy):
             bad = ~np.isfinite(r)
             r = np.where(bad, float(self.default_reward), r)
             self._counters["default_filled"] += int(bad.sum())
-        out = np.clip(r, 0.0, 1.0)
+        out: FloatArray = np.clip(r, 0.0, 1.0)
         if r.min() < 0.0 or r.max() > 1.0:
             self._counters["clipped_rewards"] += int(np.count_nonzero(out != r))
         return out
 
-    def learn(self, slates, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        slates: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Per-item rewards (B, K) of the slates of ``rounds`` (increasing, each round once)."""
         self._state()
-        slates = np.asarray(slates, dtype=np.int64)
-        rewards = np.asarray(rewards, dtype=np.float64)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        B = rounds.size
-        if slates.shape != (B, self.K) or rewards.shape != (B, self.K):
+        S = np.asarray(slates, dtype=np.int64)
+        R = np.asarray(rewards, dtype=np.float64)
+        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        B = rnd.size
+        if S.shape != (B, self.K) or R.shape != (B, self.K):
             raise ValueError(f"learn expects slates and rewards of shape (B, {self.K})")
         if B == 0:
             return
-        if rounds[-1] > self._t:
+        if rnd[-1] > self._t:
             raise ValueError("learn() got a round that was never decided")
-        if rounds[0] <= self._last_learned or (B > 1 and np.any(np.diff(rounds) <= 0)):
+        if rnd[0] <= self._last_learned or (B > 1 and np.any(np.diff(rnd) <= 0)):
             raise ValueError("rounds must be learned once each, in increasing order")
-        r = self.intake(rewards)  # item indices are checked by the statistics
-        self._observe(slates.reshape(-1), r.reshape(-1), np.repeat(rounds, self.K))
-        self._last_learned = int(rounds[-1])
+        r = self.intake(R)  # item indices are checked by the statistics
+        self._observe(S.reshape(-1), r.reshape(-1), np.repeat(rnd, self.K))
+        self._last_learned = int(rnd[-1])
         self._counters["rows_learned"] += B
 
     # -- persistence ---------------------------------------------------------------------------
-    def _params_state(self) -> dict:
+    def _params_state(self) -> dict[str, Any]:
         params = self._get_params()
         params["matroid"] = self.structure.describe()
         return params
 
-    def _base_state(self) -> dict:
+    def _base_state(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -392,7 +403,7 @@ class MatroidPolicy(SlatePolicy):
             "counters": dict(self._counters),
         }
 
-    def _load_base(self, state: dict) -> None:
+    def _load_base(self, state: dict[str, Any]) -> None:
         self._state()
         self._t = int(state["t"])
         self._since = int(state["since"])

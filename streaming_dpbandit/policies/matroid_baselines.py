@@ -13,8 +13,12 @@ Spec: docs/specs/dp_matroid.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import FloatArray, IntArray
 from .matroid_base import MatroidPolicy, RoundNormals, _key
 
 __all__ = ["OMM", "CTSGaussian"]
@@ -26,31 +30,31 @@ class _CumulativeMatroidPolicy(MatroidPolicy):
         self._S = np.zeros(self.L, dtype=np.float64)
         self._fresh = False
 
-    def _observe(self, items, rewards, rounds) -> None:
+    def _observe(self, items: IntArray, rewards: FloatArray, rounds: IntArray) -> None:
         if items.min() < 0 or items.max() >= self.L:
             raise ValueError("slate item out of range")
         self._N += np.bincount(items, minlength=self.L)
         self._S += np.bincount(items, weights=rewards, minlength=self.L)
         self._fresh = True
 
-    def _update(self) -> list:
+    def _update(self) -> list[ReleaseRecord]:
         if self._fresh:
             self._version += 1
             self._fresh = False
             self._refresh()
         return []
 
-    def public_params(self) -> dict:
+    def public_params(self) -> dict[str, Any]:
         p = super().public_params()
         p["matroid"] = self.structure.describe()
         return p
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         out = self._base_state()
         out.update({"N": self._N.copy(), "S": self._S.copy(), "fresh": self._fresh})
         return out
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict[str, Any]) -> _CumulativeMatroidPolicy:
         self._load_base(state)
         self._N = np.asarray(state["N"], dtype=np.int64).copy()
         self._S = np.asarray(state["S"], dtype=np.float64).copy()
@@ -77,7 +81,7 @@ class OMM(_CumulativeMatroidPolicy):
         self._base = np.where(played, self._S * inv, np.inf)
         self._a = np.sqrt(inv)
 
-    def _keys(self, rounds: np.ndarray) -> np.ndarray:
+    def _keys(self, rounds: IntArray) -> FloatArray:
         keys = np.multiply.outer(np.sqrt(2.0 * np.log(rounds.astype(np.float64))), self._a)
         keys += self._base
         return keys
@@ -104,18 +108,18 @@ class CTSGaussian(_CumulativeMatroidPolicy):
         self._base = self._S / n1
         self._a = np.sqrt(1.0 / n1)
 
-    def _keys(self, rounds: np.ndarray) -> np.ndarray:
+    def _keys(self, rounds: IntArray) -> FloatArray:
         keys = np.empty((rounds.size, self.L))
         self._normals.fill(int(rounds[0]), keys, scale=self._a)
         keys += self._base
         return keys
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
         out["ts_key"] = self._ts_key
         return out
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict[str, Any]) -> CTSGaussian:
         super().load_state_dict(state)
         self._ts_key = int(state["ts_key"])
         self._normals = RoundNormals(self._ts_key, self.L)

@@ -26,13 +26,17 @@ Spec: docs/specs/dp_matroid.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..estimators.batch_means import DoublingBatchMeans
+from ..estimators.batch_means import DoublingBatchMeans, Release
+from ..matroids import Matroid
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .matroid_base import MatroidPolicy
 
 __all__ = ["CALIBRATIONS", "PAPER_MATROID_LABEL", "PrivateMatroidPolicy", "epsilon0_for"]
@@ -82,7 +86,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
     private = True
 
     @classmethod
-    def _unit_test_params(cls):
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters for the generic checks in
         ``streaming_dpbandit.checks``: the matroids of :class:`~.matroid_base.MatroidPolicy`,
         certified, then the paper's calibration."""
@@ -92,18 +96,18 @@ class PrivateMatroidPolicy(MatroidPolicy):
 
     def __init__(
         self,
-        matroid,
+        matroid: Matroid | Mapping[str, Any],
         epsilon: float,
         calibration: str = "certified",
         update_every: int = 1,
-        reward_range=(0.0, 1.0),
+        reward_range: Sequence[float] = (0.0, 1.0),
         default_reward: float = 0.0,
-        item_ids=None,
+        item_ids: Sequence[str] | None = None,
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
         noise_backend: str = "fast",
-    ):
+    ) -> None:
         super().__init__(
             matroid, update_every, reward_range, default_reward, item_ids, bandit_id, seed
         )
@@ -143,7 +147,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
         self._noise = NoiseSource(self.seed, backend=self.noise_backend)
         self._registered = False
 
-    def _observe(self, items, rewards, rounds) -> None:
+    def _observe(self, items: IntArray, rewards: FloatArray, rounds: IntArray) -> None:
         self._est.learn_many(items, rewards, rounds)
 
     def _has_pending(self) -> bool:
@@ -158,11 +162,11 @@ class PrivateMatroidPolicy(MatroidPolicy):
         self._a = np.sqrt(inv)
         self._b = inv / self.epsilon0
 
-    def _bonus_log(self, rounds: np.ndarray) -> np.ndarray:
+    def _bonus_log(self, rounds: IntArray) -> FloatArray:
         """3·ln(K·t) for every round (t is the 1-based index of the decision)."""
         return 3.0 * np.log(self.K * rounds.astype(np.float64))
 
-    def quiet_rounds(self, slates: np.ndarray) -> int:
+    def quiet_rounds(self, slates: ArrayLike) -> int:
         """How many leading rows of ``slates`` (the slates of the next rounds, in order) can be
         learned with no batch completing before the last of them.
 
@@ -172,19 +176,19 @@ class PrivateMatroidPolicy(MatroidPolicy):
         Depends only on public batch counts.
         """
         self._state()
-        slates = np.asarray(slates, dtype=np.int64)
-        n = slates.shape[0]
+        S = np.asarray(slates, dtype=np.int64)
+        n = S.shape[0]
         if n == 0:
             return 0
         est = self._est
         need = (np.int64(1) << (est.s + 1)) - est.cnt  # rewards until each open batch closes
         served = np.zeros((n, self.L), dtype=np.int64)
-        served[np.arange(n)[:, None], slates] = 1  # a slate holds distinct items
+        served[np.arange(n)[:, None], S] = 1  # a slate holds distinct items
         hit = (np.cumsum(served, axis=0) >= need).any(axis=1)
         return int(np.argmax(hit)) + 1 if hit.any() else n
 
     @property
-    def noisy_means(self) -> tuple[np.ndarray, np.ndarray]:
+    def noisy_means(self) -> tuple[IntArray, FloatArray]:
         """(T, w̃): the released batch sizes and noisy means (DP outputs)."""
         self._state()
         return self._est.T.copy(), self._est.mean.copy()
@@ -204,7 +208,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
         records.append(self._batches_record(rels))
         return records
 
-    def _common(self) -> dict:
+    def _common(self) -> dict[str, Any]:
         return {
             "bandit_id": self.bandit_id,
             "calibration": self.calibration,
@@ -245,7 +249,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
             **self._common(),
         )
 
-    def _batches_record(self, rels) -> ReleaseRecord:
+    def _batches_record(self, rels: list[Release]) -> ReleaseRecord:
         closed = [r.closed_at for r in rels]
         return ReleaseRecord(
             release_id=f"{self.bandit_id}/{self.name}/batches/v={self._version}",
@@ -297,7 +301,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
             label=PAPER_MATROID_LABEL if self.calibration == "paper" else None,
         )
 
-    def explain(self, horizon: int | None = 10_000) -> dict:
+    def explain(self, horizon: int | None = 10_000) -> dict[str, Any]:
         self._state()
         K = self.K
         t = horizon or 10_000
@@ -321,20 +325,20 @@ class PrivateMatroidPolicy(MatroidPolicy):
             **({"label": PAPER_MATROID_LABEL} if self.calibration == "paper" else {}),
         }
 
-    def public_params(self) -> dict:
+    def public_params(self) -> dict[str, Any]:
         p = super().public_params()
         p["matroid"] = self.structure.describe()
         return p
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         out = self._base_state()
         out["estimator"] = self._est.state_dict()
         out["noise"] = self._noise.state_dict()
         out["registered"] = self._registered
         return out
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict[str, Any]) -> PrivateMatroidPolicy:
         self._load_base(state)
         self._est.load_state_dict(state["estimator"])
         self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(

@@ -15,9 +15,13 @@ error: a fixed-dimension model cannot forget an arm).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from river.bandit.base import ArmID
 from river.bandit.base import Policy as RiverPolicy
 
+from ..utils.arrays import FloatArray
 from .base import Policy
 
 __all__ = ["OneHotArms"]
@@ -47,15 +51,15 @@ class OneHotArms(RiverPolicy):
 
     """
 
-    def __init__(self, policy: Policy, n_arms: int):
+    def __init__(self, policy: Policy, n_arms: int) -> None:
         super().__init__(reward_obj=None, burn_in=0)
         self.policy = policy
         self.n_arms = n_arms
 
-    def _context(self, arm_ids: list) -> np.ndarray:
+    def _context(self, arm_ids: list[ArmID]) -> FloatArray:
         if getattr(self.policy, "d", self.n_arms) != self.n_arms:
             raise ValueError(f"the wrapped policy needs d = n_arms = {self.n_arms}")
-        index = self.__dict__.setdefault("_index", {})
+        index: dict[ArmID, int] = self.__dict__.setdefault("_index", {})
         for a in arm_ids:
             if a not in index:
                 if len(index) >= self.n_arms:
@@ -63,11 +67,12 @@ class OneHotArms(RiverPolicy):
                 index[a] = len(index)
         return np.eye(self.n_arms)[[index[a] for a in arm_ids]]
 
-    def _pull(self, arm_ids):
-        arm_ids = list(arm_ids)
-        return self.policy.pull(arm_ids, self._context(arm_ids))
+    def _pull(self, arm_ids: list[ArmID]) -> ArmID:
+        ids = list(arm_ids)
+        return self.policy.pull(ids, self._context(ids))
 
-    def update(self, arm_id, *reward_args, **reward_kwargs):
-        super().update(arm_id, *reward_args, **reward_kwargs)
+    def update(self, arm_id: ArmID, *reward_args: Any, **reward_kwargs: Any) -> None:
+        # River's Policy.update has no annotations (a defect of River's types)
+        super().update(arm_id, *reward_args, **reward_kwargs)  # type: ignore[no-untyped-call]
         arm_ids, _ = self.policy._river_last
         self.policy.update(arm_id, self._context(arm_ids), float(reward_args[0]))

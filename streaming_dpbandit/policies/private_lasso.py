@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
+from typing import Any, Self
 
 import numpy as np
 
@@ -47,6 +49,7 @@ from ..privacy.statement import PrivacyStatement
 from ..privacy.svt import SparseVector, svt_epsilon0, svt_margin, svt_rho, svt_sigma
 from ..privacy.tree_aggregator import TreeAggregator
 from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_pure, rho_sum
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
 
 __all__ = ["PrivateLASSO", "clip_rows", "random_argmax"]
@@ -67,7 +70,7 @@ TIE_RTOL = 1e-12
 PAPER_MAX_D = 1024  # the paper variant costs O(d³) per slot (spec §4.2)
 
 
-def clip_rows(X: np.ndarray, clip_coord: float, clip_l2: float) -> tuple[np.ndarray, int, int]:
+def clip_rows(X: FloatArray, clip_coord: float, clip_l2: float) -> tuple[FloatArray, int, int]:
     """clip(x) of spec §2, row-wise on the last axis: coordinates to ±b_x, then ‖x‖₂ to B_x.
 
     Returns (clipped copy, clipped coordinates, rescaled rows).
@@ -76,7 +79,7 @@ def clip_rows(X: np.ndarray, clip_coord: float, clip_l2: float) -> tuple[np.ndar
     >>> np.round(X, 4).tolist(), nc, nr
     ([[1.4142, 1.4142], [0.1, 0.2]], 2, 1)
     """
-    Xc = np.clip(X, -clip_coord, clip_coord)
+    Xc: FloatArray = np.clip(X, -clip_coord, clip_coord)
     n_coord = int(np.count_nonzero(Xc != X))
     sq = np.einsum("...i,...i->...", Xc, Xc)
     big = sq > clip_l2 * clip_l2
@@ -87,7 +90,7 @@ def clip_rows(X: np.ndarray, clip_coord: float, clip_l2: float) -> tuple[np.ndar
     return Xc, n_coord, n_rows
 
 
-def random_argmax(scores: np.ndarray, coins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def random_argmax(scores: FloatArray, coins: FloatArray) -> tuple[IntArray, FloatArray]:
     """Uniform pick among arms within 1e−12·max(1, |max|) of the row maximum (spec §2).
 
     >>> random_argmax(np.array([[1.0, 1.0 + 1e-15, 0.0]]), np.array([0.9]))
@@ -189,7 +192,7 @@ class PrivateLASSO(Policy):
     name = "private-lasso"
 
     @classmethod
-    def _unit_test_params(cls):
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests: certified, then the paper's
         calibration (built by :func:`~streaming_dpbandit.policies.policy_class`'s choice, a
@@ -229,7 +232,7 @@ class PrivateLASSO(Policy):
         sbar_pub: float = 1.0,
         ridge: float = 1.0,
         solver_slack: float = 0.05,
-        rho_split: dict | None = None,
+        rho_split: dict[str, float] | None = None,
         shift_beta: float = 0.05,
         shift_mult: float = 1.0,
         refresh_every: int = 1,
@@ -325,7 +328,7 @@ class PrivateLASSO(Policy):
         return rho_from_epsilon_delta(self.epsilon, self.delta)
 
     @property
-    def split(self) -> dict:
+    def split(self) -> dict[str, float]:
         split = dict(self.rho_split or DEFAULT_SPLIT[self.mode])
         if self.support != "svt":
             # oracle: LS mechanism only at the svt split (isolates selection); full: all of ρ to LS
@@ -342,18 +345,32 @@ class PrivateLASSO(Policy):
         return float(self.lambda0) if self.lambda0 is not None else 0.1
 
     @property
+    def _bx(self) -> float:
+        """B_x (``clip_l2``): a required public bound (checked by validation)."""
+        if self.clip_l2 is None:
+            raise ValueError("clip_l2 (B_x) and reward_bound (C_r) are required public bounds")
+        return self.clip_l2
+
+    @property
+    def _cr(self) -> float:
+        """C_r (``reward_bound``): a required public bound (checked by validation)."""
+        if self.reward_bound is None:
+            raise ValueError("clip_l2 (B_x) and reward_bound (C_r) are required public bounds")
+        return self.reward_bound
+
+    @property
     def gram_l2sq(self) -> float:
         """L̃² = b_x²c + C_r² (``full``: min(b_x²d, B_x²) + C_r², both enforced by clip)."""
         if self.support == "full":
-            return min(self.clip_coord**2 * self.d, self.clip_l2**2) + self.reward_bound**2
-        return gram_bound(self.clip_coord, self.cap, self.reward_bound)
+            return min(self.clip_coord**2 * self.d, self._bx**2) + self._cr**2
+        return gram_bound(self.clip_coord, self.cap, self._cr)
 
     def elastic_net(self) -> CertifiedElasticNet:
         return CertifiedElasticNet(
             ridge=self.ridge,
             theta_bound=self.theta_bound,
-            clip_l2=self.clip_l2,
-            reward_bound=self.reward_bound,
+            clip_l2=self._bx,
+            reward_bound=self._cr,
             slack=self.solver_slack,
         )
 
@@ -367,7 +384,7 @@ class PrivateLASSO(Policy):
             return 1, 1 << ell
         return (1 << (ell - 1)) + 1, 1 << ell
 
-    def boundary_constants(self, ell: int) -> dict:
+    def boundary_constants(self, ell: int) -> dict[str, Any]:
         """Every public constant of boundary ℓ (spec §5.2–§5.4)."""
         lo, hi = self.block(ell)
         N = hi - lo + 1
@@ -463,7 +480,7 @@ class PrivateLASSO(Policy):
         """Warnings for a valid but weak configuration (at the first round, not in validation)."""
         if self.delta > 1.0 / (10.0 * self.horizon):
             warnings.warn(f"delta={self.delta:g} > 1/(10·T_max): a weak guarantee", stacklevel=3)
-        if self.support == "svt" and self.clip_l2 >= self.clip_coord * math.sqrt(self.d) / 2:
+        if self.support == "svt" and self._bx >= self.clip_coord * math.sqrt(self.d) / 2:
             warnings.warn(
                 "dense features (B_x ≥ b_x√d/2): the selection sensitivity grows like d/N and "
                 "support recovery needs very large N (spec P3)",
@@ -471,7 +488,7 @@ class PrivateLASSO(Policy):
             )
 
     # -- state -----------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_noise"):
             self._validate()
             self._warn_weak()
@@ -484,10 +501,11 @@ class PrivateLASSO(Policy):
             self._hist: RowStore | None = None
             self._tree: TreeAggregator | None = None
             self._tree_l = -1
-            self._G_hist: np.ndarray | None = None
+            self._G_hist: FloatArray | None = None
             self._sigma_snap = 0.0
             self._node_sigma = 0.0
-            self._pending: dict[int, tuple | None] = {}
+            # slot → its quantized leaf (support columns, values, reward), None: absent
+            self._pending: dict[int, tuple[IntArray, FloatArray, float] | None] = {}
             self._sealed = 0
             self._last_refresh = 0
             self._noise = NoiseSource(self.seed, backend=self.noise_backend)
@@ -510,11 +528,11 @@ class PrivateLASSO(Policy):
         return self._state()._version
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     @property
-    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+    def coefficients(self) -> tuple[IntArray, FloatArray]:
         """The public model: support S (sorted) and θ̂^priv on S."""
         self._state()
         return self._S.copy(), self._theta.copy()
@@ -553,14 +571,16 @@ class PrivateLASSO(Policy):
         return limit
 
     # -- deciding (billboard: public θ̂ and the slot's own contexts only) ------------------------
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
         rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         S = self._S
         if S.size:
-            Xc, _, _ = clip_rows(X, self.clip_coord, self.clip_l2)
+            Xc, _, _ = clip_rows(X, self.clip_coord, self._bx)
             scores = Xc[:, :, S] @ self._theta
         else:
             scores = np.zeros((B, K))
@@ -570,42 +590,51 @@ class PrivateLASSO(Policy):
         self._t += B
         return DecisionBatch(arms, prop, rounds, self._episode_of(rounds), self._version)
 
-    def _episode_of(self, rounds: np.ndarray) -> np.ndarray:
+    def _episode_of(self, rounds: ArrayLike) -> IntArray:
         """Block index ℓ of each slot (l_min for the burn-in block)."""
         r = np.asarray(rounds, dtype=np.int64)
         ell = np.frexp((r - 1).astype(np.float64))[1].astype(np.int64)  # ⌈log2 r⌉ for r ≥ 2
-        return np.maximum(ell, self.lmin)
+        out: IntArray = np.maximum(ell, self.lmin)
+        return out
 
     # -- learning ----------------------------------------------------------------------------------
-    def _clip_records(self, contexts, rewards):
-        Xc, nc, nr = clip_rows(contexts, self.clip_coord, self.clip_l2)
-        yc = np.clip(rewards, -self.reward_bound, self.reward_bound)
+    def _clip_records(
+        self, contexts: FloatArray, rewards: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        Xc, nc, nr = clip_rows(contexts, self.clip_coord, self._bx)
+        yc: FloatArray = np.clip(rewards, -self._cr, self._cr)
         self._counters["clipped_coords"] += nc
         self._counters["clipped_norms"] += nr
         self._counters["clipped_rewards"] += int(np.count_nonzero(yc != rewards))
         return Xc, yc
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Attach clipped records to their slots (duplicates and late records are dropped)."""
         self._state()
-        contexts = np.asarray(contexts, dtype=np.float64)
-        rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if contexts.shape != (rounds.size, self.d) or rewards.shape != rounds.shape:
+        X = np.asarray(contexts, dtype=np.float64)
+        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if X.shape != (rnd.size, self.d) or y.shape != rnd.shape:
             raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
-        if rounds.size == 0:
+        if rnd.size == 0:
             return
-        if rounds.min() < 1 or rounds.max() > self._t:
+        if rnd.min() < 1 or rnd.max() > self._t:
             raise ValueError("learn() got a slot that was never decided")
-        if not (np.isfinite(contexts).all() and np.isfinite(rewards).all()):
+        if not (np.isfinite(X).all() and np.isfinite(y).all()):
             raise ValueError("contexts and rewards must be finite")
-        Xc, yc = self._clip_records(contexts, rewards)
+        Xc, yc = self._clip_records(X, y)
         if self.mode == "forgetful":
-            self._learn_forgetful(rounds, Xc, yc)
+            self._learn_forgetful(rnd, Xc, yc)
         else:
-            self._learn_episodic(rounds, Xc, yc)
+            self._learn_episodic(rnd, Xc, yc)
 
-    def _learn_forgetful(self, rounds, Xc, yc) -> None:
+    def _learn_forgetful(self, rounds: IntArray, Xc: FloatArray, yc: FloatArray) -> None:
         ell = self._episode_of(rounds)
         for e in np.unique(ell).tolist():
             sel = ell == e
@@ -623,7 +652,7 @@ class PrivateLASSO(Policy):
             self._counters["duplicate_rows"] += dup
             self._counters["rows_learned"] += n - dup
 
-    def _learn_episodic(self, rounds, Xc, yc) -> None:
+    def _learn_episodic(self, rounds: IntArray, Xc: FloatArray, yc: FloatArray) -> None:
         if self._hist is None:
             self._hist = RowStore(self.d, (1, 1 << self.lmax))
         fired = self._next_l - 1  # last boundary released (< l_min: none yet)
@@ -651,13 +680,13 @@ class PrivateLASSO(Policy):
         if new:
             self._seal()
 
-    def expire(self, rounds) -> None:
+    def expire(self, rounds: ArrayLike) -> None:
         """Mark slots whose reward will never arrive as absent (a zero record; spec §2)."""
         self._state()
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        self._counters["absent_slots"] += int(rounds.size)
+        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        self._counters["absent_slots"] += int(rnd.size)
         if self.mode == "episodic":
-            for s in rounds.tolist():
+            for s in rnd.tolist():
                 if s > (1 << self.lmin) and s not in self._pending:
                     self._pending[s] = None
             self._seal()
@@ -699,7 +728,9 @@ class PrivateLASSO(Policy):
         self._refresh()
         return []
 
-    def _select(self, ell: int, Z, y, k: dict) -> tuple[np.ndarray, int, bool]:
+    def _select(
+        self, ell: int, Z: FloatArray, y: FloatArray, k: dict[str, Any]
+    ) -> tuple[IntArray, int, bool]:
         """M1 + M2: the private support (sorted), the SVT halt index and whether the cap was hit."""
         if self.support == "full":
             return np.arange(self.d, dtype=np.int64), self.d, False
@@ -720,7 +751,7 @@ class PrivateLASSO(Policy):
         del fit  # θ̃ is secret: never stored, logged or returned
         return np.sort(res.selected), res.halted_at, res.cap_hit
 
-    def _solve(self, G: np.ndarray, sigma_tot: float) -> tuple[np.ndarray, float]:
+    def _solve(self, G: FloatArray, sigma_tot: float) -> tuple[FloatArray, float]:
         """M5: θ̂ = TRS(G̃[:p,:p] + νI, G̃[:p,p], C_θ) (post-processing)."""
         p = G.shape[0] - 1
         nu = self.shift(sigma_tot, p)
@@ -741,8 +772,8 @@ class PrivateLASSO(Policy):
             Z, y = Z[keep], y[keep]
         rows = int(y.size)
         S, h, cap_hit = self._select(ell, Z, y, k)
-        components = []
-        events = []
+        components: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
         if self.support == "svt":
             rho_svt = svt_rho(k["sensitivity"], k["svt_sigma_nominal"], self.cap)
             # what the SVT is: c AboveThreshold runs of pure ε0 = 2Δ/σ (ρ = c·ε0²/2 = rho_svt)
@@ -753,7 +784,7 @@ class PrivateLASSO(Policy):
             events.append({"mechanism": "svt", "rho": rho_svt, "slots": [lo, hi]})
         theta = np.zeros(S.size)
         nu = None
-        extra: dict = {}
+        extra: dict[str, Any] = {}
         if S.size:
             V = store.support_gram(S) if self.mode == "forgetful" else _support_gram(store, S, hi)
             Vf = RowStore.units_to_float(V)
@@ -788,7 +819,7 @@ class PrivateLASSO(Policy):
             records += self._start_tree(ell, k, S)
         return records
 
-    def _start_tree(self, ell: int, k: dict, S: np.ndarray) -> list[ReleaseRecord]:
+    def _start_tree(self, ell: int, k: dict[str, Any], S: IntArray) -> list[ReleaseRecord]:
         """Episodic: register the tree of (2^ℓ, 2^{ℓ+1}] (its whole cost) before any release."""
         self._tree = None
         self._sealed = 0
@@ -845,13 +876,16 @@ class PrivateLASSO(Policy):
         ]
 
     # -- noise (fast or secure backend) ----------------------------------------------------------
-    def _gram_release(self, V, Vf: np.ndarray, sigma: float, g) -> np.ndarray:
+    def _gram_release(
+        self, V: AnyArray, Vf: FloatArray, sigma: float, g: np.random.Generator
+    ) -> FloatArray:
         """V + SymGauss(σ): float noise (fast) or exact discrete Gaussian on a grid (secure)."""
         if self.noise_backend == "secure":
             return secure_sym_gauss_release(V, sigma, g)
-        return Vf + sym_gauss(Vf.shape[0], sigma, g)
+        out: FloatArray = Vf + sym_gauss(Vf.shape[0], sigma, g)
+        return out
 
-    def _zcdp(self, rho: float, mechanism: str) -> dict:
+    def _zcdp(self, rho: float, mechanism: str) -> dict[str, Any]:
         """A ρ-zCDP ledger component of a Gaussian release (Gram, tree node): marked
         ``gaussian`` on the fast backend (its PLD is the Gaussian's with Δ/σ = √(2ρ)), Rényi-only
         on the secure backend (discrete Gaussian: no continuous PLD)."""
@@ -870,7 +904,7 @@ class PrivateLASSO(Policy):
         """
         noise, bid = self._noise, self.bandit_id
 
-        def stream(j: int):
+        def stream(j: int) -> np.random.Generator:
             return noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
 
         if self.noise_backend == "secure":
@@ -897,7 +931,20 @@ class PrivateLASSO(Policy):
     def _dp_valid(self) -> bool:
         return self.noise_scale_multiplier == 1.0 and self.support != "oracle"
 
-    def _record(self, ell, k, S, theta, h, cap_hit, nu, components, events, rows, extra):
+    def _record(
+        self,
+        ell: int,
+        k: dict[str, Any],
+        S: IntArray,
+        theta: FloatArray,
+        h: int,
+        cap_hit: bool,
+        nu: float | None,
+        components: list[dict[str, Any]],
+        events: list[dict[str, Any]],
+        rows: int,
+        extra: dict[str, Any],
+    ) -> ReleaseRecord:
         rho_b = rho_sum(
             c["rho"] if c["type"] == "zcdp" else c["count"] * rho_pure(c["epsilon"])
             for c in components
@@ -973,7 +1020,7 @@ class PrivateLASSO(Policy):
             noise_backend=self.noise_backend,
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         self._validate()
         self._warn_weak()  # explain is where a configuration is checked before it runs
         en = self.elastic_net()
@@ -1004,7 +1051,7 @@ class PrivateLASSO(Policy):
         return out
 
     # -- persistence ----------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -1032,7 +1079,7 @@ class PrivateLASSO(Policy):
             "counters": dict(self._counters),
         }
 
-    def load_state_dict(self, state: dict) -> PrivateLASSO:
+    def load_state_dict(self, state: dict[str, Any]) -> PrivateLASSO:
         self._state()
         self._t = int(state["t"])
         self._version = int(state["version"])
@@ -1067,7 +1114,7 @@ class PrivateLASSO(Policy):
         return self
 
 
-def _support_gram(store: RowStore, S: np.ndarray, last_slot: int) -> np.ndarray:
+def _support_gram(store: RowStore, S: IntArray, last_slot: int) -> AnyArray:
     """Exact support Gram of the records of ``store`` with slot ≤ ``last_slot``."""
     slots, _, _ = store.matrix()
     if slots.size == 0 or slots.max() <= last_slot:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any, Self
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
 from ..privacy.tree_aggregator import TreeAggregator
+from ..utils.arrays import ArrayLike, BoolArray, FloatArray, IntArray
 from .base import DecisionBatch
 from .private_lasso import NEIGHBOURING, PRIVACY_UNIT, PrivateLASSO, clip_rows, random_argmax
 
@@ -65,7 +67,7 @@ class PaperConstants:
         """The SVT threshold 4·λ_t·Γ·√s̄."""
         return 4.0 * lam * self.gamma * math.sqrt(self.sbar)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -118,7 +120,7 @@ def paper_constants(
     )
 
 
-def wishart(p: int, scale: float, dof: int, rng: np.random.Generator) -> np.ndarray:
+def wishart(p: int, scale: float, dof: int, rng: np.random.Generator) -> FloatArray:
     """Wishart_p(scale·I, dof) by the Bartlett decomposition (never dof outer products; P14).
 
     >>> W = wishart(3, 2.0, 10**9, np.random.default_rng(0))
@@ -127,18 +129,19 @@ def wishart(p: int, scale: float, dof: int, rng: np.random.Generator) -> np.ndar
     """
     A = np.tril(rng.standard_normal((p, p)), k=-1)
     A[np.diag_indices(p)] = np.sqrt(rng.chisquare(dof - np.arange(p)))
-    return scale * (A @ A.T)
+    W: FloatArray = scale * (A @ A.T)
+    return W
 
 
 def sparse_estimation(
-    G: np.ndarray,
+    G: FloatArray,
     n: int,
     lam: float,
     k: PaperConstants,
     s0: int,
     rng: np.random.Generator,
     tol: float = 1e-4,
-) -> dict:
+) -> dict[str, Any]:
     """Algorithm 2 on the (d+1)² Gram G = Σ wwᵀ (w = [x; r]) of n records, literally.
 
     Returns the selected S1 and simulation-only diagnostics (the non-private θ̂, S0, and the
@@ -161,13 +164,13 @@ def sparse_estimation(
 
 
 def paper_svt(
-    theta: np.ndarray,
-    S0: np.ndarray,
+    theta: FloatArray,
+    S0: ArrayLike,
     threshold: float,
     xi: float,
     cap: float,
     rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[IntArray, IntArray, BoolArray]:
     """Alg. 2 lines 4–14 as written: (S1, queried coordinates, their ⊤/⊥).
 
     The threshold noise is redrawn for every query, the comparison is signed and the loop
@@ -178,7 +181,9 @@ def paper_svt(
     >>> S1.tolist(), q.tolist(), ok.tolist()
     ([0, 2], [0, 1, 2], [True, False, True])
     """
-    S1, queried, passed = [], [], []
+    S1: list[int] = []
+    queried: list[int] = []
+    passed: list[bool] = []
     for i in np.asarray(S0, dtype=np.int64).tolist():
         lam_tilde = threshold + rng.laplace(0.0, xi)  # redrawn at every query, as written
         ok = bool(theta[i] + rng.laplace(0.0, 2.0 * xi) > lam_tilde)  # signed, as written
@@ -233,6 +238,9 @@ class PrivateLASSOPaper(PrivateLASSO):
     name = "private-lasso"
     literal_paper = True
 
+    #: the paper's tree over all T slots (built with the state; never None here)
+    _tree: TreeAggregator
+
     # -- constants ---------------------------------------------------------------------------
     @property
     def constants(self) -> PaperConstants:
@@ -242,11 +250,11 @@ class PrivateLASSOPaper(PrivateLASSO):
             self.d,
             self.s0,
             self.epsilon,
-            reward_bound=self.reward_bound,
+            reward_bound=self._cr,
             c_x=self.c_x,
             theta_bound=self.theta_bound,
             phi2=self.phi2,
-            clip_l2=self.clip_l2,
+            clip_l2=self._bx,
         )
 
     @property
@@ -266,7 +274,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             raise ValueError("need horizon >= 2")
 
     # -- state -------------------------------------------------------------------------------
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_noise"):
             self._validate()
             if self.noise_backend != "fast":  # never ignore the setting silently
@@ -284,7 +292,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             self._noise = NoiseSource(self.seed)
             self._coin_key()
             self._tree = self._make_tree()
-            self._diagnostics: list[dict] = []
+            self._diagnostics: list[dict[str, Any]] = []
             self._counters = {
                 "clipped_coords": 0,
                 "clipped_norms": 0,
@@ -300,7 +308,7 @@ class PrivateLASSOPaper(PrivateLASSO):
         noise, bid = self._noise, self.bandit_id
 
         # issue-once by structure: called once per leaf index j; the leaf count is persisted
-        def node_noise(j: int):
+        def node_noise(j: int) -> FloatArray:
             return wishart(
                 p,
                 k.s_tilde,
@@ -311,7 +319,7 @@ class PrivateLASSOPaper(PrivateLASSO):
         return TreeAggregator((p, p), node_noise)
 
     @property
-    def diagnostics(self) -> list[dict]:
+    def diagnostics(self) -> list[dict[str, Any]]:
         """Simulation-only boundary diagnostics (|S0|, queried, passed); secret in a deployment."""
         return list(self._state()._diagnostics)
 
@@ -322,13 +330,15 @@ class PrivateLASSOPaper(PrivateLASSO):
     def max_decide_batch(self) -> int:
         return 0 if self.refit_due() else 1
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
         rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         if self._S.size:
-            Xc, _, _ = clip_rows(X, self.clip_coord, self.clip_l2)
+            Xc, _, _ = clip_rows(X, self.clip_coord, self._bx)
             scores = Xc[:, :, self._S] @ self._theta
         else:
             scores = np.zeros((B, K))
@@ -338,18 +348,24 @@ class PrivateLASSOPaper(PrivateLASSO):
         self._t += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
-        contexts = np.asarray(contexts, dtype=np.float64)
-        rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if contexts.shape != (rounds.size, self.d) or rewards.shape != rounds.shape:
+        X = np.asarray(contexts, dtype=np.float64)
+        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if X.shape != (rnd.size, self.d) or y.shape != rnd.shape:
             raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
-        order = np.argsort(rounds)
+        order = np.argsort(rnd)
         for i in order.tolist():
-            if int(rounds[i]) != self._tree.count + 1:
+            if int(rnd[i]) != self._tree.count + 1:
                 raise ValueError("the paper variant needs every reward, in slot order")
-            Xc, yc = self._clip_records(contexts[i : i + 1], rewards[i : i + 1])
+            Xc, yc = self._clip_records(X[i : i + 1], y[i : i + 1])
             w = np.append(Xc[0], yc[0])
             leaf = np.outer(w, w)
             self._G += leaf
@@ -462,7 +478,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             ),
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         self._validate()
         k = self.constants
         T = int(horizon or self.horizon)
@@ -489,7 +505,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             "privacy_statement": self.privacy.text(),
         }
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -508,7 +524,7 @@ class PrivateLASSOPaper(PrivateLASSO):
             "diagnostics": list(self._diagnostics),
         }
 
-    def load_state_dict(self, state: dict) -> PrivateLASSOPaper:
+    def load_state_dict(self, state: dict[str, Any]) -> PrivateLASSOPaper:
         self._state()
         self._t = int(state["t"])
         self._version = int(state["version"])

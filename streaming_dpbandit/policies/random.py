@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 
+from ..utils.arrays import ArrayLike
 from .base import DecisionBatch, Policy
 
 __all__ = ["RandomPolicy"]
@@ -32,16 +36,18 @@ class RandomPolicy(Policy):
     name = "random"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4}
+        yield {"d": 4}
 
     def __init__(self, d: int | None = None, seed: int | None = None):
         self.d = d
         self.seed = seed
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
         t = self.t
@@ -59,10 +65,16 @@ class RandomPolicy(Policy):
         self._t = t + B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), 0)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         return None
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "policy": self.name,
             "params": self._get_params(),
@@ -70,7 +82,7 @@ class RandomPolicy(Policy):
             "tie_key": self._coin_key(),
         }
 
-    def load_state_dict(self, state: dict) -> RandomPolicy:
+    def load_state_dict(self, state: dict[str, Any]) -> RandomPolicy:
         self._t = int(state["t"])
         self._tie_key = int(state["tie_key"])
         return self

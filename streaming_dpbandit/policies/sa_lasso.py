@@ -16,11 +16,15 @@ Spec: docs/specs/privatelasso.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any, Self
 
 import numpy as np
 
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import ArrayLike
 from .lasso_bandit import LassoBandit
 from .th_lasso import THLassoBandit
 
@@ -69,10 +73,10 @@ class SALassoBandit(LassoBandit):
     name = "sa-lasso"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "refit_every": 20}
+        yield {"d": 4, "refit_every": 20}
 
     def __init__(
         self,
@@ -94,7 +98,7 @@ class SALassoBandit(LassoBandit):
         self.tol = tol
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_store"):
             if self.refit_every < 1:
                 raise ValueError("refit_every must be >= 1")
@@ -108,7 +112,7 @@ class SALassoBandit(LassoBandit):
         return self
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     def lambda_n(self, n: int) -> float:
@@ -123,7 +127,7 @@ class SALassoBandit(LassoBandit):
         self._state()
         return self._t >= self._next_refit and self._store.count >= self._next_refit
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if not self.refit_due():
             return []
@@ -133,7 +137,13 @@ class SALassoBandit(LassoBandit):
         self._version += 1
         return []
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -143,7 +153,7 @@ class SALassoBandit(LassoBandit):
         X, y = THLassoBandit._clip(self, X, y)
         self._store.add(rounds, X, y)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -157,7 +167,7 @@ class SALassoBandit(LassoBandit):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> SALassoBandit:
+    def load_state_dict(self, state: dict[str, Any]) -> SALassoBandit:
         self._state()
         self._t = int(state["t"])
         self._store = RowStore.from_state_dict(state["store"])

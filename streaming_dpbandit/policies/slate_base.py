@@ -15,8 +15,14 @@ The service gives a slate policy a slate runtime (``slates`` is True).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from ..utils.arrays import AnyArray, ArrayLike
 from .base import BasePolicy
+
+if TYPE_CHECKING:
+    from .matroid_base import SlateBatch
 
 __all__ = ["SlatePolicy"]
 
@@ -36,9 +42,17 @@ class SlatePolicy(BasePolicy):
     slates = True
 
     @abc.abstractmethod
-    def decide_slates(self, n: int | None = None, event_ids=None):
+    def decide_slates(
+        self, n: int | None = None, event_ids: Sequence[Any] | AnyArray | None = None
+    ) -> SlateBatch:
         """The slates of ``n`` rounds (a :class:`~.matroid_base.SlateBatch`)."""
 
     @abc.abstractmethod
-    def learn(self, slates, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        slates: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         """Per-item rewards (B, K) of the slates of ``rounds`` (increasing, each round once)."""

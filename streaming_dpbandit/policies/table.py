@@ -7,8 +7,12 @@ features — and of any randomised baseline: π(a | position p) for every slate 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .base import DecisionBatch, Policy
 
 __all__ = ["TablePolicy"]
@@ -45,12 +49,14 @@ class TablePolicy(Policy):
     name = "table"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"probabilities": [[0.2, 0.5, 0.3]]}
+        yield {"probabilities": [[0.2, 0.5, 0.3]]}
 
-    def __init__(self, probabilities, d: int | None = None, seed: int | None = None):
+    def __init__(
+        self, probabilities: ArrayLike, d: int | None = None, seed: int | None = None
+    ) -> None:
         self.probabilities = probabilities
         self.d = d
         self.seed = seed
@@ -58,8 +64,8 @@ class TablePolicy(Policy):
     def _validate(self) -> None:
         self._table()
 
-    def _table(self) -> np.ndarray:
-        tab = getattr(self, "_tab", None)
+    def _table(self) -> FloatArray:
+        tab: FloatArray | None = getattr(self, "_tab", None)
         if tab is None:
             tab = np.asarray(self.probabilities, dtype=np.float64)
             if tab.ndim == 1:
@@ -80,8 +86,8 @@ class TablePolicy(Policy):
         return int(self._table().shape[1])
 
     def action_probabilities(
-        self, n_arms: int, positions: np.ndarray, mask: np.ndarray | None = None
-    ) -> np.ndarray:
+        self, n_arms: int, positions: ArrayLike, mask: ArrayLike | None = None
+    ) -> FloatArray:
         """π(· | p_i) for every event (B, K); restricted to ``mask`` and renormalised."""
         tab = self._table()
         if n_arms != tab.shape[1]:
@@ -94,7 +100,7 @@ class TablePolicy(Policy):
                     f"{int(pos.max())} (0-based)"
                 )
             pos = np.zeros_like(pos)
-        probs = tab[pos]
+        probs: FloatArray = tab[pos]
         if mask is not None:
             probs = np.where(mask, probs, 0.0)
             s = probs.sum(axis=1, keepdims=True)
@@ -103,17 +109,26 @@ class TablePolicy(Policy):
             probs = probs / s
         return probs
 
-    def sample(self, probs: np.ndarray, event_ids, rounds: np.ndarray | None = None) -> np.ndarray:
+    def sample(
+        self, probs: FloatArray, event_ids: ArrayLike | None, rounds: IntArray | None = None
+    ) -> IntArray:
         """Arms drawn from ``probs`` (B, K) by the inverse CDF of the events' coins."""
         B = probs.shape[0]
         if rounds is None:
             rounds = np.arange(1, B + 1)
         u = self._coins(rounds, event_ids)
         cdf = np.cumsum(probs, axis=1)
-        arms = (u[:, None] * cdf[:, -1:] >= cdf).sum(axis=1)
-        return np.minimum(arms, probs.shape[1] - 1)
+        arms: IntArray = (u[:, None] * cdf[:, -1:] >= cdf).sum(axis=1)
+        out: IntArray = np.minimum(arms, probs.shape[1] - 1)
+        return out
 
-    def decide(self, X, event_ids=None, mask=None, positions=None) -> DecisionBatch:
+    def decide(
+        self,
+        X: ArrayLike,
+        event_ids: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        positions: ArrayLike | None = None,
+    ) -> DecisionBatch:
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
         t = self.t
@@ -125,10 +140,16 @@ class TablePolicy(Policy):
             self._t = t + B
         return DecisionBatch(arms, probs[np.arange(B), arms], rounds, np.zeros(B, np.int64), 0)
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         return None
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         tab = self._table()
         return {
             "policy": self.name,
@@ -138,7 +159,7 @@ class TablePolicy(Policy):
             "top_arms": [np.argsort(-row)[:5].tolist() for row in tab],
         }
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "policy": self.name,
             "params": self._get_params(),
@@ -146,7 +167,7 @@ class TablePolicy(Policy):
             "tie_key": self._coin_key(),
         }
 
-    def load_state_dict(self, state: dict) -> TablePolicy:
+    def load_state_dict(self, state: dict[str, Any]) -> TablePolicy:
         self._t = int(state["t"])
         self._tie_key = int(state["tie_key"])
         return self

@@ -14,15 +14,29 @@ optional public bounds (the ε = ∞ reference keeps the private policies' input
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any, Protocol, Self
 
 import numpy as np
 
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows, least_squares_rows
+from ..privacy.ledger import ReleaseRecord
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .base import DecisionBatch, Policy
 from .private_lasso import clip_rows, random_argmax
 
 __all__ = ["THLassoBandit"]
+
+
+class _Clipped(Protocol):
+    """The clipping parameters and counters that :meth:`THLassoBandit._clip` reads (shared
+    with ``SALassoBandit``)."""
+
+    clip_coord: float | None
+    clip_l2: float | None
+    reward_bound: float | None
+    _counters: dict[str, int]
 
 
 class THLassoBandit(Policy):
@@ -69,10 +83,10 @@ class THLassoBandit(Policy):
     name = "th-lasso"
 
     @classmethod
-    def _unit_test_params(cls) -> dict:
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
         checks in ``streaming_dpbandit.checks`` and the tests."""
-        return {"d": 4, "refit_every": 5}
+        yield {"d": 4, "refit_every": 5}
 
     def __init__(
         self,
@@ -96,7 +110,7 @@ class THLassoBandit(Policy):
         self.tol = tol
         self.seed = seed
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_store"):
             if self.refit_every < 1 or self.first_refit < 1:
                 raise ValueError("refit_every and first_refit must be >= 1")
@@ -112,7 +126,7 @@ class THLassoBandit(Policy):
         return self
 
     @property
-    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+    def coefficients(self) -> tuple[IntArray, FloatArray]:
         """(S, β_S): the thresholded support and its least-squares coefficients."""
         self._state()
         return self._S.copy(), self._beta.copy()
@@ -122,7 +136,7 @@ class THLassoBandit(Policy):
         return self._state()._version
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
     def lambda_n(self, n: int) -> float:
@@ -147,7 +161,7 @@ class THLassoBandit(Policy):
             return 0
         return max(1, self._next_refit() - self._t)
 
-    def refit(self) -> list:
+    def refit(self) -> list[ReleaseRecord]:
         self._state()
         if not self.refit_due():
             return []
@@ -164,7 +178,9 @@ class THLassoBandit(Policy):
         self._version += 1
         return []
 
-    def decide(self, X, event_ids=None, mask=None) -> DecisionBatch:
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
         B, K, _ = X.shape
@@ -176,7 +192,7 @@ class THLassoBandit(Policy):
         self._t += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
-    def _clip(self, X, y):
+    def _clip(self: _Clipped, X: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
         if self.clip_coord is not None or self.clip_l2 is not None:
             X, nc, nr = clip_rows(
                 X,
@@ -191,7 +207,13 @@ class THLassoBandit(Policy):
             y = yc
         return X, y
 
-    def learn(self, contexts, rewards, rounds, ids=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
         self._state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -201,7 +223,7 @@ class THLassoBandit(Policy):
         X, y = self._clip(X, y)
         self._store.add(rounds, X, y)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "policy": self.name,
@@ -217,7 +239,7 @@ class THLassoBandit(Policy):
             "tie_key": self._tie_key,
         }
 
-    def load_state_dict(self, state: dict) -> THLassoBandit:
+    def load_state_dict(self, state: dict[str, Any]) -> THLassoBandit:
         self._state()
         self._t = int(state["t"])
         self._store = RowStore.from_state_dict(state["store"])

@@ -17,12 +17,18 @@ total". Derivation: ``docs/privacy/user-level.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import numpy.typing as npt
 
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
 from ..privacy.user_level import UserLevelSpend, group_component, user_level_spend
+from ..utils.arrays import AnyArray, ArrayLike, BoolArray
+from .base import DecisionBatch, Policy
 
 __all__ = ["UserLevel"]
 
@@ -63,14 +69,44 @@ class UserLevel:
     (2, 1)
     """
 
+    if TYPE_CHECKING:  # forwarded to the wrapped policy by __getattr__; declared for checkers
+        name: str
+        private: bool
+        t: int
+        model_version: int
+
+        def decide(
+            self,
+            X: ArrayLike,
+            event_ids: ArrayLike | None = None,
+            mask: ArrayLike | None = None,
+            **kw: Any,
+        ) -> DecisionBatch: ...
+
+        def decide_frozen(
+            self,
+            X: ArrayLike,
+            event_ids: ArrayLike | None = None,
+            mask: ArrayLike | None = None,
+            **kw: Any,
+        ) -> DecisionBatch: ...
+
+        def refit(self) -> list[ReleaseRecord]: ...
+
+        def refit_due(self) -> bool: ...
+
+        def max_decide_batch(self) -> int: ...
+
+        def refit_reads_through(self) -> int: ...
+
     def __init__(
         self,
-        policy,
+        policy: Policy,
         max_contributions_per_user: int,
         max_releases_per_user: int | None = None,
         max_users: int = 1_000_000,
         seed: int | None = None,
-    ):
+    ) -> None:
         self.policy = policy
         self.max_contributions_per_user = max_contributions_per_user
         self.max_releases_per_user = max_releases_per_user
@@ -90,33 +126,53 @@ class UserLevel:
         return b
 
     # -- the learning path --------------------------------------------------------------------
-    def hash_users(self, user_ids) -> np.ndarray:
+    def hash_users(self, user_ids: Sequence[Any] | AnyArray) -> npt.NDArray[np.uint64]:
         """Keyed hashes of user ids (uint64): a service hashes on arrival and keeps only these
         (in its pending joins and snapshots), then passes them to :meth:`learn`."""
         return self._bound().hash_users(user_ids)
 
-    def admit(self, rounds, user_ids=None, user_hashes=None) -> np.ndarray:
+    def admit(
+        self,
+        rounds: ArrayLike,
+        user_ids: Sequence[Any] | AnyArray | None = None,
+        user_hashes: ArrayLike | None = None,
+    ) -> BoolArray:
         """Mask of the rows (of ``rounds``) that enter the statistics; users given as ids or
         as keyed hashes from :meth:`hash_users`."""
         b = self._bound()
         b.close_below(self.policy.open_windows_from())
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        h = b.hash_users(user_ids) if user_hashes is None else np.asarray(user_hashes, np.uint64)
-        if h.shape != rounds.shape:
+        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if user_hashes is not None:
+            h = np.asarray(user_hashes, np.uint64)
+        elif user_ids is not None:
+            h = b.hash_users(user_ids)
+        else:  # no users: as many user entries as rows only when there are no rows
             raise ValueError("user ids must have one entry per row")
-        return b.admit(h, self.policy.contribution_windows(rounds))
+        if h.shape != rnd.shape:
+            raise ValueError("user ids must have one entry per row")
+        return b.admit(h, self.policy.contribution_windows(rnd))
 
-    def learn(self, contexts, rewards, rounds, ids=None, user_ids=None, user_hashes=None) -> None:
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+        user_ids: Sequence[Any] | AnyArray | None = None,
+        user_hashes: ArrayLike | None = None,
+    ) -> None:
         """The policy's ``learn`` on the admitted rows; no user ids: event level (unchanged)."""
         if user_ids is None and user_hashes is None:
-            return self.policy.learn(contexts, rewards, rounds, ids)
+            self.policy.learn(contexts, rewards, rounds, ids)
+            return
         mask = self.admit(rounds, user_ids, user_hashes)
         if mask.all():
-            return self.policy.learn(contexts, rewards, rounds, ids)
+            self.policy.learn(contexts, rewards, rounds, ids)
+            return
         if not mask.any():
-            return None
+            return
         sub_ids = None if ids is None else np.asarray(ids)[mask]
-        return self.policy.learn(
+        self.policy.learn(
             np.asarray(contexts)[mask],
             np.asarray(rewards).reshape(-1)[mask],
             np.asarray(rounds).reshape(-1)[mask],
@@ -124,21 +180,21 @@ class UserLevel:
         )
 
     # -- what a caller reads ------------------------------------------------------------------
-    def user_counters(self) -> dict:
+    def user_counters(self) -> dict[str, Any]:
         """Admitted / bounded counts (metrics-safe: no ids, no hashes)."""
         b = self._bound()
         b._init()
         return {**b.counters, "counter_entries": b.memory_entries()}
 
     @property
-    def counters(self) -> dict:
+    def counters(self) -> dict[str, Any]:
         base = getattr(self.policy, "counters", {})
         base = dict(base) if isinstance(base, dict) else {}
         base.update({f"user_{k}": v for k, v in self.user_counters().items()})
         return base
 
     def user_level_spend(
-        self, records: list[ReleaseRecord], delta: float | None = None, bandit_id=None
+        self, records: list[ReleaseRecord], delta: float | None = None, bandit_id: str | None = None
     ) -> UserLevelSpend:
         """Whole-run user-level spend of the policy's ledger ``records``."""
         bandit = (
@@ -193,7 +249,7 @@ class UserLevel:
             accountant=st.accountant,
         )
 
-    def explain(self, horizon: int | None = None) -> dict:
+    def explain(self, horizon: int | None = None) -> dict[str, Any]:
         out = dict(self.policy.explain(horizon))
         out["user_level"] = {
             "max_contributions_per_user": self.max_contributions_per_user,
@@ -204,17 +260,17 @@ class UserLevel:
         return out
 
     # -- persistence --------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Owner-only snapshot: the policy's state and the bounder's (key, hashed counts)."""
         return {"policy": self.policy.state_dict(), "user_bound": self._bound().state_dict()}
 
-    def load_state_dict(self, state: dict) -> UserLevel:
+    def load_state_dict(self, state: dict[str, Any]) -> UserLevel:
         self.policy.load_state_dict(state["policy"])
         self._bound().load_state_dict(state["user_bound"])
         return self
 
     # everything else (decide, decide_frozen, refit, refit_due, max_decide_batch, t, ...)
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("policy", "_bounder"):
             raise AttributeError(name)
         return getattr(self.policy, name)

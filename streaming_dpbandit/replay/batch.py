@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from ..utils.arrays import AnyArray, BoolArray, FloatArray, IntArray
 from .contexts import Contexts
 from .errors import LogFormatError, show
 
@@ -50,15 +51,15 @@ class LoggedBatch:
     (3, 2, 2)
     """
 
-    event_ids: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    propensities: np.ndarray
-    positions: np.ndarray
+    event_ids: AnyArray
+    actions: IntArray
+    rewards: FloatArray
+    propensities: FloatArray
+    positions: IntArray
     contexts: Contexts
-    mask: np.ndarray | None = None
-    times: np.ndarray | None = None
-    arm_ids: np.ndarray | None = None
+    mask: BoolArray | None = None
+    times: FloatArray | None = None
+    arm_ids: AnyArray | None = None
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -71,13 +72,14 @@ class LoggedBatch:
     def d(self) -> int:
         return self.contexts.d
 
-    def n_available(self) -> np.ndarray:
+    def n_available(self) -> IntArray:
         """Candidate arms per event (B,)."""
         if self.mask is None:
             return np.full(len(self), self.n_arms, dtype=np.int64)
-        return self.mask.sum(axis=1)
+        counts: IntArray = self.mask.sum(axis=1)
+        return counts
 
-    def take(self, idx: np.ndarray) -> LoggedBatch:
+    def take(self, idx: IntArray | BoolArray) -> LoggedBatch:
         """The events ``idx`` (index array or boolean mask), in that order."""
         return LoggedBatch(
             event_ids=self.event_ids[idx],
@@ -91,7 +93,9 @@ class LoggedBatch:
             arm_ids=None if self.arm_ids is None else self.arm_ids[idx],
         )
 
-    def arm_id_kwargs(self, policy, rows=slice(None)) -> dict:
+    def arm_id_kwargs(
+        self, policy: object, rows: slice | IntArray = slice(None)
+    ) -> dict[str, AnyArray]:
         """``{"arm_ids": ...}`` of ``rows`` for a policy keyed by arm id, else ``{}``."""
         if not getattr(policy, "keyed_by_arm_id", False) or self.arm_ids is None:
             return {}

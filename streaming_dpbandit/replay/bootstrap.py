@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray
+
 __all__ = ["BlockBootstrap"]
 
 
@@ -71,7 +73,7 @@ class BlockBootstrap:
         self._k = half
         self._size *= 2
 
-    def add(self, a: np.ndarray, b: np.ndarray) -> None:
+    def add(self, a: ArrayLike, b: ArrayLike) -> None:
         """Append a chunk of terms in log order."""
         a = np.asarray(a, dtype=np.float64).reshape(-1)
         b = np.asarray(b, dtype=np.float64).reshape(-1)
@@ -108,7 +110,7 @@ class BlockBootstrap:
             self._k += whole
             i += whole * s
 
-    def replicates(self, replicates: int, rng: np.random.Generator) -> np.ndarray:
+    def replicates(self, replicates: int, rng: np.random.Generator) -> FloatArray:
         """Bootstrap replicates V*_r (NaN where Σb* = 0)."""
         k = self._k
         if k == 0:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ..utils.arrays import FloatArray
 from .errors import LogFormatError
 from .moments import RatioMoments
 from .readers.base import LogReader
@@ -48,7 +51,7 @@ def guess_format(log: str) -> str:
     raise LogFormatError(f"cannot tell the format of {log!r}: give --format ({', '.join(FORMATS)})")
 
 
-def _list(v) -> list[str] | None:
+def _list(v: Any) -> list[str] | None:
     if v is None:
         return None
     if isinstance(v, (list, tuple)):
@@ -56,8 +59,8 @@ def _list(v) -> list[str] | None:
     return [s.strip() for s in str(v).split(",") if s.strip()]
 
 
-def _service_kwargs(params: dict) -> dict:
-    out = {}
+def _service_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     if "bandit" in params:
         out["bandit_id"] = str(params["bandit"])
     if "arms" in params:
@@ -85,8 +88,8 @@ def _service_kwargs(params: dict) -> dict:
 def make_reader(
     log: str,
     fmt: str | None = None,
-    mapping: dict | None = None,
-    params: dict | None = None,
+    mapping: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
     start: str | None = None,
     end: str | None = None,
 ) -> LogReader:
@@ -133,9 +136,10 @@ def make_reader(
         kw = _service_kwargs(params)
         if "idle_timeout" in params:
             kw["idle_timeout"] = float(params["idle_timeout"])
+        contexts, decisions, feedback = topics
         return KafkaLogReader(
             log[len("kafka://") :],
-            tuple(topics),
+            (contexts, decisions, feedback),
             start=parse_bound(start),
             end=parse_bound(end),
             **kw,
@@ -156,7 +160,7 @@ def make_reader(
     return CsvReader(path, m) if fmt == "csv" else ParquetReader(path, m)
 
 
-def action_table(reader: LogReader, level: float = 0.95) -> tuple[np.ndarray, dict]:
+def action_table(reader: LogReader, level: float = 0.95) -> tuple[FloatArray, dict[str, Any]]:
     """Empirical action frequencies per position of a log, (P, K), and that log's own value.
 
     The frequencies estimate the logging policy's time-averaged action distribution π(a | p)

@@ -15,6 +15,8 @@ import abc
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
+
 __all__ = ["ConstantContexts", "Contexts", "DenseContexts", "DisjointContexts"]
 
 
@@ -28,23 +30,24 @@ class Contexts(abc.ABC):
     def __len__(self) -> int: ...
 
     @abc.abstractmethod
-    def dense(self) -> np.ndarray:
+    def dense(self) -> FloatArray:
         """The (B, K, d) float64 tensor."""
 
     @abc.abstractmethod
-    def rows(self, arms: np.ndarray) -> np.ndarray:
+    def rows(self, arms: ArrayLike) -> FloatArray:
         """Features (B, d) of arm ``arms[i]`` of event i."""
 
     @abc.abstractmethod
-    def take(self, idx: np.ndarray) -> Contexts:
+    def take(self, idx: IntArray) -> Contexts:
         """The contexts of the events ``idx`` (an index array)."""
 
-    def project(self, coef: np.ndarray) -> np.ndarray:
+    def project(self, coef: FloatArray) -> FloatArray:
         """⟨x_{i,a}, coef_i⟩ for every event i and arm a, (B, K); ``coef`` is (B, d).
 
         What a linear reward model needs for every arm; subclasses avoid the dense tensor.
         """
-        return np.einsum("bkd,bd->bk", self.dense(), coef)
+        out: FloatArray = np.einsum("bkd,bd->bk", self.dense(), coef)
+        return out
 
 
 class DenseContexts(Contexts):
@@ -56,7 +59,7 @@ class DenseContexts(Contexts):
     ([[4.0, 5.0], [6.0, 7.0]], 1)
     """
 
-    def __init__(self, X: np.ndarray):
+    def __init__(self, X: ArrayLike):
         self.X = np.asarray(X, dtype=np.float64)
         if self.X.ndim != 3:
             raise ValueError("dense contexts must be (B, K, d)")
@@ -66,13 +69,14 @@ class DenseContexts(Contexts):
     def __len__(self) -> int:
         return int(self.X.shape[0])
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> FloatArray:
         return self.X
 
-    def rows(self, arms: np.ndarray) -> np.ndarray:
-        return self.X[np.arange(len(self)), np.asarray(arms)]
+    def rows(self, arms: ArrayLike) -> FloatArray:
+        out: FloatArray = self.X[np.arange(len(self)), np.asarray(arms)]
+        return out
 
-    def take(self, idx: np.ndarray) -> DenseContexts:
+    def take(self, idx: IntArray) -> DenseContexts:
         return DenseContexts(self.X[idx])
 
 
@@ -88,7 +92,7 @@ class DisjointContexts(Contexts):
     [[0.0, 0.0, 1.0, 2.0]]
     """
 
-    def __init__(self, shared: np.ndarray, n_arms: int):
+    def __init__(self, shared: ArrayLike, n_arms: int):
         self.shared = np.asarray(shared, dtype=np.float64)
         self.n_arms = int(n_arms)
         self.width = int(self.shared.shape[1])
@@ -97,25 +101,28 @@ class DisjointContexts(Contexts):
     def __len__(self) -> int:
         return int(self.shared.shape[0])
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> FloatArray:
         B, K, w = len(self), self.n_arms, self.width
         X = np.zeros((B, K, K, w))
         k = np.arange(K)
         X[:, k, k, :] = self.shared[:, None, :]
         return X.reshape(B, K, K * w)
 
-    def rows(self, arms: np.ndarray) -> np.ndarray:
+    def rows(self, arms: ArrayLike) -> FloatArray:
         B, w = len(self), self.width
         out = np.zeros((B, self.n_arms, w))
         out[np.arange(B), np.asarray(arms)] = self.shared
         return out.reshape(B, self.d)
 
-    def take(self, idx: np.ndarray) -> DisjointContexts:
+    def take(self, idx: IntArray) -> DisjointContexts:
         return DisjointContexts(self.shared[idx], self.n_arms)
 
-    def project(self, coef: np.ndarray) -> np.ndarray:
+    def project(self, coef: FloatArray) -> FloatArray:
         B = len(self)
-        return np.einsum("bw,bkw->bk", self.shared, coef.reshape(B, self.n_arms, self.width))
+        out: FloatArray = np.einsum(
+            "bw,bkw->bk", self.shared, coef.reshape(B, self.n_arms, self.width)
+        )
+        return out
 
 
 class ConstantContexts(Contexts):
@@ -138,14 +145,14 @@ class ConstantContexts(Contexts):
     def __len__(self) -> int:
         return self.size
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> FloatArray:
         return np.ones((self.size, self.n_arms, 1))
 
-    def rows(self, arms: np.ndarray) -> np.ndarray:
+    def rows(self, arms: ArrayLike) -> FloatArray:
         return np.ones((len(np.asarray(arms)), 1))
 
-    def take(self, idx: np.ndarray) -> ConstantContexts:
+    def take(self, idx: IntArray) -> ConstantContexts:
         return ConstantContexts(len(np.arange(self.size)[idx]), self.n_arms)
 
-    def project(self, coef: np.ndarray) -> np.ndarray:
+    def project(self, coef: FloatArray) -> FloatArray:
         return np.broadcast_to(coef[:, :1], (self.size, self.n_arms))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["LogFormatError", "show"]
 
 
@@ -10,7 +12,7 @@ class LogFormatError(ValueError):
     (file, line or row, column, the offending value)."""
 
 
-def show(value) -> str:
+def show(value: Any) -> str:
     """``repr`` of a value as the user wrote it (numpy scalars as plain Python values).
 
     >>> import numpy as np

@@ -14,10 +14,13 @@ import hashlib
 import math
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 from ..policies import policy_class
+from ..policies.base import Policy
 from .errors import LogFormatError
 from .ledger import InMemoryLedger
 from .offpolicy import OffPolicyEvaluator
@@ -53,14 +56,26 @@ class PolicySpec:
 
     key: str
     policy: str
-    params: dict
+    params: dict[str, Any]
     epsilon: float | None = None
     delta: float | None = None
     note: str | None = None
-    reference: dict | None = None
+    reference: dict[str, Any] | None = None
 
-    def build(self, seed: int | None):
-        return policy_class(self.policy, self.params)(**self.params, seed=seed)
+    def build(self, seed: int | None) -> Policy:
+        cls = policy_class(self.policy, self.params)
+        policy: Policy = cls(**self.params, seed=seed)  # a vectorised policy
+        return policy
+
+
+class PolicyRun(TypedDict):
+    """One policy configuration's evaluators during :func:`replay_log`."""
+
+    spec: PolicySpec
+    replay: ReplayMethod | None
+    offpolicy: OffPolicyEvaluator | None
+    time: dict[str, float]  # seconds per evaluator
+    replay_skipped: NotRequired[str]  # why the replay method stopped (a non-uniform log)
 
 
 def policy_seed(base_seed: int, key: str, role: str) -> int:
@@ -73,7 +88,7 @@ def policy_seed(base_seed: int, key: str, role: str) -> int:
 class _Progress:
     def __init__(self, reader: LogReader, desc: str, enabled: bool):
         self.reader = reader
-        self.bar = None
+        self.bar: Any = None  # a tqdm bar (imported only when shown)
         self.seen = 0
         if enabled:
             from tqdm import tqdm
@@ -108,7 +123,7 @@ class _Progress:
 def replay_log(
     reader: LogReader,
     specs: list[PolicySpec],
-    estimators: list[str] = ("ips", "snips", "dr"),
+    estimators: Sequence[str] = ("ips", "snips", "dr"),
     method: bool = True,
     level: float = 0.95,
     bootstrap: int = 1000,
@@ -169,9 +184,9 @@ def replay_log(
         fit_s = time.perf_counter() - t0
 
     onpolicy = OnPolicy(level=level, bootstrap=bootstrap, seed=seed)
-    runs = []
+    runs: list[PolicyRun] = []
     for spec in specs:
-        run = {"spec": spec, "replay": None, "offpolicy": None, "time": {}}
+        run: PolicyRun = {"spec": spec, "replay": None, "offpolicy": None, "time": {}}
         if method:
             ledger = InMemoryLedger()
             pol = spec.build(policy_seed(seed, spec.key, "replay"))

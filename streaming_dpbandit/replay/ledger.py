@@ -10,6 +10,9 @@ so memory does not grow with the number of refreshes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from ..privacy.accountant import Accountant
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PAPER_LABEL
@@ -36,17 +39,17 @@ class InMemoryLedger:
     (1, 1.0, True)
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records: list[ReleaseRecord] = []
         self.releases = 0
 
-    def append(self, records) -> None:
+    def append(self, records: Iterable[ReleaseRecord]) -> None:
         for r in records:
             self.releases += 1
             if _costs(r):
                 self.records.append(r)
 
-    def spend(self, delta: float | None = None) -> dict:
+    def spend(self, delta: float | None = None) -> dict[str, Any]:
         """Composed spend (pure ε, basic (ε, δ), ρ, ε at ``delta`` by the PLD accountant)."""
         if not self.records:
             return {

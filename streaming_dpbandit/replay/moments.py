@@ -16,11 +16,17 @@ with S the sample (n − 1) covariances; for b ≡ 1 it is the usual S_aa / n.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy import special
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
+
 __all__ = ["RatioMoments", "normal_quantile", "prefix_estimates"]
+
+#: (n, ā, b̄, C_aa, C_bb, C_ab): :meth:`RatioMoments.total`
+Totals = tuple[int, float, float, float, float, float]
 
 
 def normal_quantile(level: float) -> float:
@@ -35,8 +41,8 @@ def normal_quantile(level: float) -> float:
 
 
 def prefix_estimates(
-    before: tuple, a: np.ndarray, b: np.ndarray, ends: np.ndarray, z: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    before: Totals, a: FloatArray, b: FloatArray, ends: IntArray, z: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Estimates and normal intervals after the first ``ends[j]`` terms of a chunk.
 
     ``before`` is :meth:`RatioMoments.total` before the chunk. Vectorised: segment sums of the
@@ -98,13 +104,13 @@ class RatioMoments:
     (0.75, [1.0, 0.5])
     """
 
-    def __init__(self):
-        self.n = np.zeros(0, dtype=np.int64)
-        self.ma = np.zeros(0)
-        self.mb = np.zeros(0)
-        self.caa = np.zeros(0)
-        self.cbb = np.zeros(0)
-        self.cab = np.zeros(0)
+    def __init__(self) -> None:
+        self.n: IntArray = np.zeros(0, dtype=np.int64)
+        self.ma: FloatArray = np.zeros(0)
+        self.mb: FloatArray = np.zeros(0)
+        self.caa: FloatArray = np.zeros(0)
+        self.cbb: FloatArray = np.zeros(0)
+        self.cab: FloatArray = np.zeros(0)
 
     def _grow(self, size: int) -> None:
         extra = size - self.n.size
@@ -113,7 +119,7 @@ class RatioMoments:
             for name in ("ma", "mb", "caa", "cbb", "cab"):
                 setattr(self, name, np.r_[getattr(self, name), np.zeros(extra)])
 
-    def update(self, a: np.ndarray, b: np.ndarray, positions: np.ndarray | None = None) -> None:
+    def update(self, a: ArrayLike, b: ArrayLike, positions: ArrayLike | None = None) -> None:
         """Add one chunk of terms (a, b) with their positions (default: position 0)."""
         a = np.asarray(a, dtype=np.float64).reshape(-1)
         b = np.asarray(b, dtype=np.float64).reshape(-1)
@@ -152,7 +158,14 @@ class RatioMoments:
         self.n[sl] += cnt
 
     @staticmethod
-    def _merge(n, ma, mb, caa, cbb, cab):
+    def _merge(
+        n: IntArray,
+        ma: FloatArray,
+        mb: FloatArray,
+        caa: FloatArray,
+        cbb: FloatArray,
+        cab: FloatArray,
+    ) -> Totals:
         N = float(n.sum())
         if N == 0:
             return 0, 0.0, 0.0, 0.0, 0.0, 0.0
@@ -163,12 +176,20 @@ class RatioMoments:
         CAB = float(cab.sum() + (n * (ma - MA) * (mb - MB)).sum())
         return int(N), MA, MB, CAA, CBB, CAB
 
-    def total(self) -> tuple[int, float, float, float, float, float]:
+    def total(self) -> Totals:
         """(n, ā, b̄, C_aa, C_bb, C_ab) of the whole log (positions merged)."""
         return self._merge(self.n, self.ma, self.mb, self.caa, self.cbb, self.cab)
 
     @staticmethod
-    def _estimate(n, ma, mb, caa, cbb, cab, z: float = 1.959963984540054) -> dict:
+    def _estimate(
+        n: int,
+        ma: float,
+        mb: float,
+        caa: float,
+        cbb: float,
+        cab: float,
+        z: float = 1.959963984540054,
+    ) -> dict[str, Any]:
         if n == 0 or mb == 0:
             return {"value": math.nan, "se": math.nan, "n": int(n), "ci": [math.nan, math.nan]}
         v = ma / mb
@@ -179,11 +200,11 @@ class RatioMoments:
             se = math.sqrt(max(var, 0.0) / n) / abs(mb)
         return {"value": v, "se": se, "n": int(n), "ci": [v - z * se, v + z * se]}
 
-    def estimate(self, level: float = 0.95) -> dict:
+    def estimate(self, level: float = 0.95) -> dict[str, Any]:
         """Point estimate, delta-method standard error and normal interval of the whole log."""
         return self._estimate(*self.total(), z=normal_quantile(level))
 
-    def per_position(self, level: float = 0.95) -> list[dict]:
+    def per_position(self, level: float = 0.95) -> list[dict[str, Any]]:
         """The same, separately for every position seen (index = position)."""
         z = normal_quantile(level)
         out = []

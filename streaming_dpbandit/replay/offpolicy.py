@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ..policies.base import Policy
+from ..utils.arrays import FloatArray
 from .batch import LoggedBatch
 from .ledger import InMemoryLedger
 from .ope import ESTIMATORS, WeightDiagnostics
@@ -57,7 +61,7 @@ class OffPolicyEvaluator:
 
     def __init__(
         self,
-        policy,
+        policy: Policy,
         estimators: list[str],
         reward_model: RidgeRewardModel | None = None,
         level: float = 0.95,
@@ -102,14 +106,20 @@ class OffPolicyEvaluator:
         arms, probs = frozen_choices(self.policy, batch, need_arms=False)
         a = batch.actions
         idx = np.arange(len(batch))
-        pe = probs[idx, a] if probs is not None else (arms == a).astype(np.float64)
+        if probs is not None:
+            pe = probs[idx, a]
+        else:
+            assert arms is not None  # frozen_choices returns the arms of a policy without probs
+            pe = (arms == a).astype(np.float64)
         w = pe / batch.propensities
-        q_logged = q_target = None
+        q_logged: FloatArray | None = None
+        q_target: FloatArray | None = None
         if self.reward_model is not None and any(e.needs_model for e in self.estimators):
             q_logged = self.reward_model.predict_arms(batch, a, offset)
             if probs is not None:
                 q_target = (probs * self.reward_model.predict_all(batch, offset)).sum(axis=1)
             else:
+                assert arms is not None  # as above
                 q_target = self.reward_model.predict_arms(batch, arms, offset)
         end = offset + len(batch)
         for est in self.estimators:
@@ -117,8 +127,8 @@ class OffPolicyEvaluator:
         self.diagnostics.update(w, batch.positions)
         self.events += len(batch)
 
-    def result(self) -> dict:
-        out = {
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "estimates": {e.name: e.estimate().to_dict() for e in self.estimators},
             "weights": self.diagnostics.summary(),
             "events": self.events,

@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from ..policies.base import UNBOUNDED
+from ..policies.base import UNBOUNDED, Policy
+from ..utils.arrays import IntArray
 from .batch import LoggedBatch
 from .bootstrap import BlockBootstrap
 from .errors import LogFormatError, show
@@ -78,7 +79,7 @@ class ReplayMethod:
 
     def __init__(
         self,
-        policy,
+        policy: Policy,
         ledger: InMemoryLedger | None = None,
         level: float = 0.95,
         bootstrap: int = 1000,
@@ -95,7 +96,7 @@ class ReplayMethod:
         self.uniform_rtol = uniform_rtol
         self.max_block = max_block
         self.record_matches = record_matches
-        self.matches: list[np.ndarray] = []
+        self.matches: list[IntArray] = []
         self._moments = RatioMoments()
         self._boot = BlockBootstrap()
         self._curve = RunningCurve()
@@ -132,7 +133,7 @@ class ReplayMethod:
         pol = self.policy
         acts = batch.actions
         if has_distribution(pol):  # a fixed table: nothing to learn, nothing to commit
-            arms, _ = frozen_choices(pol, batch)
+            arms, _ = frozen_choices(self.policy, batch)
             hits = np.flatnonzero(arms == acts)
         else:
             hits = self._learning(batch)
@@ -168,13 +169,13 @@ class ReplayMethod:
         floor = min(1024, max(8, (1 << 16) // max(1, K * d)), max(8, math.ceil(8 * aim)))
         return int(min(self.max_block, max(floor, math.ceil(aim))))
 
-    def _learning(self, batch: LoggedBatch) -> np.ndarray:
+    def _learning(self, batch: LoggedBatch) -> IntArray:
         pol = self.policy
         X = batch.contexts.dense()
         ids, acts, mask = batch.event_ids, batch.actions, batch.mask
         n = len(batch)
         K = batch.n_arms
-        out = []
+        out: list[IntArray] = []
         pos = 0
         while pos < n:
             if pol.refit_due():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 from ..privacy.accountant import ACCOUNTANT_NAMES
 from ..utils.tables import format_table
@@ -11,19 +13,19 @@ from .result import ReplayResult
 __all__ = ["plot_replay", "replay_table"]
 
 
-def _num(v, digits: int = 4) -> str:
+def _num(v: float | None, digits: int = 4) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     return f"{v:.{digits}g}"
 
 
-def _ci(ci) -> str:
+def _ci(ci: Sequence[float | None] | None) -> str:
     if not ci or ci[0] is None:
         return "-"
     return f"[{_num(ci[0])}, {_num(ci[1])}]"
 
 
-def _spent(p: dict) -> str:
+def _spent(p: dict[str, Any]) -> str:
     if not p.get("private"):
         return "non-private"
     rec = p.get("of_record")
@@ -38,9 +40,9 @@ def _spent(p: dict) -> str:
     return text
 
 
-def _rows(result: ReplayResult):
-    rows = []
-    notes = []
+def _rows(result: ReplayResult) -> tuple[list[list[str]], list[str]]:
+    rows: list[list[str]] = []
+    notes: list[str] = []
     op = result.on_policy
     rows.append(
         [
@@ -145,9 +147,9 @@ def replay_table(result: ReplayResult) -> str:
     ]
     if result.positions > 1:
         heads = ["run", "estimator"] + [f"position {p + 1}" for p in range(result.positions)]
-        prow = []
+        prow: list[list[str]] = []
 
-        def per(e):
+        def per(e: dict[str, Any]) -> list[str]:
             cells = []
             for p in range(result.positions):
                 pp = e["per_position"][p] if p < len(e["per_position"]) else None

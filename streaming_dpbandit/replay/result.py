@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING, Any
 
 from ..privacy.statement import PAPER_LABEL
 from .ope.base import _finite
+
+if TYPE_CHECKING:  # evaluate imports this module
+    from ..policies.base import Policy
+    from .evaluate import PolicyRun, PolicySpec
+    from .ledger import InMemoryLedger
+    from .ope.onpolicy import OnPolicy
+    from .readers.base import LogReader
+    from .reward_model import RidgeRewardModel
 
 __all__ = ["ReplayResult"]
 
@@ -32,24 +41,33 @@ class ReplayResult:
         Interval level, evaluation settings, seconds per pass and events/s.
     """
 
-    log: dict
+    log: dict[str, Any]
     events: int
     positions: int
-    on_policy: dict
-    reward_model: dict | None
-    runs: list[dict]
+    on_policy: dict[str, Any]
+    reward_model: dict[str, Any] | None
+    runs: list[dict[str, Any]]
     level: float
-    settings: dict
-    timing: dict
+    settings: dict[str, Any]
+    timing: dict[str, float]
 
     @classmethod
     def collect(
-        cls, reader, runs, onpolicy, model, events, positions, level, settings, timing
+        cls,
+        reader: LogReader,
+        runs: list[PolicyRun],
+        onpolicy: OnPolicy,
+        model: RidgeRewardModel | None,
+        events: int,
+        positions: int,
+        level: float,
+        settings: dict[str, Any],
+        timing: dict[str, float],
     ) -> ReplayResult:
         out_runs = []
         for run in runs:
             spec = run["spec"]
-            item = {
+            item: dict[str, Any] = {
                 "key": spec.key,
                 "policy": spec.policy,
                 "params": spec.params,
@@ -60,8 +78,9 @@ class ReplayResult:
                 "replay": None,
                 "offpolicy": None,
             }
-            if run.get("replay_skipped"):
-                item["replay_skipped"] = run["replay_skipped"]
+            skipped = run.get("replay_skipped")
+            if skipped:
+                item["replay_skipped"] = skipped
             rm = run["replay"]
             if rm is not None:
                 item["replay"] = {
@@ -92,18 +111,23 @@ class ReplayResult:
             timing=timing,
         )
 
-    def to_json(self) -> dict:
-        return _finite(dataclasses.asdict(self))
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = _finite(dataclasses.asdict(self))
+        return out
 
 
 def _rate(events: int, seconds: float) -> float:
     return events / seconds if seconds > 0 else math.inf
 
 
-def _privacy(spec, ledger, policy) -> dict:
+def _privacy(spec: PolicySpec, ledger: InMemoryLedger, policy: Policy) -> dict[str, Any]:
     if spec.epsilon is None and not getattr(policy, "private", False):
         return {"private": False, "releases": ledger.releases}
-    out = {"private": True, "configured_epsilon": spec.epsilon, "configured_delta": spec.delta}
+    out: dict[str, Any] = {
+        "private": True,
+        "configured_epsilon": spec.epsilon,
+        "configured_delta": spec.delta,
+    }
     out.update(ledger.spend(delta=spec.delta))
     calibration = getattr(policy, "calibration", None)
     out["calibration"] = calibration

@@ -10,8 +10,11 @@ learning). Fitting reads the log once and keeps only the (d + P)² sufficient st
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .batch import LoggedBatch
 
 __all__ = ["RidgeRewardModel"]
@@ -44,17 +47,22 @@ class RidgeRewardModel:
 
     def __init__(self, reg: float = 1.0):
         self.reg = reg
-        self._G = None
-        self._u = None
+        self._G: FloatArray | None = None
+        self._u: FloatArray | None = None
         self._yy = np.zeros(2)
         self._y = np.zeros(2)
         self._n = np.zeros(2)
         self._P = 0
-        self.d = None
-        self.theta = None
-        self.gamma = None
+        self.d: int | None = None
+        self.theta: FloatArray | None = None
+        self.gamma: FloatArray | None = None
 
-    def _features(self, rows: np.ndarray, positions: np.ndarray, P: int) -> np.ndarray:
+    def _dim(self) -> int:
+        if self.d is None:
+            raise ValueError("the reward model has seen no data")
+        return self.d
+
+    def _features(self, rows: FloatArray, positions: IntArray, P: int) -> FloatArray:
         onehot = np.zeros((rows.shape[0], P))
         onehot[np.arange(rows.shape[0]), positions] = 1.0
         return np.hstack([rows, onehot])
@@ -64,14 +72,15 @@ class RidgeRewardModel:
         rows = batch.contexts.rows(batch.actions)
         pos = batch.positions
         P = max(self._P, int(pos.max()) + 1)
-        if self._G is None:
-            self.d = rows.shape[1]
-            self._G = np.zeros((2, self.d + P, self.d + P))
-            self._u = np.zeros((2, self.d + P))
+        if self._G is None or self._u is None:
+            self.d = d = rows.shape[1]
+            self._G = np.zeros((2, d + P, d + P))
+            self._u = np.zeros((2, d + P))
         elif P > self._P:
-            G = np.zeros((2, self.d + P, self.d + P))
-            u = np.zeros((2, self.d + P))
-            k = self.d + self._P
+            d = self._dim()
+            G = np.zeros((2, d + P, d + P))
+            u = np.zeros((2, d + P))
+            k = d + self._P
             G[:, :k, :k] = self._G
             u[:, :k] = self._u
             self._G, self._u = G, u
@@ -90,23 +99,26 @@ class RidgeRewardModel:
 
     def fit(self) -> RidgeRewardModel:
         """Solve each fold's ridge problem; the model for fold f is fitted on fold 1 − f."""
-        if self._G is None:
+        if self._G is None or self._u is None:
             raise ValueError("the reward model has seen no data")
         k = self._G.shape[1]
         sol = np.stack(
             [np.linalg.solve(self._G[f] + self.reg * np.eye(k), self._u[f]) for f in (0, 1)]
         )
-        self._coef = sol[::-1].copy()  # coefficients that score fold f: fitted on the other
+        self._coef: FloatArray = sol[
+            ::-1
+        ].copy()  # coefficients that score fold f: fitted on the other
         self.theta = self._coef[:, : self.d]
         self.gamma = self._coef[:, self.d :]
         return self
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Out-of-fold fit: mean squared error and R² (vs each fold's own mean)."""
         sse = 0.0
         sst = 0.0
         for f in (0, 1):
             c = self._coef[f]
+            assert self._G is not None and self._u is not None  # set before _coef
             G, u = self._G[f], self._u[f]
             sse += float(self._yy[f] - 2 * c @ u + c @ G @ c)
             if self._n[f]:
@@ -120,19 +132,23 @@ class RidgeRewardModel:
             "r2_out_of_fold": 1 - sse / sst if sst > 0 else float("nan"),
         }
 
-    def _coef_for(self, offset: int, B: int) -> np.ndarray:
+    def _coef_for(self, offset: int, B: int) -> FloatArray:
         return self._coef[(offset + np.arange(B)) % 2]
 
-    def predict_arms(self, batch: LoggedBatch, arms: np.ndarray, offset: int) -> np.ndarray:
+    def predict_arms(self, batch: LoggedBatch, arms: ArrayLike, offset: int) -> FloatArray:
         """q̂(x_i, arms_i, p_i) with each event's out-of-fold model."""
         rows = batch.contexts.rows(arms)
         c = self._coef_for(offset, len(batch))
         pos = np.minimum(batch.positions, self._P - 1)
-        return np.einsum("bd,bd->b", rows, c[:, : self.d]) + c[np.arange(len(batch)), self.d + pos]
+        d = self._dim()
+        q: FloatArray = np.einsum("bd,bd->b", rows, c[:, :d]) + c[np.arange(len(batch)), d + pos]
+        return q
 
-    def predict_all(self, batch: LoggedBatch, offset: int) -> np.ndarray:
+    def predict_all(self, batch: LoggedBatch, offset: int) -> FloatArray:
         """q̂(x_i, a, p_i) for every arm (B, K)."""
         c = self._coef_for(offset, len(batch))
         pos = np.minimum(batch.positions, self._P - 1)
-        q = batch.contexts.project(c[:, : self.d])
-        return q + c[np.arange(len(batch)), self.d + pos][:, None]
+        d = self._dim()
+        q = batch.contexts.project(c[:, :d])
+        out: FloatArray = q + c[np.arange(len(batch)), d + pos][:, None]
+        return out

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .slates import SlateLog, SlateReplayResult
+
 __all__ = ["plot_slate_replay", "slate_replay_json", "slate_replay_table"]
 
 #: How to read the table's estimates (printed under it).
@@ -12,7 +18,7 @@ READING = (
 )
 
 
-def slate_replay_table(results: list, log) -> str:
+def slate_replay_table(results: Sequence[SlateReplayResult], log: SlateLog) -> str:
     """One row per policy run (:class:`~.slates.SlateReplayResult`), then the log's own.
 
     ``log`` is the :class:`~.slates.SlateLog` replayed. Columns are padded to their widest
@@ -48,7 +54,7 @@ def slate_replay_table(results: list, log) -> str:
     return "\n".join([*lines, READING])
 
 
-def slate_replay_json(results: list, log) -> dict:
+def slate_replay_json(results: Sequence[SlateReplayResult], log: SlateLog) -> dict[str, Any]:
     """The log's description and every run's result, as plain JSON data."""
     return {
         "log": {
@@ -62,7 +68,7 @@ def slate_replay_json(results: list, log) -> dict:
     }
 
 
-def plot_slate_replay(results: list, log, path: str) -> None:
+def plot_slate_replay(results: Sequence[SlateReplayResult], log: SlateLog, path: str) -> None:
     """Mean return per round against replayed rounds, one line per run, and the log's."""
     import matplotlib
 

@@ -32,17 +32,35 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .errors import LogFormatError, show
 from .ledger import InMemoryLedger
 from .readers.base import open_text, require_file
 from .readers.service_jsonl import topic_kind
 
+if TYPE_CHECKING:
+    from ..policies.slate_base import SlatePolicy
+
 __all__ = ["ItemTapes", "SlateReplayResult", "queue_replay", "read_slate_log"]
+
+#: What a log reader returns: served items, their rewards (decision order), the log's
+#: per-decision returns, the item ids (or None) and what the reading saw.
+_Read = tuple[list[int], list[float], list[float], list[Any] | None, dict[str, Any]]
+
+
+class _PrivateSlatePolicy(Protocol):
+    """What a private slate policy (``private = True``) reports besides its releases."""
+
+    calibration: str
+
+    @property
+    def epsilon_certified(self) -> float: ...
 
 
 class ItemTapes:
@@ -69,7 +87,13 @@ class ItemTapes:
     ([2, 1, 1], [1, 2])
     """
 
-    def __init__(self, items, rewards, n_items: int, item_ids=None):
+    def __init__(
+        self,
+        items: ArrayLike,
+        rewards: ArrayLike,
+        n_items: int,
+        item_ids: Iterable[Any] | None = None,
+    ) -> None:
         items = np.asarray(items, dtype=np.int64).reshape(-1)
         rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
         if items.shape != rewards.shape:
@@ -91,7 +115,7 @@ class ItemTapes:
     def name(self, e: int) -> str:
         return str(self.item_ids[e]) if self.item_ids is not None else str(e)
 
-    def _positions(self, slates: np.ndarray) -> np.ndarray:
+    def _positions(self, slates: IntArray) -> IntArray:
         """Tape position each served item of ``slates`` (B, K) reads, in row order."""
         flat = slates.reshape(-1)
         order = np.argsort(flat, kind="stable")
@@ -100,9 +124,10 @@ class ItemTapes:
         sizes = np.diff(np.r_[starts, srt.size])
         rank = np.empty_like(flat)
         rank[order] = np.arange(flat.size) - np.repeat(starts, sizes)
-        return (self.used[flat] + rank).reshape(slates.shape)
+        pos: IntArray = (self.used[flat] + rank).reshape(slates.shape)
+        return pos
 
-    def take(self, slates: np.ndarray) -> tuple[np.ndarray, int]:
+    def take(self, slates: ArrayLike) -> tuple[FloatArray, int]:
         """Rewards of the longest prefix of ``slates`` (B, K) the tapes can serve; its length."""
         slates = np.asarray(slates, dtype=np.int64)
         pos = self._positions(slates)
@@ -113,7 +138,7 @@ class ItemTapes:
         self.used += np.bincount(head.reshape(-1), minlength=self.n_items)
         return rewards, n
 
-    def exhausted(self, slates: np.ndarray) -> list[int]:
+    def exhausted(self, slates: ArrayLike) -> list[int]:
         """Items of the first slate of ``slates`` whose tapes are used up."""
         s = np.asarray(slates, dtype=np.int64)[0]
         return sorted(int(e) for e in s if self.used[e] >= self.lengths[e])
@@ -128,17 +153,26 @@ class SlateLog:
     decisions: int
     on_policy_return: float  # mean per-decision return of the logging policy
     on_policy_se: float
-    info: dict
+    info: dict[str, Any]
 
 
-def _service_jsonl(path: Path, bandit_id, feedback_window, default_reward) -> tuple:
-    from ..stream.schemas import ContextEvent, SlateDecision, SlateFeedback, parse_feedback
+def _service_jsonl(
+    path: Path, bandit_id: str | None, feedback_window: float, default_reward: float
+) -> _Read:
+    from ..stream.schemas import (
+        ContextEvent,
+        Feedback,
+        SlateDecision,
+        SlateFeedback,
+        Watermark,
+        parse_feedback,
+    )
 
-    times: dict = {}  # event_id -> context event time
-    decisions: list = []  # (event_id, [item_index...]) in decision order
-    seen_decision: dict = {}
+    times: dict[str, float] = {}  # event_id -> context event time
+    decisions: list[tuple[str, list[int]]] = []  # (event_id, item indices), decision order
+    seen_decision: dict[str, list[int]] = {}
     catalogue: dict[int, str] = {}
-    values: dict = {}  # (event_id, item_index) -> first value within the window
+    values: dict[tuple[str, int], float] = {}  # (event_id, item_index) -> first value in window
     late = dup = foreign = unknown = 0
     bandit = bandit_id
     with open_text(path) as fh:
@@ -146,6 +180,7 @@ def _service_jsonl(path: Path, bandit_id, feedback_window, default_reward) -> tu
             line = line.strip()
             if not line:
                 continue
+            ev: ContextEvent | SlateDecision | Feedback | SlateFeedback | Watermark
             try:
                 msg = json.loads(line)
                 kind = topic_kind(msg.get("topic"))
@@ -176,9 +211,9 @@ def _service_jsonl(path: Path, bandit_id, feedback_window, default_reward) -> tu
                     )
                 foreign += 1
                 continue
-            if kind == "contexts":
+            if isinstance(ev, ContextEvent):
                 times.setdefault(ev.event_id, ev.event_time)
-            elif kind == "decisions":
+            elif isinstance(ev, SlateDecision):
                 items = [it.item_index for it in ev.slate]
                 for it in ev.slate:
                     if catalogue.setdefault(it.item_index, str(it.item_id)) != str(it.item_id):
@@ -213,15 +248,19 @@ def _service_jsonl(path: Path, bandit_id, feedback_window, default_reward) -> tu
                     values[(ev.event_id, e)] = float(r)
     if not decisions:
         raise LogFormatError(f"{path}: no slate decisions in the log")
-    items, rewards, per_decision = [], [], []
+    items = []
+    rewards: list[float] = []
+    per_decision: list[float] = []
     defaulted = 0
     for eid, slate in decisions:
         total = 0.0
         for e in slate:
-            r = values.get((eid, e))
-            if r is None or not math.isfinite(r):
+            logged = values.get((eid, e))
+            if logged is None or not math.isfinite(logged):
                 r = float(default_reward)
                 defaulted += 1
+            else:
+                r = logged
             items.append(e)
             rewards.append(r)
             total += r
@@ -239,13 +278,17 @@ def _service_jsonl(path: Path, bandit_id, feedback_window, default_reward) -> tu
     return items, rewards, per_decision, ids, info
 
 
-def _csv(path: Path, mapping: dict, item_ids, default_reward) -> tuple:
+def _csv(
+    path: Path, mapping: Mapping[str, str], item_ids: Sequence[Any] | None, default_reward: float
+) -> _Read:
     col_e = mapping.get("event", "event_id")
     col_i = mapping.get("item", "item")
     col_r = mapping.get("reward", "reward")
     index = {str(x): i for i, x in enumerate(item_ids)} if item_ids is not None else None
-    items, rewards, per_decision = [], [], []
-    last = object()
+    items: list[int] = []
+    rewards: list[float] = []
+    per_decision: list[float] = []
+    last: object = object()
     defaulted = 0
     with open_text(path) as fh:
         rows = csv.DictReader(fh)
@@ -287,16 +330,16 @@ def _csv(path: Path, mapping: dict, item_ids, default_reward) -> tuple:
         raise LogFormatError(f"{path}: no rows")
     if index is None and min(items) < 0:
         raise LogFormatError(f"{path}: negative item index")
-    info = {"defaulted": defaulted}
-    return items, rewards, per_decision, item_ids, info
+    info: dict[str, Any] = {"defaulted": defaulted}
+    return items, rewards, per_decision, None if item_ids is None else list(item_ids), info
 
 
 def read_slate_log(
     path: str | Path,
     fmt: str | None = None,
     n_items: int | None = None,
-    mapping: dict | None = None,
-    item_ids: list | None = None,
+    mapping: Mapping[str, str] | None = None,
+    item_ids: Sequence[Any] | None = None,
     bandit_id: str | None = None,
     feedback_window: float = 60.0,
     default_reward: float = 0.0,
@@ -331,10 +374,12 @@ def read_slate_log(
                 f"{n_items} items"
             )
         L = n_items
-    per = np.asarray(per, dtype=np.float64)
-    se = float(per.std(ddof=1) / math.sqrt(per.size)) if per.size > 1 else math.nan
+    returns = np.asarray(per, dtype=np.float64)
+    se = float(returns.std(ddof=1) / math.sqrt(returns.size)) if returns.size > 1 else math.nan
     info.update({"format": fmt, "path": str(path), "served_items": len(items)})
-    return SlateLog(ItemTapes(items, rewards, L, ids), int(per.size), float(per.mean()), se, info)
+    return SlateLog(
+        ItemTapes(items, rewards, L, ids), int(returns.size), float(returns.mean()), se, info
+    )
 
 
 # -- the evaluator -----------------------------------------------------------------------------
@@ -349,10 +394,10 @@ class SlateReplayResult:
     stop: str
     curve_rounds: list[int]
     curve_return: list[float]
-    privacy: dict
+    privacy: dict[str, Any]
     seconds: float
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         return {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -361,7 +406,7 @@ class SlateReplayResult:
 
 
 def queue_replay(
-    policy,
+    policy: SlatePolicy,
     tapes: ItemTapes,
     label: str = "",
     max_rounds: int | None = None,
@@ -393,7 +438,8 @@ def queue_replay(
     total = 0.0
     sq = 0.0
     n = 0
-    curve_r, curve_v = [], []
+    curve_r: list[int] = []
+    curve_v: list[float] = []
     stop = "max_rounds"
     while max_rounds is None or n < max_rounds:
         if policy.refit_due():
@@ -427,11 +473,15 @@ def queue_replay(
     if n and (not curve_r or curve_r[-1] != n):
         curve_r.append(n)
         curve_v.append(mean)
-    privacy = {"private": bool(getattr(policy, "private", False)), "releases": ledger.releases}
+    privacy: dict[str, Any] = {
+        "private": bool(getattr(policy, "private", False)),
+        "releases": ledger.releases,
+    }
     if privacy["private"]:
         privacy.update(ledger.spend())
-        privacy["calibration"] = policy.calibration
-        privacy["epsilon_certified"] = policy.epsilon_certified
+        private = cast(_PrivateSlatePolicy, policy)  # private slate policies report these
+        privacy["calibration"] = private.calibration
+        privacy["epsilon_certified"] = private.epsilon_certified
     return SlateReplayResult(
         label or policy.name,
         n,

@@ -15,25 +15,41 @@ Two kinds of policies:
 
 from __future__ import annotations
 
+from typing import Any, Protocol, TypeGuard
+
 import numpy as np
 
+from ..policies.base import Policy
+from ..utils.arrays import BoolArray, FloatArray, IntArray
 from .batch import LoggedBatch
 
 __all__ = ["frozen_choices", "has_distribution", "target_probabilities"]
 
 
-def has_distribution(policy) -> bool:
+class DistributionPolicy(Protocol):
+    """A policy that knows its action distribution π_e(· | x, p) (e.g. ``TablePolicy``)."""
+
+    def action_probabilities(
+        self, n_arms: int, positions: IntArray, mask: BoolArray | None = None
+    ) -> FloatArray: ...
+
+    def sample(
+        self, probs: FloatArray, event_ids: Any, rounds: IntArray | None = None
+    ) -> IntArray: ...
+
+
+def has_distribution(policy: object) -> TypeGuard[DistributionPolicy]:
     return callable(getattr(policy, "action_probabilities", None))
 
 
-def target_probabilities(policy, batch: LoggedBatch) -> np.ndarray:
+def target_probabilities(policy: DistributionPolicy, batch: LoggedBatch) -> FloatArray:
     """π_e(· | x_i, p_i), shape (B, K), for a policy with ``action_probabilities``."""
     return policy.action_probabilities(batch.n_arms, batch.positions, batch.mask)
 
 
 def frozen_choices(
-    policy, batch: LoggedBatch, need_arms: bool = True
-) -> tuple[np.ndarray | None, np.ndarray | None]:
+    policy: Policy, batch: LoggedBatch, need_arms: bool = True
+) -> tuple[IntArray | None, FloatArray | None]:
     """The frozen policy's arm per event, and π_e(· | x_i, p_i) when the policy has it (then
     the arms are drawn only if ``need_arms``: estimators use the distribution itself)."""
     if has_distribution(policy):

@@ -36,7 +36,7 @@ def _check_yaml_types(path) -> None:
     parts = []
     for key, value in raw.items():
         field = ServiceSettings.model_fields.get(key)
-        if field is None:
+        if field is None or field.annotation is None:
             continue  # reported by the full validation
         try:  # JSON mode: str → Path and list → tuple stay allowed; "1.5" → float does not
             TypeAdapter(field.annotation).validate_json(json.dumps(value, default=str), strict=True)

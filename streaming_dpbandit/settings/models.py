@@ -328,8 +328,9 @@ class ServiceSettings(BaseSettings):
         gt=0,
         allow_inf_nan=False,
         description="contexts and rewards stamped more than this many seconds ahead of the "
-        "wall clock are dead-lettered (event_time_out_of_range): a far-future event would "
-        "stall its bandit until that time; null disables (simulated streams from the future)",
+        "stream clock (the record's Kafka timestamp, or the wall clock if earlier) are "
+        "dead-lettered (event_time_out_of_range): a far-future event would stall its bandit "
+        "until that time; null disables (simulated streams from the future)",
     )
     broadcast: BroadcastSettings | None = None
 
@@ -403,7 +404,8 @@ def _check_slate_bandit(name: str, b: BanditSettings) -> None:
     missing reward becomes the *policy's* ``default_reward`` — dropping it would make the batch
     composition depend on which feedback arrived — so the bandit-level ``on_expiry`` does not
     apply and a bandit-level ``default_reward`` other than 0 must agree with the policy's."""
-    if b.default_reward != 0.0 and b.default_reward != b.policy.default_reward:
+    policy_default = getattr(b.policy, "default_reward", 0.0)  # every slate config has one
+    if b.default_reward != 0.0 and b.default_reward != policy_default:
         raise ValueError(
             f"bandit {name}: set the default reward of a slate bandit in its policy "
             "(policy.default_reward)"

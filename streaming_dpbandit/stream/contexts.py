@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import collections
 import functools
+from typing import TYPE_CHECKING
 
 from .bandit import BanditRuntime
 from .parsing import BadInput, parse_context
 from .transport import TP, Record
+
+if TYPE_CHECKING:
+    from .service import Service
 
 __all__ = ["ContextStage"]
 
@@ -21,7 +25,7 @@ class ContextStage:
     """Reads one contexts partition's queue of a :class:`~.service.Service`; caches each
     record's parse until the record leaves its queue (a blocked run is read again)."""
 
-    def __init__(self, service):
+    def __init__(self, service: Service) -> None:
         self.svc = service
         self.reset()
 
@@ -42,7 +46,7 @@ class ContextStage:
             received,
             self.svc.bandits,
             max_bytes=self.svc.settings.max_message_bytes,
-            time_limit=self.svc.time_limit,
+            time_limit=self.svc.time_limit(r),
             skew=self.svc.settings.max_event_time_skew_s,
             schema=p.schema,
             invalid=p.invalid,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["ServiceStartError", "out_of_memory_is_a_start_error"]
+__all__ = ["ServiceStartError", "input_overrun", "out_of_memory_is_a_start_error"]
 
 
 class ServiceStartError(RuntimeError):
@@ -28,3 +28,25 @@ def out_of_memory_is_a_start_error(what: str):
         raise ServiceStartError(
             f"{what}: its state does not fit in memory ({err}); lower its dimension d"
         ) from None
+
+
+def input_overrun(transport: object, directory: object) -> ServiceStartError | None:
+    """The error of a finite input that ended before the snapshot's offsets (it is not the
+    input the state directory ``directory`` was written from), or None.
+
+    >>> class Ended:
+    ...     def overrun(self):
+    ...         return {("contexts", 0): (120, 100)}
+    >>> print(input_overrun(Ended(), "state"))  # doctest: +ELLIPSIS
+    the input ends before the snapshot's offsets (contexts: offset 120 of 100): ...
+    """
+    overrun = getattr(transport, "overrun", None)
+    over = overrun() if overrun is not None else {}
+    if not over:
+        return None
+    where = ", ".join(f"{t}: offset {at} of {n}" for (t, _p), (at, n) in sorted(over.items()))
+    return ServiceStartError(
+        f"the input ends before the snapshot's offsets ({where}): the state directory "
+        f"{directory} was written from a longer input; use this input's state directory, "
+        "or a new one"
+    )

@@ -9,12 +9,16 @@ from __future__ import annotations
 import collections
 import functools
 import time
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from .parsing import first_error, unreadable, validation_reason
+from .parsing import first_error, too_late, unreadable, validation_reason
 from .schemas import Watermark, parse_feedback
 from .transport import TP, Record
+
+if TYPE_CHECKING:
+    from .service import Service
 
 __all__ = ["EARLY_PAUSE", "FEEDBACK_OUTCOMES", "FeedbackStage"]
 
@@ -43,7 +47,7 @@ class FeedbackStage:
     """Reads one feedback partition's queue of a :class:`~.service.Service` (its bandits,
     local bandits, dead letters, time limit and offsets)."""
 
-    def __init__(self, service):
+    def __init__(self, service: Service) -> None:
         self.svc = service
 
     def __call__(self, tp: TP, q: collections.deque) -> None:
@@ -106,8 +110,9 @@ class FeedbackStage:
             rt.advance_watermark(msg.event_time)
             fb.labels(rt.bandit_id, "watermark").inc()
             return
-        if msg.event_time > svc.time_limit:
-            bad = svc.too_late(msg.event_time)
+        limit = svc.time_limit(r)
+        if msg.event_time > limit:
+            bad = too_late(msg.event_time, limit, svc.settings.max_event_time_skew_s)
             svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
             fb.labels(rt.bandit_id, bad.reason).inc()
             return

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import abc
 import time
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..metrics import observe_many
 from .bandit import BanditRuntime
 from .parsing import Pending
+
+if TYPE_CHECKING:
+    from ..metrics import ServiceMetrics
+    from .transport import Transport
 
 __all__ = ["Decider", "PublishDecisions", "RecordRounds", "ReleaseHook"]
 
@@ -34,7 +39,7 @@ class Decider(abc.ABC):
 class PublishDecisions(Decider):
     """Decide with the frozen private model and publish to ``topic`` (the default)."""
 
-    def __init__(self, transport, topic: str, metrics):
+    def __init__(self, transport: Transport, topic: str, metrics: ServiceMetrics) -> None:
         self.transport = transport
         self.topic = topic
         self.metrics = metrics
@@ -48,12 +53,21 @@ class PublishDecisions(Decider):
         )
 
 
+@runtime_checkable
+class RecordsRounds(Protocol):
+    """A runtime that registers decisions made elsewhere (the broadcast learner's)."""
+
+    def record(self, batch: list[Pending]) -> None: ...
+
+
 class RecordRounds(Decider):
     """Register decisions made elsewhere (a broadcast's replicas) as the next rounds."""
 
     outcome = "recorded"
 
     def __call__(self, rt: BanditRuntime, chunk: list[Pending]) -> None:
+        if not isinstance(rt, RecordsRounds):
+            raise TypeError(f"bandit {rt.bandit_id}: its runtime cannot record decisions")
         rt.record(chunk)
 
 

@@ -53,7 +53,7 @@ class EarlyFeedback:
     """
 
     event_id: str
-    reward: float
+    reward: float | dict[str, float]  # a slate's rewards are per item
     event_time: float
     source: tuple[str, int, int]  # topic, partition, offset (for dead letters)
     watermark: float = float("-inf")

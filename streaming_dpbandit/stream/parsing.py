@@ -13,6 +13,7 @@ reference cycle).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -95,20 +96,47 @@ def unknown_bandit(bandit_id: str) -> BadInput:
     return BadInput("unknown_bandit", f"bandit {bandit_id!r} is not configured")
 
 
+def event_time_limit(record: object, skew: float | None, wall: float) -> float:
+    """The latest event time accepted for ``record``: the stream clock plus ``skew``.
+
+    The stream clock is the earlier of the wall clock and the record's timestamp (Kafka's
+    ``CreateTime`` or ``LogAppendTime``; ``timestamp`` of a ``--file`` line). The timestamp is
+    fixed with the record, so a record re-read after a restart is judged as it was the first
+    time, and a replayed past is bounded by its own clock: a context stamped a day ahead of the
+    records around it stalls nothing even when the whole stream lies in the past. Records
+    without a timestamp (simulated streams, ``--file`` lines without one) are bounded by the
+    wall clock only.
+
+    >>> from streaming_dpbandit.stream.transport import Record
+    >>> event_time_limit(Record("t", 0, 0, None, b"", timestamp_ms=1_000_000), 50.0, 2000.0)
+    1050.0
+    >>> event_time_limit(Record("t", 0, 0, None, b""), 50.0, 2000.0)
+    2050.0
+    """
+    if skew is None:
+        return math.inf
+    ts = getattr(record, "timestamp_ms", None)
+    if ts is None:
+        ts = getattr(record, "timestamp", None)  # kafka-python's ConsumerRecord
+    if ts is None or ts < 0:  # no timestamp (Kafka: -1)
+        return wall + skew
+    return min(wall, ts / 1000.0) + skew
+
+
 def too_late(event_time: float, time_limit: float, skew: float | None) -> BadInput:
-    """The dead letter of an event stamped beyond ``time_limit`` (the wall clock + ``skew``).
+    """The dead letter of an event stamped beyond ``time_limit`` (:func:`event_time_limit`).
 
     One event from the future would stall its bandit: its decision stays pending (and blocks
     the next release) until the feedback watermark reaches its time, and the contexts watermark
     it sets turns every later reward into ``unknown_event``.
 
     >>> too_late(1060.0, 1050.0, 50.0).detail
-    'event_time is 60 s ahead of the wall clock (max_event_time_skew_s = 50)'
+    'event_time is 60 s ahead of the stream clock (max_event_time_skew_s = 50)'
     """
     ahead = event_time - time_limit + (skew or 0.0)
     return BadInput(
         "event_time_out_of_range",
-        f"event_time is {ahead:.6g} s ahead of the wall clock (max_event_time_skew_s = {skew:g})",
+        f"event_time is {ahead:.6g} s ahead of the stream clock (max_event_time_skew_s = {skew:g})",
     )
 
 

@@ -31,6 +31,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..config import BanditSettings, ServiceSettings, TopicsSettings
 from ..metrics import ServiceMetrics
@@ -38,17 +39,17 @@ from ..privacy.accountant import load_pld
 from .bandit import BanditRuntime
 from .contexts import ContextStage
 from .dead_letters import DeadLetters
-from .errors import ServiceStartError, out_of_memory_is_a_start_error
+from .errors import ServiceStartError, input_overrun, out_of_memory_is_a_start_error
 from .feedback import FeedbackStage
 from .hooks import Decider, PublishDecisions, ReleaseHook
 from .local.hook import LocalBandits
-from .parsing import BadInput, ContextParser, too_late, unknown_bandit
+from .parsing import BadInput, ContextParser, event_time_limit, unknown_bandit
 from .reporting import learned_state_bytes, service_summary
 from .signals import StopSwitch
 from .slates.runtime import slate_runtime
 from .spend import SpendGauges
 from .state import DirectoryState, StateBackend, tp_key
-from .transport import TP, Record, Transport
+from .transport import TP, Queue, Record, Transport
 
 __all__ = ["Service", "ServiceStartError", "build_runtime", "learned_state_bytes"]
 
@@ -60,7 +61,13 @@ QUEUE_PAUSE = 50_000
 METRICS_EXPORT_INTERVAL_S = 0.5
 
 
-def build_runtime(name: str, settings: BanditSettings, policy, metrics) -> BanditRuntime:
+#: ``runtime(name, bandit_settings, policy, metrics)``: a bandit's runtime
+RuntimeFactory = Callable[[str, BanditSettings, Any, ServiceMetrics], BanditRuntime]
+
+
+def build_runtime(
+    name: str, settings: BanditSettings, policy: Any, metrics: ServiceMetrics
+) -> BanditRuntime:
     """The runtime of a central bandit: a slate runtime for a slate policy."""
     if getattr(policy, "slates", False):
         return slate_runtime(name, settings, policy, metrics)
@@ -99,16 +106,16 @@ class Service:
         self,
         settings: ServiceSettings,
         transport: Transport,
-        metrics=None,
+        metrics: ServiceMetrics | None = None,
         *,
         topics: TopicsSettings | None = None,
         state: StateBackend | None = None,
         parser: ContextParser | None = None,
-        runtime: Callable = build_runtime,
+        runtime: RuntimeFactory = build_runtime,
         decider: Decider | None = None,
         hooks: Sequence[ReleaseHook] = (),
         missing_bandit: Callable[[str], BadInput] = unknown_bandit,
-    ):
+    ) -> None:
         self.settings = settings
         self.transport = transport
         self.metrics = metrics or ServiceMetrics()
@@ -124,6 +131,7 @@ class Service:
         self.spend = SpendGauges(self.metrics)
         self.contexts = ContextStage(self)
         self.feedback = FeedbackStage(self)
+        self.wall = time.time()  # the wall clock of the event-time bound (set per pass)
 
     # -- set-up -----------------------------------------------------------------------------
     def build_bandits(self) -> None:
@@ -156,9 +164,9 @@ class Service:
 
     @staticmethod
     def fingerprint(b: BanditSettings) -> str:
-        return b.policy.model_dump_json()
+        return str(b.policy.model_dump_json())
 
-    def restore_state(self) -> tuple[dict[TP, int], dict | None]:
+    def restore_state(self) -> tuple[dict[TP, int], dict[str, Any] | None]:
         """Build the bandits and load the state backend's snapshot into them; returns the
         input offsets to resume at, and the snapshot."""
         self.build_bandits()
@@ -194,7 +202,7 @@ class Service:
             for hook in self.hooks:
                 hook(rt)
 
-    def unsaved_keys(self, snap: dict | None) -> bool:
+    def unsaved_keys(self, snap: dict[str, Any] | None) -> bool:
         """True when a bandit's state (and its secret keys) is in no snapshot yet: a new state
         directory, or a bandit added to the configuration since the last snapshot."""
         if snap is None:
@@ -202,7 +210,7 @@ class Service:
         saved = set(snap["bandits"]) | set(snap.get("local", {}))
         return bool(set(self.bandits) - saved or set(self.local.runtimes) - saved)
 
-    def _restore(self, snap: dict | None) -> dict[TP, int]:
+    def _restore(self, snap: dict[str, Any] | None) -> dict[TP, int]:
         """Load a snapshot's bandit states and offsets; ledger its unledgered releases; returns
         the input offsets to resume at."""
         offsets: dict[TP, int] = {}
@@ -235,7 +243,7 @@ class Service:
         else:
             self.snapshot_seq = 0
         self.offsets: dict[TP, int] = dict(offsets)
-        self.queues: dict[TP, collections.deque] = collections.defaultdict(collections.deque)
+        self.queues: dict[TP, Queue] = collections.defaultdict(collections.deque)
         self.blocked: dict[TP, str] = {}
         self.paused: set[TP] = set()
         self.feedback_paused: set[TP] = set()
@@ -248,18 +256,18 @@ class Service:
         return offsets
 
     @property
-    def dead_count(self) -> collections.Counter:
+    def dead_count(self) -> collections.Counter[str]:
         """Dead letters by reason."""
         return self.dead_letters.count
 
     # -- the loop ---------------------------------------------------------------------------
-    def request_stop(self, *_args) -> None:
+    def request_stop(self, *_args: object) -> None:
         self.stop.request()
 
     def install_signal_handlers(self) -> None:
         self.stop.install()
 
-    def run(self, progress=None) -> dict:
+    def run(self, progress: Callable[[Service], object] | None = None) -> dict[str, Any]:
         """Serve until the input is exhausted (finite sources) or a stop is requested."""
         load_pld()  # the spend gauges' accountant: its import would stall the first release
         timeout = (self.settings.kafka.poll_timeout_ms / 1000) if self.settings.kafka else 0.0
@@ -285,29 +293,21 @@ class Service:
                 self.idle_check()
         return self.finish()
 
-    def too_late(self, event_time: float) -> BadInput:
-        """The dead letter of an event stamped beyond :attr:`time_limit`."""
-        return too_late(event_time, self.time_limit, self.settings.max_event_time_skew_s)
+    def time_limit(self, record: Record) -> float:
+        """The latest event time accepted for ``record`` (:func:`.parsing.event_time_limit`)."""
+        return event_time_limit(record, self.settings.max_event_time_skew_s, self.wall)
 
     def _check_overrun(self) -> None:
         """A finite input that ended before the snapshot's offsets: not this state's input."""
-        overrun = getattr(self.transport, "overrun", None)
-        over = overrun() if overrun is not None else {}
-        if not over:
-            return
-        where = ", ".join(f"{t}: offset {at} of {n}" for (t, _p), (at, n) in sorted(over.items()))
-        self.ledger.close()
-        self.transport.close()
-        raise ServiceStartError(
-            f"the input ends before the snapshot's offsets ({where}): the state directory "
-            f"{self.settings.snapshots.directory} was written from a longer input; use this "
-            "input's state directory, or a new one"
-        )
+        err = input_overrun(self.transport, self.settings.snapshots.directory)
+        if err is not None:
+            self.ledger.close()
+            self.transport.close()
+            raise err
 
     def process(self) -> None:
         """Process every queue as far as possible (contexts may block; feedback never does)."""
-        skew = self.settings.max_event_time_skew_s  # the latest event time accepted now
-        self.time_limit = float("inf") if skew is None else time.time() + skew
+        self.wall = time.time()  # the wall clock of the event-time bound, once per pass
         for _ in range(3):  # feedback can unblock contexts processed in the same round
             progressed = False
             for tp in list(self.queues):
@@ -363,7 +363,7 @@ class Service:
             )
         return self.missing(bandit_id)
 
-    def pop(self, tp: TP, q: collections.deque) -> Record:
+    def pop(self, tp: TP, q: Queue) -> Record:
         """Take the first record of a queue: processed, its offset is the partition's next."""
         r, _ = q.popleft()
         self.contexts.forget(r)
@@ -474,7 +474,7 @@ class Service:
         self.local.export_metrics()
 
     # -- the end ----------------------------------------------------------------------------
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         """Final snapshot; for a finished finite input, expire what is still pending."""
         if self.transport.exhausted:
             for rt in self.bandits.values():
@@ -486,7 +486,7 @@ class Service:
         self.transport.close()
         return summary
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return service_summary(self)
 
     def state_bytes(self) -> bytes:

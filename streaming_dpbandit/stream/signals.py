@@ -23,10 +23,10 @@ class StopSwitch:
     (False, True)
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.requested = False
 
-    def request(self, *_args) -> None:
+    def request(self, *_args: object) -> None:
         self.requested = True
 
     def install(self) -> None:

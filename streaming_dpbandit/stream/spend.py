@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..privacy.accountant import Accountant
+
+if TYPE_CHECKING:
+    from ..metrics import ServiceMetrics
 
 __all__ = ["SpendGauges"]
 
@@ -11,7 +16,7 @@ class SpendGauges:
     """Sets ``dpbandit_epsilon_spent`` and friends from the ledger's records: every candidate
     accountant, and the accountant of record (whose label set is replaced when it changes)."""
 
-    def __init__(self, metrics):
+    def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
         self.record_labels: dict[str, tuple[str, str, str]] = {}
 

@@ -16,8 +16,9 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Protocol
 
-from ..privacy.ledger import Ledger, LedgerCorruptError
+from ..privacy.ledger import Ledger, LedgerCorruptError, ReleaseRecord
 from .errors import ServiceStartError
 from .snapshot import SnapshotCorruptError, SnapshotStore
 from .transport import TP
@@ -39,16 +40,33 @@ def tp_key(tp: TP) -> str:
     return f"{tp[0]}|{tp[1]}"
 
 
+class ReleaseLedger(Protocol):
+    """What the service needs of a ledger: the file :class:`~..privacy.ledger.Ledger`, a group
+    task's view of the ledger topic, the broadcast learner's."""
+
+    repaired_bytes: int
+
+    def append(self, record: ReleaseRecord) -> bool:
+        """Append a release durably; False when its id is already there (a replay)."""
+        ...
+
+    def records(self) -> list[ReleaseRecord]:
+        """Every release, in order."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class StateBackend(abc.ABC):
     """Durable state of one service: its snapshots, its ledger, its refit-failure counts.
 
     Attributes
     ----------
     ledger
-        Where releases are appended (``append``, ``records``, ``close``).
+        Where releases are appended (:class:`ReleaseLedger`).
     """
 
-    ledger: Ledger
+    ledger: ReleaseLedger
 
     @abc.abstractmethod
     def load(self) -> dict | None:
@@ -88,7 +106,9 @@ class DirectoryState(StateBackend):
         monitoring tools (the snapshot is authoritative).
     """
 
-    def __init__(self, directory, transport=None):
+    ledger: Ledger
+
+    def __init__(self, directory: str | Path, transport: object | None = None) -> None:
         self.directory = Path(directory)
         self.transport = transport
 

@@ -10,7 +10,9 @@ given offsets. :class:`InProcessTransport` runs the same loop without a broker, 
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
+from typing import Any, Protocol
 
 __all__ = ["InProcessTransport", "Record", "Source", "Transport"]
 
@@ -31,6 +33,10 @@ class Record:
     key: bytes | None
     value: bytes
     timestamp_ms: int | None = None
+
+
+#: A partition's polled records waiting to be processed, with ``perf_counter()`` at the poll.
+Queue = collections.deque[tuple[Record, float]]
 
 
 class Transport(abc.ABC):
@@ -80,20 +86,29 @@ class Transport(abc.ABC):
         """Release resources."""
 
 
+class Emit(Protocol):
+    """How a :class:`Source` hands a record to the in-process transport."""
+
+    def __call__(
+        self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None = None, /
+    ) -> None: ...
+
+
 class Source(abc.ABC):
     """A finite or generated input for :class:`InProcessTransport`."""
 
     topics: tuple[str, str]  # (contexts, feedback)
 
     @abc.abstractmethod
-    def generate(self, emit, max_new: int) -> bool:
-        """Call ``emit(topic, key, value)`` for up to about ``max_new`` new input records;
-        return False when the input is over."""
+    def generate(self, emit: Emit, max_new: int) -> bool:
+        """Call ``emit(topic, key, value)`` (or ``emit(topic, key, value, timestamp_ms)``, a
+        record timestamp as Kafka's) for up to about ``max_new`` new input records; return
+        False when the input is over."""
 
     def on_output(self, topic: str, value: bytes) -> None:  # noqa: B027 - optional
         """Observe a record the service wrote (the simulation answers decisions with rewards)."""
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {}
 
 
@@ -121,10 +136,12 @@ class InProcessTransport(Transport):
         self.output_counts: dict[str, int] = {}
         self._live = True
 
-    def _emit(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def _emit(
+        self, topic: str, key: bytes | None, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
         tp = (topic, 0)
         records = self.log[tp]
-        records.append(Record(topic, 0, self.base[tp] + len(records), key, value))
+        records.append(Record(topic, 0, self.base[tp] + len(records), key, value, timestamp_ms))
 
     def _unread(self, tp: TP) -> int:
         return self.base[tp] + len(self.log[tp]) - self.position[tp]

@@ -49,6 +49,16 @@ def test_every_registered_policy_defines_unit_test_params(name):
         policy_class(name, params)(**params).validate()
 
 
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_unit_test_params_follow_rivers_contract(name):
+    """River's ``_unit_test_params`` yields parameter dicts (its ``check_init_has_default_params_
+    for_tests`` iterates them: a returned dict would give its keys)."""
+    from river.checks.common import check_init_has_default_params_for_tests
+
+    cls = REGISTRY[name]
+    check_init_has_default_params_for_tests(cls(**params_of(cls)[0]))
+
+
 def test_slate_policies_get_the_slate_checks():
     for name in sorted(REGISTRY):
         pol = REGISTRY[name](**params_of(REGISTRY[name])[0], seed=0)
@@ -73,7 +83,7 @@ class _GlobalRandomOMM(OMM):
 
 
 def test_round_trip_check_catches_a_policy_that_drops_its_state():
-    pol = _ForgetfulLinUCB(**LinUCB._unit_test_params(), seed=0)
+    pol = _ForgetfulLinUCB(**next(LinUCB._unit_test_params()), seed=0)
     with pytest.raises(AssertionError):
         contextual.check_state_round_trip(pol)
 
@@ -106,7 +116,7 @@ def test_clone_check_catches_a_constructor_that_transforms_its_parameters():
 
 
 def test_explain_check_catches_a_missing_key():
-    pol = _SilentLDPUCB(**LDPUCB._unit_test_params(), seed=0)
-    common.check_privacy_and_explain(LDPUCB(**LDPUCB._unit_test_params(), seed=0))
+    pol = _SilentLDPUCB(**next(LDPUCB._unit_test_params()), seed=0)
+    common.check_privacy_and_explain(LDPUCB(**next(LDPUCB._unit_test_params()), seed=0))
     with pytest.raises(AssertionError, match="params"):
         common.check_privacy_and_explain(pol)

@@ -12,10 +12,10 @@ import pytest
 from streaming_dpbandit.replay.build import make_reader
 from streaming_dpbandit.replay.datasets import obd_sample
 from streaming_dpbandit.replay.errors import LogFormatError
-from streaming_dpbandit.replay.readers.kafka_log import parse_bound
+from streaming_dpbandit.replay.readers.kafka_log import KafkaLogReader, parse_bound
 from streaming_dpbandit.replay.readers.obd import ObdReader
 from streaming_dpbandit.replay.readers.service_jsonl import ServiceJsonlReader
-from streaming_dpbandit.replay.readers.tabular import CsvReader, ParquetReader
+from streaming_dpbandit.replay.readers.tabular import ColumnMapping, CsvReader, ParquetReader
 from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
 
@@ -109,6 +109,12 @@ def test_csv_reads_mapping_labels_positions_and_gzip(tmp_path):
     labelled = {k: v for k, v in labelled.items() if v is not None}
     (b,) = read_all(CsvReader(write_csv(tmp_path), labelled))
     assert b.actions.tolist() == [1, 0, 0]
+
+
+def test_column_mapping_position_base_none_is_the_default():
+    # None (as for every other optional key) means the default 0, not a None that breaks reads
+    m = ColumnMapping.from_items({**MAP, "position_base": None})
+    assert m.position_base == 0
 
 
 def test_csv_scans_arms_when_not_given(tmp_path):
@@ -374,6 +380,14 @@ def test_shared_contexts_use_the_catalogue(tmp_path):
     assert r.d == 4 and b.contexts.dense()[0, 1, :2].tolist() == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("arms", [None, ["arm-0", "arm-1", "arm-2"]])
+def test_a_slate_request_in_a_joined_log_is_one_clear_error(tmp_path, arms):
+    # a slate request has no candidates to join; with a catalogue it was a TypeError traceback
+    lines = mutate(service_log_lines(3), 0, arms=None, slate_size=2)
+    with pytest.raises(LogFormatError, match="is a slate request"):
+        read_all(ServiceJsonlReader(jsonl(tmp_path, lines), arms=arms))
+
+
 # -- Open Bandit Dataset ---------------------------------------------------------------------------
 def obd_copy(tmp_path, rows=50, behavior="random"):
     src = obd_sample(behavior)
@@ -531,6 +545,13 @@ def test_make_reader_csv_needs_a_mapping(tmp_path):
 def test_kafka_bounds_reject_nonsense(text):
     with pytest.raises(LogFormatError, match="bad"):
         parse_bound(text)
+
+
+def test_kafka_empty_string_bound_is_no_bound():
+    # parse_bound("") is None (no bound); a reader given start="" multiplied None by 1000
+    reader = KafkaLogReader("127.0.0.1:1", start="")
+    tp = object()  # resolving None needs no broker: the default offsets are kept
+    assert reader._resolve(None, [tp], reader.start, {tp: 7}) == {tp: 7}
 
 
 @pytest.mark.parametrize("kind", ["obd", "disjoint", "constant", "dense"])

@@ -3,9 +3,11 @@
 One context stamped far ahead used to stall its bandit: decided, its join stays pending (and
 blocks the next release) until the feedback watermark reaches its time, and the contexts
 watermark it sets turns every later reward into ``unknown_event``; one reward stamped far ahead
-expired every pending join. Beyond ``max_event_time_skew_s`` ahead of the wall clock both are
-dead-lettered (``event_time_out_of_range``) and change nothing else. Records read but held
-behind a blocked release count in ``dpbandit_consumer_lag``.
+expired every pending join. Beyond ``max_event_time_skew_s`` ahead of the stream clock (the
+record's timestamp or the wall clock, whichever is earlier) both are dead-lettered
+(``event_time_out_of_range``) and change nothing else — also inside a replayed past, where the
+wall clock alone bounds nothing. Records read but held behind a blocked release count in
+``dpbandit_consumer_lag``.
 """
 
 from __future__ import annotations
@@ -120,3 +122,70 @@ def test_records_held_behind_a_blocked_release_count_in_the_consumer_lag(stream,
     svc.run(progress)
     assert seen["queued"] > 0
     assert seen["lag"] == seen["queued"]
+
+
+def _stamped_past(path, out, shift: float) -> list[dict]:
+    """The stream moved ``shift`` seconds into the past, each line stamped like a Kafka topic
+    dump (``timestamp``: its event time in ms, as the producer's CreateTime would be)."""
+    lines = []
+    for raw in path.read_text().splitlines():
+        line = json.loads(raw)
+        value = json.loads(line["value"])
+        value["event_time"] = value["event_time"] - shift
+        line["value"] = json.dumps(value)
+        line["timestamp"] = int(value["event_time"] * 1000)
+        lines.append(line)
+    out.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return lines
+
+
+def test_a_jump_inside_a_replayed_past_is_bounded_by_the_records_timestamps(stream, tmp_path):
+    """A context stamped a day ahead of the records around it, in a stream that lies years in
+    the past: the wall clock alone accepts it (and the bandit stalls); its record's timestamp
+    does not."""
+    path, _, ref_summary = stream
+    shift = 3 * 365 * DAY + 0.25  # the whole stream three years back
+    past = tmp_path / "past.jsonl"
+    lines = _stamped_past(path, past, shift)
+    ref_svc, _, ref_past = run_file(tmp_path / "ref", past)
+    assert ref_past["bandits"][BANDIT]["rounds"] == ref_summary["bandits"][BANDIT]["rounds"]
+
+    neighbour = lines[400]
+    bad = _context_line(past, 0) | {"event_id": "a-day-ahead"}
+    bad["event_time"] = neighbour["timestamp"] / 1000 + DAY
+    lines.insert(
+        400, {"topic": "contexts", "value": json.dumps(bad), "timestamp": neighbour["timestamp"]}
+    )
+    out = tmp_path / "jump.jsonl"
+    out.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    svc, transport, summary = run_file(tmp_path / "state", out)
+    dead = [d for d in dead_letters(transport) if d["reason"] == "event_time_out_of_range"]
+    assert [json.loads(d["payload"])["event_id"] for d in dead] == ["a-day-ahead"]
+    assert svc.state_bytes() == ref_svc.state_bytes()
+    assert summary["bandits"][BANDIT]["rounds"] == ref_past["bandits"][BANDIT]["rounds"]
+
+    # without timestamps the same file is judged by the wall clock: the jump gets through
+    unstamped = tmp_path / "unstamped.jsonl"
+    unstamped.write_text(
+        "\n".join(json.dumps({k: v for k, v in x.items() if k != "timestamp"}) for x in lines)
+        + "\n"
+    )
+    _, transport, _ = run_file(tmp_path / "wall", unstamped)
+    assert not [d for d in dead_letters(transport) if d["reason"] == "event_time_out_of_range"]
+
+
+def test_a_kafka_record_is_bounded_by_its_broker_timestamp():
+    """The Kafka transport hands on kafka-python's ConsumerRecord: its ``timestamp`` (ms;
+    -1 when the record has none) is the stream clock, never later than the wall clock."""
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    from streaming_dpbandit.stream.parsing import event_time_limit
+
+    def rec(ts):
+        return ConsumerRecord("t", 0, -1, 7, ts, 0, None, b"{}", [], None, 0, 2, -1)
+
+    wall = 2_000_000.0
+    assert event_time_limit(rec(1_000_000_000), 300.0, wall) == 1_000_000.0 + 300.0
+    assert event_time_limit(rec(-1), 300.0, wall) == wall + 300.0  # no timestamp
+    assert event_time_limit(rec(9_000_000_000), 300.0, wall) == wall + 300.0  # clock ahead
+    assert event_time_limit(rec(1_000_000_000), None, wall) == float("inf")

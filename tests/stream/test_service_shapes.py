@@ -121,7 +121,7 @@ def test_the_service_and_a_decision_replica_dead_letter_a_context_identically(tm
     for value in values:
         assert rep.parse("dpbandit.contexts", 0, _Msg(value), 0.0) is None
         svc.contexts.reset()  # (its cache is by record identity)
-        svc.time_limit = time.time() + 60
+        svc.wall = time.time()
         got = svc.contexts.parse(Record("dpbandit.contexts", 0, 0, BANDIT.encode(), value), 0.0)
         assert isinstance(got, BadInput)
         assert (got.reason, got.detail) == (sent[-1]["reason"], sent[-1]["detail"])

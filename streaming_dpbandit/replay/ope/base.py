@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
+from ...utils.arrays import ArrayLike, FloatArray, IntArray
 from ..bootstrap import BlockBootstrap
-from ..moments import RatioMoments, normal_quantile, prefix_estimates
+from ..moments import RatioMoments, Totals, normal_quantile, prefix_estimates
 
 __all__ = ["FEW_NONZERO", "Estimate", "OffPolicyEstimator", "RunningCurve", "few_nonzero_warning"]
+
+#: Per-event terms (a, b) of V = ā / b̄.
+Terms = tuple[FloatArray, FloatArray]
+#: An optional per-event array (importance weights, reward-model values).
+MaybeArray = ArrayLike | None
 
 #: Below this many events with a non-zero term, normal and bootstrap intervals are unreliable.
 FEW_NONZERO = 10
@@ -70,19 +77,20 @@ class Estimate:
     ci_bootstrap: tuple[float, float] | None
     n: int
     level: float
-    per_position: list[dict]
-    diagnostics: dict = dataclasses.field(default_factory=dict)
+    per_position: list[dict[str, Any]]
+    diagnostics: dict[str, Any] = dataclasses.field(default_factory=dict)
     label: str | None = None
-    curve: dict = dataclasses.field(default_factory=dict)
+    curve: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["ci_normal"] = list(self.ci_normal)
         out["ci_bootstrap"] = None if self.ci_bootstrap is None else list(self.ci_bootstrap)
-        return _finite(out)
+        finite: dict[str, Any] = _finite(out)
+        return finite
 
 
-def _finite(obj):
+def _finite(obj: Any) -> Any:
     """NaN/inf → None, recursively (strict JSON)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -113,7 +121,7 @@ class RunningCurve:
         self._calls = 0
 
     def record_chunk(
-        self, before: tuple, a: np.ndarray, b: np.ndarray, xs: np.ndarray, z: float, points: int = 8
+        self, before: Totals, a: FloatArray, b: FloatArray, xs: IntArray, z: float, points: int = 8
     ) -> None:
         """Record up to ``points`` running estimates inside a chunk of terms (a, b) whose
         x positions (events of the log) are ``xs``; ``before`` are the totals before it."""
@@ -126,7 +134,7 @@ class RunningCurve:
         for j, e in enumerate(ends):
             self.record(int(xs[e - 1]), {"value": float(v[j]), "ci": [float(lo[j]), float(hi[j])]})
 
-    def record(self, events: int, est: dict) -> None:
+    def record(self, events: int, est: dict[str, Any]) -> None:
         self._calls += 1
         if self._calls % self._stride:
             return
@@ -136,15 +144,15 @@ class RunningCurve:
             self._rows = self._rows[1::2]
             self._stride *= 2
 
-    def finish(self, events: int, est: dict) -> None:
+    def finish(self, events: int, est: dict[str, Any]) -> None:
         """Record the final point (always kept)."""
         if self._rows and self._rows[-1][0] == events:
             self._rows.pop()
         lo, hi = est["ci"]
         self._rows.append((int(events), est["value"], lo, hi))
 
-    def to_dict(self) -> dict:
-        cols = list(zip(*self._rows)) if self._rows else [[], [], [], []]
+    def to_dict(self) -> dict[str, list[Any]]:
+        cols: list[Any] = list(zip(*self._rows)) if self._rows else [[], [], [], []]
         return {
             "events": list(cols[0]),
             "value": list(cols[1]),
@@ -193,17 +201,19 @@ class OffPolicyEstimator:
         self._events = 0
         self._nonzero = 0
 
-    def terms(self, rewards, weights, q_logged, q_target) -> tuple[np.ndarray, np.ndarray]:
+    def terms(
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         """Per-event terms (a, b) of V = ā / b̄."""
         raise NotImplementedError
 
     def update(
         self,
-        rewards: np.ndarray,
-        weights: np.ndarray | None = None,
-        positions: np.ndarray | None = None,
-        q_logged: np.ndarray | None = None,
-        q_target: np.ndarray | None = None,
+        rewards: ArrayLike,
+        weights: ArrayLike | None = None,
+        positions: ArrayLike | None = None,
+        q_logged: ArrayLike | None = None,
+        q_target: ArrayLike | None = None,
         events: int | None = None,
     ) -> None:
         """Add a chunk of logged events.
@@ -260,8 +270,8 @@ class OffPolicyEstimator:
             curve=self._curve.to_dict(),
         )
 
-    def _diagnostics(self) -> dict:
-        out = {"nonzero_terms": self._nonzero}
+    def _diagnostics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"nonzero_terms": self._nonzero}
         if self._nonzero < FEW_NONZERO:
             out["warning"] = few_nonzero_warning(self._nonzero, self._moments.count)
         if self.bootstrap:

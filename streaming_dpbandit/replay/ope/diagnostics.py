@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from ...utils.arrays import ArrayLike
 from ..moments import RatioMoments, normal_quantile
 
 __all__ = ["WeightDiagnostics"]
@@ -41,7 +43,7 @@ class WeightDiagnostics:
         self.min_w = math.inf
         self.zeros = 0
 
-    def update(self, weights: np.ndarray, positions: np.ndarray | None = None) -> None:
+    def update(self, weights: ArrayLike, positions: ArrayLike | None = None) -> None:
         w = np.asarray(weights, dtype=np.float64)
         if w.size == 0:
             return
@@ -52,7 +54,7 @@ class WeightDiagnostics:
         self.min_w = min(self.min_w, float(w.min()))
         self.zeros += int(np.count_nonzero(w == 0))
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         n = self._m.count
         est = self._m.estimate(self.level)
         ess = self.sum_w**2 / self.sum_w2 if self.sum_w2 > 0 else 0.0

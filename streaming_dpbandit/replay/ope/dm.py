@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["DM"]
 
@@ -29,6 +30,8 @@ class DM(OffPolicyEstimator):
     uses_weights = False
     label = "interval conditional on the reward model: its bias is not covered"
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         q = np.asarray(q_target, dtype=np.float64)
         return q, np.ones_like(q)

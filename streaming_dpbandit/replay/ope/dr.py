@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["DR"]
 
@@ -28,7 +29,11 @@ class DR(OffPolicyEstimator):
     name = "dr"
     needs_model = True
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
+        if q_logged is None:
+            raise ValueError(f"{self.name} needs the reward model's q_logged and q_target")
         w = np.asarray(weights, dtype=np.float64)
-        a = np.asarray(q_target, dtype=np.float64) + w * (rewards - q_logged)
+        a = np.asarray(q_target, dtype=np.float64) + w * (rewards - np.asarray(q_logged))
         return a, np.ones_like(a)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["OnPolicy"]
 
@@ -25,5 +26,7 @@ class OnPolicy(OffPolicyEstimator):
     name = "on-policy"
     uses_weights = False
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         return rewards, np.ones_like(rewards)

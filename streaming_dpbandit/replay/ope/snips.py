@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import OffPolicyEstimator
+from ...utils.arrays import FloatArray
+from .base import MaybeArray, OffPolicyEstimator, Terms
 
 __all__ = ["SNIPS"]
 
@@ -24,6 +25,8 @@ class SNIPS(OffPolicyEstimator):
 
     name = "snips"
 
-    def terms(self, rewards, weights, q_logged, q_target):
+    def terms(
+        self, rewards: FloatArray, weights: MaybeArray, q_logged: MaybeArray, q_target: MaybeArray
+    ) -> Terms:
         w = np.asarray(weights, dtype=np.float64)
         return w * rewards, w

@@ -7,6 +7,7 @@ import gzip
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ class LogReader(abc.ABC):
         """(done, total or None, unit) of the current read, for progress bars."""
         return 0, None, "event"
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         self.open()
         return {"format": self.format, "n_arms": self.n_arms, "d": self.d}
 

@@ -20,13 +20,21 @@ from __future__ import annotations
 import collections
 import math
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from ...stream.schemas import ContextEvent, Decision, Feedback, Watermark
+from ...utils.arrays import FloatArray
 from ..errors import LogFormatError
 
+if TYPE_CHECKING:
+    from ..batch import LoggedBatch
+
 __all__ = ["EventJoin", "JoinedEvent"]
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 class JoinedEvent:
@@ -34,14 +42,22 @@ class JoinedEvent:
 
     __slots__ = ("X", "arm", "arm_ids", "event_id", "propensity", "reward", "time")
 
-    def __init__(self, event_id, X, arm, propensity, time, arm_ids=None):
+    def __init__(
+        self,
+        event_id: str,
+        X: FloatArray,
+        arm: int,
+        propensity: float,
+        time: float,
+        arm_ids: list[str] | None = None,
+    ) -> None:
         self.event_id = event_id
         self.arm_ids = arm_ids
         self.X = X
         self.arm = arm
         self.propensity = propensity
         self.time = time
-        self.reward = None
+        self.reward: float | None = None
 
 
 class EventJoin:
@@ -94,21 +110,22 @@ class EventJoin:
         self.default_reward = float(default_reward)
         self.max_pending = max_pending
         self.d: int | None = None
-        self._ctx: OrderedDict = OrderedDict()  # event_id -> (X, ids, time)
-        self._dec: OrderedDict = OrderedDict()  # event_id -> Decision
-        self._fb: OrderedDict = OrderedDict()  # event_id -> (reward, time)
+        self._ctx: OrderedDict[str, tuple[FloatArray, list[str], float]] = OrderedDict()
+        self._dec: OrderedDict[str, Decision] = OrderedDict()
+        self._fb: OrderedDict[str, tuple[float, float]] = OrderedDict()  # (reward, time)
         self._queue: OrderedDict[str, JoinedEvent] = OrderedDict()
         self._done: OrderedDict[str, int] = OrderedDict()  # emitted id -> arm (bounded)
         self._out: list[JoinedEvent] = []
         self.watermark = -math.inf
-        self.counters = collections.Counter()
+        self.counters: collections.Counter[str] = collections.Counter()
         self._where = "log"
 
     # -- input -----------------------------------------------------------------------------
-    def add(self, kind: str, value, where: str = "log") -> None:
+    def add(self, kind: str, value: dict[str, Any] | str | bytes, where: str = "log") -> None:
         """Add one message of topic ``kind`` (``contexts``, ``decisions`` or ``feedback``);
         ``value`` is the JSON object (dict) or its raw text/bytes."""
         self._where = where
+        msg: ContextEvent | Decision | Watermark | Feedback
         try:
             if kind == "contexts":
                 msg = _parse(ContextEvent, value)
@@ -127,9 +144,9 @@ class EventJoin:
             raise LogFormatError(f"{where}: invalid {kind} message: {_first_error(err)}") from None
         if not self._mine(msg.bandit_id, where):
             return
-        if kind == "contexts":
+        if isinstance(msg, ContextEvent):
             self._context(msg, where)
-        elif kind == "decisions":
+        elif isinstance(msg, Decision):
             self._decision(msg, where)
         elif isinstance(msg, Watermark):
             self._advance(msg.event_time)
@@ -150,15 +167,20 @@ class EventJoin:
             return False
         return True
 
-    def _encode(self, ev: ContextEvent, where: str) -> np.ndarray:
+    def _encode(self, ev: ContextEvent, where: str) -> FloatArray:
         X = ev.arm_features()
         if X is None:
+            shared = ev.shared_features()
+            if shared is None or ev.arm_ids is None:  # a slate request: no candidates to join
+                raise LogFormatError(
+                    f"{where}: event {ev.event_id!r} is a slate request (slate_size): slate "
+                    "logs are replayed with the queue method (docs/replay.md)"
+                )
             if self.catalogue is None:
                 raise LogFormatError(
                     f"{where}: event {ev.event_id!r} has a shared context: give the bandit's "
                     "arm catalogue (--log-param arms=a,b,...)"
                 )
-            shared = ev.shared_features()
             width = len(shared)
             X = np.zeros((len(ev.arm_ids), len(self.catalogue) * width))
             for row, a in enumerate(ev.arm_ids):
@@ -255,7 +277,7 @@ class EventJoin:
             self.watermark = t
             self._drain()
 
-    def _bound(self, store: OrderedDict, counter: str) -> None:
+    def _bound(self, store: OrderedDict[str, Any], counter: str) -> None:
         while len(store) > self.max_pending:
             store.popitem(last=False)
             self.counters[counter] += 1
@@ -303,14 +325,14 @@ class EventJoin:
         return self.ready()
 
 
-def _is_watermark(value) -> bool:
+def _is_watermark(value: dict[str, Any] | str | bytes) -> bool:
     if isinstance(value, dict):
         return value.get("type") == "watermark"
     raw = value if isinstance(value, bytes) else str(value).encode()
     return b'"watermark"' in raw
 
 
-def _parse(model, value):
+def _parse(model: type[_Model], value: dict[str, Any] | str | bytes) -> _Model:
     if isinstance(value, dict):
         return model.model_validate(value)
     return model.model_validate_json(value)
@@ -326,7 +348,7 @@ def _first_error(err: ValueError) -> str:
     return str(err).splitlines()[0]
 
 
-def to_batch(events: list[JoinedEvent], d: int):
+def to_batch(events: list[JoinedEvent], d: int) -> LoggedBatch:
     """Turn joined events into a :class:`~..batch.LoggedBatch` (candidate sets padded)."""
     from ..batch import LoggedBatch
     from ..contexts import DenseContexts

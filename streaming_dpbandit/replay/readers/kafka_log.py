@@ -17,18 +17,24 @@ import collections
 import datetime as _dt
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ..batch import LoggedBatch
 from ..errors import LogFormatError
 from .base import LogReader
-from .join import EventJoin, to_batch
+from .join import EventJoin, JoinedEvent, to_batch
 
 __all__ = ["KafkaLogReader", "parse_bound"]
 
 BUFFER = 20_000  # records buffered per partition before it is paused
 
+#: A parsed range bound: none, one offset, offsets per ``topic:partition``, or epoch seconds.
+ParsedBound = int | float | dict[str, int] | None
+#: A range bound as given: parsed, an ISO-8601 / command-line string, or a ``datetime``.
+Bound = ParsedBound | str | _dt.datetime
 
-def parse_bound(text: str | None):
+
+def parse_bound(text: str | None) -> ParsedBound:
     """A command-line bound: ``None``, an offset (``"1200"``), ``"topic:partition=offset,..."``
     or a time (ISO-8601, or epoch seconds with a decimal point or an ``s`` suffix).
 
@@ -41,7 +47,7 @@ def parse_bound(text: str | None):
         return None
     text = text.strip()
     if "=" in text:
-        out = {}
+        out: dict[str, int] = {}
         for part in text.split(","):
             key, _, val = part.partition("=")
             try:
@@ -100,8 +106,8 @@ class KafkaLogReader(LogReader):
             "dpbandit.decisions",
             "dpbandit.feedback",
         ),
-        start=None,
-        end=None,
+        start: Bound = None,
+        end: Bound = None,
         bandit_id: str | None = None,
         arms: list[str] | None = None,
         feedback_window: float = 60.0,
@@ -109,7 +115,7 @@ class KafkaLogReader(LogReader):
         default_reward: float = 0.0,
         max_pending: int = 200_000,
         idle_timeout: float = 20.0,
-        consumer_config: dict | None = None,
+        consumer_config: dict[str, Any] | None = None,
     ):
         self.bootstrap = bootstrap
         self.topics = tuple(topics)
@@ -124,14 +130,14 @@ class KafkaLogReader(LogReader):
         self.idle_timeout = idle_timeout
         self.consumer_config = consumer_config or {}
         self._done = 0
-        self._total = None
-        self.counters: dict = {}
+        self._total: int | None = None
+        self.counters: dict[str, int] = {}
 
     def where(self) -> str:
         return f"kafka://{self.bootstrap}"
 
     # -- kafka plumbing ----------------------------------------------------------------------
-    def _consumer(self):
+    def _consumer(self) -> Any:  # a kafka.KafkaConsumer (kafka-python is untyped)
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
@@ -148,7 +154,7 @@ class KafkaLogReader(LogReader):
         except KafkaError as err:
             raise LogFormatError(f"{self.where()}: cannot connect ({err})") from None
 
-    def _partitions(self, consumer):
+    def _partitions(self, consumer: Any) -> list[Any]:
         from kafka import TopicPartition
 
         tps = []
@@ -159,7 +165,9 @@ class KafkaLogReader(LogReader):
             tps += [TopicPartition(topic, p) for p in sorted(parts)]
         return tps
 
-    def _resolve(self, consumer, tps, bound, default: dict) -> dict:
+    def _resolve(
+        self, consumer: Any, tps: list[Any], bound: Bound, default: dict[Any, int]
+    ) -> dict[Any, int]:
         if bound is None:
             return dict(default)
         if isinstance(bound, bool):
@@ -181,7 +189,7 @@ class KafkaLogReader(LogReader):
             bound = bound.timestamp()
         if isinstance(bound, (float, str)):
             ts = parse_bound(bound) if isinstance(bound, str) else bound
-            if isinstance(ts, (int, dict)):
+            if ts is None or isinstance(ts, (int, dict)):  # "" parses to None: no bound
                 return self._resolve(consumer, tps, ts, default)
             found = consumer.offsets_for_times({tp: int(ts * 1000) for tp in tps})
             return {
@@ -189,7 +197,7 @@ class KafkaLogReader(LogReader):
             }
         raise LogFormatError(f"bad range bound {bound!r}")
 
-    def _range(self, consumer):
+    def _range(self, consumer: Any) -> tuple[list[Any], dict[Any, int], dict[Any, int]]:
         tps = self._partitions(consumer)
         first = consumer.beginning_offsets(tps)
         last = consumer.end_offsets(tps)
@@ -212,9 +220,9 @@ class KafkaLogReader(LogReader):
             for tp in tps:
                 consumer.seek(tp, start[tp])
             consumer.pause(*[tp for tp in tps if tp not in live])
-            buf = {tp: collections.deque() for tp in live}
+            buf: dict[Any, collections.deque[Any]] = {tp: collections.deque() for tp in live}
             fetched = {tp: start[tp] for tp in live}
-            paused: set = set()
+            paused: set[Any] = set()
             last_data = time.monotonic()
             while live:
                 # poll until every live partition has buffered records (or is complete)
@@ -292,7 +300,7 @@ class KafkaLogReader(LogReader):
     def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
         join = self._join()
         join.d = self.d
-        pending: list = []
+        pending: list[JoinedEvent] = []
         for kind, value, where in self._records():
             join.add(kind, value, where)
             pending += join.ready()
@@ -305,10 +313,10 @@ class KafkaLogReader(LogReader):
             pending = pending[chunk_size:]
         self.counters = {k: v for k, v in join.counters.items() if v}
 
-    def progress(self):
+    def progress(self) -> tuple[int, int | None, str]:
         return self._done, self._total, "record"
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         out = super().describe()
         out.update(
             {
@@ -323,7 +331,7 @@ class KafkaLogReader(LogReader):
         return out
 
 
-def _show(bound):
+def _show(bound: Bound) -> ParsedBound | str:
     if isinstance(bound, _dt.datetime):
         return bound.isoformat()
     return bound

@@ -24,11 +24,13 @@ import csv
 import itertools
 import math
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ...utils.arrays import ArrayLike, FloatArray, IntArray
 from ..batch import LoggedBatch
 from ..contexts import Contexts
 from ..errors import LogFormatError, show
@@ -49,21 +51,21 @@ class ObdContexts(Contexts):
     ([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.5]]], [[0.0, 1.0, 0.5]])
     """
 
-    def __init__(self, fixed: np.ndarray, affinity: np.ndarray | None, scale: float):
+    def __init__(self, fixed: FloatArray, affinity: FloatArray | None, scale: float):
         self.fixed = fixed  # (K, d_fixed), already scaled
         self.affinity = affinity  # (B, K) raw, or None
         self.scale = scale
         self.n_arms = int(fixed.shape[0])
         self.d = int(fixed.shape[1]) + (1 if affinity is not None else 0)
-        self._size = None if affinity is not None else 0
+        self._size = 0  # events, read only without an affinity column (else its rows)
 
-    def _aff(self, a: np.ndarray) -> np.ndarray:
+    def _aff(self, a: FloatArray) -> FloatArray:
         return a / (1.0 + a) * self.scale
 
     def __len__(self) -> int:
         return int(self.affinity.shape[0]) if self.affinity is not None else self._size
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> FloatArray:
         B = len(self)
         K, f = self.fixed.shape
         X = np.empty((B, K, self.d))
@@ -72,7 +74,7 @@ class ObdContexts(Contexts):
             X[:, :, f] = self._aff(self.affinity)
         return X
 
-    def rows(self, arms: np.ndarray) -> np.ndarray:
+    def rows(self, arms: ArrayLike) -> FloatArray:
         arms = np.asarray(arms)
         out = np.empty((arms.size, self.d))
         f = self.fixed.shape[1]
@@ -81,14 +83,14 @@ class ObdContexts(Contexts):
             out[:, f] = self._aff(self.affinity[np.arange(arms.size), arms])
         return out
 
-    def project(self, coef: np.ndarray) -> np.ndarray:
+    def project(self, coef: FloatArray) -> FloatArray:
         f = self.fixed.shape[1]
-        out = coef[:, :f] @ self.fixed.T  # (B, K)
+        out: FloatArray = coef[:, :f] @ self.fixed.T  # (B, K)
         if self.affinity is not None:
             out += self._aff(self.affinity) * coef[:, f : f + 1]
         return out
 
-    def take(self, idx: np.ndarray) -> ObdContexts:
+    def take(self, idx: IntArray) -> ObdContexts:
         if self.affinity is not None:
             return ObdContexts(self.fixed, self.affinity[idx], self.scale)
         out = ObdContexts(self.fixed, None, self.scale)
@@ -122,7 +124,7 @@ class ObdReader(LogReader):
     format = "obd"
     n_positions = 3
 
-    def __init__(self, path: str | Path, features=BLOCKS):
+    def __init__(self, path: str | Path, features: str | Sequence[str] = BLOCKS):
         self.path = Path(path)
         self.features = features
         self._done = 0
@@ -227,7 +229,7 @@ class ObdReader(LogReader):
                 raise LogFormatError(f"{self._file}: affinity columns are not {AFFINITY}0..{K - 1}")
         self._header = header
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         out = super().describe()
         out.update(
             {
@@ -267,7 +269,9 @@ class ObdReader(LogReader):
                 self._done = _offset(fh, total)
         self._done = total
 
-    def _parse(self, lines, cols, width, line0, row0, where) -> np.ndarray:
+    def _parse(
+        self, lines: list[str], cols: list[int], width: int, line0: int, row0: int, where: str
+    ) -> FloatArray:
         """Numeric columns of a chunk of lines: numpy's C parser, or a checked slow path."""
         commas = width - 1
         if all(t.count(",") == commas for t in lines):
@@ -276,7 +280,7 @@ class ObdReader(LogReader):
             except ValueError:
                 pass
         get = operator.itemgetter(*cols)
-        rows = []
+        rows: list[Any] = []
         for i, row in enumerate(csv.reader(lines)):
             if len(row) != width:
                 raise LogFormatError(
@@ -299,7 +303,9 @@ class ObdReader(LogReader):
                         ) from None
             raise
 
-    def _batch(self, arr, n_req, has_index, row0, where) -> LoggedBatch:
+    def _batch(
+        self, arr: FloatArray, n_req: int, has_index: bool, row0: int, where: str
+    ) -> LoggedBatch:
         B = arr.shape[0]
         item, pos, click, ps = arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3]
         K = self.n_arms
@@ -342,15 +348,15 @@ class ObdReader(LogReader):
             contexts=ctx,
         )
 
-    def progress(self):
+    def progress(self) -> tuple[int, int | None, str]:
         return self._done, self._file.stat().st_size if hasattr(self, "_file") else None, "B"
 
 
-def _offset(fh, total: int) -> int:
+def _offset(fh: Any, total: int) -> int:  # a text file over a binary/gzip one, duck-typed
     try:
         raw = fh.buffer
         if hasattr(raw, "fileobj"):
-            return min(total, raw.fileobj.tell())
-        return min(total, raw.tell())
+            return min(total, int(raw.fileobj.tell()))
+        return min(total, int(raw.tell()))
     except (OSError, ValueError, AttributeError):
         return 0

@@ -12,18 +12,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ..batch import LoggedBatch
 from ..errors import LogFormatError
 from .base import LogReader, open_text, require_file
-from .join import EventJoin, to_batch
+from .join import EventJoin, JoinedEvent, to_batch
 
 __all__ = ["ServiceJsonlReader", "topic_kind"]
 
 KINDS = ("contexts", "decisions", "feedback")
 
 
-def topic_kind(topic) -> str | None:
+def topic_kind(topic: object) -> str | None:
     """``"contexts"``, ``"decisions"`` or ``"feedback"`` for a topic name, else None.
 
     >>> topic_kind("dpbandit.decisions"), topic_kind("feedback"), topic_kind("dead-letter")
@@ -85,7 +86,7 @@ class ServiceJsonlReader(LogReader):
         self.default_reward = default_reward
         self.max_pending = max_pending
         self._done = 0
-        self.counters: dict = {}
+        self.counters: dict[str, int] = {}
 
     def where(self) -> str:
         return str(self.path)
@@ -100,7 +101,7 @@ class ServiceJsonlReader(LogReader):
             max_pending=self.max_pending,
         )
 
-    def _messages(self) -> Iterator[tuple[str, object, str]]:
+    def _messages(self) -> Iterator[tuple[str, Any, str]]:  # (kind, JSON value, where)
         total = self.path.stat().st_size
         with open_text(self.path) as fh:
             raw = getattr(fh, "buffer", None)
@@ -146,7 +147,7 @@ class ServiceJsonlReader(LogReader):
     def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
         join = self._join()
         join.d = self.d
-        pending: list = []
+        pending: list[JoinedEvent] = []
         for kind, value, where in self._messages():
             join.add(kind, value, where)
             pending += join.ready()
@@ -159,10 +160,10 @@ class ServiceJsonlReader(LogReader):
             pending = pending[chunk_size:]
         self.counters = {k: v for k, v in join.counters.items() if v}
 
-    def progress(self):
+    def progress(self) -> tuple[int, int | None, str]:
         return self._done, self.path.stat().st_size if self.path.exists() else None, "B"
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         out = super().describe()
         out.update(
             {

@@ -12,13 +12,16 @@ import csv
 import dataclasses
 import fnmatch
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from ...utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ..batch import LoggedBatch
-from ..contexts import ConstantContexts, DisjointContexts
+from ..contexts import ConstantContexts, Contexts, DisjointContexts
 from ..errors import LogFormatError, show
 from .base import LogReader, open_text, require_file
 
@@ -79,7 +82,7 @@ class ColumnMapping:
     intercept: bool = True
 
     @classmethod
-    def from_items(cls, items: dict) -> ColumnMapping:
+    def from_items(cls, items: Mapping[str, Any]) -> ColumnMapping:
         """Build from ``--map KEY=VALUE`` items (lists comma-separated)."""
         unknown = set(items) - set(_KEYS)
         if unknown:
@@ -94,14 +97,14 @@ class ColumnMapping:
                 "(e.g. --map action=item --map reward=click --map propensity=pscore)"
             )
 
-        def as_list(v):
+        def as_list(v: Any) -> list[str] | None:
             if v is None:
                 return None
             if isinstance(v, (list, tuple)):
                 return [str(x) for x in v]
             return [s.strip() for s in str(v).split(",") if s.strip()]
 
-        def as_int(key, v, lo):
+        def as_int(key: str, v: Any, lo: int) -> int | None:
             if v is None:
                 return None
             try:
@@ -126,14 +129,14 @@ class ColumnMapping:
             event_id=items.get("event_id"),
             arms=as_list(items.get("arms")),
             n_arms=as_int("n_arms", items.get("n_arms"), 1),
-            position_base=as_int("position_base", items.get("position_base", 0), 0),
+            position_base=as_int("position_base", items.get("position_base"), 0) or 0,
             intercept=bool(intercept),
         )
 
-    def resolve(self, header: list[str], where: str) -> dict:
+    def resolve(self, header: list[str], where: str) -> dict[str, Any]:
         """Column names of every role, checked against ``header``."""
         names = set(header)
-        out = {}
+        out: dict[str, Any] = {}
         for role in ("action", "reward", "propensity", "position", "event_id"):
             col = getattr(self, role)
             if col is None:
@@ -143,7 +146,7 @@ class ColumnMapping:
                     f"{where}: missing {role} column {col!r} (columns: {_preview(header)})"
                 )
             out[role] = col
-        ctx = []
+        ctx: list[str] = []
         for pat in self.context:
             hits = [h for h in header if fnmatch.fnmatchcase(h, pat)]
             if not hits:
@@ -160,7 +163,7 @@ def _preview(header: list[str], n: int = 12) -> str:
     return shown + (f", ... ({len(header)} in all)" if len(header) > n else "")
 
 
-def _floats(values, what: str, where: str, row0: int) -> np.ndarray:
+def _floats(values: ArrayLike, what: str, where: str, row0: int) -> FloatArray:
     """Column → float64; a missing or non-numeric value is an error naming its row."""
     arr = np.asarray(values)
     try:
@@ -180,7 +183,7 @@ def _floats(values, what: str, where: str, row0: int) -> np.ndarray:
 
 
 class _TabularReader(LogReader):
-    def __init__(self, path: str | Path, mapping: ColumnMapping | dict):
+    def __init__(self, path: str | Path, mapping: ColumnMapping | Mapping[str, Any]):
         self.path = Path(path)
         self.mapping = (
             mapping if isinstance(mapping, ColumnMapping) else ColumnMapping.from_items(mapping)
@@ -194,7 +197,7 @@ class _TabularReader(LogReader):
     def _header(self) -> list[str]:
         raise NotImplementedError
 
-    def _column_chunks(self, columns: list[str], size: int) -> Iterator[dict[str, np.ndarray]]:
+    def _column_chunks(self, columns: list[str], size: int) -> Iterator[dict[str, AnyArray]]:
         raise NotImplementedError
 
     # -- metadata ----------------------------------------------------------------------------
@@ -206,7 +209,7 @@ class _TabularReader(LogReader):
         if m.arms is not None:
             if len(set(m.arms)) != len(m.arms):
                 raise LogFormatError("arms: labels must be unique")
-            self._labels = {a: i for i, a in enumerate(m.arms)}
+            self._labels: dict[str, int] | None = {a: i for i, a in enumerate(m.arms)}
             self.n_arms = len(m.arms)
         elif m.n_arms is not None:
             self._labels = None
@@ -216,8 +219,8 @@ class _TabularReader(LogReader):
         self.width = len(self._cols["context"]) + (1 if m.intercept else 0)
         self.d = self.n_arms * self.width if self._cols["context"] else 1
 
-    def _scan_arms(self):
-        values = set()
+    def _scan_arms(self) -> tuple[dict[str, int] | None, int]:
+        values: set[Any] = set()
         for cols in self._column_chunks([self._cols["action"]], 65536):
             values.update(np.asarray(cols[self._cols["action"]]).tolist())
         if not values:
@@ -231,7 +234,7 @@ class _TabularReader(LogReader):
         labels = sorted(str(v) for v in values)
         return {a: i for i, a in enumerate(labels)}, len(labels)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         out = super().describe()
         out.update(
             {
@@ -246,7 +249,7 @@ class _TabularReader(LogReader):
         return out
 
     # -- reading -----------------------------------------------------------------------------
-    def _actions(self, values, row0: int) -> np.ndarray:
+    def _actions(self, values: AnyArray, row0: int) -> IntArray:
         where = self.where()
         if self._labels is not None:
             out = np.empty(len(values), dtype=np.int64)
@@ -318,13 +321,13 @@ class _TabularReader(LogReader):
                 ]
                 if m.intercept:
                     parts.append(np.ones(B))
-                bad = [col for col, p in zip(c["context"], parts) if not np.isfinite(p).all()]
-                if bad:
-                    i = int(np.flatnonzero(~np.isfinite(parts[c["context"].index(bad[0])]))[0])
+                bad_cols = [col for col, p in zip(c["context"], parts) if not np.isfinite(p).all()]
+                if bad_cols:
+                    i = int(np.flatnonzero(~np.isfinite(parts[c["context"].index(bad_cols[0])]))[0])
                     raise LogFormatError(
-                        f"{where}: row {row0 + i + 1}: context {bad[0]!r} is not finite"
+                        f"{where}: row {row0 + i + 1}: context {bad_cols[0]!r} is not finite"
                     )
-                contexts = DisjointContexts(np.column_stack(parts), self.n_arms)
+                contexts: Contexts = DisjointContexts(np.column_stack(parts), self.n_arms)
             else:
                 contexts = ConstantContexts(B, self.n_arms)
             row0 += B
@@ -368,7 +371,7 @@ class CsvReader(_TabularReader):
         self._header_cols = header
         return header
 
-    def _column_chunks(self, columns: list[str], size: int) -> Iterator[dict[str, np.ndarray]]:
+    def _column_chunks(self, columns: list[str], size: int) -> Iterator[dict[str, AnyArray]]:
         header = self._header_cols
         idx = [header.index(c) for c in columns]
         width = len(header)
@@ -379,7 +382,7 @@ class CsvReader(_TabularReader):
             reader = csv.reader(fh)
             try:
                 next(reader)
-                rows: list = []
+                rows: list[Any] = []
                 line = 1
                 for row in reader:
                     line += 1
@@ -402,20 +405,20 @@ class CsvReader(_TabularReader):
                 raise LogFormatError(f"{self.where()}: line {line}: {err}") from None
 
     @staticmethod
-    def _to_columns(rows: list, columns: list[str]) -> dict[str, np.ndarray]:
+    def _to_columns(rows: list[Any], columns: list[str]) -> dict[str, AnyArray]:
         if len(columns) == 1:
             return {columns[0]: np.array(rows, dtype=str)}
         cols = list(zip(*rows))
         return {c: np.array(v, dtype=str) for c, v in zip(columns, cols)}
 
-    def progress(self):
+    def progress(self) -> tuple[int, int | None, str]:
         return self._done, self.path.stat().st_size if self.path.exists() else None, "B"
 
 
-def _tell(raw, fh, total: int) -> int:
+def _tell(raw: Any, fh: Any, total: int) -> int:  # binary/gzip file objects, duck-typed
     try:
         if raw is not None and hasattr(raw, "fileobj"):  # gzip: compressed bytes read
-            return min(total, raw.fileobj.tell())
+            return min(total, int(raw.fileobj.tell()))
         return min(total, fh.buffer.tell()) if hasattr(fh, "buffer") else 0
     except (OSError, ValueError, AttributeError):
         return 0
@@ -436,16 +439,17 @@ class ParquetReader(_TabularReader):
     format = "parquet"
 
     @staticmethod
-    def _pq():
+    def _pq() -> ModuleType:
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise LogFormatError(
                 "reading Parquet needs pyarrow: pip install 'streaming_dpbandit[parquet]'"
             ) from None
-        return pq
+        module: ModuleType = pq  # pyarrow is untyped
+        return module
 
-    def _file(self):
+    def _file(self) -> Any:  # a pyarrow.parquet.ParquetFile (pyarrow is untyped)
         pq = self._pq()
         try:
             return pq.ParquetFile(self.path)
@@ -457,11 +461,11 @@ class ParquetReader(_TabularReader):
         self._rows_total = pf.metadata.num_rows
         return list(pf.schema_arrow.names)
 
-    def _column_chunks(self, columns: list[str], size: int) -> Iterator[dict[str, np.ndarray]]:
+    def _column_chunks(self, columns: list[str], size: int) -> Iterator[dict[str, AnyArray]]:
         pf = self._file()
         self._done = 0
         for rb in pf.iter_batches(batch_size=size, columns=columns):
-            out = {}
+            out: dict[str, AnyArray] = {}
             for name in columns:
                 col = rb.column(name)
                 arr = col.to_numpy(zero_copy_only=False)
@@ -471,5 +475,5 @@ class ParquetReader(_TabularReader):
             self._done += rb.num_rows
             yield out
 
-    def progress(self):
+    def progress(self) -> tuple[int, int | None, str]:
         return self._done, getattr(self, "_rows_total", None), "event"

@@ -16,6 +16,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...utils.serialization import dumps, loads
 from ..snapshot import SnapshotCorruptError, SnapshotStore
@@ -81,8 +82,8 @@ class KafkaChangelogStore(CompactedTopicClient, StateStore):
 
     _values: dict[str, bytes] = field(default_factory=dict, init=False, repr=False)
     _seq: dict[str, int] = field(default_factory=dict, init=False, repr=False)
-    #: Where each task's last snapshot starts (a producer future, when ``send`` gives one).
-    last_start: dict[str, object] = field(default_factory=dict, init=False, repr=False)
+    #: Where each task's last snapshot starts (a kafka-python send future, when ``send`` gives one).
+    last_start: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     # -- reading ----------------------------------------------------------------------------
     def refresh(self) -> None:

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ...privacy.ledger import Ledger
 from ..parsing import first_error, unreadable, validation_reason
 from ..schemas import Watermark
 from ..transport import Record
 from .publisher import ModelStore
 from .runtime import LocalBanditRuntime, LocalMetrics, learned_local_bytes
 from .schemas import LDPReportMessage, is_ldp_report
+
+if TYPE_CHECKING:
+    from ...config import ServiceSettings, TopicsSettings
+    from ...metrics import ServiceMetrics
+    from ..state import ReleaseLedger
+    from ..transport import Transport
 
 __all__ = ["LocalBandits"]
 
@@ -43,7 +49,13 @@ class LocalBandits:
         The service's :class:`~streaming_dpbandit.metrics.ServiceMetrics`.
     """
 
-    def __init__(self, settings, transport, topics, metrics):
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        transport: Transport,
+        topics: TopicsSettings,
+        metrics: ServiceMetrics,
+    ) -> None:
         self.settings = settings
         self.transport = transport
         self.topics = topics
@@ -51,9 +63,9 @@ class LocalBandits:
         self.store = ModelStore()
         self.runtimes: dict[str, LocalBanditRuntime] = {}
         self.local_metrics = None
-        self.ledger: Ledger | None = None
+        self.ledger: ReleaseLedger | None = None
         self._ledger_count: dict[str, int] = {}
-        self._children: dict[tuple[str, str], object] = {}
+        self._children: dict[tuple[str, str], Any] = {}  # prometheus Counter children
         for name, b in settings.bandits.items():
             if b.privacy != "local":
                 continue
@@ -102,7 +114,7 @@ class LocalBandits:
             if name in snap.get("bandits", {}):
                 raise RuntimeError(f"bandit {name!r} was central in the snapshot; now local")
 
-    def open(self, ledger: Ledger) -> None:
+    def open(self, ledger: ReleaseLedger) -> None:
         """Append records the ledger misses, then publish every bandit's current model."""
         self.ledger = ledger
         kafka = self.settings.kafka
@@ -145,10 +157,10 @@ class LocalBandits:
             )
             dead(r, reason, f"bandit {msg.bandit_id!r} takes no LDP reports")
             return self._count(None, reason)
-        reason = rt.handle(msg)
-        if reason is not None:
-            dead(r, reason, f"report for model version {msg.model_version} not used")
-        self._count(rt.bandit_id, reason or "absorbed")
+        refused = rt.handle(msg)
+        if refused is not None:
+            dead(r, refused, f"report for model version {msg.model_version} not used")
+        self._count(rt.bandit_id, refused or "absorbed")
         if rt.outbox:
             self._drain(rt)
 

@@ -78,5 +78,5 @@ class LDPReportMessage(BaseModel):
         """The payload as float64."""
         if self.payload is not None:
             return np.asarray(self.payload, dtype=np.float64)
-        raw = base64.b64decode(self.payload_b64)
+        raw = base64.b64decode(self.payload_b64 or "")
         return np.frombuffer(raw, dtype="<f4").astype(np.float64)

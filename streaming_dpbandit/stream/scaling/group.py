@@ -356,7 +356,9 @@ class GroupService:
                     continue
                 q = task.service.queues[(tp.topic, tp.partition)]
                 for m in msgs:
-                    q.append((Record(tp.topic, tp.partition, m.offset, m.key, m.value), now))
+                    q.append(
+                        (Record(tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp), now)
+                    )
             for p in list(self.tasks):
                 task = self.tasks[p]
                 try:

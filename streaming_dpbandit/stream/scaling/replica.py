@@ -27,7 +27,7 @@ from ..arms import arm_id_kwargs
 from ..bandit import BanditRuntime
 from ..dead_letters import DeadLetters
 from ..errors import ServiceStartError, out_of_memory_is_a_start_error
-from ..parsing import BadInput, Pending, parse_context
+from ..parsing import BadInput, Pending, event_time_limit, parse_context
 from ..signals import StopSwitch
 from .broadcast import BroadcastDecision, check_broadcast, ensure_broadcast_topics
 from .models_topic import ModelMessage, ModelsReader
@@ -248,7 +248,7 @@ class DecisionReplica:
             received,
             self.bandits,
             max_bytes=self.settings.max_message_bytes,
-            time_limit=float("inf") if skew is None else time.time() + skew,
+            time_limit=event_time_limit(m, skew, time.time()),
             skew=skew,
         )
         if isinstance(out, BadInput):

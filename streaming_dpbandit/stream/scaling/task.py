@@ -13,7 +13,7 @@ import contextlib
 import time
 
 from ...config import ServiceSettings
-from ...privacy.ledger import LedgerConflictError
+from ...privacy.ledger import LedgerConflictError, ReleaseRecord
 from ..kafka.ledger import KafkaLedger
 from ..kafka.state_store import KafkaChangelogStore
 from ..parsing import BadInput, unknown_bandit
@@ -101,15 +101,15 @@ class _TaskLedger:
     """The task's ledger: the replica's :class:`KafkaLedger` (the partitions of its tasks),
     written with the task's producer to the task's partition."""
 
-    def __init__(self, ledger: KafkaLedger, send):
+    def __init__(self, ledger: KafkaLedger, send) -> None:
         self.ledger = ledger
         self.send = send
         self.repaired_bytes = 0
 
-    def append(self, record) -> bool:
+    def append(self, record: ReleaseRecord) -> bool:
         return self.ledger.append(record, self.send)
 
-    def records(self):
+    def records(self) -> list[ReleaseRecord]:
         return self.ledger.records()
 
     def close(self) -> None:

@@ -133,7 +133,7 @@ class RealTimeStream:
 
     def on_decision(self, decision: dict, now: float) -> None:
         """A decision arrived at ``now``: score it and schedule its reward."""
-        got = self._waiting.pop(decision.get("event_id"), None)
+        got = self._waiting.pop(str(decision.get("event_id")), None)
         if got is None:
             return  # not ours, or a repeat (decisions are at-least-once)
         mu, noise = got

@@ -230,8 +230,11 @@ class FileSource(Source):
     """Records from a JSONL file: one ``{"topic": "contexts"|"feedback", "value": {...}}`` per line.
 
     ``value`` may be an object or a string (sent as is, so malformed payloads can be replayed).
-    Lines that are not of this shape are delivered to the contexts topic verbatim, where they
-    end up in the dead-letter topic with their reason.
+    An optional ``"timestamp"`` (integer milliseconds since the epoch, as a Kafka record's
+    timestamp in a topic dump) is the record's timestamp: the event-time bound then judges the
+    line by it rather than by the wall clock (``max_event_time_skew_s``). Lines that are not of
+    this shape are delivered to the contexts topic verbatim, where they end up in the
+    dead-letter topic with their reason.
     """
 
     def __init__(self, path: str | Path, topics: tuple[str, str] = ("contexts", "feedback")):
@@ -254,7 +257,7 @@ class FileSource(Source):
             line = line.rstrip(b"\n")
             if not line.strip():
                 continue
-            topic, value, key = self.topics[0], line, None
+            topic, value, key, ts = self.topics[0], line, None, None
             try:
                 obj = json.loads(line)
                 if (
@@ -267,9 +270,12 @@ class FileSource(Source):
                     value = v.encode() if isinstance(v, str) else json.dumps(v).encode()
                     if isinstance(v, dict) and isinstance(v.get("bandit_id"), str):
                         key = v["bandit_id"].encode()
+                    stamp = obj.get("timestamp")
+                    if isinstance(stamp, int) and not isinstance(stamp, bool) and stamp >= 0:
+                        ts = stamp
             except (ValueError, UnicodeDecodeError):
                 pass
-            emit(topic, key, value)
+            emit(topic, key, value, ts)
         return True
 
 
@@ -291,9 +297,12 @@ class RecordingSource(Source):
             self._fh = self.path.open("w")
         names = {self.topics[0]: "contexts", self.topics[1]: "feedback"}
 
-        def tee(topic, key, value):
-            self._fh.write(json.dumps({"topic": names[topic], "value": value.decode()}) + "\n")
-            emit(topic, key, value)
+        def tee(topic, key, value, timestamp_ms=None):
+            line = {"topic": names[topic], "value": value.decode()}
+            if timestamp_ms is not None:
+                line["timestamp"] = timestamp_ms
+            self._fh.write(json.dumps(line) + "\n")
+            emit(topic, key, value, timestamp_ms)
 
         live = self.inner.generate(tee, max_new)
         if not live:
