@@ -16,6 +16,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 os.environ["COLUMNS"] = "200"
 
 
+# tests/data holds inputs of the tests (a legacy state's maker, a user's script that mypy
+# checks), not test modules: --doctest-modules would import and run them.
+collect_ignore = ["data"]
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
