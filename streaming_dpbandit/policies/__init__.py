@@ -113,10 +113,21 @@ def policy_class(name: str, params: Mapping[str, object] | None = None) -> type:
     ('PrivateLASSO', 'LinUCB')
     """
     params = params or {}
-    for (key, param, value), cls in _VARIANTS.items():
+    for (key, param, value), variant in _VARIANTS.items():
         if key == name and params.get(param) == value:
-            return lazy_attribute(__name__, _MODULES, cls)
+            cls: type = lazy_attribute(__name__, _MODULES, variant)
+            return cls
     return REGISTRY[name]
+
+
+def policy_variants(name: str) -> list[type]:
+    """The classes that parameters of policy ``name`` select instead of ``REGISTRY[name]``.
+
+    >>> [cls.__name__ for cls in policy_variants("private-lasso")], policy_variants("linucb")
+    (['PrivateLASSOPaper'], [])
+    """
+    names = [variant for (key, _param, _value), variant in _VARIANTS.items() if key == name]
+    return [lazy_attribute(__name__, _MODULES, variant) for variant in names]
 
 
 #: Registry names of the slate policies (:class:`~.slate_base.SlatePolicy`: they decide with
@@ -160,4 +171,5 @@ __all__ = [
     "THLassoBandit",
     "TablePolicy",
     "policy_class",
+    "policy_variants",
 ]

@@ -194,10 +194,9 @@ class PrivateLASSO(Policy):
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests: certified, then the paper's
-        calibration (built by :func:`~streaming_dpbandit.policies.policy_class`'s choice, a
-        :class:`~.private_lasso_paper.PrivateLASSOPaper`)."""
-        small = {
+        checks in ``streaming_dpbandit.checks`` and the tests (the paper's calibration:
+        :class:`~.private_lasso_paper.PrivateLASSOPaper`'s)."""
+        yield {
             "d": 4,
             "s0": 2,
             "horizon": 512,
@@ -205,8 +204,6 @@ class PrivateLASSO(Policy):
             "clip_l2": 4.0,
             "reward_bound": 4.0,
         }
-        yield small
-        yield {**small, "calibration": "paper", "allow_invalid_privacy": True}
 
     private = True
 

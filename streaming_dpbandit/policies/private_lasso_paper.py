@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -237,6 +238,12 @@ class PrivateLASSOPaper(PrivateLASSO):
 
     name = "private-lasso"
     literal_paper = True
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        """The certified parameters of :class:`PrivateLASSO`, with the paper's calibration."""
+        for params in super()._unit_test_params():
+            yield {**params, "calibration": "paper", "allow_invalid_privacy": True}
 
     #: the paper's tree over all T slots (built with the state; never None here)
     _tree: TreeAggregator

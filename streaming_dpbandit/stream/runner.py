@@ -17,7 +17,7 @@ from ..metrics import ServiceMetrics
 from .errors import ServiceStartError
 from .gc_tuning import service_gc
 from .service import Service
-from .transport import InProcessTransport, Transport
+from .transport import InProcessTransport, Source, Transport
 
 __all__ = [
     "build_transport",
@@ -49,6 +49,7 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     from .sim.sources import SimulatedSource
 
     sim = settings.simulation
+    source: Source
     stream = {"bandit_id": sim.bandit_id, "seed": sim.seed, "topics": (t.contexts, t.feedback)}
     timing = {
         "dt": sim.seconds_between_events,

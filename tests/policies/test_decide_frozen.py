@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from streaming_dpbandit.checks import params_of
+from streaming_dpbandit.checks import params_of, unit_test_cases
 from streaming_dpbandit.config import ConfigError, policy_config
 from streaming_dpbandit.policies import REGISTRY, SLATE_POLICIES, TablePolicy, policy_class
 from streaming_dpbandit.utils.serialization import dumps
@@ -11,11 +11,11 @@ from streaming_dpbandit.utils.serialization import dumps
 D, K = 4, 3
 
 #: (registry name, constructor parameters) of every single-arm policy: the classes'
-#: ``_unit_test_params()`` (d=4, contexts of K=3 arms).
+#: ``_unit_test_params()`` and their variants' (d=4, contexts of K=3 arms).
 CASES = [
     (name, params)
     for name in sorted(set(REGISTRY) - SLATE_POLICIES)
-    for params in params_of(REGISTRY[name])
+    for params in unit_test_cases(name)
 ]
 
 

@@ -4,7 +4,7 @@ from its ``_unit_test_params()`` (River's ``_unit_test_params`` and ``river/chec
 import numpy as np
 import pytest
 
-from streaming_dpbandit.checks import common, contextual, params_of, yield_checks
+from streaming_dpbandit.checks import common, contextual, params_of, unit_test_cases, yield_checks
 from streaming_dpbandit.policies import (
     LDPUCB,
     OMM,
@@ -26,7 +26,7 @@ def _cases():
         cls = REGISTRY[name]
         if _params_owner(cls).__init__ is not cls.__init__:
             continue  # test_every_registered_policy_defines_unit_test_params fails
-        for i, params in enumerate(params_of(cls)):
+        for i, params in enumerate(unit_test_cases(name)):
             pol = policy_class(name, params)(**params, seed=0)
             for check in yield_checks(pol):
                 yield pytest.param(name, params, check, id=f"{name}-{i}-{check.__name__}")

@@ -52,7 +52,7 @@ class CompactedTopicClient:
 
 
 def read_to_end(
-    bootstrap: str,
+    bootstrap: str | list[str],
     topic: str,
     read_to: dict[int, int],
     on_message: Callable[[bytes, bytes | None], None],

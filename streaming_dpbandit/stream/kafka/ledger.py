@@ -70,9 +70,10 @@ class KafkaLedger(CompactedTopicClient):
                 f"release {record.release_id!r} is already in the ledger with different content; "
                 "refusing to record a re-drawn release"
             )
-        (send or self.send)(
-            self.topic, record.release_id.encode(), json.dumps(record.to_dict()).encode()
-        )
+        send = send or self.send
+        if send is None:
+            raise RuntimeError("KafkaLedger.append needs a producer (send=...)")
+        send(self.topic, record.release_id.encode(), json.dumps(record.to_dict()).encode())
         self._remember(record)
         return True
 
