@@ -68,7 +68,7 @@ from ..estimators.niht import NIHT, niht_sensitivity
 from ..policies.dp_linucb import DPLinUCB
 from ..policies.fliphat import FLIPHAT
 from ..privacy.audit import AuditResult, audit
-from ..privacy.blt import blt_coefficients, blt_inverse
+from ..privacy.blt import BLTAggregator, blt_coefficients, blt_inverse
 from ..privacy.factorization import sqrt_toeplitz_coefficients
 from ..privacy.gaussian import GaussianMechanism
 from ..privacy.gram_calibration import WISHART_THM8_CONSTANT
@@ -511,6 +511,7 @@ def audit_blt(
         noise_scale_multiplier=multiplier,
     )
     agg = pol._state()._agg.aggregator
+    assert isinstance(agg, BLTAggregator)  # tree_impl="blt"
     sampler = agg.sampler
     th, om = np.asarray(agg.theta), np.asarray(agg.omega)
     th_hat, om_hat = blt_inverse(th, om)

@@ -26,13 +26,15 @@ import dataclasses
 import secrets
 
 import numpy as np
+import numpy.typing as npt
 
-from ..privacy.noise import NoiseSource
+from ..privacy.noise import NoiseGenerator, NoiseSource
+from ..utils.arrays import ArrayLike, BoolArray, FloatArray
 from .budget import ClientBudget
 from .links import get_link
 from .model import AUTHORS_CODE_LABEL, ModelSnapshot, SnapshotError
 from .preprocess import clip_rewards, normalise_contexts
-from .randomizers import build_payloads
+from .randomizers import Mechanism, build_payloads
 from .report import Report, new_msg_id
 
 __all__ = ["Choice", "LDPClient", "choose_arms"]
@@ -46,7 +48,7 @@ class Choice:
     model_version: int
     phase: str
     propensity: float
-    _context: np.ndarray = dataclasses.field(repr=False)
+    _context: FloatArray = dataclasses.field(repr=False)
     _snapshot: ModelSnapshot = dataclasses.field(repr=False)
 
     def __repr__(self) -> str:
@@ -54,8 +56,8 @@ class Choice:
 
 
 def choose_arms(
-    scores: np.ndarray, coins: np.ndarray, allowed: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+    scores: FloatArray, coins: FloatArray, allowed: BoolArray | None = None
+) -> tuple[npt.NDArray[np.intp], FloatArray]:
     """Row-wise argmax over allowed arms, ties broken uniformly by ``coins`` in [0, 1).
 
     Returns (arms, propensities 1/#ties).
@@ -73,7 +75,7 @@ def choose_arms(
     return arms, 1.0 / n_ties
 
 
-def eliminate(X: np.ndarray, theta_w: np.ndarray, h: float | None) -> np.ndarray | None:
+def eliminate(X: FloatArray, theta_w: FloatArray | None, h: float | None) -> BoolArray | None:
     """Eq. (7): arms with xᵀθ̂^w_a > max_a′ xᵀθ̂^w_a′ − h/2 (None: no elimination).
 
     ``X`` is (n, K, d) (per-arm contexts; the shared context repeated K times).
@@ -81,7 +83,8 @@ def eliminate(X: np.ndarray, theta_w: np.ndarray, h: float | None) -> np.ndarray
     if h is None or theta_w is None:
         return None
     sw = np.einsum("nkd,kd->nk", X, theta_w)
-    return sw > sw.max(axis=1, keepdims=True) - h / 2.0
+    keep: BoolArray = sw > sw.max(axis=1, keepdims=True) - h / 2.0
+    return keep
 
 
 class LDPClient:
@@ -154,7 +157,7 @@ class LDPClient:
         self.rng = rng
         self.budget = budget
         self.allow_authors_code = allow_authors_code
-        self._mechs: dict = {}
+        self._mechs: dict[tuple[str, str], Mechanism] = {}
         self.snapshot: ModelSnapshot | None = None
         self.update(snapshot)
 
@@ -189,8 +192,14 @@ class LDPClient:
         self.snapshot = snapshot
 
     # -- deciding ---------------------------------------------------------------------------
-    def _contexts(self, contexts) -> np.ndarray:
+    def _current(self) -> ModelSnapshot:
         snap = self.snapshot
+        if snap is None:  # pragma: no cover - the constructor installs the first snapshot
+            raise RuntimeError("the client has no model snapshot")
+        return snap
+
+    def _contexts(self, contexts: ArrayLike) -> FloatArray:
+        snap = self._current()
         spec = snap.spec
         X = np.asarray(contexts, dtype=np.float64)
         if spec.setting == "multi" and X.ndim == 1:
@@ -206,14 +215,14 @@ class LDPClient:
             return normalise_contexts(X, spec.context_scale)
         return np.array(X, dtype=np.float64)
 
-    def decide(self, contexts, ticket: int | None = None) -> Choice:
+    def decide(self, contexts: ArrayLike, ticket: int | None = None) -> Choice:
         """Choose an arm for one round, on the device.
 
         ``contexts``: the K segments (K, d) in single-param; the shared context (d,) or per-arm
         (K, d) contexts in multi-param. ``ticket``: the round-robin ticket of the warm-up
         (``warmup_arm="ticket"``); without one the warm-up arm is drawn uniformly.
         """
-        snap = self.snapshot
+        snap = self._current()
         spec = snap.spec
         X = self._contexts(contexts)
         coin = self._gen().random(1)
@@ -245,7 +254,7 @@ class LDPClient:
         if self.budget is not None:
             self.budget.charge(*spec.report_guarantee())
         msg_id = new_msg_id()
-        rng = (
+        rng: NoiseGenerator = (
             self._gen()
             if self._noise is None
             else self._noise.generator("ldp-report", msg_id, track=False)

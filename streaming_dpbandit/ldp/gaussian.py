@@ -21,8 +21,15 @@ Spec: docs/specs/ldp_glb.md.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+from ..utils.arrays import ArrayLike, FloatArray
+
+if TYPE_CHECKING:
+    from ..privacy.noise import NoiseGenerator
 
 __all__ = [
     "GaussianOLSMechanism",
@@ -34,10 +41,10 @@ __all__ = [
     "triu_indices",
 ]
 
-_TRIU: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_TRIU: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]] = {}
 
 
-def triu_indices(d: int) -> tuple[np.ndarray, np.ndarray]:
+def triu_indices(d: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Row-major upper-triangle indices of a d × d matrix (the packing of M), cached."""
     out = _TRIU.get(d)
     if out is None:
@@ -197,7 +204,9 @@ class GaussianOLSMechanism:
         """Floats per report: d(d+1)/2 + d."""
         return packed_size(self.d) + self.d
 
-    def privatize(self, X, r, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def privatize(
+        self, X: ArrayLike, r: ArrayLike, rng: NoiseGenerator
+    ) -> tuple[FloatArray, FloatArray]:
         """Reports of n rows: X (n, d), r (n,) → (packed matrices (n, p), vectors (n, d)).
 
         Rows of zeros with r = 0 give the synthetic (pure-noise) report ψ(0, 0).

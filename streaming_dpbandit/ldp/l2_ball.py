@@ -23,8 +23,15 @@ exactly ε-LDP; the base law's closeness to uniform only affects unbiasedness.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+
+from ..utils.arrays import ArrayLike, FloatArray
+
+if TYPE_CHECKING:
+    from ..privacy.noise import NoiseGenerator
+    from ..privacy.secure_noise import SecureGenerator
 
 from .radius import ball_radius
 
@@ -77,7 +84,7 @@ class L2BallMechanism:
         """Probability 1/(1 + e^ε) of the output landing on the far hemisphere."""
         return 1.0 / (1.0 + math.exp(self.epsilon))
 
-    def privatize(self, g, rng: np.random.Generator) -> np.ndarray:
+    def privatize(self, g: ArrayLike, rng: NoiseGenerator) -> FloatArray:
         """Privatise one vector (d,) or a batch (n, d); returns the same shape.
 
         Raises ``ValueError`` when an input lies outside B_R^d (up to 1e-12 relative). A
@@ -98,7 +105,8 @@ class L2BallMechanism:
                 raise ValueError("input contains NaN or infinite values")
             raise ValueError("input outside the ball of radius R: clip before privatising")
         if getattr(rng, "backend", None) == "secure":
-            z = self._privatize_secure(G, norms, rng)
+            # a secure stream (SecureGenerator): its backend attribute says so
+            z = self._privatize_secure(G, norms, cast("SecureGenerator", rng))
             return z[0] if single else z
         # step 1: the direction u, with the sign coin; uniform for g = 0 (spec A2)
         zero = norms == 0.0
@@ -121,7 +129,9 @@ class L2BallMechanism:
             z[wrong] -= (2.0 * self.radius * dots[wrong])[:, None] * u[wrong]
         return z[0] if single else z
 
-    def _privatize_secure(self, G: np.ndarray, norms: np.ndarray, rng) -> np.ndarray:
+    def _privatize_secure(
+        self, G: FloatArray, norms: FloatArray, rng: SecureGenerator
+    ) -> FloatArray:
         """Secure path: exact coins, output ±w for a sign-symmetric direction w (docstring)."""
         n, d = G.shape
         zero = norms == 0.0
@@ -137,4 +147,5 @@ class L2BallMechanism:
         near = np.einsum("ij,ij->i", w, u) >= 0.0  # h(−w) = −h(w) exactly
         flip = near == far
         w[flip] = -w[flip]
-        return w * (self.radius / np.sqrt(np.einsum("ij,ij->i", w, w)))[:, None]
+        out: FloatArray = w * (self.radius / np.sqrt(np.einsum("ij,ij->i", w, w)))[:, None]
+        return out

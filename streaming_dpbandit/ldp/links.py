@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray
+
 __all__ = ["LINKS", "Link", "get_link"]
 
 
@@ -45,16 +47,18 @@ class Link:
             raise ValueError(f"link must be linear, logistic or poisson, got {name!r}")
         self.name = name
 
-    def mean(self, s: np.ndarray) -> np.ndarray:
+    def mean(self, s: ArrayLike) -> FloatArray:
         """μ(s), elementwise (float64)."""
         s = np.asarray(s, dtype=np.float64)
         if self.name == "linear":
             return s.copy()
         if self.name == "logistic":
             e = np.exp(-np.abs(s))
-            return np.where(s >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+            mu: FloatArray = np.where(s >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+            return mu
         with np.errstate(over="ignore"):
-            return np.exp(np.minimum(s, 700.0))
+            mu = np.exp(np.minimum(s, 700.0))
+        return mu
 
     @property
     def zeta(self) -> float:

@@ -23,9 +23,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any, cast
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray
 from .gaussian import ols_tau, packed_size
 from .links import get_link
 from .radius import ball_radius
@@ -134,7 +136,7 @@ class ModelSpec:
     ball_dim: int | None = None
     warmup_variant: str = "same"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.R is None:  # spec §2 default: 2·c_r (the paper's 2 c_r C_B with C_B = 1)
             object.__setattr__(self, "R", 2.0 * self.c_r)
         self.validate()
@@ -243,7 +245,7 @@ class ModelSpec:
         """ℓ2-ball output radius r_{ε_b, dim}(R) (``ball_dim`` overrides dim, authors_code)."""
         eps_b, _ = self.block_privacy(phase)
         dim = self.ball_dim if self.ball_dim is not None else self.ball_dimension(phase)
-        return ball_radius(eps_b, dim, self.R)
+        return ball_radius(eps_b, dim, cast(float, self.R))  # None is replaced in __post_init__
 
     def tau(self, phase: str = "main") -> float:
         """τ of the OLS blocks (the certified calibration, or σ_code/2 for authors_code)."""
@@ -296,7 +298,7 @@ class ModelSpec:
             return self.epsilon, 0.0
         return self.epsilon, self.delta
 
-    def constants(self) -> dict:
+    def constants(self) -> dict[str, Any]:
         """Derived public constants per phase (sent in snapshots; clients recompute them)."""
         out = {}
         for phase in self.phases():
@@ -315,11 +317,11 @@ class ModelSpec:
         return out
 
     # -- serialisation ------------------------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> ModelSpec:
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
@@ -327,7 +329,7 @@ class ModelSpec:
         return cls(**data)
 
 
-def _as_array(v, shape: tuple[int, ...], what: str) -> np.ndarray:
+def _as_array(v: ArrayLike, shape: tuple[int, ...], what: str) -> FloatArray:
     arr = np.asarray(v, dtype=np.float64)
     if arr.shape != shape:
         raise SnapshotError(f"{what} has shape {arr.shape}, expected {shape}")
@@ -354,13 +356,13 @@ class ModelSnapshot:
     model_id: str
     model_version: int
     spec: ModelSpec
-    theta: np.ndarray
+    theta: FloatArray
     phase: str = "main"
-    theta_warmup: np.ndarray | None = None
+    theta_warmup: FloatArray | None = None
     reports: int = 0
     ticket: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         s = self.spec
         shape = (s.d,) if s.setting == "single" else (s.K, s.d)
         self.theta = _as_array(self.theta, shape, "theta")
@@ -369,7 +371,7 @@ class ModelSnapshot:
         if self.phase not in s.phases():
             raise SnapshotError(f"phase {self.phase!r} is not a phase of this model")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         s = self.spec
         return {
             "v": SCHEMA_VERSION,
@@ -391,7 +393,7 @@ class ModelSnapshot:
         return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
-    def from_dict(cls, data: dict) -> ModelSnapshot:
+    def from_dict(cls, data: dict[str, Any]) -> ModelSnapshot:
         if data.get("v") != SCHEMA_VERSION or data.get("type") != "ldp_model":
             raise SnapshotError("not an ldp_model snapshot of schema version 1")
         try:
@@ -429,7 +431,7 @@ class ModelSnapshot:
         return cls.from_dict(data)
 
 
-def _check_constants(mine: dict, theirs: dict) -> None:
+def _check_constants(mine: dict[str, Any], theirs: dict[str, Any]) -> None:
     """Refuse advertised constants that differ from the client's own derivation."""
     if set(mine) != set(theirs):
         raise SnapshotError("advertised constants do not match the model's phases")

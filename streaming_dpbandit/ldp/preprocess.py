@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray
 from .links import Link
 
 __all__ = ["clip_gradients", "clip_rewards", "normalise_contexts"]
 
 
-def normalise_contexts(X, scale: float = 1.0) -> np.ndarray:
+def normalise_contexts(X: ArrayLike, scale: float = 1.0) -> FloatArray:
     """x ← x/s, then x ← x·min(1, 1/‖x‖) along the last axis (a new float64 array).
 
     >>> normalise_contexts([[3.0, 4.0], [0.3, 0.4]]).tolist()
@@ -38,7 +39,7 @@ def normalise_contexts(X, scale: float = 1.0) -> np.ndarray:
     return X
 
 
-def clip_rewards(r, link: Link, c_r: float) -> np.ndarray:
+def clip_rewards(r: ArrayLike, link: Link, c_r: float) -> FloatArray:
     """Clip rewards into the link's range (linear [−c_r, c_r], logistic [0, 1], Poisson [0, c_r]).
 
     >>> from .links import get_link
@@ -49,10 +50,11 @@ def clip_rewards(r, link: Link, c_r: float) -> np.ndarray:
     if not np.isfinite(r).all():
         raise ValueError("rewards contain NaN or infinite values")
     lo, hi = link.reward_range(c_r)
-    return np.clip(r, lo, hi)
+    clipped: FloatArray = np.clip(r, lo, hi)
+    return clipped
 
 
-def clip_gradients(G, R: float) -> np.ndarray:
+def clip_gradients(G: ArrayLike, R: float) -> FloatArray:
     """g ← g·min(1, R/‖g‖) row-wise (a new array).
 
     >>> clip_gradients([[3.0, 4.0], [0.0, 0.0]], 2.0).tolist()

@@ -15,13 +15,23 @@ pre-processed context x (‖x‖ ≤ 1) and the clipped reward r, it returns the
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray
 from .gaussian import GaussianOLSMechanism
 from .l2_ball import L2BallMechanism
 from .links import get_link
 from .model import ModelSpec
 from .preprocess import clip_gradients
+
+if TYPE_CHECKING:
+    from ..privacy.noise import NoiseGenerator
+
+#: The mechanism of a (block kind, phase): the ℓ2 ball (``sgd``) or the Gaussian (``ols``).
+Mechanism: TypeAlias = L2BallMechanism | GaussianOLSMechanism
 
 __all__ = ["build_payloads", "gradients", "l2_mechanism", "ols_mechanism"]
 
@@ -29,7 +39,8 @@ __all__ = ["build_payloads", "gradients", "l2_mechanism", "ols_mechanism"]
 def l2_mechanism(spec: ModelSpec, phase: str) -> L2BallMechanism:
     """The ℓ2-ball mechanism of one phase's blocks."""
     eps_b, _ = spec.block_privacy(phase)
-    return L2BallMechanism(eps_b, spec.R, spec.ball_dimension(phase), radius=spec.radius(phase))
+    R = cast(float, spec.R)  # ModelSpec.__post_init__ replaces None by 2·c_r
+    return L2BallMechanism(eps_b, R, spec.ball_dimension(phase), radius=spec.radius(phase))
 
 
 def ols_mechanism(spec: ModelSpec, phase: str) -> GaussianOLSMechanism:
@@ -38,25 +49,25 @@ def ols_mechanism(spec: ModelSpec, phase: str) -> GaussianOLSMechanism:
     return GaussianOLSMechanism(spec.d, m_std, v_std)
 
 
-def gradients(spec: ModelSpec, X: np.ndarray, r: np.ndarray, theta: np.ndarray) -> np.ndarray:
+def gradients(spec: ModelSpec, X: FloatArray, r: FloatArray, theta: FloatArray) -> FloatArray:
     """Clipped SGD gradients (μ(xᵀθ̂) − r)·x, one per row; ``theta`` is (d,) or (n, d)."""
     s = X @ theta if theta.ndim == 1 else np.einsum("ij,ij->i", X, theta)
     if spec.score_clip is not None:
         s = np.clip(s, -spec.score_clip, spec.score_clip)
     G = (get_link(spec.link).mean(s) - r)[:, None] * X
-    return clip_gradients(G, spec.R)
+    return clip_gradients(G, cast(float, spec.R))  # None is replaced in __post_init__
 
 
 def build_payloads(
     spec: ModelSpec,
     phase: str,
-    theta: np.ndarray,
-    arms: np.ndarray | None,
-    X: np.ndarray,
-    r: np.ndarray,
-    rng: np.random.Generator,
-    mechanisms: dict | None = None,
-) -> np.ndarray:
+    theta: FloatArray,
+    arms: ArrayLike | None,
+    X: ArrayLike,
+    r: ArrayLike,
+    rng: NoiseGenerator,
+    mechanisms: MutableMapping[tuple[str, str], Any] | None = None,
+) -> FloatArray:
     """Privatised payloads (n, ``spec.payload_size(phase)``).
 
     Parameters
@@ -92,10 +103,13 @@ def build_payloads(
     mech = cache.get(key)
     if mech is None:
         mech = cache[key] = (l2_mechanism if kind == "sgd" else ols_mechanism)(spec, phase)
+    # the cache holds the mechanism of the block kind: the ℓ2 ball for sgd, else the Gaussian
+    l2 = cast(L2BallMechanism, mech)
+    ols = cast(GaussianOLSMechanism, mech)
     if spec.setting == "single":
         if kind == "sgd":
-            return mech.privatize(gradients(spec, X, r, theta), rng)
-        M, u = mech.privatize(X, r, rng)
+            return l2.privatize(gradients(spec, X, r, theta), rng)
+        M, u = ols.privatize(X, r, rng)
         return np.concatenate([M, u], axis=1)
     arms = np.asarray(arms, dtype=np.int64).reshape(n)
     if np.any((arms < 0) | (arms >= spec.K)):
@@ -103,8 +117,8 @@ def build_payloads(
     theta = np.asarray(theta, dtype=np.float64).reshape(spec.K, spec.d)
     if phase == "warmup":  # one block, the public schedule's arm
         if kind == "sgd":
-            return mech.privatize(gradients(spec, X, r, theta[arms]), rng)
-        M, u = mech.privatize(X, r, rng)
+            return l2.privatize(gradients(spec, X, r, theta[arms]), rng)
+        M, u = ols.privatize(X, r, rng)
         return np.concatenate([M, u], axis=1)
     K = spec.K
     rows = np.arange(n)
@@ -113,13 +127,13 @@ def build_payloads(
         if spec.joint(phase):  # e_a ⊗ g through one Ψ in dimension dK
             G = np.zeros((n, K, d))
             G[rows, arms] = g
-            return mech.privatize(G.reshape(n, K * d), rng)
+            return l2.privatize(G.reshape(n, K * d), rng)
         G = np.zeros((n, K, d))  # ψ(0, 0) = Ψ(0) for every other arm
         G[rows, arms] = g
-        return mech.privatize(G.reshape(n * K, d), rng).reshape(n, K * d)
+        return l2.privatize(G.reshape(n * K, d), rng).reshape(n, K * d)
     Xb = np.zeros((n, K, d))
     rb = np.zeros((n, K))
     Xb[rows, arms] = X
     rb[rows, arms] = r
-    M, u = mech.privatize(Xb.reshape(n * K, d), rb.reshape(n * K), rng)
+    M, u = ols.privatize(Xb.reshape(n * K, d), rb.reshape(n * K), rng)
     return np.concatenate([M, u], axis=1).reshape(n, K * (spec.p + d))

@@ -19,8 +19,11 @@ import base64
 import dataclasses
 import json
 import secrets
+from typing import Any
 
 import numpy as np
+
+from ..utils.arrays import FloatArray
 
 __all__ = ["Report", "new_msg_id"]
 
@@ -49,11 +52,11 @@ class Report:
     bandit_id: str
     model_id: str
     model_version: int
-    payload: np.ndarray
+    payload: FloatArray
     arm: int | None = None
     msg_id: str | None = None
 
-    def to_dict(self, encoding: str = "json") -> dict:
+    def to_dict(self, encoding: str = "json") -> dict[str, Any]:
         out = {
             "v": SCHEMA_VERSION,
             "type": "ldp_report",
@@ -78,7 +81,7 @@ class Report:
         return json.dumps(self.to_dict(encoding), separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
-    def from_dict(cls, data: dict) -> Report:
+    def from_dict(cls, data: dict[str, Any]) -> Report:
         if data.get("v") != SCHEMA_VERSION or data.get("type") != "ldp_report":
             raise ValueError("not an ldp_report of schema version 1")
         if ("payload" in data) == ("payload_b64" in data):

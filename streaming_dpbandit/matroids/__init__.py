@@ -10,6 +10,7 @@ Spec: docs/specs/dp_matroid.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from .base import IndependentSetBuilder, Matroid
 from .graphic import GraphicMatroid
@@ -38,7 +39,7 @@ KINDS: dict[str, type[Matroid]] = {
 }
 
 
-def from_description(desc: Matroid | Mapping) -> Matroid:
+def from_description(desc: Matroid | Mapping[str, Any]) -> Matroid:
     """Build a matroid from ``describe()``-style data (or return a matroid unchanged).
 
     >>> from_description({"type": "uniform", "n_items": 10, "k": 3}).rank

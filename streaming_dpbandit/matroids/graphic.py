@@ -6,6 +6,7 @@ Spec: docs/specs/dp_matroid.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .base import Matroid
 
@@ -97,7 +98,7 @@ class GraphicMatroid(Matroid):
         self.n_items = len(pairs)
         self._finish(expected_rank)
 
-    def _rank_and_loops(self):
+    def _rank_and_loops(self) -> tuple[int, set[int]]:
         b = self.builder()
         for e in range(self.n_items):
             if b.can_add(e):
@@ -107,7 +108,7 @@ class GraphicMatroid(Matroid):
     def builder(self) -> _ForestBuilder:
         return _ForestBuilder(self.edges, self.n_vertices)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "type": self.kind,
             "edges": [list(p) for p in self.edges],

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import combinations
+from typing import Literal, overload
 
 import numpy as np
 
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .base import Matroid
 
 __all__ = ["all_bases", "greedy_basis", "greedy_many"]
 
 
-def greedy_basis(matroid: Matroid, key, rng: np.random.Generator) -> np.ndarray:
+def greedy_basis(matroid: Matroid, key: ArrayLike, rng: np.random.Generator) -> IntArray:
     """A maximum-key basis of ``matroid`` in greedy acceptance order (spec §4.3).
 
     Parameters
@@ -59,14 +61,14 @@ MEMO_CANDIDATES = 10  # memoise scans of ground sets this small (≤ 10! orders)
 MEMO_SIZE = 1 << 16
 
 
-def _scan(matroid: Matroid, order: np.ndarray) -> np.ndarray:
+def _scan(matroid: Matroid, order: IntArray) -> IntArray:
     """Accept, in ``order``, every item that keeps the set independent, until K are taken.
 
     The result depends on the order alone, so for tiny ground sets it is memoised per matroid
     (the synthetic instance has 6! orders; each scan is a few oracle calls in Python).
     """
     if order.size <= MEMO_CANDIDATES:
-        memo = matroid.__dict__.setdefault("_scan_memo", {})
+        memo: dict[bytes, IntArray] = matroid.__dict__.setdefault("_scan_memo", {})
         key = order.tobytes()
         hit = memo.get(key)
         if hit is None:
@@ -77,7 +79,7 @@ def _scan(matroid: Matroid, order: np.ndarray) -> np.ndarray:
     return _scan_uncached(matroid, order)
 
 
-def _scan_uncached(matroid: Matroid, order: np.ndarray) -> np.ndarray:
+def _scan_uncached(matroid: Matroid, order: IntArray) -> IntArray:
     b = matroid.builder()
     out = []
     K = matroid.rank
@@ -92,7 +94,7 @@ def _scan_uncached(matroid: Matroid, order: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def _untied_order(matroid: Matroid, key: np.ndarray) -> np.ndarray | None:
+def _untied_order(matroid: Matroid, key: FloatArray) -> IntArray | None:
     """The candidates by key, descending, when no two candidate keys are equal (else None):
     without ties the shuffle of the reference scan cannot change the result."""
     cand = matroid.candidates
@@ -106,7 +108,7 @@ def _untied_order(matroid: Matroid, key: np.ndarray) -> np.ndarray | None:
     return cand[order]
 
 
-def _untied_many(matroid: Matroid, keys: np.ndarray) -> tuple[np.ndarray, list[int]]:
+def _untied_many(matroid: Matroid, keys: FloatArray) -> tuple[IntArray, list[int]]:
     """Every row of :func:`_untied_order` and :func:`_scan` at once: the slates of the rows
     without tied candidate keys (each distinct order scanned once), and the tied rows' indices
     (their slate rows are left to the caller)."""
@@ -136,13 +138,29 @@ def _untied_many(matroid: Matroid, keys: np.ndarray) -> tuple[np.ndarray, list[i
     return slates, np.flatnonzero(tied).tolist()
 
 
+@overload
 def greedy_many(
     matroid: Matroid,
-    keys: np.ndarray,
+    keys: ArrayLike,
+    tie_rng: Callable[[int], np.random.Generator],
+    with_keys: Literal[False] = False,
+    fresh_order: bool = False,
+) -> IntArray: ...
+@overload
+def greedy_many(
+    matroid: Matroid,
+    keys: ArrayLike,
+    tie_rng: Callable[[int], np.random.Generator],
+    with_keys: Literal[True],
+    fresh_order: bool = False,
+) -> tuple[IntArray, FloatArray]: ...
+def greedy_many(
+    matroid: Matroid,
+    keys: ArrayLike,
     tie_rng: Callable[[int], np.random.Generator],
     with_keys: bool = False,
     fresh_order: bool = False,
-):
+) -> IntArray | tuple[IntArray, FloatArray]:
     """Greedy slates (B, K) for a batch of key rows (B, L).
 
     ``tie_rng(row)`` returns the tie-breaking generator of one row; it is called only for rows

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any, cast
 
 import numpy as np
 
+from ..utils.arrays import FloatArray
 from .base import Matroid
 
 __all__ = ["LinearMatroid"]
@@ -33,21 +35,22 @@ DEFAULT_TOL = 1e-9
 class _GramSchmidtBuilder:
     __slots__ = ("Q", "_cache", "norms", "size", "tol", "vectors")
 
-    def __init__(self, vectors: np.ndarray, norms: np.ndarray, capacity: int, tol: float):
+    def __init__(self, vectors: FloatArray, norms: FloatArray, capacity: int, tol: float):
         self.vectors = vectors
         self.norms = norms
         self.tol = tol
         self.Q = np.empty((vectors.shape[1], capacity))
         self.size = 0
-        self._cache: tuple[int, np.ndarray] | None = None
+        self._cache: tuple[int, FloatArray] | None = None
 
-    def _residual(self, e: int) -> np.ndarray:
-        u = self.vectors[e]
+    def _residual(self, e: int) -> FloatArray:
+        u: FloatArray = self.vectors[e]
         if self.size == 0:
             return u.copy()
         Q = self.Q[:, : self.size]
         r = u - Q @ (Q.T @ u)
-        return r - Q @ (Q.T @ r)  # re-orthogonalisation
+        res: FloatArray = r - Q @ (Q.T @ r)  # re-orthogonalisation
+        return res
 
     def can_add(self, e: int) -> bool:
         n = self.norms[e]
@@ -55,7 +58,7 @@ class _GramSchmidtBuilder:
             return False
         r = self._residual(e)
         rn = float(np.sqrt(r @ r))
-        ok = rn > self.tol * n
+        ok = bool(rn > self.tol * n)
         self._cache = (e, r / rn) if ok else None
         return ok
 
@@ -168,19 +171,20 @@ class LinearMatroid(Matroid):
                 f"numpy.linalg.matrix_rank = {reference}"
             )
 
-    def _rank_and_loops(self):
+    def _rank_and_loops(self) -> tuple[int, set[int]]:
         b = self.builder()
         for e in range(self.n_items):
             if b.can_add(e):
                 b.add(e)
         return b.size, set(np.flatnonzero(self._norms == 0.0).tolist())
 
-    def builder(self):
+    def builder(self) -> _ExactBuilder | _GramSchmidtBuilder:
         if self.exact:
-            return _ExactBuilder(self._fractions)
+            # exact mode stores the vectors as fractions in __init__
+            return _ExactBuilder(cast("list[list[Fraction]]", self._fractions))
         return _GramSchmidtBuilder(self.vectors, self._norms, self._capacity, self.tol)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "type": self.kind,
             "vectors": self.vectors.tolist(),

@@ -8,9 +8,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from ..utils.arrays import BoolArray, FloatArray, IntArray
 from .base import Matroid, take_rows
 
 __all__ = ["PartitionMatroid"]
@@ -95,7 +97,7 @@ class PartitionMatroid(Matroid):
         self._finish(expected_rank)
         self._prepare_fast()
 
-    def _rank_and_loops(self):
+    def _rank_and_loops(self) -> tuple[int, set[int]]:
         sizes = np.bincount(self.categories, minlength=self.capacities.size)
         rank = int(np.minimum(sizes, self.capacities).sum())
         loops = set(np.flatnonzero(self.capacities[self.categories] == 0).tolist())
@@ -104,7 +106,7 @@ class PartitionMatroid(Matroid):
     def builder(self) -> _PartitionBuilder:
         return _PartitionBuilder(self._cat_list, self._caps_list)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "type": self.kind,
             "categories": self._cat_list,
@@ -112,7 +114,9 @@ class PartitionMatroid(Matroid):
         }
 
     # -- vectorised greedy ---------------------------------------------------------------------
-    def _greedy_one_per_category(self, kp: np.ndarray):
+    def _greedy_one_per_category(
+        self, kp: FloatArray
+    ) -> tuple[IntArray, BoolArray, FloatArray | None]:
         """Capacity 1 everywhere: per category the max key, its position and whether it is tied.
 
         One max-reduction, one comparison and one small GEMM ([1, position] against the
@@ -161,7 +165,9 @@ class PartitionMatroid(Matroid):
         self._pp = np.concatenate([np.arange(c) for c in eff.tolist()])
         self._full = sizes[live] <= self.capacities[live]  # whole category selected
 
-    def greedy_fast_sorted(self, keys: np.ndarray, fresh_order: bool = False):
+    def greedy_fast_sorted(
+        self, keys: FloatArray, fresh_order: bool = False
+    ) -> tuple[IntArray, BoolArray, FloatArray | None] | None:
         B = keys.shape[0]
         J, m, c = self._pad.shape[0], self._m, self._cmax
         if self._reshape:

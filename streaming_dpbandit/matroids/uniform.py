@@ -6,9 +6,11 @@ Spec: docs/specs/dp_matroid.md.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from ..utils.arrays import BoolArray, FloatArray, IntArray
 from .base import Matroid, take_rows
 
 __all__ = ["UniformMatroid"]
@@ -71,16 +73,18 @@ class UniformMatroid(Matroid):
             raise ValueError("k must be >= 1 (a slate of K = 0 items serves nothing)")
         self._finish(expected_rank)
 
-    def _rank_and_loops(self):
+    def _rank_and_loops(self) -> tuple[int, set[int]]:
         return min(self.k, self.n_items), set()
 
     def builder(self) -> _CountBuilder:
         return _CountBuilder(self.rank)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"type": self.kind, "n_items": self.n_items, "k": self.k}
 
-    def greedy_fast_sorted(self, keys: np.ndarray, fresh_order: bool = False):
+    def greedy_fast_sorted(
+        self, keys: FloatArray, fresh_order: bool = False
+    ) -> tuple[IntArray, BoolArray, FloatArray | None] | None:
         B, L = keys.shape
         K = self.rank
         below = None

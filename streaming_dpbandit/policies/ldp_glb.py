@@ -30,7 +30,7 @@ from ..ldp.model import AUTHORS_CODE_LABEL, ModelSpec
 from ..ldp.preprocess import clip_rewards, normalise_contexts
 from ..ldp.randomizers import build_payloads
 from ..privacy.ledger import ReleaseRecord
-from ..privacy.noise import NoiseSource
+from ..privacy.noise import NoiseGenerator, NoiseSource
 from ..privacy.statement import PrivacyStatement
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins
@@ -365,7 +365,7 @@ class LDPGLB(Policy):
             self._since = 0
             self._switch_due = False
             self._recorded = False
-            self._mechs: dict[str, Any] = {}
+            self._mechs: dict[tuple[str, str], Any] = {}
             cap = self.pending_capacity
             self._ring_arm = np.full(cap, -1, dtype=np.int64)
             self._ring_version = np.full(cap, -1, dtype=np.int64)
@@ -562,7 +562,7 @@ class LDPGLB(Policy):
             start = end
         self._counters["reports"] += n
 
-    def _client_rng(self) -> np.random.Generator:
+    def _client_rng(self) -> NoiseGenerator:
         """The simulated devices' noise: the fast stream, or a fresh secure stream per batch
         (labelled by a persisted batch counter: a restored policy continues, never repeats)."""
         if self.noise_backend != "secure":

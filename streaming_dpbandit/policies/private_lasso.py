@@ -44,7 +44,7 @@ from ..privacy.gram import (
     sym_gauss,
 )
 from ..privacy.ledger import ReleaseRecord
-from ..privacy.noise import NoiseSource
+from ..privacy.noise import NoiseGenerator, NoiseSource, numpy_stream, secure_stream
 from ..privacy.statement import PrivacyStatement
 from ..privacy.svt import SparseVector, svt_epsilon0, svt_margin, svt_rho, svt_sigma
 from ..privacy.tree_aggregator import TreeAggregator
@@ -874,12 +874,12 @@ class PrivateLASSO(Policy):
 
     # -- noise (fast or secure backend) ----------------------------------------------------------
     def _gram_release(
-        self, V: AnyArray, Vf: FloatArray, sigma: float, g: np.random.Generator
+        self, V: AnyArray, Vf: FloatArray, sigma: float, g: NoiseGenerator
     ) -> FloatArray:
         """V + SymGauss(σ): float noise (fast) or exact discrete Gaussian on a grid (secure)."""
         if self.noise_backend == "secure":
-            return secure_sym_gauss_release(V, sigma, g)
-        out: FloatArray = Vf + sym_gauss(Vf.shape[0], sigma, g)
+            return secure_sym_gauss_release(V, sigma, secure_stream(g))
+        out: FloatArray = Vf + sym_gauss(Vf.shape[0], sigma, numpy_stream(g))
         return out
 
     def _zcdp(self, rho: float, mechanism: str) -> dict[str, Any]:
@@ -901,7 +901,7 @@ class PrivateLASSO(Policy):
         """
         noise, bid = self._noise, self.bandit_id
 
-        def stream(j: int) -> np.random.Generator:
+        def stream(j: int) -> NoiseGenerator:
             return noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
 
         if self.noise_backend == "secure":
@@ -909,15 +909,19 @@ class PrivateLASSO(Policy):
                 (p1, p1),
                 node_noise=None,
                 unit=2.0**-32,
-                node_release=lambda j, exact: secure_sym_gauss_release(exact, sigma, stream(j)),
+                node_release=lambda j, exact: secure_sym_gauss_release(
+                    exact, sigma, secure_stream(stream(j))
+                ),
             )
-        return TreeAggregator((p1, p1), lambda j: sym_gauss(p1, sigma, stream(j)), unit=2.0**-32)
+        return TreeAggregator(
+            (p1, p1), lambda j: sym_gauss(p1, sigma, numpy_stream(stream(j))), unit=2.0**-32
+        )
 
     def _refresh(self) -> None:
         """Episodic: θ̂ from G_hist + prefix(j) (post-processing of registered releases)."""
         j = self._last_refresh + self.refresh_every
-        if self._tree is None or self._tree.count < j:
-            return
+        if self._tree is None or self._tree.count < j or self._G_hist is None:
+            return  # (a tree exists only after the snapshot G_hist it adds to)
         G = self._G_hist + self._tree.prefix()
         pc = bin(self._tree.count).count("1")
         sigma_tot = math.sqrt(self._sigma_snap**2 + pc * self._node_sigma**2)

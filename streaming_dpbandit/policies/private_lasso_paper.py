@@ -32,7 +32,7 @@ import numpy as np
 from ..estimators.lasso import lasso_gram
 from ..estimators.trs import trs
 from ..privacy.ledger import ReleaseRecord
-from ..privacy.noise import NoiseSource
+from ..privacy.noise import NoiseSource, numpy_stream
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
 from ..privacy.tree_aggregator import TreeAggregator
 from ..utils.arrays import ArrayLike, BoolArray, FloatArray, IntArray
@@ -320,7 +320,7 @@ class PrivateLASSOPaper(PrivateLASSO):
                 p,
                 k.s_tilde,
                 k.k_w,
-                noise.generator(bid, "private-lasso-paper", "tree", j, track=False),
+                numpy_stream(noise.generator(bid, "private-lasso-paper", "tree", j, track=False)),
             )
 
         return TreeAggregator((p, p), node_noise)
@@ -425,7 +425,7 @@ class PrivateLASSOPaper(PrivateLASSO):
     def _sparse_estimation(self, t: int) -> ReleaseRecord:
         k = self.constants
         lam = self.lambda_t(t)
-        rng = self._noise.generator(self.bandit_id, "private-lasso-paper", "svt", t)
+        rng = numpy_stream(self._noise.generator(self.bandit_id, "private-lasso-paper", "svt", t))
         est = sparse_estimation(self._G, self._n, lam, k, self.s0, rng)
         self._S = np.sort(est["S"])
         self._theta = np.zeros(self._S.size)

@@ -43,7 +43,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .ledger import ReleaseRecord
 
@@ -60,7 +61,7 @@ ACCOUNTANT_NAMES = {
 PLD_DISCRETIZATION = 1e-3
 
 
-def format_of_record(rec: dict, digits: int = 4) -> str:
+def format_of_record(rec: dict[str, Any], digits: int = 4) -> str:
     """One-line text of an accountant-of-record guarantee (:meth:`Spend.of_record`).
 
     >>> format_of_record({"accountant": "pld", "epsilon": 1.0000019, "delta": 0.1})
@@ -79,14 +80,18 @@ def load_pld() -> None:
 
     >>> load_pld()
     """
-    from dp_accounting.pld import common, privacy_loss_distribution  # noqa: F401
+    # dp-accounting ships no type information (no py.typed)
+    from dp_accounting.pld import (  # type: ignore[import-untyped]  # noqa: F401
+        common,
+        privacy_loss_distribution,
+    )
 
 
 class _NoPLD(Exception):
     """A component whose privacy loss distribution is not available (Rényi bound only)."""
 
 
-def _renyi_only(c: dict) -> bool:
+def _renyi_only(c: dict[str, Any]) -> bool:
     """Components with a Rényi (zCDP) bound but no valid PLD here: discrete Gaussians (a type,
     or a ``zcdp`` component flagged ``renyi_only``) and every ``zcdp`` component not marked
     ``"gaussian": true`` — ρ-zCDP alone does not imply the Gaussian's privacy profile (an
@@ -98,35 +103,35 @@ def _renyi_only(c: dict) -> bool:
     return t == "zcdp" and c.get("gaussian") is not True
 
 
-def _component_pure(c: dict) -> float:
+def _component_pure(c: dict[str, Any]) -> float:
     t = c["type"]
     n = int(c.get("count", 1))
     if t == "laplace":
-        return n * c["sensitivity"] / c["scale"]
+        return float(n * c["sensitivity"] / c["scale"])
     if t == "pure":
-        return n * c["epsilon"]
+        return float(n * c["epsilon"])
     if t == "eps_delta":
-        return n * c["epsilon"] if c["delta"] == 0 else math.inf
+        return float(n * c["epsilon"]) if c["delta"] == 0 else math.inf
     if t == "zero":
         return 0.0
     return math.inf
 
 
-def _component_rho(c: dict) -> float | None:
+def _component_rho(c: dict[str, Any]) -> float | None:
     """zCDP ρ of a component: Δ²/2σ² for Gaussian, ε²/2 per pure ε-DP step, else None."""
     t = c["type"]
     n = int(c.get("count", 1))
     if t in ("gaussian", "discrete_gaussian"):
-        return n * c["sensitivity"] ** 2 / (2 * c["sigma"] ** 2)
+        return float(n * c["sensitivity"] ** 2 / (2 * c["sigma"] ** 2))
     if t == "zcdp":
-        return n * c["rho"]
+        return float(n * c["rho"])
     if t == "zero" or n == 0:
         return 0.0
     per_step = _component_pure(c) / n
     return None if math.isinf(per_step) else n * per_step**2 / 2
 
 
-def _component_pld(c: dict):
+def _component_pld(c: dict[str, Any]) -> Any:  # a PrivacyLossDistribution (untyped library)
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld
 
@@ -181,9 +186,9 @@ class Spend:
     #: gaussian): no PLD ε; zCDP by CKS
     rdp_only: bool = False
 
-    def candidates(self) -> list[dict]:
+    def candidates(self) -> list[dict[str, Any]]:
         """Every valid (ε, δ) guarantee the accountants give, named."""
-        out = []
+        out: list[dict[str, Any]] = []
         if self.pure_epsilon is not None:
             out.append({"accountant": "pure", "epsilon": self.pure_epsilon, "delta": 0.0})
         target = self.target_delta
@@ -200,7 +205,7 @@ class Spend:
         )
         return out
 
-    def of_record(self) -> dict:
+    def of_record(self) -> dict[str, Any]:
         """The accountant of record: the tightest valid guarantee, named.
 
         Among the guarantees of :meth:`candidates` whose δ is at most the target δ (all of
@@ -217,7 +222,7 @@ class Spend:
         order = {"pure": 0, "pld": 1, "zcdp": 2, "basic": 3}
         return dict(min(cands, key=lambda c: (c["epsilon"], c["delta"], order[c["accountant"]])))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["of_record"] = self.of_record()
         return out
@@ -253,7 +258,11 @@ class Accountant:
     def bandits(self) -> list[str]:
         return sorted({r.bandit_id for r in self.records})
 
-    def _groups(self, bandit_id: str | None):
+    def _groups(
+        self, bandit_id: str | None
+    ) -> tuple[
+        list[ReleaseRecord], list[ReleaseRecord], dict[tuple[str, str], list[ReleaseRecord]]
+    ]:
         recs = [r for r in self.records if bandit_id is None or r.bandit_id == bandit_id]
         seq: list[ReleaseRecord] = []
         slices: dict[tuple[str, str], list[ReleaseRecord]] = defaultdict(list)
@@ -291,7 +300,7 @@ class Accountant:
         return total
 
     @staticmethod
-    def _pld(records: list[ReleaseRecord]):
+    def _pld(records: list[ReleaseRecord]) -> Any:  # a PrivacyLossDistribution (untyped library)
         from dp_accounting.pld import privacy_loss_distribution as pld
 
         out = pld.identity(value_discretization_interval=PLD_DISCRETIZATION)
@@ -305,11 +314,12 @@ class Accountant:
         recs, seq, slices = self._groups(bandit_id)
         groups = list(slices.values()) or [[]]
 
-        def worst(fn):
+        def worst(fn: Callable[[list[ReleaseRecord]], float | None]) -> float | None:
             vals = [fn(seq + g) for g in groups]
-            if any(v is None for v in vals):
+            known = [v for v in vals if v is not None]
+            if len(known) < len(vals):
                 return None
-            return max(vals) if vals else fn(seq)
+            return max(known) if known else fn(seq)
 
         pure = worst(self._sum_pure)
         basic = [self._sum_basic(seq + g) for g in groups]
@@ -342,10 +352,11 @@ class Accountant:
         per = [self.spend(b, delta) for b in self.bandits()]
         if not per:
             return Spend("*", 0, 0.0, 0.0, 0.0, 0.0, 0.0 if delta else None, delta, [], True, 0)
-        pure = (
-            None if any(p.pure_epsilon is None for p in per) else sum(p.pure_epsilon for p in per)
-        )
-        rho = None if any(p.rho is None for p in per) else sum(p.rho for p in per)
+        pures = [p.pure_epsilon for p in per if p.pure_epsilon is not None]
+        pure = None if len(pures) < len(per) else sum(pures)
+        rhos = [p.rho for p in per if p.rho is not None]
+        rho = None if len(rhos) < len(per) else sum(rhos)
+
         eps_at = None
         rdp_only = any(p.rdp_only for p in per)
         if delta is not None and not rdp_only:

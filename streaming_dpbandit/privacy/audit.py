@@ -20,13 +20,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 __all__ = ["AuditResult", "audit", "clopper_pearson", "epsilon_lower_bound"]
 
-Sampler = Callable[[int, int, np.random.Generator], np.ndarray]
+Sampler = Callable[[int, int, np.random.Generator], npt.NDArray[np.float64]]
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
@@ -72,7 +74,7 @@ class AuditResult:
         """True when the audit found no evidence against the claim."""
         return self.epsilon_lb <= self.claimed_epsilon
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["passed"] = self.passed
         return out
@@ -81,15 +83,19 @@ class AuditResult:
 _ORIENTATIONS = ((False, 1.0), (False, -1.0), (True, 1.0), (True, -1.0))
 
 
-def _oriented(sd: np.ndarray, sdp: np.ndarray, swapped: bool, sign: float):
+def _oriented(
+    sd: npt.NDArray[np.float64], sdp: npt.NDArray[np.float64], swapped: bool, sign: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Scores (a, b) such that the event is {a ≥ τ} and the bound is on P_a / P_b."""
     a, b = (sdp, sd) if swapped else (sd, sdp)
     return sign * a, sign * b
 
 
-def _best_event(sd: np.ndarray, sdp: np.ndarray, delta: float, alpha: float):
+def _best_event(
+    sd: npt.NDArray[np.float64], sdp: npt.NDArray[np.float64], delta: float, alpha: float
+) -> tuple[float, tuple[bool, float]]:
     """Threshold and orientation maximising the (pilot) ε lower bound."""
-    best = (-1.0, 0.0, _ORIENTATIONS[0])
+    best: tuple[float, float, tuple[bool, float]] = (-1.0, 0.0, _ORIENTATIONS[0])
     for orient in _ORIENTATIONS:
         a, b = _oriented(sd, sdp, *orient)
         cand = np.unique(np.quantile(a, np.linspace(0.0, 0.999, 200)))

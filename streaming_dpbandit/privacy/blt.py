@@ -32,15 +32,21 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import optimize
 
+from .matrix_noise import SymmetricGaussianNoise
 from .noise import NoiseSource
 from .rows import units_to_float
 from .secure_steps import ExactToeplitzSteps
 from .stepwise import StepwisePrefix
 from .symmetric import packing
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = [
     "BLTAggregator",
@@ -268,7 +274,7 @@ _TABLE: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 
 
-def _geo(q: np.ndarray, n: int | None) -> np.ndarray:
+def _geo(q: npt.NDArray[np.float64], n: int | None) -> npt.NDArray[np.float64]:
     """Σ_{k<n} q^k elementwise (n=None: the infinite sum), for real |q| ≤ 1 (q = 1 needs n)."""
     q = np.asarray(q, dtype=np.float64)
     if n is None:
@@ -281,7 +287,7 @@ def _geo(q: np.ndarray, n: int | None) -> np.ndarray:
     return out
 
 
-def blt_coefficients(theta, omega, n: int) -> np.ndarray:
+def blt_coefficients(theta: npt.ArrayLike, omega: npt.ArrayLike, n: int) -> npt.NDArray[np.float64]:
     """c_0 … c_{n−1} of BLT(θ, ω): c_0 = 1, c_k = Σ_i ω_i θ_i^{k−1}.
 
     >>> blt_coefficients([0.5], [0.25], 4).tolist()
@@ -293,7 +299,9 @@ def blt_coefficients(theta, omega, n: int) -> np.ndarray:
     return np.concatenate([[1.0], (omega[:, None] * theta[:, None] ** k).sum(axis=0)])
 
 
-def blt_inverse(theta, omega) -> tuple[np.ndarray, np.ndarray]:
+def blt_inverse(
+    theta: npt.ArrayLike, omega: npt.ArrayLike
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(θ̂, ω̂) with BLT(θ, ω)⁻¹ = BLT(θ̂, ω̂).
 
     BLT(θ, ω) is the impulse response of s ← diag(θ)s + 𝟙z, y = z + ωᵀs; its inverse system is
@@ -319,7 +327,7 @@ def blt_inverse(theta, omega) -> tuple[np.ndarray, np.ndarray]:
     return lam[order], w[order]
 
 
-def blt_sensitivity(theta, omega, n: int | None = None) -> float:
+def blt_sensitivity(theta: npt.ArrayLike, omega: npt.ArrayLike, n: int | None = None) -> float:
     """‖C‖_{1→2} of the n×n BLT(θ, ω) (n=None: the bound valid for every horizon).
 
     ‖C‖²_{1→2} = 1 + Σ_{i,j} ω_iω_j Σ_{k<n−1} (θ_iθ_j)^k (all terms positive: no cancellation).
@@ -336,7 +344,7 @@ def blt_sensitivity(theta, omega, n: int | None = None) -> float:
     return math.sqrt(s2)
 
 
-def blt_max_error(theta, omega, n: int) -> float:
+def blt_max_error(theta: npt.ArrayLike, omega: npt.ArrayLike, n: int) -> float:
     """max_{t<n} ‖(A·C⁻¹)_{t,:}‖₂ = (Σ_{k<n} β_k²)^{1/2}, β_k = Σ_{j≤k} ĉ_j (closed form).
 
     With C⁻¹ = BLT(θ̂, ω̂): β_k = a_0 + Σ_i a_i θ̂_i^k, a_i = −ω̂_i/(1 − θ̂_i), a_0 = 1 − Σ a_i.
@@ -370,11 +378,13 @@ def counting_lower_bound(n: int) -> float:
     return float((0.5 / np.sin((2 * k - 1) * math.pi / (4 * n + 2))).sum() / n)
 
 
-def _unpack(x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
+def _unpack(
+    x: npt.NDArray[np.float64], b: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     return 1.0 / (1.0 + np.exp(-x[:b])), np.exp(x[b:])
 
 
-def _log_loss(x: np.ndarray, b: int, n: int) -> float:
+def _log_loss(x: npt.NDArray[np.float64], b: int, n: int) -> float:
     th, w = _unpack(x, b)
     if np.any(np.diff(np.sort(th)) <= 0) or np.any(th >= 1.0):
         return 1e9
@@ -385,7 +395,9 @@ def _log_loss(x: np.ndarray, b: int, n: int) -> float:
     return val if math.isfinite(val) else 1e9
 
 
-def fit_blt(n: int, buffers: int = BLT_BUFFERS, start=None) -> tuple[np.ndarray, np.ndarray]:
+def fit_blt(
+    n: int, buffers: int = BLT_BUFFERS, start: tuple[npt.ArrayLike, npt.ArrayLike] | None = None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Fit BLT(θ, ω) minimising ‖C‖_{1→2}(all horizons) · max_{t<n}‖B_{t,:}‖ (design horizon n).
 
     Deterministic: a Nelder–Mead then L-BFGS polish from ``start`` (default: 1 − θ_i
@@ -482,11 +494,11 @@ class BLTAggregator(StepwisePrefix):
         self,
         p: int,
         n_steps: int,
-        theta,
-        omega,
-        sampler,
+        theta: npt.ArrayLike,
+        omega: npt.ArrayLike,
+        sampler: SymmetricGaussianNoise,
         noise: NoiseSource,
-        label: tuple = ("blt",),
+        label: tuple[int | str, ...] = ("blt",),
         row_norm_sq: float = 2.0,
     ):
         self.p = p
@@ -498,7 +510,12 @@ class BLTAggregator(StepwisePrefix):
         self.label = tuple(label)
         self.row_norm_sq = row_norm_sq
 
-    def _state(self):
+    _th_hat: npt.NDArray[np.float64]
+    _w_hat: npt.NDArray[np.float64]
+    _S: npt.NDArray[np.float64]
+    _enc: ExactToeplitzSteps
+
+    def _state(self) -> Self:
         if not hasattr(self, "_M"):
             P = packing(self.p).size
             th_hat, w_hat = blt_inverse(self.theta, self.omega)
@@ -513,10 +530,10 @@ class BLTAggregator(StepwisePrefix):
             self._draws = {"node": 0, "pad": 0}
         return self
 
-    def _z(self, j: int) -> np.ndarray:
+    def _z(self, j: int) -> npt.NDArray[np.float64]:
         return self.sampler.sample(self.noise.generator(*self.label, j, track=False))
 
-    def release(self) -> np.ndarray:
+    def release(self) -> npt.NDArray[np.float64]:
         """R_t = exact prefix + N_t; a new step (one draw) only if rows arrived since the last."""
         self._state()
         if self._pending or self._step == 0:
@@ -538,18 +555,18 @@ class BLTAggregator(StepwisePrefix):
         return units_to_float(self._M) + self._noise_sum
 
     def _encoder(self) -> ExactToeplitzSteps:
-        enc = getattr(self, "_enc", None)
+        enc: ExactToeplitzSteps | None = getattr(self, "_enc", None)
         if enc is None:
             coeffs = blt_coefficients(self.theta, self.omega, self.n_steps)
             enc = self._enc = ExactToeplitzSteps(coeffs, self.sampler.grid_exponent(32))
         return enc
 
-    def replay_noise(self) -> np.ndarray:
+    def replay_noise(self) -> npt.NDArray[np.float64]:
         """z_1 … z_t regenerated from the key (SENSITIVE; tests and audits only)."""
         self._state()
         return np.array([self._z(j) for j in range(1, self._step + 1)])
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             **self._counters(),
             "S": self._S.copy(),
@@ -557,7 +574,7 @@ class BLTAggregator(StepwisePrefix):
             "draws": dict(self._draws),
         }
 
-    def load_state_dict(self, state: dict) -> BLTAggregator:
+    def load_state_dict(self, state: dict[str, Any]) -> BLTAggregator:
         self._state()
         S = np.asarray(state["S"], dtype=np.float64)
         if S.shape != self._S.shape:

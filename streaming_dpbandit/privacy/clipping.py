@@ -8,16 +8,17 @@ changed, so the caller can count clipped inputs as a metric without ever logging
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["clip_coordinates", "clip_norm", "clip_scalar"]
 
 
-def _check_finite(x: np.ndarray, what: str) -> None:
+def _check_finite(x: npt.NDArray[np.float64], what: str) -> None:
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{what} contains NaN or infinite values; refusing to clip")
 
 
-def clip_coordinates(x, bound: float) -> tuple[np.ndarray, int]:
+def clip_coordinates(x: npt.ArrayLike, bound: float) -> tuple[npt.NDArray[np.float64], int]:
     """Clip every coordinate into ``[-bound, bound]``.
 
     Returns the clipped array (float64, a new array) and the number of coordinates changed.
@@ -33,7 +34,7 @@ def clip_coordinates(x, bound: float) -> tuple[np.ndarray, int]:
     return out, int(np.count_nonzero(out != arr))
 
 
-def clip_scalar(y, bound: float) -> tuple[np.ndarray, int]:
+def clip_scalar(y: npt.ArrayLike, bound: float) -> tuple[npt.NDArray[np.float64], int]:
     """Clip scalars (e.g. rewards) into ``[-bound, bound]``: ``min(R, max(-R, z))``.
 
     This is the spec's form (FLIPHAT §2), safe at ``z = 0`` unlike ``z·min(1, R/|z|)``.
@@ -44,7 +45,9 @@ def clip_scalar(y, bound: float) -> tuple[np.ndarray, int]:
     return clip_coordinates(y, bound)
 
 
-def clip_norm(x, bound: float, ord: float = 2) -> tuple[np.ndarray, int]:
+def clip_norm(
+    x: npt.ArrayLike, bound: float, ord: float = 2
+) -> tuple[npt.NDArray[np.float64], int]:
     """Scale each row (last axis) down so that its ``ord``-norm is at most ``bound``.
 
     >>> out, n = clip_norm([[3.0, 4.0], [0.3, 0.4]], 1.0)

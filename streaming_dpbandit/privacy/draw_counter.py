@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
+
 __all__ = ["DrawCounter"]
 
 
@@ -24,11 +29,18 @@ class DrawCounter:
     ((2, 0), {'node': 2, 'pad': 0})
     """
 
+    _draws: dict[str, int]
+
+    if TYPE_CHECKING:  # provided by the host class
+
+        def _state(self) -> Self: ...
+
     def draw_counts(self) -> tuple[int, int]:
         """(node draws, pad draws) so far, without copying the counter dict."""
         d = self._state()._draws
         return d["node"], d["pad"]
 
     @property
-    def draws(self) -> dict:
+    def draws(self) -> dict[str, int]:
+
         return dict(self._state()._draws)

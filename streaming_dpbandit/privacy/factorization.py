@@ -32,18 +32,25 @@ Spec: docs/specs/dp_linucb_tree.md.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
+from .matrix_noise import SymmetricGaussianNoise
 from .noise import NoiseSource
 from .rows import units_to_float
 from .secure_steps import ExactToeplitzSteps
 from .stepwise import StepwisePrefix
 from .symmetric import packing
 
+if TYPE_CHECKING:
+    from typing import Self
+
 __all__ = ["SqrtToeplitzAggregator", "sqrt_toeplitz_coefficients", "sqrt_toeplitz_norm"]
 
 
-def sqrt_toeplitz_coefficients(T: int) -> np.ndarray:
+def sqrt_toeplitz_coefficients(T: int) -> npt.NDArray[np.float64]:
     """f_0 … f_{T−1} of A^{1/2}: f_k = C(2k, k)/4^k.
 
     >>> sqrt_toeplitz_coefficients(4).tolist()
@@ -110,9 +117,9 @@ class SqrtToeplitzAggregator(StepwisePrefix):
         self,
         p: int,
         n_steps: int,
-        sampler,
+        sampler: SymmetricGaussianNoise,
         noise: NoiseSource,
-        label: tuple = ("factorisation",),
+        label: tuple[int | str, ...] = ("factorisation",),
         row_norm_sq: float = 2.0,
     ):
         self.p = p
@@ -122,7 +129,11 @@ class SqrtToeplitzAggregator(StepwisePrefix):
         self.label = tuple(label)
         self.row_norm_sq = row_norm_sq
 
-    def _state(self):
+    _Z: npt.NDArray[np.float64]
+    _f: npt.NDArray[np.float64]
+    _enc: ExactToeplitzSteps
+
+    def _state(self) -> Self:
         if not hasattr(self, "_M"):
             P = packing(self.p).size
             self._M = np.zeros(P, dtype=np.int64)  # T·b·L̃² rows stay far below 2³¹ in practice
@@ -135,7 +146,7 @@ class SqrtToeplitzAggregator(StepwisePrefix):
             self._draws = {"node": 0, "pad": 0}
         return self
 
-    def release(self) -> np.ndarray:
+    def release(self) -> npt.NDArray[np.float64]:
         """R_i = exact prefix + Σ_j f_{i−j} Z_j; a new step only if rows arrived since the last."""
         self._state()
         if self._pending or self._step == 0:
@@ -158,20 +169,20 @@ class SqrtToeplitzAggregator(StepwisePrefix):
         return units_to_float(self._M) + self._noise_sum
 
     def _encoder(self) -> ExactToeplitzSteps:
-        enc = getattr(self, "_enc", None)
+        enc: ExactToeplitzSteps | None = getattr(self, "_enc", None)
         if enc is None:
             g = self.sampler.grid_exponent(32)
             enc = self._enc = ExactToeplitzSteps(self._state()._f, g)
         return enc
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             **self._counters(),
             "Z": self._Z[: self._step].copy(),
             "draws": dict(self._draws),
         }
 
-    def load_state_dict(self, state: dict) -> SqrtToeplitzAggregator:
+    def load_state_dict(self, state: dict[str, Any]) -> SqrtToeplitzAggregator:
         self._state()
         self._load_counters(state)
         Z = np.asarray(state["Z"], dtype=np.float64)

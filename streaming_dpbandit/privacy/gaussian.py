@@ -22,8 +22,12 @@ solves (Δ/σ + √n·2⁻³⁰)²/2 = ρ* (the grid-rounding margin of n coordi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+from .noise import NoiseGenerator
 
 # scipy.special and scipy.optimize (≈ 0.3 s to import) are imported by the functions that use
 # them: every policy module imports this one, few policies calibrate a Gaussian mechanism.
@@ -65,8 +69,10 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         hi *= 2.0
     from scipy import optimize
 
-    f = lambda s: gaussian_delta(s, epsilon, sensitivity) - delta  # noqa: E731
-    sigma = optimize.brentq(f, lo, hi, xtol=1e-12 * sensitivity, rtol=1e-12, maxiter=500)
+    def f(s: float) -> float:
+        return gaussian_delta(s, epsilon, sensitivity) - delta
+
+    sigma: float = optimize.brentq(f, lo, hi, xtol=1e-12 * sensitivity, rtol=1e-12, maxiter=500)
     # brentq may land a hair below the root; step up until the guarantee holds exactly.
     while gaussian_delta(sigma, epsilon, sensitivity) > delta:
         sigma = math.nextafter(sigma, math.inf) * (1 + 1e-12)
@@ -185,7 +191,7 @@ class GaussianMechanism:
         """zCDP cost ρ = (Δ/σ + rounding margin)²/2 of one release (Δ²/2σ² on the fast backend)."""
         return (self.sensitivity / self.sigma + self.rounding_margin) ** 2 / 2.0
 
-    def release(self, value, rng: np.random.Generator) -> np.ndarray:
+    def release(self, value: npt.ArrayLike, rng: NoiseGenerator) -> npt.NDArray[np.float64]:
         value = np.asarray(value, dtype=np.float64)
         backend = getattr(rng, "backend", "fast")
         if backend != self.noise_backend:
@@ -199,7 +205,7 @@ class GaussianMechanism:
         # value as loc: a secure stream releases it on its grid (docs/privacy/secure-noise.md)
         return np.asarray(rng.normal(value, self.sigma, size=value.shape), dtype=np.float64)
 
-    def accounting(self) -> dict:
+    def accounting(self) -> dict[str, Any]:
         """The ledger component: continuous ``gaussian`` (fast backend) or ``discrete_gaussian``
         (secure backend; its sensitivity includes the rounding margin, ρ = Δ'²/2σ²)."""
         sigma = float(self.sigma)

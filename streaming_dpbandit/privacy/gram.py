@@ -18,8 +18,14 @@ Spec: docs/specs/dp_linucb_tree.md.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .noise import NoiseGenerator
+    from .secure_noise import SecureGenerator
 
 __all__ = [
     "gram_bound",
@@ -61,8 +67,8 @@ def gram_rho(l2sq: float, sigma: float) -> float:
 
 
 def sym_gauss(
-    p: int, sigma: float, rng: np.random.Generator, size: int | None = None
-) -> np.ndarray:
+    p: int, sigma: float, rng: NoiseGenerator, size: int | None = None
+) -> npt.NDArray[np.float64]:
     """SymGauss(p, σ): symmetric p×p noise, off-diagonal variance σ², diagonal 2σ².
 
     ``size`` draws a batch (size, p, p) of independent matrices (audits and tests).
@@ -73,7 +79,8 @@ def sym_gauss(
     """
     shape = (p, p) if size is None else (size, p, p)
     Zp = rng.normal(0.0, sigma, size=shape)
-    return (Zp + np.swapaxes(Zp, -1, -2)) / math.sqrt(2.0)
+    out: npt.NDArray[np.float64] = (Zp + np.swapaxes(Zp, -1, -2)) / math.sqrt(2.0)
+    return out
 
 
 def secure_grid_exponent(sigma: float, data_bits: int = 32) -> int:
@@ -88,7 +95,9 @@ def secure_grid_exponent(sigma: float, data_bits: int = 32) -> int:
     return max(data_bits, 30 - (math.frexp(sigma)[1] - 1))
 
 
-def secure_sym_gauss_release(V_units, sigma: float, rng, data_bits: int = 32) -> np.ndarray:
+def secure_sym_gauss_release(
+    V_units: npt.ArrayLike, sigma: float, rng: SecureGenerator, data_bits: int = 32
+) -> npt.NDArray[np.float64]:
     """V + SymGauss(p, σ) on the secure backend, V exact integers in units of 2^−data_bits.
 
     Each upper-triangle entry gets exact discrete Gaussian noise in units of γ = 2^−g
@@ -116,13 +125,13 @@ def secure_sym_gauss_release(V_units, sigma: float, rng, data_bits: int = 32) ->
     z = rng.normal_units([2 * s2 if dg else s2 for dg in diag])
     shift = 1 << (g - data_bits)
     vals = [int(v) * shift + int(n) for v, n in zip(V[iu], z, strict=True)]
-    out = np.empty((p, p))
+    out: npt.NDArray[np.float64] = np.empty((p, p))
     out[iu] = [math.ldexp(float(v), -g) for v in vals]
     out[iu[1], iu[0]] = out[iu]
     return out
 
 
-def u_vector(M: np.ndarray) -> np.ndarray:
+def u_vector(M: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """u(M) = (M_ij for i < j; M_ii/√2): the coordinates in which SymGauss is isotropic.
 
     >>> u_vector(np.array([[2.0, 1.0], [1.0, 4.0]])).round(4).tolist()
@@ -130,12 +139,13 @@ def u_vector(M: np.ndarray) -> np.ndarray:
     """
     M = np.asarray(M, dtype=np.float64)
     iu = np.triu_indices(M.shape[-1], k=1)
-    return np.concatenate(
+    u: npt.NDArray[np.float64] = np.concatenate(
         [M[..., iu[0], iu[1]], np.diagonal(M, axis1=-2, axis2=-1) / math.sqrt(2)], axis=-1
     )
+    return u
 
 
-def u_distance(v: np.ndarray, w: np.ndarray) -> float:
+def u_distance(v: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> float:
     """‖u(vvᵀ − wwᵀ)‖₂ for two records (the per-participation sensitivity).
 
     >>> u_distance(np.array([1.0, 1.0, 2 ** 0.5]), np.array([-1.0, -1.0, 2 ** 0.5]))

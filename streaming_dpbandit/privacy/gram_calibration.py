@@ -40,8 +40,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import optimize, special
 
 from .blt import blt_coefficients, blt_max_error, blt_parameters, blt_sensitivity
@@ -100,7 +102,16 @@ def zcdp_rho_star(epsilon: float, delta: float) -> float:
     return (math.sqrt(lg + epsilon) - math.sqrt(lg)) ** 2
 
 
-def _secure_factor_sigma(calibration, epsilon, delta, Lt2, coeffs, norm, d, T):
+def _secure_factor_sigma(
+    calibration: str,
+    epsilon: float,
+    delta: float,
+    Lt2: float,
+    coeffs: npt.NDArray[np.float64],
+    norm: float,
+    d: int,
+    T: int,
+) -> tuple[float, list[dict[str, Any]], float, float]:
     """σ, ledger component, ρ and rounding margin of a secure factorisation step stream.
 
     docs/privacy/secure-noise.md, "Factorisations": the integer steps rint((C̃x)_j/γ) + Z_j
@@ -218,11 +229,15 @@ def certified_wishart_budget(m: int, epsilon: float, delta: float) -> tuple[floa
     True
     """
     d_cap = -math.expm1(math.log1p(-delta) / m)  # (1 − δ₀)^m ≥ 1 − δ
-    best = None
+    best: tuple[float, float, float] | None = None
     for frac in np.geomspace(1e-4, 0.999, 300):
         d0 = float(frac) * d_cap
-        f = lambda e, d0=d0: optimal_composition_delta(e, d0, m, epsilon) - delta  # noqa: E731
+
+        def f(e: float, d0: float = d0) -> float:
+            return optimal_composition_delta(e, d0, m, epsilon) - delta
+
         hi = min(epsilon, math.nextafter(1.0, 0.0))  # Theorem 8 needs ε₀ < 1
+        eps0: float
         if f(hi) <= 0:
             eps0 = hi
         else:
@@ -240,7 +255,9 @@ def certified_wishart_budget(m: int, epsilon: float, delta: float) -> tuple[floa
     return eps0, d0, optimal_composition_delta(eps0, d0, m, epsilon)
 
 
-def _wishart_budget(calibration: str, m: int, epsilon: float, delta: float):
+def _wishart_budget(
+    calibration: str, m: int, epsilon: float, delta: float
+) -> tuple[float, float, float | None, int, bool]:
     """(ε₀, δ₀, δ′, k − (d+1), valid) of one Wishart tree node."""
     if calibration == "certified":
         e0, d0, _ = certified_wishart_budget(m, epsilon, delta)
@@ -295,8 +312,8 @@ class GramCalibration:
     L: float
     B_tilde: float
     L_tilde: float
-    noise_law: dict
-    per_node: dict
+    noise_law: dict[str, Any]
+    per_node: dict[str, Any]
     entry_std: float | None
     total_dof: int | None
     a8: float
@@ -308,8 +325,8 @@ class GramCalibration:
     rho_max: float
     gamma: float
     gamma_form: str
-    checks: dict
-    accounting: tuple
+    checks: dict[str, bool]
+    accounting: tuple[dict[str, Any], ...]
     rho_spent: float | None
 
     def beta(self, logdet_v: float, sigma: float, S: float) -> float:
@@ -317,18 +334,29 @@ class GramCalibration:
         inner = 2.0 * math.log(2.0 / self.alpha) + logdet_v - self.d * math.log(self.rho_min)
         return sigma * math.sqrt(max(0.0, inner)) + S * math.sqrt(self.rho_max) + self.gamma
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["accounting"] = [dict(c) for c in self.accounting]
         return out
 
 
-def _gaussian_bounds(entry_std, d, n, alpha, a2, authors, m=None, sigma=None):
+def _gaussian_bounds(
+    entry_std: float | None,
+    d: int,
+    n: int,
+    alpha: float,
+    a2: float | None,
+    authors: bool,
+    m: int | None = None,
+    sigma: float | None = None,
+) -> tuple[float, float, float, float, float]:
     if authors:
+        assert m is not None and sigma is not None  # the authors' profile passes m and σ
         la = math.log(1.0 / alpha)  # α′ = α/n_tree is passed as alpha here
         ups = sigma * math.sqrt(2 * m) * (4 * math.sqrt(d) + 2 * la)
         gamma = sigma * math.sqrt(m / ups) * (math.sqrt(d) + math.sqrt(2 * la))
         return ups, 2 * ups, ups, 3 * ups, gamma
+    assert entry_std is not None and a2 is not None  # the spec's bounds pass both
     ups = math.sqrt(2.0) * entry_std * (4 * math.sqrt(d) + 2 * math.log(2 * n / alpha))
     return ups, 2 * ups, ups, 3 * ups, entry_std * a2 / math.sqrt(ups)
 
@@ -416,14 +444,16 @@ def calibrate_gram_release(
             raise ValueError("the authors_code_2018 profile is fixed-horizon only")
         if n0 is None or n0 < 1 or n0 & (n0 - 1):
             raise ValueError("doubling mode needs n0, a power of two")
+    # n0 is validated (a power of two) in doubling mode, the only mode with epochs > 0
+    n0_ = n0 if n0 is not None else 0
     Lt2 = L * L + B_tilde * B_tilde
     Lt = math.sqrt(Lt2)
     authors = calibration == "authors_code_2018"
 
     # the epoch's capacity, levels and α
     if horizon_mode == "doubling":
-        alpha0 = alpha if alpha is not None else 1.0 / (2.0 * n0)
-        n = n0 << epoch
+        alpha0 = alpha if alpha is not None else 1.0 / (2.0 * n0_)
+        n = n0_ << epoch
         m = n.bit_length()  # log2(n) + 1
         a_ep = alpha0 * 2.0 ** -(epoch + 1)
     else:
@@ -445,14 +475,14 @@ def calibrate_gram_release(
         a2 = math.sqrt(d) + math.sqrt(2 * math.log(2 * n / a_ep))
 
     label = LABELS[calibration]
-    per_node: dict = {}
-    checks: dict = {}
-    accounting: list = []
-    rho_spent = None
-    entry_std = None
-    total_dof = None
-    upsilon = None
-    c = None
+    per_node: dict[str, Any] = {}
+    checks: dict[str, bool] = {}
+    accounting: list[dict[str, Any]] = []
+    rho_spent: float | None = None
+    entry_std: float | None = None
+    total_dof: int | None = None
+    upsilon: float | None = None
+    c: float | None = None  # the Wishart shift constant (spec §4)
     mult = noise_scale_multiplier
 
     if noise == "gaussian":
@@ -462,9 +492,9 @@ def calibrate_gram_release(
             norm = sqrt_toeplitz_norm(T)
             sens = Lt2 * norm
             if noise_backend == "secure":
-                c = sqrt_toeplitz_coefficients(T)
+                coeffs = sqrt_toeplitz_coefficients(T)
                 sigma, accounting, rho_spent, margin = _secure_factor_sigma(
-                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                    calibration, epsilon, delta, Lt2, coeffs, norm, d, T
                 )
             elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
@@ -487,9 +517,9 @@ def calibrate_gram_release(
             row = blt_max_error(theta, omega, T)
             sens = Lt2 * norm
             if noise_backend == "secure":
-                c = blt_coefficients(theta, omega, T)
+                coeffs = blt_coefficients(theta, omega, T)
                 sigma, sec_acc, sec_rho, margin = _secure_factor_sigma(
-                    calibration, epsilon, delta, Lt2, c, norm, d, T
+                    calibration, epsilon, delta, Lt2, coeffs, norm, d, T
                 )
             elif calibration == "certified":
                 sigma = analytic_gaussian_sigma(epsilon, delta, sens)
@@ -518,7 +548,7 @@ def calibrate_gram_release(
             sigma = gaussian_sigma(calibration, m, Lt, epsilon, delta, noise_backend)
             prior = 0.0
             for e in range(epoch):  # frozen roots of earlier doubling epochs: one node each
-                m_e = (n0 << e).bit_length()
+                m_e = (n0_ << e).bit_length()
                 prior += gaussian_sigma(calibration, m_e, Lt, epsilon, delta, noise_backend) ** 2
             entry_std = math.sqrt(prior + m * sigma**2) * mult
             kind = "discrete_gaussian" if noise_backend == "secure" else "gaussian"
@@ -549,7 +579,7 @@ def calibrate_gram_release(
         k = d + 1 + extra
         K = m * k
         for e in range(epoch):
-            m_e = (n0 << e).bit_length()
+            m_e = (n0_ << e).bit_length()
             K += d + 1 + _wishart_budget(calibration, m_e, epsilon, delta)[3]
         total_dof = K
         scale = Lt2 * mult

@@ -22,7 +22,10 @@ Spec: docs/specs/dp_linucb_tree.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
 import numpy as np
+import numpy.typing as npt
 
 from .blt import BLTAggregator
 from .factorization import SqrtToeplitzAggregator
@@ -31,6 +34,12 @@ from .matrix_noise import SymmetricGaussianNoise, WishartNoise
 from .noise import NoiseSource
 from .symmetric import packing
 from .tree import PaddedTree
+
+if TYPE_CHECKING:
+    from typing import Self
+
+#: The continual-release aggregator of one epoch (``tree_impl``: binary, sqrt_toeplitz, blt).
+Aggregator: TypeAlias = PaddedTree | SqrtToeplitzAggregator | BLTAggregator
 
 __all__ = ["ContinualGramRelease"]
 
@@ -82,7 +91,7 @@ class ContinualGramRelease:
         horizon_mode: str = "fixed",
         n0: int | None = None,
         noise_source: NoiseSource | None = None,
-        label: tuple = ("gram",),
+        label: tuple[int | str, ...] = ("gram",),
         noise_scale_multiplier: float = 1.0,
     ):
         self.d = d
@@ -113,7 +122,7 @@ class ContinualGramRelease:
     def calibration(self, epoch: int | None = None) -> GramCalibration:
         """The public constants of an epoch (default: the current one)."""
         e = self.epoch if epoch is None else epoch
-        cache = self.__dict__.setdefault("_cal_cache", {})
+        cache: dict[int, GramCalibration] = self.__dict__.setdefault("_cal_cache", {})
         if e not in cache:
             cache[e] = calibrate_gram_release(
                 d=self.d,
@@ -137,14 +146,18 @@ class ContinualGramRelease:
             )
         return cache[e]
 
-    def _sampler(self, cal: GramCalibration):
+    def _sampler(self, cal: GramCalibration) -> SymmetricGaussianNoise | WishartNoise:
         p = self.d + 1
         law = cal.noise_law
         if law["law"] == "wishart":
             return WishartNoise(p, law["scale"], law["dof"], self.noise_scale_multiplier)
         return SymmetricGaussianNoise(p, law["sigma"], self.noise_scale_multiplier)
 
-    def _new_aggregator(self, epoch: int):
+    def _gaussian_sampler(self, cal: GramCalibration) -> SymmetricGaussianNoise:
+        # the factorisations are Gaussian-only (calibrate_gram_release refuses wishart)
+        return cast(SymmetricGaussianNoise, self._sampler(cal))
+
+    def _new_aggregator(self, epoch: int) -> Aggregator:
         cal = self.calibration(epoch)
         kind = {"sqrt_toeplitz": "fact", "blt": "blt"}.get(self.tree_impl, "tree")
         label = (*self.label, kind, epoch)
@@ -155,7 +168,7 @@ class ContinualGramRelease:
                 cal.per_node["steps"],
                 cal.per_node["theta"],
                 cal.per_node["omega"],
-                self._sampler(cal),
+                self._gaussian_sampler(cal),
                 self._source(),
                 label,
                 row_norm_sq=Lt2,
@@ -164,7 +177,7 @@ class ContinualGramRelease:
             return SqrtToeplitzAggregator(
                 self.d + 1,
                 cal.per_node["steps"],
-                self._sampler(cal),
+                self._gaussian_sampler(cal),
                 self._source(),
                 label,
                 row_norm_sq=Lt2,
@@ -177,7 +190,14 @@ class ContinualGramRelease:
         return self.noise_source
 
     # -- state -------------------------------------------------------------------------------
-    def _state(self):
+    _epoch: int
+    _F: npt.NDArray[np.float64]
+    _F_noise: npt.NDArray[np.float64]
+    _rows_dropped: int
+    _rows_inserted: int
+    _agg: Aggregator
+
+    def _state(self) -> Self:
         if not hasattr(self, "_agg"):
             if self.horizon_mode == "fixed" and not self.n_cap:
                 raise ValueError("fixed horizon mode needs n_cap")
@@ -208,17 +228,17 @@ class ContinualGramRelease:
         return self._state()._rows_dropped
 
     @property
-    def aggregator(self):
+    def aggregator(self) -> Aggregator:
         return self._state()._agg
 
-    def draws(self) -> dict:
+    def draws(self) -> dict[str, int]:
         return self._state()._agg.draws
 
     def draw_counts(self) -> tuple[int, int]:
         """(node draws, pad draws) of the current epoch's aggregator."""
         return self._state()._agg.draw_counts()
 
-    def insert_many(self, rows: np.ndarray) -> int:
+    def insert_many(self, rows: npt.NDArray[np.float64]) -> int:
         """Insert clipped, grid-rounded rows; roll doubling epochs; return rows inserted."""
         self._state()
         done = 0
@@ -229,7 +249,8 @@ class ContinualGramRelease:
             self._rows_inserted += n
             if agg.full:
                 if self.horizon_mode == "doubling":
-                    root = agg.root_value()
+                    # doubling mode is binary-tree only (calibrate_gram_release)
+                    root = cast(PaddedTree, agg).root_value()
                     self._F_noise = self._F_noise + (root - agg.exact_sum())
                     self._F = self._F + root
                     self._epoch += 1
@@ -241,15 +262,15 @@ class ContinualGramRelease:
         self._rows_dropped += rows.shape[0] - done
         return done
 
-    def release(self) -> np.ndarray:
+    def release(self) -> npt.NDArray[np.float64]:
         """The packed DP release R = F + current tree release (exactly m noise terms each)."""
         return self._state()._F + self._agg.release()
 
-    def noise_sum(self) -> np.ndarray:
+    def noise_sum(self) -> npt.NDArray[np.float64]:
         """Noise of the current release (SENSITIVE; simulation diagnostics only)."""
         return self._state()._F_noise + self._agg.noise_sum()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "epoch": self._epoch,
@@ -260,7 +281,7 @@ class ContinualGramRelease:
             "aggregator": self._agg.state_dict(),
         }
 
-    def load_state_dict(self, state: dict) -> ContinualGramRelease:
+    def load_state_dict(self, state: dict[str, Any]) -> ContinualGramRelease:
         self._state()
         self._epoch = int(state["epoch"])
         self._F = np.asarray(state["F"], dtype=np.float64).copy()

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
+
+from .noise import NoiseGenerator
 
 __all__ = ["LaplaceMechanism"]
 
@@ -42,7 +47,7 @@ class LaplaceMechanism:
             raise ValueError("epsilon and sensitivity must be positive")
         return float(self.sensitivity) / float(self.epsilon)
 
-    def release(self, value, rng: np.random.Generator) -> np.ndarray:
+    def release(self, value: npt.ArrayLike, rng: NoiseGenerator) -> npt.NDArray[np.float64]:
         """Return ``value`` plus fresh Laplace noise (a new array).
 
         The value is passed as the noise's ``loc``, so a secure noise stream releases it on
@@ -52,7 +57,7 @@ class LaplaceMechanism:
         value = np.asarray(value, dtype=np.float64)
         return np.asarray(rng.laplace(value, self.scale, size=value.shape), dtype=np.float64)
 
-    def accounting(self) -> dict:
+    def accounting(self) -> dict[str, Any]:
         """The accountant's description of this release (see ``privacy.accountant``)."""
         return {
             "type": "laplace",

@@ -51,7 +51,7 @@ class LedgerConflictError(RuntimeError):
     """A release id was appended twice with different content (a re-drawn release)."""
 
 
-_SECOND: list = [None, ""]  # [whole UTC second, its ISO text]: one strftime per second
+_SECOND: list[Any] = [None, ""]  # [whole UTC second, its ISO text]: one strftime per second
 
 
 def _utcnow() -> str:
@@ -132,15 +132,15 @@ class ReleaseRecord:
     dp_valid: bool
     epsilon: float
     delta: float
-    accounting: list[dict]
+    accounting: list[dict[str, Any]]
     data_slice: str = "all"
     composition: str = "sequential"
     rho: float | None = None
     event_range: tuple[int, int] | None = None
     rows_used: int | None = None
     model_version: int | None = None
-    params: dict = dataclasses.field(default_factory=dict)
-    release: dict | None = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    release: dict[str, Any] | None = None
     note: str | None = None
     privacy_model: str = "central"
     privacy_unit: str = ""
@@ -148,20 +148,20 @@ class ReleaseRecord:
     noise_backend: str = "fast"
     time: str = dataclasses.field(default_factory=_utcnow)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.composition not in ("parallel", "sequential"):
             raise ValueError("composition must be 'parallel' or 'sequential'")
         if self.event_range is not None:
             self.event_range = (int(self.event_range[0]), int(self.event_range[1]))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if out["event_range"] is not None:
             out["event_range"] = list(out["event_range"])
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> ReleaseRecord:
+    def from_dict(cls, data: dict[str, Any]) -> ReleaseRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -172,13 +172,13 @@ class ReleaseRecord:
         return hashlib.sha256(_canonical(data).encode()).hexdigest()
 
 
-def _line_hash(seq: int, prev: str, record: dict) -> str:
+def _line_hash(seq: int, prev: str, record: dict[str, Any]) -> str:
     return hashlib.sha256(f"{seq}|{prev}|{_canonical(record)}".encode()).hexdigest()
 
 
-def _parse(raw: bytes) -> tuple[list[tuple[int, dict, str]], int, int]:
+def _parse(raw: bytes) -> tuple[list[tuple[int, dict[str, Any], str]], int, int]:
     """Parse ledger bytes: (entries, bytes of the good prefix, bytes of a torn tail)."""
-    entries: list[tuple[int, dict, str]] = []
+    entries: list[tuple[int, dict[str, Any], str]] = []
     pos = 0
     prev = _GENESIS
     lines = raw.split(b"\n")
@@ -207,7 +207,7 @@ def _parse(raw: bytes) -> tuple[list[tuple[int, dict, str]], int, int]:
     return entries, pos, 0
 
 
-def read_ledger(path: str | os.PathLike) -> tuple[list[ReleaseRecord], int]:
+def read_ledger(path: str | os.PathLike[str]) -> tuple[list[ReleaseRecord], int]:
     """Read a ledger without modifying it: (records, bytes in a torn final line)."""
     raw = Path(path).read_bytes()
     entries, _, torn = _parse(raw)
@@ -242,7 +242,11 @@ class Ledger:
 
     """
 
-    def __init__(self, path: str | os.PathLike):
+    _fd: int | None
+    _entries: list[tuple[ReleaseRecord, str]]
+    _by_id: dict[str, int]
+
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = path
 
     def open(self) -> Ledger:
@@ -273,9 +277,12 @@ class Ledger:
             os.close(dir_fd)
         return self
 
-    def _require_open(self) -> None:
-        if getattr(self, "_fd", None) is None:
+    def _require_open(self) -> int:
+        """The open file descriptor (raises if the ledger is not open)."""
+        fd: int | None = getattr(self, "_fd", None)
+        if fd is None:
             raise RuntimeError("ledger is not open; call open() first")
+        return fd
 
     def __len__(self) -> int:
         self._require_open()
@@ -310,7 +317,7 @@ class Ledger:
 
     def append(self, record: ReleaseRecord) -> bool:
         """Durably append ``record``; return False if an identical record was already there."""
-        self._require_open()
+        fd = self._require_open()
         existing = self.get(record.release_id)
         if existing is not None:
             if existing.content_digest() == record.content_digest():
@@ -329,8 +336,9 @@ class Ledger:
         payload = (line + "\n").encode()
         written = 0
         while written < len(payload):
-            written += os.write(self._fd, payload[written:])
-        os.fsync(self._fd)
+            written += os.write(fd, payload[written:])
+        os.fsync(fd)
+
         self._by_id[record.release_id] = seq
         self._entries.append((record, h))
         return True
@@ -345,5 +353,6 @@ class Ledger:
     def __enter__(self) -> Ledger:
         return self.open() if getattr(self, "_fd", None) is None else self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
+
         self.close()

@@ -21,9 +21,13 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from .noise import NoiseGenerator
+from .secure_noise import SecureGenerator
 from .symmetric import packing
 
 __all__ = ["SymmetricGaussianNoise", "WishartNoise"]
@@ -48,7 +52,9 @@ def _flat_indices(p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=256)
-def _pair_plan(p: int, k: int, terms: int):
+def _pair_plan(
+    p: int, k: int, terms: int
+) -> tuple[npt.NDArray[np.float64], np.ndarray, np.ndarray, np.ndarray]:
     """χ² degrees of freedom and flat indices of two stacked Bartlett factors (k, terms·k)."""
     diag, tril, packed = _flat_indices(p)
     ar = np.arange(p)
@@ -91,15 +97,15 @@ class SymmetricGaussianNoise:
         self.sigma = sigma
         self.scale_multiplier = scale_multiplier
 
-    def _scales(self) -> np.ndarray:
-        scales = getattr(self, "_scale_vec", None)
+    def _scales(self) -> npt.NDArray[np.float64]:
+        scales: npt.NDArray[np.float64] | None = getattr(self, "_scale_vec", None)
         if scales is None:
             pk = packing(self.p)
             s = self.sigma * self.scale_multiplier
             scales = self._scale_vec = np.where(pk.is_diag, s * np.sqrt(2.0), s)
         return scales
 
-    def sample(self, rng: np.random.Generator, terms: int = 1) -> np.ndarray:
+    def sample(self, rng: NoiseGenerator, terms: int = 1) -> npt.NDArray[np.float64]:
         """One packed draw: the sum of ``terms`` i.i.d. node noises."""
         z = rng.standard_normal(packing(self.p).size)
         z *= self._scales()
@@ -107,11 +113,14 @@ class SymmetricGaussianNoise:
             z *= np.sqrt(terms)
         return z
 
-    def sample_many(self, rng: np.random.Generator, n: int, terms: int = 1) -> np.ndarray:
+    def sample_many(self, rng: NoiseGenerator, n: int, terms: int = 1) -> npt.NDArray[np.float64]:
         z = rng.standard_normal((n, packing(self.p).size))
-        return z * (self._scales() * np.sqrt(terms))
+        out: npt.NDArray[np.float64] = z * (self._scales() * np.sqrt(terms))
+        return out
 
-    def sample_pair(self, rng: np.random.Generator, terms: int) -> tuple[np.ndarray, np.ndarray]:
+    def sample_pair(
+        self, rng: NoiseGenerator, terms: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """One node noise and, independently, the sum of ``terms`` more, from one stream."""
         P = packing(self.p).size
         z = rng.standard_normal(2 * P)
@@ -130,6 +139,7 @@ class SymmetricGaussianNoise:
         return max(data_exponent, 30 - (math.frexp(s)[1] - 1))
 
     def _variances_units(self, g: int, terms: int) -> list[Fraction]:
+        cache: dict[tuple[int, int, float, float], list[Fraction]]
         cache = self.__dict__.setdefault("_var_cache", {})
         key = (g, terms, self.sigma, self.scale_multiplier)
         if key not in cache:
@@ -137,16 +147,18 @@ class SymmetricGaussianNoise:
             cache[key] = [2 * s2 if diag else s2 for diag in packing(self.p).is_diag]
         return cache[key]
 
-    def sample_units(self, rng, g: int, terms: int = 1) -> np.ndarray:
+    def sample_units(self, rng: SecureGenerator, g: int, terms: int = 1) -> npt.NDArray[np.int64]:
         """Secure: one packed node noise as int64 units of γ = 2^−g, entry i exactly
         N_ℤ(0, σ_i²/γ²) (σ_i = σ off the diagonal, σ√2 on it; ``terms``·σ_i² for pads)."""
         return rng.normal_units(self._variances_units(g, terms))
 
-    def sample_pair_units(self, rng, g: int, terms: int) -> tuple[np.ndarray, np.ndarray]:
+    def sample_pair_units(
+        self, rng: SecureGenerator, g: int, terms: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Secure: a node noise and the pad (``terms``·σ² per entry), from one stream."""
         return self.sample_units(rng, g), self.sample_units(rng, g, terms)
 
-    def law(self) -> dict:
+    def law(self) -> dict[str, Any]:
         return {"law": "symmetrised gaussian", "sigma": float(self.sigma)}
 
 
@@ -186,10 +198,10 @@ class WishartNoise:
         self.dof = dof
         self.scale_multiplier = scale_multiplier
 
-    def unpack(self, v: np.ndarray) -> np.ndarray:
+    def unpack(self, v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         return packing(self.p).unpack(v)
 
-    def _bartlett(self, rng: np.random.Generator, n: int, dof: int) -> np.ndarray:
+    def _bartlett(self, rng: NoiseGenerator, n: int, dof: int) -> npt.NDArray[np.float64]:
         p = self.p
         if dof < p:
             raise ValueError(f"Wishart degrees of freedom {dof} < dimension {p}")
@@ -201,7 +213,7 @@ class WishartNoise:
         W = A @ A.transpose(0, 2, 1)
         return packing(p).pack(W) * (self.scale * self.scale_multiplier)
 
-    def sample(self, rng: np.random.Generator, terms: int = 1) -> np.ndarray:
+    def sample(self, rng: NoiseGenerator, terms: int = 1) -> npt.NDArray[np.float64]:
         """One packed draw of W_p(scale·I, terms·dof): the sum of ``terms`` node noises."""
         p = self.p
         dof = int(self.dof) * terms
@@ -209,23 +221,26 @@ class WishartNoise:
             raise ValueError(f"Wishart degrees of freedom {dof} < dimension {p}")
         diag, tril, packed = _flat_indices(p)
         chi = rng.chisquare(dof - np.arange(p))  # same draw order as _bartlett
-        A = np.zeros(p * p)
+        A: npt.NDArray[np.float64] = np.zeros(p * p)
         A[diag] = np.sqrt(chi)
         A[tril] = rng.standard_normal(tril.size)
         A = A.reshape(p, p)
         W = A @ A.T
-        return W.ravel()[packed] * (self.scale * self.scale_multiplier)
+        out: npt.NDArray[np.float64] = W.ravel()[packed] * (self.scale * self.scale_multiplier)
+        return out
 
-    def sample_many(self, rng: np.random.Generator, n: int, terms: int = 1) -> np.ndarray:
+    def sample_many(self, rng: NoiseGenerator, n: int, terms: int = 1) -> npt.NDArray[np.float64]:
         return self._bartlett(rng, n, int(self.dof) * terms)
 
-    def sample_pair(self, rng: np.random.Generator, terms: int) -> tuple[np.ndarray, np.ndarray]:
+    def sample_pair(
+        self, rng: NoiseGenerator, terms: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """W_p(s·I, k) and, independently, W_p(s·I, terms·k), from one stream (one χ² call)."""
         p, k = self.p, int(self.dof)
         if k < p:
             raise ValueError(f"Wishart degrees of freedom {k} < dimension {p}")
         dfs, diag2, tril2, packed = _pair_plan(p, k, terms)
-        A = np.zeros(2 * p * p)
+        A: npt.NDArray[np.float64] = np.zeros(2 * p * p)
         A[diag2] = np.sqrt(rng.chisquare(dfs))
         A[tril2] = rng.standard_normal(tril2.size)
         A = A.reshape(2, p, p)
@@ -237,5 +252,5 @@ class WishartNoise:
         pad *= scale
         return node, pad
 
-    def law(self) -> dict:
+    def law(self) -> dict[str, Any]:
         return {"law": "wishart", "scale": float(self.scale), "dof": int(self.dof)}

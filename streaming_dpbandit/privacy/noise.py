@@ -25,11 +25,39 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 from numpy.random.bit_generator import ISeedSequence
+from numpy.typing import DTypeLike
 
-__all__ = ["NoiseSource", "StreamFamily"]
+from .secure_noise import SecureGenerator
+
+#: What a noise stream is: a numpy generator (``backend="fast"``) or a
+#: :class:`~.secure_noise.SecureGenerator` (``backend="secure"``, which raises on samplers it
+#: does not implement exactly).
+NoiseGenerator: TypeAlias = np.random.Generator | SecureGenerator
+
+__all__ = ["NoiseGenerator", "NoiseSource", "StreamFamily", "numpy_stream", "secure_stream"]
+
+
+def numpy_stream(g: NoiseGenerator) -> np.random.Generator:
+    """``g`` as a fast-backend (numpy) stream; a secure stream here is a wiring error.
+
+    >>> numpy_stream(np.random.default_rng(0)).random() < 1
+    True
+    """
+    if not isinstance(g, np.random.Generator):
+        raise TypeError("a float sampler was handed a secure noise stream")
+    return g
+
+
+def secure_stream(g: NoiseGenerator) -> SecureGenerator:
+    """``g`` as a secure-backend stream; a numpy stream here is a wiring error."""
+    if not isinstance(g, SecureGenerator):
+        raise TypeError("an exact sampler was handed a floating-point noise stream")
+    return g
 
 
 @functools.lru_cache(maxsize=1024)
@@ -38,7 +66,7 @@ def _encode_str(label: str) -> bytes:
     return b"s" + len(b).to_bytes(4, "little") + b
 
 
-def _encode_labels(labels: tuple) -> bytes:
+def _encode_labels(labels: tuple[int | str, ...]) -> bytes:
     """Injective byte encoding of a label tuple (type tag + length + bytes per label)."""
     parts = []
     for lbl in labels:
@@ -81,7 +109,7 @@ class _KeyedSeed(ISeedSequence):
         self._key = key
         self._msg = msg
 
-    def generate_state(self, n_words: int, dtype=np.uint32) -> np.ndarray:
+    def generate_state(self, n_words: int, dtype: DTypeLike = np.uint32) -> npt.NDArray[Any]:
         code = _WORD_TYPES.get(dtype) or _WORD_TYPES.get(np.dtype(dtype))
         if code is None:
             raise ValueError("only uint32 and uint64 seed words are supported")
@@ -106,7 +134,7 @@ class StreamFamily:
         self._source = source
         self._prefix = prefix
 
-    def generator(self, *labels: int | str) -> np.random.Generator:
+    def generator(self, *labels: int | str) -> NoiseGenerator:
         """The stream of prefix + ``labels`` (untracked: see ``NoiseSource.family``)."""
         return self._source._stream(self._prefix + _encode_labels(labels))
 
@@ -149,14 +177,14 @@ class NoiseSource:
         self.seed = seed
         self.backend = backend
 
-    def _stream(self, msg: bytes):
+    def _stream(self, msg: bytes) -> NoiseGenerator:
         if self.backend == "fast":
-            return np.random.Generator(np.random.PCG64(_KeyedSeed(self._mac(), msg)))
+            # numpy's stubs omit ISeedSequence, which BitGenerator accepts (numpy docs)
+            seed = _KeyedSeed(self._mac(), msg)
+            return np.random.Generator(np.random.PCG64(seed))  # type: ignore[arg-type]
         if self.backend == "secure":
-            from .secure_noise import SecureGenerator
-
-            seed = _KeyedSeed(self._mac(), b"\x00secure" + msg).generate_state(8, np.uint32)
-            return SecureGenerator(seed.tobytes())
+            seed_words = _KeyedSeed(self._mac(), b"\x00secure" + msg).generate_state(8, np.uint32)
+            return SecureGenerator(seed_words.tobytes())
         raise ValueError(f"noise backend must be 'fast' or 'secure', got {self.backend!r}")
 
     # -- key handling ---------------------------------------------------------------------
@@ -176,14 +204,14 @@ class NoiseSource:
             self._mac_bytes = mac
         return mac[1]
 
-    def _issued_set(self) -> set:
+    def _issued_set(self) -> set[tuple[int | str, ...]]:
         issued = getattr(self, "_issued", None)
         if issued is None:
             issued = set()
             self._issued = issued
         return issued
 
-    def generator(self, *labels: int | str, track: bool = True) -> np.random.Generator:
+    def generator(self, *labels: int | str, track: bool = True) -> NoiseGenerator:
         """Return the generator of the stream named by ``labels``.
 
         Each label tuple may be issued once per source object: asking twice means a release
@@ -231,7 +259,7 @@ class NoiseSource:
         return "/".join(str(lbl) for lbl in labels)
 
     # -- persistence ----------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Secret state: the master key and the labels already issued. Snapshot-only."""
         return {
             "key": format(self._master(), "x"),
@@ -239,7 +267,7 @@ class NoiseSource:
             "backend": self.backend,
         }
 
-    def load_state_dict(self, state: dict) -> NoiseSource:
+    def load_state_dict(self, state: dict[str, Any]) -> NoiseSource:
         """Restore the key and issued labels. The backend stays the configured one: it is
         public configuration, each release records its own, and switching it between releases
         (e.g. a snapshot written before ``serve`` defaulted to ``secure``) costs no privacy."""
@@ -256,5 +284,7 @@ class NoiseSource:
             return "NoiseSource(seed=<secret>)"
         return f"NoiseSource(seed=<secret>, backend={self.backend!r})"
 
-    def __getstate__(self):  # pickling for multiprocessing keeps the key; never log the state
+    def __getstate__(
+        self,
+    ) -> dict[str, Any]:  # pickling for multiprocessing keeps the key; never log the state
         return self.__dict__.copy()

@@ -19,9 +19,12 @@ Spec: docs/specs/fliphat.md.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from .noise import NoiseGenerator
 from .peeling_accounting import ACCOUNTANTS, peeling_pld_ratio
 
 __all__ = ["Peeling", "peeling_scale"]
@@ -111,7 +114,9 @@ class Peeling:
             )
         return base * self.scale_multiplier
 
-    def release(self, v, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def release(
+        self, v: npt.ArrayLike, rng: NoiseGenerator
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """Select ``s`` coordinates of ``v`` privately; return (indices in order, noisy values)."""
         v = np.asarray(v, dtype=np.float64)
         if v.ndim != 1:
@@ -119,7 +124,9 @@ class Peeling:
         idx, vals = self.release_many(v[None, :], rng)
         return idx[0], vals[0]
 
-    def release_many(self, V, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def release_many(
+        self, V: npt.ArrayLike, rng: NoiseGenerator
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """Run independent Peeling calls on each row of ``V`` (n × d), vectorised over rows.
 
         For one row the draws are exactly those of :meth:`release`: s noise vectors of size d,
@@ -148,5 +155,5 @@ class Peeling:
         values = rng.laplace(V[rows[:, None], chosen], xi, size=(n, self.s))
         return chosen, values
 
-    def accounting(self) -> dict:
+    def accounting(self) -> dict[str, Any]:
         return {"type": "eps_delta", "epsilon": float(self.epsilon), "delta": float(self.delta)}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import math
+from typing import Any
 
 __all__ = [
     "ACCOUNTANTS",
@@ -72,7 +73,8 @@ def peeling_pld_epsilon(
     >>> round(peeling_pld_epsilon(1 / 23.5079, 10, 0.01), 2)
     0.47
     """
-    from dp_accounting.pld import common
+    # dp-accounting ships no type information (no py.typed)
+    from dp_accounting.pld import common  # type: ignore[import-untyped]
     from dp_accounting.pld import privacy_loss_distribution as pld
 
     if not (ratio > 0 and steps >= 1 and 0 < delta < 1):
@@ -127,7 +129,7 @@ def peeling_pld_ratio(
     return lo
 
 
-def accountant_record(accountant: str) -> dict:
+def accountant_record(accountant: str) -> dict[str, Any]:
     """What the ledger records about the accountant that calibrated a fit.
 
     >>> accountant_record("closed_form")["name"]

@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["project_l1_ball"]
 
 
-def project_l1_ball(v, radius: float) -> np.ndarray:
+def project_l1_ball(v: npt.ArrayLike, radius: float) -> npt.NDArray[np.float64]:
     """Project ``v`` onto ``{u : ‖u‖₁ ≤ radius}`` by sort-and-threshold, O(d log d).
 
     Parameters
@@ -48,7 +49,7 @@ def project_l1_ball(v, radius: float) -> np.ndarray:
     cond = u - (css - radius) / j > 0
     rho = int(np.nonzero(cond)[0][-1])
     tau = (css[rho] - radius) / (rho + 1)
-    out = np.sign(flat) * np.maximum(a - tau, 0.0)
+    out: npt.NDArray[np.float64] = np.sign(flat) * np.maximum(a - tau, 0.0)
     # Rounding in τ can leave ‖out‖₁ a few ulps above the radius; the sensitivity bound of
     # the next N-IHT step needs ‖θ‖₁ ≤ C exactly, so shrink by the excess (a ~1e-15 change).
     total = float(np.abs(out).sum())

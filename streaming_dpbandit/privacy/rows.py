@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .symmetric import packing
 
@@ -59,8 +61,8 @@ def _round_grid(a: np.ndarray) -> np.ndarray:
 
 
 def prepare_rows(
-    X: np.ndarray, y: np.ndarray, L: float, B_tilde: float
-) -> tuple[np.ndarray, int, int]:
+    X: npt.ArrayLike, y: npt.ArrayLike, L: float, B_tilde: float
+) -> tuple[npt.NDArray[np.float64], int, int]:
     """Clip and round (x, y) into rows a = [x; y] with ‖a‖ ≤ √(L² + B̃²).
 
     Returns (rows (n, d+1), clipped actions, clipped rewards).
@@ -74,6 +76,8 @@ def prepare_rows(
     """
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
+    n: int
+    d: int
     n, d = X.shape
     Lq = L - math.sqrt(d) * GRID / 2  # rounding moves x by at most √d·2⁻¹⁷
     if Lq <= 0:
@@ -120,7 +124,7 @@ def overflowing_norms(X: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.nda
     return rows, top[:, 0] * np.sqrt(np.multiply(part, part).sum(axis=1))
 
 
-def exact_gram_units(rows: np.ndarray, row_norm_sq: float) -> np.ndarray:
+def exact_gram_units(rows: npt.NDArray[np.float64], row_norm_sq: float) -> npt.NDArray[np.int64]:
     """Packed Σ a aᵀ of grid rows as exact int64 multiples of 2⁻³².
 
     ``row_norm_sq`` bounds ‖a‖²; rows are summed by BLAS in chunks whose partial sums are
@@ -138,7 +142,8 @@ def exact_gram_units(rows: np.ndarray, row_norm_sq: float) -> np.ndarray:
         # SYRK, 25% slower at these shapes (exactness does not depend on the summation order)
         G = np.dot(rows.T.copy(), rows).ravel()[upper]
         G *= _UNIT
-        return G.astype(np.int64)
+        units: npt.NDArray[np.int64] = G.astype(np.int64)
+        return units
     total = np.zeros(upper.size, dtype=np.int64)
     for i in range(0, rows.shape[0], chunk):
         part = rows[i : i + chunk]
@@ -157,6 +162,6 @@ def _upper_flat(p: int) -> np.ndarray:
     return idx
 
 
-def units_to_float(units: np.ndarray) -> np.ndarray:
+def units_to_float(units: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
     """int64 (or exact Python int) multiples of 2⁻³² back to float64."""
     return units.astype(np.float64) / _UNIT

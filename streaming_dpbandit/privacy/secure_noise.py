@@ -42,9 +42,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Iterable
 from fractions import Fraction
+from typing import NoReturn, cast, overload
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "GRID_BITS",
@@ -184,13 +187,13 @@ def _dgauss(bits: _Bits, sigma2: Fraction) -> int:
             return y
 
 
-def discrete_laplace(bits: _Bits, scale: Fraction, n: int) -> np.ndarray:
+def discrete_laplace(bits: _Bits, scale: Fraction, n: int) -> npt.NDArray[np.float64]:
     """n i.i.d. draws of DLap(scale) (scale a positive rational), as float64 integers."""
     t, s = scale.numerator, scale.denominator
     return np.array([_dlaplace(bits, t, s) for _ in range(n)], dtype=np.float64)
 
 
-def discrete_gaussian(bits: _Bits, sigma: Fraction, n: int) -> np.ndarray:
+def discrete_gaussian(bits: _Bits, sigma: Fraction, n: int) -> npt.NDArray[np.float64]:
     """n i.i.d. draws of N_ℤ(0, σ²) (σ a positive rational), as float64 integers."""
     sigma2 = sigma * sigma
     return np.array([_dgauss(bits, sigma2) for _ in range(n)], dtype=np.float64)
@@ -221,7 +224,13 @@ class SecureGenerator:
     def __init__(self, seed: bytes):
         self._bits = _Bits(seed)
 
-    def _release(self, loc, scale: float, size, draw) -> np.ndarray | float:
+    def _release(
+        self,
+        loc: npt.ArrayLike,
+        scale: float,
+        size: int | tuple[int, ...] | None,
+        draw: Callable[[_Bits, Fraction, int], npt.NDArray[np.float64]],
+    ) -> npt.NDArray[np.float64] | float:
         scale = float(scale)
         gamma = grid_of(scale)
         loc_arr = np.asarray(loc, dtype=np.float64)
@@ -238,15 +247,51 @@ class SecureGenerator:
             return float(out)
         return out
 
-    def laplace(self, loc=0.0, scale: float = 1.0, size=None):
+    @overload
+    def laplace(self, loc: float = 0.0, scale: float = 1.0, size: None = None) -> float: ...
+    @overload
+    def laplace(
+        self,
+        loc: npt.ArrayLike = 0.0,
+        scale: float = 1.0,
+        size: int | tuple[int, ...] | None = None,
+    ) -> npt.NDArray[np.float64]: ...
+    def laplace(
+        self,
+        loc: npt.ArrayLike = 0.0,
+        scale: float = 1.0,
+        size: int | tuple[int, ...] | None = None,
+    ) -> npt.NDArray[np.float64] | float:
         """``loc`` rounded to the grid γ of ``scale`` plus γ·DLap(scale/γ)."""
         return self._release(loc, scale, size, discrete_laplace)
 
-    def normal(self, loc=0.0, scale: float = 1.0, size=None):
+    @overload
+    def normal(self, loc: float = 0.0, scale: float = 1.0, size: None = None) -> float: ...
+    @overload
+    def normal(
+        self,
+        loc: npt.ArrayLike = 0.0,
+        scale: float = 1.0,
+        size: int | tuple[int, ...] | None = None,
+    ) -> npt.NDArray[np.float64]: ...
+    def normal(
+        self,
+        loc: npt.ArrayLike = 0.0,
+        scale: float = 1.0,
+        size: int | tuple[int, ...] | None = None,
+    ) -> npt.NDArray[np.float64] | float:
         """``loc`` rounded to the grid γ of ``scale`` plus γ·N_ℤ(0, (scale/γ)²)."""
         return self._release(loc, scale, size, discrete_gaussian)
 
-    def normal_units(self, sigma2_units, size: int | None = None) -> np.ndarray:
+    @overload
+    def normal_units(self, sigma2_units: Fraction | float, size: int) -> npt.NDArray[np.int64]: ...
+    @overload
+    def normal_units(
+        self, sigma2_units: Iterable[Fraction | float], size: None = None
+    ) -> npt.NDArray[np.int64]: ...
+    def normal_units(
+        self, sigma2_units: Fraction | float | Iterable[Fraction | float], size: int | None = None
+    ) -> npt.NDArray[np.int64]:
         """Exact N_ℤ(0, σ²) draws as int64 *grid units*, σ² an exact rational.
 
         For mechanisms that keep their value exactly on a grid (integer units) and add the
@@ -261,10 +306,13 @@ class SecureGenerator:
         >>> SecureGenerator(bytes(32)).normal_units([Fraction(2**62)] * 3).tolist() == z.tolist()
         True
         """
-        if size is not None:
-            sigma2_units = [sigma2_units] * size
+        # the overloads pair one variance with a size and a sequence with size=None
+        values = cast(
+            "Iterable[Fraction | float]",
+            [sigma2_units] * size if size is not None else sigma2_units,
+        )
         out = []
-        for v in sigma2_units:
+        for v in values:
             sigma2 = v if isinstance(v, Fraction) else Fraction(v)
             if not sigma2 > 0:
                 raise ValueError("the noise variance must be positive")
@@ -273,7 +321,7 @@ class SecureGenerator:
             out.append(_dgauss(self._bits, sigma2))
         return np.array(out, dtype=np.int64)
 
-    def bernoulli(self, p, n: int) -> np.ndarray:
+    def bernoulli(self, p: npt.ArrayLike | Fraction, n: int) -> npt.NDArray[np.bool_]:
         """n exact Bernoulli(p) coins, p a float in [0, 1] taken as its exact rational value
         (or a :class:`~fractions.Fraction`); one p, or an array of n.
 
@@ -289,7 +337,7 @@ class SecureGenerator:
             out[i] = _bernoulli(self._bits, f.numerator, f.denominator)
         return out
 
-    def logistic_coins(self, epsilon: float, n: int) -> np.ndarray:
+    def logistic_coins(self, epsilon: float, n: int) -> npt.NDArray[np.bool_]:
         """n exact Bernoulli(1/(1 + e^ε)) coins (ε ≥ 0 a float, taken exactly).
 
         With a = e^−ε: per round, a fair coin; heads → output 1 with probability a (else
@@ -316,7 +364,7 @@ class SecureGenerator:
                     break
         return out
 
-    def sign_symmetric_normal(self, shape) -> np.ndarray:
+    def sign_symmetric_normal(self, shape: int | tuple[int, ...]) -> npt.NDArray[np.float64]:
         """Approximately N(0, 1) floats whose law is *exactly* invariant under x → −x.
 
         A *base measure* for data-independent directions (the ℓ2-ball mechanism's output
@@ -338,7 +386,7 @@ class SecureGenerator:
                 signs[i + j] = -1.0 if (w >> j) & 1 else 1.0
         return mag * signs.reshape(shape)
 
-    def permutation(self, n: int) -> np.ndarray:
+    def permutation(self, n: int) -> npt.NDArray[np.int64]:
         """A uniform permutation of range(n) (Fisher–Yates on exact uniform integers).
 
         Data-independent randomness (e.g. SVT's query order); provided so that a mechanism on
@@ -353,7 +401,7 @@ class SecureGenerator:
             out[i], out[j] = out[j], out[i]
         return out
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> NoReturn:
         if name.startswith("_"):
             raise AttributeError(name)
         raise NotImplementedError(

@@ -18,7 +18,13 @@ integer operations at step j.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = ["ExactToeplitzSteps"]
 
@@ -56,12 +62,12 @@ class ExactToeplitzSteps:
     [3, 1]
     """
 
-    def __init__(self, coeffs: np.ndarray, g: int, data_bits: int = 32):
+    def __init__(self, coeffs: npt.NDArray[np.float64], g: int, data_bits: int = 32):
         self.coeffs = coeffs
         self.g = g
         self.data_bits = data_bits
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_X"):
             ratios = [float(c).as_integer_ratio() for c in self.coeffs]
             e = max(den.bit_length() - 1 for _, den in ratios)  # dens are powers of two
@@ -70,7 +76,7 @@ class ExactToeplitzSteps:
             self._X: list[list[int]] = []
         return self
 
-    def push(self, x: np.ndarray) -> np.ndarray:
+    def push(self, x: npt.ArrayLike) -> npt.NDArray[Any]:
         """Append step sum x_j (integer units) and return rint((C̃·x)_j/γ) (object ints)."""
         self._state()
         if len(self._X) >= len(self._W):
@@ -91,11 +97,11 @@ class ExactToeplitzSteps:
     def steps(self) -> int:
         return len(self._state()._X)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The exact step sums (SENSITIVE: owner-only snapshots)."""
         return {"X": [list(map(int, row)) for row in self._state()._X]}
 
-    def load_state_dict(self, state: dict) -> ExactToeplitzSteps:
+    def load_state_dict(self, state: dict[str, Any]) -> ExactToeplitzSteps:
         self._state()
         self._X = [[int(v) for v in row] for row in state["X"]]
         return self

@@ -11,6 +11,7 @@ only (policy configuration and ledger spend).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 __all__ = ["PAPER_LABEL", "PrivacyStatement"]
 
@@ -92,7 +93,8 @@ class PrivacyStatement:
             lines.append(f"Caveat: {c}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+
         out = dataclasses.asdict(self)
         out["caveats"] = list(self.caveats)
         out["label"] = self.effective_label

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .draw_counter import DrawCounter
 from .rows import exact_gram_units, units_to_float
+
+if TYPE_CHECKING:
+    from .matrix_noise import SymmetricGaussianNoise
+    from .noise import NoiseGenerator, NoiseSource
+    from .secure_noise import SecureGenerator
+    from .secure_steps import ExactToeplitzSteps
 
 __all__ = ["StepwisePrefix"]
 
@@ -35,6 +43,22 @@ class StepwisePrefix(DrawCounter):
     (1, 1, 0, False)
     """
 
+    # parameters and state of the host (see above)
+    n_steps: int
+    row_norm_sq: float
+    noise: NoiseSource
+    sampler: SymmetricGaussianNoise
+    _M: npt.NDArray[Any]  # int64 grid units
+    _M_last: npt.NDArray[Any]
+    _s: int
+    _pending: int
+    _step: int
+    _noise_sum: npt.NDArray[np.float64]
+
+    if TYPE_CHECKING:  # provided by the host class (secure backend only)
+
+        def _encoder(self) -> ExactToeplitzSteps: ...
+
     @property
     def s(self) -> int:
         return self._state()._s
@@ -47,14 +71,15 @@ class StepwisePrefix(DrawCounter):
     def full(self) -> bool:
         return self.steps >= self.n_steps
 
-    def insert_many(self, rows: np.ndarray) -> int:
+    def insert_many(self, rows: npt.NDArray[np.float64]) -> int:
         self._state()
-        if self._step >= self.n_steps or rows.shape[0] == 0:
+        n: int = rows.shape[0]
+        if self._step >= self.n_steps or n == 0:
             return 0
         self._M += exact_gram_units(rows, self.row_norm_sq)
-        self._s += rows.shape[0]
-        self._pending += rows.shape[0]
-        return rows.shape[0]
+        self._s += n
+        self._pending += n
+        return n
 
     # -- the secure backend (docs/privacy/secure-noise.md, "Factorisations") ---------------------
     @property
@@ -62,7 +87,7 @@ class StepwisePrefix(DrawCounter):
         """Whether steps are exact integer encodings plus discrete Gaussian noise."""
         return getattr(self.noise, "backend", "fast") == "secure"
 
-    def _secure_step(self, g_stream) -> np.ndarray:
+    def _secure_step(self, g_stream: NoiseGenerator) -> npt.NDArray[np.float64]:
         """Step j on the secure backend: γ·(rint((C̃x)_j/γ) + Z_j) (floats: post-processing).
 
         The step sum x_j = M − M at the previous step (exact integers); ``_encoder`` is the
@@ -74,10 +99,12 @@ class StepwisePrefix(DrawCounter):
         x = self._M - self._M_last
         self._M_last = self._M.copy()
         g = enc.g
-        Y = enc.push(x) + self.sampler.sample_units(g_stream, g).astype(object)
+        # a stream of the secure backend (the callers check ``self.secure``)
+        rng = cast("SecureGenerator", g_stream)
+        Y = enc.push(x) + self.sampler.sample_units(rng, g).astype(object)
         return np.array([math.ldexp(float(v), -g) for v in Y])
 
-    def _secure_counters(self) -> dict:
+    def _secure_counters(self) -> dict[str, Any]:
         if not self.secure:
             return {}
         return {
@@ -85,7 +112,7 @@ class StepwisePrefix(DrawCounter):
             "encoder": self._encoder().state_dict(),
         }
 
-    def _load_secure_counters(self, state: dict) -> None:
+    def _load_secure_counters(self, state: dict[str, Any]) -> None:
         if not self.secure:
             return
         if "encoder" not in state:
@@ -96,19 +123,19 @@ class StepwisePrefix(DrawCounter):
         self._M_last = np.asarray(state["M_last"], dtype=np.int64).copy()
         self._encoder().load_state_dict(state["encoder"])
 
-    def exact_sum(self) -> np.ndarray:
+    def exact_sum(self) -> npt.NDArray[np.float64]:
         """The exact prefix (SENSITIVE)."""
         return units_to_float(self._state()._M)
 
-    def noise_sum(self) -> np.ndarray:
+    def noise_sum(self) -> npt.NDArray[np.float64]:
         """Noise of the current release (SENSITIVE; simulation diagnostics only)."""
         if self.secure:  # the secure release (the noisy steps, post-processed) − its rows
             self._state()
-            last = getattr(self, "_M_last", np.zeros_like(self._M))
+            last: npt.NDArray[Any] = getattr(self, "_M_last", np.zeros_like(self._M))
             return self._noise_sum - units_to_float(last)
         return self._state()._noise_sum.copy()
 
-    def _counters(self) -> dict:
+    def _counters(self) -> dict[str, Any]:
         """The state every step-wise aggregator snapshots (with its own noise state)."""
         self._state()
         return {
@@ -119,7 +146,7 @@ class StepwisePrefix(DrawCounter):
             **self._secure_counters(),
         }
 
-    def _load_counters(self, state: dict) -> None:
+    def _load_counters(self, state: dict[str, Any]) -> None:
         self._M = np.asarray(state["M"], dtype=np.int64).copy()
         self._s = int(state["s"])
         self._pending = int(state["pending"])

@@ -33,6 +33,9 @@ import dataclasses
 import math
 
 import numpy as np
+import numpy.typing as npt
+
+from .noise import NoiseGenerator
 
 __all__ = [
     "SVTResult",
@@ -85,7 +88,7 @@ def svt_margin(sigma: float, m: int, cap: int, s0: int) -> float:
     return 2.0 * sigma * math.log(m / (cap - s0))
 
 
-def pass_probability(a, sigma: float):
+def pass_probability(a: npt.ArrayLike, sigma: float) -> npt.NDArray[np.float64]:
     """P(Lap(2σ) − Lap(σ) ≥ a): the pass probability of a query ``a`` below the threshold.
 
     For a ≥ 0 it is (2/3)e^{−a/(2σ)} − (1/6)e^{−a/σ}; the difference is symmetric, so
@@ -99,14 +102,15 @@ def pass_probability(a, sigma: float):
     a = np.asarray(a, dtype=np.float64)
     x = np.abs(a)
     upper = (2.0 / 3.0) * np.exp(-x / (2.0 * sigma)) - (1.0 / 6.0) * np.exp(-x / sigma)
-    return np.where(a >= 0, upper, 1.0 - upper)
+    prob: npt.NDArray[np.float64] = np.where(a >= 0, upper, 1.0 - upper)
+    return prob
 
 
 @dataclasses.dataclass
 class SVTResult:
     """Transcript of one SVT call: selected positions (in query order), halt index h, cap hit."""
 
-    selected: np.ndarray
+    selected: npt.NDArray[np.int64]
     halted_at: int
     cap_hit: bool
 
@@ -144,7 +148,9 @@ class SparseVector:
         if not (self.sigma > 0 and self.cap >= 1 and math.isfinite(self.tau)):
             raise ValueError("need sigma > 0, cap >= 1 and a finite threshold")
 
-    def run(self, q, rng: np.random.Generator, order: np.ndarray | None = None) -> SVTResult:
+    def run(
+        self, q: npt.ArrayLike, rng: NoiseGenerator, order: npt.NDArray[np.int64] | None = None
+    ) -> SVTResult:
         """One call on queries ``q`` taken in ``order`` (default 0, 1, …; must be data-free).
 
         ``selected`` holds indices into ``q``; ``halted_at`` counts the comparisons made.
@@ -163,7 +169,9 @@ class SparseVector:
             sel = order[sel]
         return SVTResult(sel, int(h[0]), bool(sel.size == self.cap))
 
-    def run_many(self, Q, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def run_many(
+        self, Q: npt.ArrayLike, rng: NoiseGenerator
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Independent calls on each row of ``Q`` (n × m), in column order; vectorised.
 
         Returns (positions n × c, padded with −1; halt indices h (n,)). For one row the draws

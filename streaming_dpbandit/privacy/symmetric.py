@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["SymmetricPacking", "packing"]
 
@@ -69,10 +70,11 @@ class SymmetricPacking:
         v = np.asarray(v)
         return v[..., self.full_index].reshape(*v.shape[:-1], self.p, self.p)
 
-    def outer_sum(self, rows: np.ndarray) -> np.ndarray:
+    def outer_sum(self, rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Packed Σ_i a_i a_iᵀ of the rows a_i of ``rows`` (n, p)."""
         G = rows.T @ rows
-        return G[self.rows, self.cols]
+        packed: npt.NDArray[np.float64] = G[self.rows, self.cols]
+        return packed
 
     def split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(top-left (p−1)×(p−1) block as a full matrix, last column without its last entry)."""

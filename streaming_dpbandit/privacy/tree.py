@@ -44,18 +44,31 @@ Spec: docs/specs/dp_linucb_tree.md.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .draw_counter import DrawCounter
-from .noise import NoiseSource
+from .matrix_noise import SymmetricGaussianNoise, WishartNoise
+from .noise import NoiseGenerator, NoiseSource, StreamFamily
 from .rows import QBITS, exact_gram_units, units_to_float
 from .symmetric import packing
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from .secure_noise import SecureGenerator
 
 __all__ = ["PaddedTree", "tree_levels"]
 
 
-def _units_dtype(n_cap: int, row_norm_sq: float):
+def _secure(rng: NoiseGenerator) -> SecureGenerator:
+    # a stream of a NoiseSource with backend "secure" (the callers check ``self.secure``)
+    return cast("SecureGenerator", rng)
+
+
+def _units_dtype(n_cap: int, row_norm_sq: float) -> type[np.int64] | type[object]:
     """int64 while n_cap·L̃²·2³² < 2⁶³ (about 10⁹ rows for L̃² = 2); exact Python ints beyond."""
     return np.int64 if n_cap * row_norm_sq < 2.0**31 else object
 
@@ -110,13 +123,25 @@ class PaddedTree(DrawCounter):
 
     """
 
+    # state built by _state() (River style: the constructor only stores parameters)
+    _s: int
+    _M: npt.NDArray[Any]  # int64, or exact Python ints (object) for very large capacities
+    _E: npt.NDArray[Any]  # per-level node noise: float64, or int64 grid units (secure)
+    _node_s: list[int]
+    _held: int
+    _pad: npt.NDArray[Any]
+    _pad_terms: int
+    _release_s: int
+    _noise_sum: npt.NDArray[Any]
+    _family: StreamFamily
+
     def __init__(
         self,
         p: int,
         n_cap: int,
-        sampler,
+        sampler: SymmetricGaussianNoise | WishartNoise,
         noise: NoiseSource,
-        label: tuple = ("tree",),
+        label: tuple[int | str, ...] = ("tree",),
         row_norm_sq: float = 2.0,
         pad: bool = True,
     ):
@@ -141,9 +166,18 @@ class PaddedTree(DrawCounter):
     @property
     def grid_exponent(self) -> int | None:
         """g of the secure node grid γ = 2^−g (``None`` on the fast backend)."""
-        return self.sampler.grid_exponent(2 * QBITS) if self.secure else None
+        return self._grid_sampler.grid_exponent(2 * QBITS) if self.secure else None
 
-    def _state(self):
+    @property
+    def _grid_sampler(self) -> SymmetricGaussianNoise:
+        # the secure backend's node noise is Gaussian: gram_calibration refuses wishart+secure
+        return cast(SymmetricGaussianNoise, self.sampler)
+
+    def _grid_g(self) -> int:
+        """g of the secure node grid (secure backend only)."""
+        return self._grid_sampler.grid_exponent(2 * QBITS)
+
+    def _state(self) -> Self:
         if not hasattr(self, "_M"):
             P = packing(self.p).size
             ndt = np.int64 if self.secure else np.float64  # secure: int64 units of γ
@@ -159,14 +193,14 @@ class PaddedTree(DrawCounter):
             self._draws = {"node": 0, "pad": 0}
         return self
 
-    def _sample(self, g, terms: int = 1):
+    def _sample(self, g: NoiseGenerator, terms: int = 1) -> npt.NDArray[Any]:
         if self.secure:
-            return self.sampler.sample_units(g, self.grid_exponent, terms)
+            return self._grid_sampler.sample_units(_secure(g), self._grid_g(), terms)
         return self.sampler.sample(g, terms=terms) if terms != 1 else self.sampler.sample(g)
 
-    def _secure_value(self, noise_units: np.ndarray) -> np.ndarray:
+    def _secure_value(self, noise_units: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
         """float(M·2^(g−32) + noise) · 2^−g, the sum in exact integers, rounded once."""
-        g = self.grid_exponent
+        g = self._grid_g()
         M = self._M.astype(object) * (1 << (g - 2 * QBITS))
         total = M + noise_units.astype(object)
         return np.array([math.ldexp(float(v), -g) for v in total], dtype=np.float64)
@@ -198,11 +232,11 @@ class PaddedTree(DrawCounter):
         return live + self._pad_terms
 
     # -- inserting --------------------------------------------------------------------------
-    def insert_many(self, rows: np.ndarray) -> int:
+    def insert_many(self, rows: npt.NDArray[np.float64]) -> int:
         """Add rows (n, p) (clipped, on the 2⁻¹⁶ grid) up to the capacity; return how many."""
         self._state()
         room = self.n_cap - self._s
-        n = min(room, rows.shape[0])
+        n = min(room, int(rows.shape[0]))
         if n <= 0:
             return 0
         units = exact_gram_units(rows[:n], self.row_norm_sq)
@@ -211,11 +245,11 @@ class PaddedTree(DrawCounter):
         return n
 
     # -- noise ------------------------------------------------------------------------------
-    def _stream(self, *labels) -> np.random.Generator:
+    def _stream(self, *labels: int | str) -> NoiseGenerator:
         """The noise stream (label…, *labels), not tracked (issue-once is structural here)."""
         if not self.label:
             return self.noise.generator(*labels, track=False)
-        fam = getattr(self, "_family", None)
+        fam: StreamFamily | None = getattr(self, "_family", None)
         if fam is None:
             fam = self._family = self.noise.family(*self.label)
         return fam.generator(*labels)
@@ -227,7 +261,7 @@ class PaddedTree(DrawCounter):
         if s < self._release_s:  # pragma: no cover - s never decreases
             raise RuntimeError("the tree's row count went backwards")
         terms = self.m - s.bit_count() if self.pad else 0
-        pad = None
+        pad: npt.NDArray[Any] | None = None
         node_s = self._node_s
         stale = self._held & ~s
         while stale:  # retire held nodes whose bit of s is clear: never reuse their noise
@@ -250,8 +284,11 @@ class PaddedTree(DrawCounter):
                     )
                 g = self._stream(s_c)
                 if s_c == s and terms > 0:  # the node completing now and the pads: one call
+                    pair: tuple[npt.NDArray[Any], npt.NDArray[Any]]
                     if self.secure:
-                        pair = self.sampler.sample_pair_units(g, self.grid_exponent, terms)
+                        pair = self._grid_sampler.sample_pair_units(
+                            _secure(g), self._grid_g(), terms
+                        )
                     else:
                         pair = self.sampler.sample_pair(g, terms)
                     self._E[ell], pad = pair
@@ -275,14 +312,15 @@ class PaddedTree(DrawCounter):
         self._release_s = s
         self._held = s  # every live level (bit of s) now holds its node; the rest were retired
 
-    def release(self) -> np.ndarray:
+    def release(self) -> npt.NDArray[np.float64]:
         """The packed release R_s = M_s + (exactly m noise terms); stable until a row arrives."""
         self._state()._refresh_noise()
         if self.secure:
             return self._secure_value(self._noise_sum)
-        return units_to_float(self._M) + self._noise_sum
+        out: npt.NDArray[np.float64] = units_to_float(self._M) + self._noise_sum
+        return out
 
-    def root_value(self) -> np.ndarray:
+    def root_value(self) -> npt.NDArray[np.float64]:
         """At s = 2^(m−1) (a full doubling epoch): the root node's release M + E[m−1], no pads.
 
         This is one tree-node release (spec §7 "Closing an epoch").
@@ -301,22 +339,24 @@ class PaddedTree(DrawCounter):
             self._draws["node"] += 1
         if self.secure:
             return self._secure_value(self._E[top])
-        return units_to_float(self._M) + self._E[top]
+        root: npt.NDArray[np.float64] = units_to_float(self._M) + self._E[top]
+        return root
 
     # -- sensitive views (simulation and tests only) -----------------------------------------
-    def exact_sum(self) -> np.ndarray:
+    def exact_sum(self) -> npt.NDArray[np.float64]:
         """M_s (SENSITIVE: the exact prefix; never log or export)."""
         return units_to_float(self._state()._M)
 
-    def noise_sum(self) -> np.ndarray:
+    def noise_sum(self) -> npt.NDArray[np.float64]:
         """N_s of the current release (SENSITIVE; simulation diagnostics only)."""
         self._state()._refresh_noise()
         if self.secure:
-            return self._noise_sum.astype(np.float64) * 2.0**-self.grid_exponent
+            gamma: float = 2.0 ** -self._grid_g()
+            return self._noise_sum.astype(np.float64) * gamma
         return self._noise_sum.copy()
 
     # -- persistence ------------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Complete state, node noise included (a restart never re-draws it). SENSITIVE."""
         self._state()
         return {
@@ -330,7 +370,7 @@ class PaddedTree(DrawCounter):
             "draws": dict(self._draws),
         }
 
-    def load_state_dict(self, state: dict) -> PaddedTree:
+    def load_state_dict(self, state: dict[str, Any]) -> PaddedTree:
         self._state()
         self._s = int(state["s"])
         self._M = np.asarray(state["M"], dtype=_units_dtype(self.n_cap, self.row_norm_sq)).copy()

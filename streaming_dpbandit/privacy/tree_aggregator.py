@@ -14,8 +14,13 @@ sums are exact and a restored tree reproduces its releases bit for bit — or fl
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = ["TreeAggregator"]
 
@@ -30,6 +35,7 @@ class TreeAggregator:
     node_noise
         ``node_noise(j)`` returns the noise of the node closed by leaf j (same shape). It must
         derive a fresh, never-reused stream per j (for example from a keyed :class:`NoiseSource`).
+        ``None`` when ``node_release`` is given (it is then never called).
     unit
         Real value of one unit of the (exact integer) leaves; 1.0 for float leaves.
     node_release
@@ -52,20 +58,22 @@ class TreeAggregator:
     def __init__(
         self,
         shape: tuple[int, ...],
-        node_noise: Callable[[int], np.ndarray],
+        node_noise: Callable[[int], npt.ArrayLike] | None,
         unit: float = 1.0,
-        node_release: Callable[[int, np.ndarray], np.ndarray] | None = None,
+        node_release: Callable[[int, npt.NDArray[Any]], npt.ArrayLike] | None = None,
     ):
         self.shape = tuple(shape)
         self.node_noise = node_noise
         self.unit = unit
         self.node_release = node_release
 
-    def _state(self):
+    def _state(self) -> Self:
         if not hasattr(self, "_count"):
             self._count = 0
-            self._exact: list = []  # exact sums of the open partial nodes, one per level
-            self._noisy: list = []  # noisy value of the closed node at each level (or None)
+            # exact sums of the open partial nodes, one per level
+            self._exact: list[npt.NDArray[Any] | None] = []
+            # noisy value of the closed node at each level (or None)
+            self._noisy: list[npt.NDArray[np.float64] | None] = []
         return self
 
     @property
@@ -78,21 +86,22 @@ class TreeAggregator:
         """Closed noisy nodes making up prefix(j): popcount(j)."""
         return sum(v is not None for v in self._state()._noisy)
 
-    def insert(self, leaf) -> None:
+    def insert(self, leaf: npt.ArrayLike) -> None:
         """Insert the next leaf and close the node it completes (drawing that node's noise)."""
         self._state()
-        leaf = np.asarray(leaf)
-        if leaf.shape != self.shape:
-            raise ValueError(f"leaf must have shape {self.shape}, got {leaf.shape}")
+        leaf_arr = np.asarray(leaf)
+        if leaf_arr.shape != self.shape:
+            raise ValueError(f"leaf must have shape {self.shape}, got {leaf_arr.shape}")
         j = self._count + 1
         i = (j & -j).bit_length() - 1  # trailing zeros of j: the level of the node j closes
         while len(self._exact) <= i:
             self._exact.append(None)
             self._noisy.append(None)
-        total = leaf
+        total = leaf_arr
         for k in range(i):
-            if self._exact[k] is not None:
-                total = total + self._exact[k]
+            exact_k = self._exact[k]
+            if exact_k is not None:
+                total = total + exact_k
             self._exact[k] = None
             self._noisy[k] = None
         self._exact[i] = total
@@ -100,29 +109,31 @@ class TreeAggregator:
             self._noisy[i] = np.asarray(self.node_release(j, total), dtype=np.float64)
         else:
             real = np.asarray(total, dtype=np.float64) * self.unit
-            self._noisy[i] = real + np.asarray(self.node_noise(j), dtype=np.float64)
+            # without node_release the caller gives node_noise (class docstring)
+            node_noise = cast("Callable[[int], npt.ArrayLike]", self.node_noise)
+            self._noisy[i] = real + np.asarray(node_noise(j), dtype=np.float64)
         self._count = j
 
-    def prefix(self) -> np.ndarray:
+    def prefix(self) -> npt.NDArray[np.float64]:
         """Noisy sum of all inserted leaves: Σ of the popcount(j) live nodes."""
         self._state()
-        out = np.zeros(self.shape)
+        out: npt.NDArray[np.float64] = np.zeros(self.shape)
         for v in self._noisy:
             if v is not None:
                 out = out + v
         return out
 
-    def exact_prefix(self) -> np.ndarray:
+    def exact_prefix(self) -> npt.NDArray[np.float64]:
         """Exact (secret) sum of the inserted leaves, for tests and simulation diagnostics."""
         self._state()
-        out = np.zeros(self.shape)
+        out: npt.NDArray[np.float64] = np.zeros(self.shape)
         for i, v in enumerate(self._noisy):
             if v is not None:
                 out = out + np.asarray(self._exact[i], dtype=np.float64) * self.unit
         return out
 
     # -- persistence ---------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
             "count": self._count,
@@ -130,7 +141,7 @@ class TreeAggregator:
             "noisy": [None if v is None else np.asarray(v) for v in self._noisy],
         }
 
-    def load_state_dict(self, state: dict) -> TreeAggregator:
+    def load_state_dict(self, state: dict[str, Any]) -> TreeAggregator:
         self._state()
         self._count = int(state["count"])
         self._exact = [None if v is None else _restore(v) for v in state["exact"]]
@@ -140,7 +151,7 @@ class TreeAggregator:
         return self
 
 
-def _restore(v):
+def _restore(v: npt.ArrayLike) -> npt.NDArray[Any]:
     arr = np.asarray(v)
     if arr.dtype == object:
         out = np.empty(arr.shape, dtype=object)

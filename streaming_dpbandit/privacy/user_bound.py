@@ -28,8 +28,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["UserContributionBound"]
 
@@ -76,6 +78,8 @@ class UserContributionBound:
     >>> {k: ub.counters[k] for k in ("admitted", "bounded")}
     {'admitted': 4, 'bounded': 3}
     """
+
+    _hash_template: hashlib.blake2b | None
 
     def __init__(
         self,
@@ -126,19 +130,19 @@ class UserContributionBound:
         return key
 
     # -- hashing ----------------------------------------------------------------------------
-    def hash_users(self, user_ids: Sequence | np.ndarray) -> np.ndarray:
+    def hash_users(self, user_ids: Sequence[Any] | npt.ArrayLike) -> npt.NDArray[np.uint64]:
         """Keyed 64-bit hashes (uint64) of user ids; ids are compared as ``str(id)``.
 
         Two ids with the same string form are one user (merging users only drops more rows).
         """
-        tmpl = self.__dict__.get("_hash_template")
+        tmpl: hashlib.blake2b | None = self.__dict__.get("_hash_template")
         if tmpl is None:  # a keyed BLAKE2b state, copied per id (cheaper than re-keying)
             tmpl = self._hash_template = hashlib.blake2b(key=self._mac_key(), digest_size=8)
         ids = np.asarray(user_ids, dtype=object).reshape(-1).tolist()
         if any(v is None for v in ids):
             raise ValueError("user_id must not be None (omit user ids for event level)")
 
-        def one(v) -> bytes:
+        def one(v: object) -> bytes:
             h = tmpl.copy()
             h.update(str(v).encode())
             return h.digest()
@@ -147,7 +151,7 @@ class UserContributionBound:
         return out
 
     # -- admission --------------------------------------------------------------------------
-    def admit(self, users: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    def admit(self, users: npt.ArrayLike, windows: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Decide, in order, which events enter the private statistics; returns a bool mask.
 
         ``users`` are keyed hashes (:meth:`hash_users`), ``windows`` the window of each event.
@@ -214,7 +218,7 @@ class UserContributionBound:
         return len(self._releases) + sum(len(t) for t in self._windows.values())
 
     # -- persistence (owner-only snapshots: hashes only, never ids; the key is a secret) -----
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._init()
         return {
             "key": self._mac_key().hex(),
@@ -226,7 +230,7 @@ class UserContributionBound:
             "counters": dict(self.counters),
         }
 
-    def load_state_dict(self, state: dict) -> UserContributionBound:
+    def load_state_dict(self, state: dict[str, Any]) -> UserContributionBound:
         self._validate()
         self._key = bytes.fromhex(state["key"])
         self._hash_template = None
@@ -238,7 +242,9 @@ class UserContributionBound:
         self.counters = {**dict.fromkeys(COUNTERS, 0), **state["counters"]}
         return self
 
-    def __getstate__(self):  # pickling (multiprocessing): the hash state is rebuilt from the key
+    def __getstate__(
+        self,
+    ) -> dict[str, Any]:  # pickling (multiprocessing): the hash state is rebuilt from the key
         state = dict(self.__dict__)
         state.pop("_hash_template", None)
         return state

@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, overload
 
 from .accountant import Accountant, Spend, format_of_record
 from .ledger import ReleaseRecord
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-def group_component(c: dict, k: int) -> dict:
+def group_component(c: dict[str, Any], k: int) -> dict[str, Any]:
     """One accounting component's guarantee for neighbours that differ in k rows.
 
     >>> group_component({"type": "laplace", "sensitivity": 1.0, "scale": 2.0}, 3)["sensitivity"]
@@ -106,7 +107,7 @@ class UserLevelSpend:
     spend: Spend
     pld_exact: bool
 
-    def of_record(self) -> dict:
+    def of_record(self) -> dict[str, Any]:
         return self.spend.of_record()
 
     def statement(self) -> str:
@@ -133,7 +134,7 @@ class UserLevelSpend:
             f"({format_of_record(self.of_record())}) in total"
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "bandit_id": self.bandit_id,
             "max_contributions_per_user": self.max_contributions_per_user,
@@ -210,10 +211,15 @@ def user_level_spend(
         per = {s: Accountant(rs).spend(bandit_id, delta=None) for s, rs in slice_g.items()}
         base = Accountant(seq_g).spend(bandit_id, delta=None)
 
-        def top(vals):
-            if any(v is None for v in vals):
+        @overload
+        def top(vals: Sequence[float]) -> float: ...
+        @overload
+        def top(vals: Sequence[float | None]) -> float | None: ...
+        def top(vals: Sequence[float | None]) -> float | None:
+            known = [v for v in vals if v is not None]
+            if len(known) < len(vals):
                 return None
-            return sum(sorted(vals, reverse=True)[:reach])
+            return sum(sorted(known, reverse=True)[:reach])
 
         pure = top([p.pure_epsilon for p in per.values()])
         rho = top([p.rho for p in per.values()])
@@ -245,7 +251,12 @@ def user_level_spend(
 
 
 def calibrate_for_group(
-    accounting_of, k: int, epsilon: float, delta: float, lo: float = 1e-4, iters: int = 40
+    accounting_of: Callable[[float], Iterable[dict[str, Any]]],
+    k: int,
+    epsilon: float,
+    delta: float,
+    lo: float = 1e-4,
+    iters: int = 40,
 ) -> float:
     """The event-level ε' at which to configure a mechanism so that k rows cost ≤ ``epsilon``.
 

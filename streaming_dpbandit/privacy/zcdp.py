@@ -17,7 +17,7 @@ Spec: docs/specs/privatelasso.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = [
     "delta_from_rho_cks",
@@ -113,7 +113,9 @@ def delta_from_rho_cks(rho: float, epsilon: float) -> float:
     from scipy import optimize
 
     # α* solves d/dα: near (ε + ρ)/(2ρ) for small ρ; search log(α − 1) over a wide bracket
-    f = lambda t: _log_delta_cks(1.0 + math.exp(t), rho, epsilon)  # noqa: E731
+    def f(t: float) -> float:
+        return _log_delta_cks(1.0 + math.exp(t), rho, epsilon)
+
     res = optimize.minimize_scalar(
         f, bounds=(-30.0, 30.0), method="bounded", options={"xatol": 1e-10}
     )
@@ -121,7 +123,7 @@ def delta_from_rho_cks(rho: float, epsilon: float) -> float:
     return min(1.0, math.exp(best))
 
 
-def _bisect(ok, good: float, bad: float, rel: float) -> float:
+def _bisect(ok: Callable[[float], bool], good: float, bad: float, rel: float) -> float:
     """Bisect between ``good`` (kept: returned if nothing better is verified) and ``bad`` down
     to a relative width ``rel``; return the verified end, so the result always satisfies
     ``ok`` (or is ``good``, valid on its own)."""

@@ -9,9 +9,14 @@ public-grade randomness (a non-private coin, FLIPHAT spec §3.4), kept apart fro
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+from .arrays import ArrayLike, FloatArray
+
+_U64Array = npt.NDArray[np.uint64]
 
 __all__ = ["MultisetDigest", "hash_ids", "splitmix64", "uniform_coins"]
 
@@ -20,7 +25,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def splitmix64(x: np.ndarray) -> np.ndarray:
+def splitmix64(x: ArrayLike) -> _U64Array:
     """SplitMix64 finaliser applied elementwise to a uint64 array.
 
     >>> int(splitmix64(np.array([0], dtype=np.uint64))[0])
@@ -33,7 +38,7 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def hash_ids(ids: Sequence | np.ndarray) -> np.ndarray:
+def hash_ids(ids: ArrayLike) -> _U64Array:
     """Hash event ids (non-negative integers or strings) to uint64, deterministically.
 
     Integers are mixed with SplitMix64 (vectorised); strings with BLAKE2b.
@@ -55,7 +60,7 @@ def hash_ids(ids: Sequence | np.ndarray) -> np.ndarray:
     return out
 
 
-def uniform_coins(key: int, ids: Sequence | np.ndarray) -> np.ndarray:
+def uniform_coins(key: int, ids: ArrayLike) -> FloatArray:
     """Uniform [0, 1) numbers, one per id, determined by (key, id) only.
 
     >>> u = uniform_coins(7, np.arange(1, 6))
@@ -77,11 +82,11 @@ class MultisetDigest:
     (True, 3)
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.count = 0
         self.total = 0
 
-    def add(self, ids) -> None:
+    def add(self, ids: ArrayLike) -> None:
         h = hash_ids(ids)
         self.count += int(h.size)
         self.total = (self.total + int(np.sum(h, dtype=np.uint64))) & 0xFFFFFFFFFFFFFFFF
@@ -89,10 +94,10 @@ class MultisetDigest:
     def hexdigest(self) -> str:
         return f"{self.count:x}-{self.total:016x}"
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"count": self.count, "total": self.total}
 
-    def load_state_dict(self, state: dict) -> MultisetDigest:
+    def load_state_dict(self, state: dict[str, Any]) -> MultisetDigest:
         self.count = int(state["count"])
         self.total = int(state["total"])
         return self

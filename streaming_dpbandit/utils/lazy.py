@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 __all__ = ["LazyRegistry", "lazy_attribute"]
 
 
-def lazy_attribute(package: str, where: Mapping[str, str], name: str):
+def lazy_attribute(package: str, where: Mapping[str, str], name: str) -> Any:
     """Attribute ``name`` of ``package`` from its submodule ``where[name]`` (PEP 562 helper).
 
     >>> lazy_attribute("streaming_dpbandit.policies", {"FLIPHAT": "fliphat"}, "FLIPHAT").name
@@ -24,7 +25,7 @@ def lazy_attribute(package: str, where: Mapping[str, str], name: str):
     return getattr(importlib.import_module(f"{package}.{module}"), name)
 
 
-class LazyRegistry(Mapping):
+class LazyRegistry(Mapping[str, type]):
     """Read-only mapping ``registry name → class``; a class is imported when first looked up.
 
     Parameters

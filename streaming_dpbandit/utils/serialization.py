@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ _TAG = "__ndarray__"
 _FLOAT = "__float__"
 
 
-def _encode(obj):
+def _encode(obj: Any) -> Any:  # JSON-like values
     if isinstance(obj, np.ndarray):
         if obj.dtype == object:
             data = obj.ravel().tolist()
@@ -44,7 +45,7 @@ def _encode(obj):
     if isinstance(obj, float) and not math.isfinite(obj):
         return {_FLOAT: repr(obj)}
     if isinstance(obj, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise TypeError(f"state keys must be strings, got {type(k).__name__} {k!r}")
@@ -59,7 +60,7 @@ def _encode(obj):
     raise TypeError(f"cannot serialise {type(obj).__name__} in policy state")
 
 
-def _decode(obj):
+def _decode(obj: Any) -> Any:  # JSON-like values
     if isinstance(obj, dict):
         if _TAG in obj:
             if obj[_TAG] == "object":
@@ -77,11 +78,11 @@ def _decode(obj):
     return obj
 
 
-def dumps(state) -> bytes:
+def dumps(state: Any) -> bytes:
     """Encode ``state`` (dicts, lists, scalars, numpy arrays) as UTF-8 JSON bytes."""
     return json.dumps(_encode(state), separators=(",", ":"), allow_nan=False).encode()
 
 
-def loads(data: bytes | str):
+def loads(data: bytes | str) -> Any:
     """Decode bytes produced by :func:`dumps`."""
     return _decode(json.loads(data))

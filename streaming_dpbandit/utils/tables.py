@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["MIN_COLUMN", "NON_TERMINAL_WIDTH", "format_table", "table_width"]
 
 
@@ -37,7 +39,7 @@ def format_table(headers: list[str], rows: list[list[str]], width: int | None = 
     from tabulate import tabulate
 
     width = table_width() if width is None else width
-    opts = {"tablefmt": "simple", "disable_numparse": True, "stralign": "right"}
+    opts: dict[str, Any] = {"tablefmt": "simple", "disable_numparse": True, "stralign": "right"}
     text = tabulate(rows, headers, **opts)
     if max(map(len, text.splitlines()), default=0) <= width:
         return text
@@ -53,7 +55,7 @@ def format_table(headers: list[str], rows: list[list[str]], width: int | None = 
     # as numbers despite ``disable_numparse`` (``int('1,500')`` raised in the service summary).
     import textwrap
 
-    def wrap(cell, cap: int) -> str:
+    def wrap(cell: object, cap: int) -> str:
         return "\n".join(
             textwrap.fill(line, cap, break_on_hyphens=False) or line
             for line in str(cell).splitlines() or [""]

@@ -269,3 +269,19 @@ def test_secure_factorisations_are_reproducible_unbiased_and_restorable(impl):
         agg = a._agg.aggregator
         units = agg._Z[: agg.steps] * 2.0 ** agg._encoder().g
         assert np.array_equal(units, np.rint(units))
+
+
+@pytest.mark.parametrize("impl", ["sqrt_toeplitz", "blt"])
+def test_secure_factorisation_epoch_records_reach_the_ledger(impl, tmp_path):
+    # the secure calibration once stored the step coefficients in GramCalibration.c (the
+    # Wishart shift constant): the epoch record then held an array and the ledger refused it
+    from streaming_dpbandit.privacy.ledger import Ledger
+
+    pol = _secure(d=2, n_cap=64, tree_impl=impl)
+    assert pol.calibration_constants().c is None
+    recs = _drive(pol, 16)
+    assert recs
+    with Ledger(tmp_path / "ledger.jsonl") as led:
+        for rec in recs:
+            led.append(rec)
+        assert len(led) == len(recs)
