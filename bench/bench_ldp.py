@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +31,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.estimators.ldp_server import LDPServer  # noqa: E402

@@ -40,9 +40,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from stream_helpers import kafka_topics  # noqa: E402
 
 from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
@@ -55,6 +52,7 @@ from streaming_dpbandit.stream.sim.sources import (  # noqa: E402
     Source,
 )
 from streaming_dpbandit.stream.transport import InProcessTransport  # noqa: E402
+from streaming_dpbandit.testing.stream_helpers import kafka_topics  # noqa: E402
 
 D, K = 100, 3
 TOPICS = ("dpbandit.contexts", "dpbandit.feedback")

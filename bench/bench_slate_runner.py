@@ -6,7 +6,7 @@ DPUCB-MAT / DPTS-MAT at ε ∈ {0.5, 1, 2, 5}) through
 ``batched=True`` (the default: a quiet stretch per decide/learn call for the private policies)
 and ``batched=False`` (one decide/learn per round, as before), alternated, CPU time
 (``time.process_time``) per policy group; medians over the repetitions. Both paths give the
-same curves (``tests/test_matroid_runner_batched.py``). Prints one JSON document.
+same curves (``tests/experiments/test_matroid_runner_batched.py``). Prints one JSON document.
 
 Usage: python bench/bench_slate_runner.py [--horizon 5000] [--reps 3]
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's Prometheus server and promtool for the tests (tests/test_prometheus_*.py).
+# Debian's Prometheus server and promtool for the tests (tests/deploy/test_prometheus_*.py).
 #
 #   scripts/prometheus.sh fetch    get Debian's `prometheus` package with apt, unpack it into the
 #                                  cache (first run only) and print the directory that holds

@@ -2,7 +2,8 @@
 """Write deploy/kubernetes/prometheusrule.yaml from the rule files in deploy/prometheus/rules/.
 
 The rule files are the source (tested with promtool); this wraps them in the Prometheus
-Operator's PrometheusRule resource. tests/test_deploy_kubernetes.py fails when the two differ.
+Operator's PrometheusRule resource. tests/deploy/test_deploy_kubernetes.py fails when the two
+differ.
 
     python3 scripts/sync-prometheusrule.py
 """

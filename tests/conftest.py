@@ -16,6 +16,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 os.environ["COLUMNS"] = "200"
 
 
+# tests/data holds inputs of the tests (a legacy state's maker, a user's script that mypy
+# checks), not test modules: --doctest-modules would import and run them.
+collect_ignore = ["data"]
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
@@ -25,7 +30,7 @@ def rng():
 # Real Apache Kafka (see docs/kafka-tests.md). Tests that use these fixtures are marked
 # @pytest.mark.kafka; they never skip: when no broker can be had, the fixture raises with why.
 
-from kafka_broker import KafkaBroker, unique_topic_name  # noqa: E402
+from streaming_dpbandit.testing.kafka_broker import KafkaBroker, unique_topic_name  # noqa: E402
 
 
 @pytest.fixture(scope="session")

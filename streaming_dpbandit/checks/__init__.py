@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from . import common, contextual, slate
 
-__all__ = ["params_of", "yield_checks"]
+__all__ = ["params_of", "unit_test_cases", "yield_checks"]
 
 
 def params_of(cls) -> list[dict]:
@@ -27,6 +27,20 @@ def params_of(cls) -> list[dict]:
     of dicts)."""
     params = cls._unit_test_params()
     return [params] if isinstance(params, dict) else list(params)
+
+
+def unit_test_cases(name: str) -> list[dict]:
+    """Every ``_unit_test_params()`` dict of registered policy ``name``: its class's, then
+    those of the variants its parameters select (a policy is built from one with
+    :func:`~streaming_dpbandit.policies.policy_class`).
+
+    >>> [p.get("calibration") for p in unit_test_cases("private-lasso")]
+    [None, 'paper']
+    """
+    from ..policies import REGISTRY, policy_variants
+
+    classes = [REGISTRY[name], *policy_variants(name)]
+    return [params for cls in classes for params in params_of(cls)]
 
 
 def yield_checks(policy) -> Iterator[Callable]:

@@ -31,7 +31,7 @@ class PolicyConfigBase(BaseModel):
         policy: str  # reorder every model's fields, and with them the snapshot fingerprints)
 
     #: Constructor parameters a configuration never sets: the privacy audit's noise multiplier
-    #: and the tests' tie rule (``tests/test_config_parity.py`` checks the rest match).
+    #: and the tests' tie rule (``tests/config/test_config_parity.py`` checks the rest match).
     not_configurable: ClassVar[frozenset[str]] = frozenset({"noise_scale_multiplier", "ties"})
     #: Configuration field → constructor parameter, where the names differ.
     renamed: ClassVar[dict[str, str]] = {}
@@ -45,10 +45,11 @@ class PolicyConfigBase(BaseModel):
         return self
 
     def policy_class(self) -> type:
-        """The policy class this configuration builds (by its registry name)."""
-        from ..policies import REGISTRY
+        """The policy class this configuration builds (by its registry name and, for a
+        policy whose parameters select a variant, its parameters)."""
+        from ..policies import policy_class
 
-        return REGISTRY[self.policy]
+        return policy_class(self.policy, self.params())
 
     def params(self) -> dict:
         """The constructor's keyword arguments (without ``seed``)."""

@@ -5,7 +5,7 @@ streaming baseline can maintain incrementally. The stopping rule is scikit-learn
 (``Lasso(tol=...)``): when the largest coordinate update of a sweep is below ``tol`` times the
 largest coefficient, the duality gap is computed, and the solver stops once the gap is below
 ``tol·yᵀy``; gap-safe screening (Fercoq et al. 2015) drops coordinates that must be zero.
-``tests/test_lasso.py`` checks the solutions against scikit-learn's.
+``tests/estimators/test_lasso.py`` checks the solutions against scikit-learn's.
 """
 
 from __future__ import annotations

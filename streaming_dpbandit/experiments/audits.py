@@ -1,7 +1,7 @@
 """Named privacy audits of the product's mechanisms (DESIGN §7).
 
 Run ``python -m streaming_dpbandit.experiments.audits`` to print every audit as a table (and
-``--json`` for machine-readable output); ``tests/test_privacy_audit.py`` runs the same
+``--json`` for machine-readable output); ``tests/privacy/test_privacy_audit.py`` runs the same
 functions and ``docs/privacy/audits.md`` reports their results.
 
 Worst-case pairs

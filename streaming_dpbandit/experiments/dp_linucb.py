@@ -52,7 +52,7 @@ __all__ = [
 PAPER_D = 5
 PAPER_HORIZON = 50_000_000
 #: Smallest horizon at which R1–R3 are judged (spec §12.3's CI smoke size, where they hold:
-#: tests/test_reproduction.py); below it they are "not assessed at this size".
+#: tests/experiments/test_reproduction.py); below it they are "not assessed at this size".
 R_TARGETS_HORIZON = 1 << 19
 PAPER_SEEDS = 35
 PAPER_DELTA = 0.1

@@ -21,7 +21,7 @@ Two claims:
 
 The samplers take the sums sealed by the real intake and estimator, and draw the Laplace noise
 with the scale the estimator uses (``laplace_scale``, which includes the audit-only multiplier);
-``tests/test_dp_matroid.py`` checks that a release is exactly (sum + Z)/T with that scale.
+``tests/policies/test_dp_matroid.py`` checks that a release is exactly (sum + Z)/T with that scale.
 
 Spec: docs/specs/dp_matroid.md.
 """

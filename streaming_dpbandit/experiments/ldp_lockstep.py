@@ -16,9 +16,9 @@ in the reference path (common random numbers across methods).
 **The one difference is how report noise is drawn.** The reference path draws it per report
 from one generator, mixing uniforms and normals. Here each replica has two streams, one for
 uniforms and one for normals (:class:`ReplicaNoise`), drawn a chunk at a time.
-``tests/test_ldp_lockstep.py`` hands the same :class:`ReplicaNoise` to the product policies of
-the reference path and checks that both paths choose the same arm in every round and end with
-the same regret and estimates (to rounding).
+``tests/experiments/test_ldp_lockstep.py`` hands the same :class:`ReplicaNoise` to the product
+policies of the reference path and checks that both paths choose the same arm in every round and
+end with the same regret and estimates (to rounding).
 
 Scope: the single-parameter linear setting of E1 (``ldp-glb`` SGD/OLS in either profile,
 ``ldp-ucb``, ``ldp-gloc``; per-round model refresh); :func:`supports` says whether a cell

@@ -91,7 +91,8 @@ def run_matroid_repetition(
     completed batch, so the runner previews up to ``LOOKAHEAD`` slates, keeps the prefix
     before the first completed batch (``quiet_rounds``), decides and learns it in one call
     each and refits only when a batch completed. The slates, releases and curves are those of
-    the round-by-round protocol (``batched=False``; ``tests/test_matroid_runner_batched.py``).
+    the round-by-round protocol (``batched=False``;
+    ``tests/experiments/test_matroid_runner_batched.py``).
     A private policy's ``update_every`` is irrelevant here (a refit without a completed batch
     changes nothing), so the batched path builds it with ``update_every`` = the horizon.
     Non-private baselines (OMM, CTS) move their statistics every round and stay round by round.

@@ -43,6 +43,7 @@ from ..envs.private_lasso import MarginEnv, NoMarginEnv
 from ..estimators.elastic_net import CertifiedElasticNet
 from ..estimators.lasso import lasso_gram
 from ..estimators.sparse_lasso import lasso_rows
+from ..policies import policy_class
 from ..policies.private_lasso import PrivateLASSO
 from ..policies.private_lasso_paper import paper_constants, paper_svt
 from ..privacy.accountant import Accountant
@@ -466,7 +467,7 @@ def comparison(prof: Profile, jobs: int, base_seed: int, progress: bool, eps_ove
             over = []
             for s in specs:
                 if s.policy == "private-lasso":
-                    rho_max = PrivateLASSO(**s.params).rho
+                    rho_max = policy_class(s.policy, s.params)(**s.params).rho
                     for recs in res.records_of(s.key):
                         sp = Accountant(recs).spend("default")
                         if sp.rho is not None and sp.rho > rho_max * (1 + 1e-12):

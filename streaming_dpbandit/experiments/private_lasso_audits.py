@@ -1,7 +1,7 @@
 """Privacy audits of PrivateLASSO-R's mechanisms (DESIGN §7; PrivateLASSO spec §11.5).
 
 Run ``python -m streaming_dpbandit.experiments.private_lasso_audits`` for the table (``--json``
-for JSON); ``tests/test_private_lasso_audit.py`` runs the same functions and
+for JSON); ``tests/experiments/test_private_lasso_audit.py`` runs the same functions and
 ``docs/privacy/private-lasso-audits.md`` reports and explains the results.
 
 Which claims are audited, and why (the honest-analysis rule of ``experiments/audits.py``):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..envs.base import Environment
-from ..policies import REGISTRY
+from ..policies import policy_class
 from ..policies.base import Policy
 from ..privacy.accountant import Accountant
 from ..privacy.ledger import ReleaseRecord
@@ -97,7 +97,7 @@ def _seed(base_seed: int, rep: int, *labels: str | int) -> np.random.SeedSequenc
 def build_policy(spec: RunSpec, seed: int | None) -> Policy:
     if spec.config is not None:
         return spec.config.build(seed=seed)
-    cls = REGISTRY[spec.policy]
+    cls = policy_class(spec.policy, spec.params)
     return cls(**spec.params, seed=seed)
 
 

@@ -27,7 +27,7 @@ import multiprocessing as mp
 import numpy as np
 
 from ..envs.base import Environment
-from ..policies import REGISTRY
+from ..policies import REGISTRY, policy_class
 from ..policies.user_level import UserLevel
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.user_level import calibrate_for_group, user_level_spend
@@ -143,7 +143,7 @@ def _one_rep(args) -> dict:
     pols = []
     for s in specs:
         pseed = int(_seed(base_seed, rep, "policy", s["key"]).generate_state(1, np.uint32)[0])
-        inner = REGISTRY[s["policy"]](**s["params"], seed=pseed)
+        inner = policy_class(s["policy"], s["params"])(**s["params"], seed=pseed)
         if s["k"] is None:
             pols.append(inner)
         else:

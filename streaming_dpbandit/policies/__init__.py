@@ -8,6 +8,7 @@ modules, and ``OneHotArms`` River's bandit module, which one policy seldom needs
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..utils.lazy import LazyRegistry, lazy_attribute
@@ -97,6 +98,38 @@ REGISTRY: LazyRegistry = LazyRegistry(
     ),
 )
 
+#: Registered policies that a parameter turns into another class: (registry name, parameter,
+#: value) → class. PrivateLASSO's ``calibration="paper"`` is the paper's literal algorithm.
+_VARIANTS = {("private-lasso", "calibration", "paper"): "PrivateLASSOPaper"}
+
+
+def policy_class(name: str, params: Mapping[str, object] | None = None) -> type:
+    """The class that builds policy ``name`` with the constructor parameters ``params``:
+    ``REGISTRY[name]``, or the variant one of the parameters selects.
+
+    >>> policy_class("private-lasso", {"d": 4, "calibration": "paper"}).__name__
+    'PrivateLASSOPaper'
+    >>> policy_class("private-lasso", {"d": 4}).__name__, policy_class("linucb").__name__
+    ('PrivateLASSO', 'LinUCB')
+    """
+    params = params or {}
+    for (key, param, value), variant in _VARIANTS.items():
+        if key == name and params.get(param) == value:
+            cls: type = lazy_attribute(__name__, _MODULES, variant)
+            return cls
+    return REGISTRY[name]
+
+
+def policy_variants(name: str) -> list[type]:
+    """The classes that parameters of policy ``name`` select instead of ``REGISTRY[name]``.
+
+    >>> [cls.__name__ for cls in policy_variants("private-lasso")], policy_variants("linucb")
+    (['PrivateLASSOPaper'], [])
+    """
+    names = [variant for (key, _param, _value), variant in _VARIANTS.items() if key == name]
+    return [lazy_attribute(__name__, _MODULES, variant) for variant in names]
+
+
 #: Registry names of the slate policies (:class:`~.slate_base.SlatePolicy`: they decide with
 #: ``decide_slates``, not ``decide``; no per-arm contexts, no dimension d). OMM and
 #: CTS-Gaussian are non-private, simulation-only baselines. Known without importing them.
@@ -137,4 +170,6 @@ __all__ = [
     "SlatePolicy",
     "THLassoBandit",
     "TablePolicy",
+    "policy_class",
+    "policy_variants",
 ]

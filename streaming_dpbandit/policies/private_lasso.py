@@ -17,8 +17,9 @@ block's records are erased after the release. ``episodic``: boundary ℓ reads a
 releases a noisy snapshot Gram and starts a tree over (2^ℓ, 2^{ℓ+1}] that refreshes θ̂ every
 ``refresh_every`` sealed leaves; a slot pays ≤ ρ_sel + ρ_snap + ρ_tree = ρ.
 
-``PrivateLASSO(calibration="paper")`` builds the literal, *invalid* algorithm instead
-(:class:`~.private_lasso_paper.PrivateLASSOPaper`, simulation only).
+``calibration="paper"`` is the literal, *invalid* algorithm, a class of its own
+(:class:`~.private_lasso_paper.PrivateLASSOPaper`, simulation only) that the configuration and
+:func:`~streaming_dpbandit.policies.policy_class` pick for it.
 
 Spec: docs/specs/privatelasso.md.
 """
@@ -145,7 +146,7 @@ class PrivateLASSO(Policy):
         The support used by ``support="oracle"``.
     calibration
         ``"certified"`` (default; spec's ``"repaired"`` is accepted as a synonym) or ``"paper"``
-        (the literal algorithm; see :class:`~.private_lasso_paper.PrivateLASSOPaper`).
+        (the literal algorithm: only :class:`~.private_lasso_paper.PrivateLASSOPaper` takes it).
     allow_invalid_privacy, allow_large, phi2, c_x
         Paper variant only (simulation gate, d ≤ 1024 gate, and its unvalued constants).
     self_check
@@ -193,9 +194,9 @@ class PrivateLASSO(Policy):
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests: certified, then the paper's
-        calibration (a :class:`~.private_lasso_paper.PrivateLASSOPaper`)."""
-        small = {
+        checks in ``streaming_dpbandit.checks`` and the tests (the paper's calibration:
+        :class:`~.private_lasso_paper.PrivateLASSOPaper`'s)."""
+        yield {
             "d": 4,
             "s0": 2,
             "horizon": 512,
@@ -203,17 +204,12 @@ class PrivateLASSO(Policy):
             "clip_l2": 4.0,
             "reward_bound": 4.0,
         }
-        yield small
-        yield {**small, "calibration": "paper", "allow_invalid_privacy": True}
 
     private = True
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> PrivateLASSO:
-        if cls is PrivateLASSO and kwargs.get("calibration") == "paper":
-            from .private_lasso_paper import PrivateLASSOPaper
-
-            return object.__new__(PrivateLASSOPaper)
-        return object.__new__(cls)
+    #: True for the paper's literal algorithm (:class:`~.private_lasso_paper.PrivateLASSOPaper`,
+    #: the class of ``calibration="paper"``).
+    literal_paper = False
 
     def __init__(
         self,
@@ -282,6 +278,13 @@ class PrivateLASSO(Policy):
         self.seed = seed
         self.noise_backend = noise_backend
         self.noise_scale_multiplier = noise_scale_multiplier
+        if (calibration == "paper") != self.literal_paper:
+            raise ValueError(
+                "calibration='paper' is the paper's literal algorithm, class PrivateLASSOPaper "
+                "(policies.policy_class('private-lasso', params) picks it)"
+                if calibration == "paper"
+                else f"PrivateLASSOPaper is calibration='paper', not {calibration!r}"
+            )
         if calibration == "paper":  # the literal variant: gated at construction (spec §4)
             if not allow_invalid_privacy:
                 raise ValueError(

@@ -1,6 +1,6 @@
 """The literal PrivateLASSO of Shukla (2024), Algorithms 1–2 — **no valid privacy guarantee**.
 
-PrivateLASSO spec §4. Simulation only: ``PrivateLASSO(calibration="paper")`` raises unless
+PrivateLASSO spec §4. Simulation only: ``PrivateLASSOPaper(calibration="paper")`` raises unless
 ``allow_invalid_privacy=True``, every release is recorded with ``dp_valid=False`` and the label
 :data:`~streaming_dpbandit.privacy.statement.PAPER_LABEL`, and the configuration layer refuses it
 outside ``mode="simulation"``. It exists so that users can observe what the paper's constants do
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -203,7 +204,9 @@ def paper_svt(
 class PrivateLASSOPaper(PrivateLASSO):
     """Algorithms 1–2 of the paper with its own constants (simulation only, not DP).
 
-    Built by ``PrivateLASSO(..., calibration="paper", allow_invalid_privacy=True)``; takes the
+    The class of ``calibration="paper"`` (the configuration and
+    :func:`~streaming_dpbandit.policies.policy_class` pick it), which it requires, with
+    ``allow_invalid_privacy=True``; takes the
     same parameters (``d``, ``s0``, ``horizon``, ``epsilon``, ``delta``, ``clip_coord``,
     ``clip_l2``, ``reward_bound``, ``theta_bound``, ``lambda0`` (default 1), ``phi2``, ``c_x``,
     ``allow_large``, ``bandit_id``, ``seed``); the others are ignored.
@@ -211,13 +214,14 @@ class PrivateLASSOPaper(PrivateLASSO):
     Examples
     --------
     >>> import numpy as np
-    >>> from streaming_dpbandit.policies import PrivateLASSO
-    >>> PrivateLASSO(d=20, s0=2, horizon=64, calibration="paper", clip_l2=4.5, reward_bound=2.0)
+    >>> from streaming_dpbandit.policies import PrivateLASSOPaper
+    >>> PrivateLASSOPaper(d=20, s0=2, horizon=64, calibration="paper", clip_l2=4.5,
+    ...                   reward_bound=2.0)
     Traceback (most recent call last):
     ...
     ValueError: calibration='paper' has no valid privacy guarantee; ...
-    >>> pol = PrivateLASSO(d=20, s0=2, horizon=64, calibration="paper", clip_l2=4.5,
-    ...                    reward_bound=2.0, allow_invalid_privacy=True, seed=0)
+    >>> pol = PrivateLASSOPaper(d=20, s0=2, horizon=64, calibration="paper", clip_l2=4.5,
+    ...                         reward_bound=2.0, allow_invalid_privacy=True, seed=0)
     >>> type(pol).__name__, pol.privacy.calibration
     ('PrivateLASSOPaper', 'paper')
     >>> rng = np.random.default_rng(0)
@@ -233,6 +237,13 @@ class PrivateLASSOPaper(PrivateLASSO):
     """
 
     name = "private-lasso"
+    literal_paper = True
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        """The certified parameters of :class:`PrivateLASSO`, with the paper's calibration."""
+        for params in super()._unit_test_params():
+            yield {**params, "calibration": "paper", "allow_invalid_privacy": True}
 
     #: the paper's tree over all T slots (built with the state; never None here)
     _tree: TreeAggregator

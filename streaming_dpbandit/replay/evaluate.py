@@ -19,7 +19,7 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
-from ..policies import REGISTRY
+from ..policies import policy_class
 from ..policies.base import Policy
 from .errors import LogFormatError
 from .ledger import InMemoryLedger
@@ -63,7 +63,8 @@ class PolicySpec:
     reference: dict[str, Any] | None = None
 
     def build(self, seed: int | None) -> Policy:
-        policy: Policy = REGISTRY[self.policy](**self.params, seed=seed)  # a vectorised policy
+        cls = policy_class(self.policy, self.params)
+        policy: Policy = cls(**self.params, seed=seed)  # a vectorised policy
         return policy
 
 

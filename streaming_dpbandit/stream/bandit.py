@@ -10,25 +10,14 @@ import numpy as np
 from ..config import BanditSettings
 from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
-from .join import EarlyFeedback, JoinStore, Resolution
+from .arms import ActionKind, SingleArms, arm_id_kwargs
+from .join import EarlyFeedback, Resolution
 from .parsing import BadInput, Pending
-from .schemas import ContextEvent, Feedback, decision_encoder
+from .schemas import ContextEvent
 
 __all__ = ["BanditRuntime", "arm_id_kwargs"]
 
 WINDOW = 1000
-
-
-def arm_id_kwargs(policy: Policy, batch: list[Pending]) -> dict:
-    """``{"arm_ids": ...}`` for a policy keyed by arm id (its per-arm models follow the ids,
-    not the positions): one list when every event offers the same arms in the same order,
-    else a row per event (shorter rows are padded under the mask). ``{}`` for other policies."""
-    if not policy.keyed_by_arm_id:
-        return {}
-    first = batch[0].arm_ids
-    if all(p.arm_ids == first for p in batch):
-        return {"arm_ids": first}
-    return {"arm_ids": [p.arm_ids for p in batch]}
 
 
 class BanditRuntime:
@@ -44,19 +33,27 @@ class BanditRuntime:
         A freshly built policy (its state is loaded from a snapshot when there is one).
     metrics
         The service's :class:`~streaming_dpbandit.metrics.ServiceMetrics` (or None).
+    kind
+        What its decisions serve (:class:`~.arms.ActionKind`): single arms by default, or
+        slates (``slates/runtime.py``).
     """
 
-    #: Rewards are single numbers joined as they arrive (subclasses with per-item rewards
-    #: set False: their rewards always go through ``_feedback_on_pending``).
-    _plain_rewards = True
-
-    def __init__(self, bandit_id: str, settings: BanditSettings, policy: Policy, metrics=None):
+    def __init__(
+        self,
+        bandit_id: str,
+        settings: BanditSettings,
+        policy: Policy,
+        metrics=None,
+        kind: ActionKind | None = None,
+    ):
         self.bandit_id = bandit_id
         self.settings = settings
         self.policy = policy
         self.metrics = metrics
-        self.d = self._row_width(policy)
-        self.join = self._new_join(settings.retention or 10 * settings.feedback_window)
+        self.kind = kind = SingleArms() if kind is None else kind
+        self.d = kind.row_width(policy)
+        retention = settings.retention or 10 * settings.feedback_window
+        self.join = kind.new_join(settings, self.d, retention)
         self.unledgered: list[ReleaseRecord] = []
         self._learn_X: list[np.ndarray] = []
         self._learn_y: list[float] = []
@@ -71,65 +68,10 @@ class BanditRuntime:
         self.catalogue = (
             None if settings.arms is None else {a: i for i, a in enumerate(settings.arms)}
         )
-        self._encode = None  # the decision encoder, made at the first decision
 
-    def _row_width(self, policy) -> int:
-        """Width of a stored row: the chosen context (d)."""
-        return int(policy.d)
-
-    def _new_join(self, retention: float) -> JoinStore:
-        """The pending-decision store (rows of width ``self.d``)."""
-        s = self.settings
-        return JoinStore(self.d, s.feedback_window, s.max_pending, retention)
-
-    # -- contexts ---------------------------------------------------------------------------
-    def encode(self, ev: ContextEvent) -> tuple[np.ndarray, list[str]]:
-        """Per-arm feature matrix (K, d) of a validated event, or :class:`BadInput`."""
-        if ev.slate_size is not None:
-            raise BadInput("slate_unsupported", f"bandit {self.bandit_id!r} serves single arms")
-        ids = ev.candidate_ids()
-        X = ev.arm_features()
-        if X is not None:
-            width = X.shape[1]
-            if width != self.d:
-                raise BadInput(
-                    "wrong_dimension", f"arms have {width} features, bandit expects {self.d}"
-                )
-            if self.catalogue is not None:
-                unknown = [a for a in ids if a not in self.catalogue]
-                if unknown:
-                    raise BadInput("unknown_arm", f"arm {unknown[0]!r} is not in the catalogue")
-            return X, ids
-        shared = ev.shared_features()
-        if self.policy.keyed_by_arm_id:  # one model per arm id: the context serves every arm
-            if shared.shape[0] != self.d:
-                raise BadInput(
-                    "wrong_dimension",
-                    f"shared context has {shared.shape[0]} features, bandit expects {self.d}",
-                )
-            if self.catalogue is not None:
-                unknown = [a for a in ids if a not in self.catalogue]
-                if unknown:
-                    raise BadInput("unknown_arm", f"arm {unknown[0]!r} is not in the catalogue")
-            return np.broadcast_to(shared, (len(ids), self.d)), ids
-        if self.catalogue is None:
-            raise BadInput(
-                "shared_context_unsupported", "this bandit has no arm catalogue for shared contexts"
-            )
-        k_all = len(self.catalogue)
-        width = len(shared)
-        if width * k_all != self.d:
-            raise BadInput(
-                "wrong_dimension",
-                f"shared context has {width} features; bandit expects {self.d // k_all}",
-            )
-        X = np.zeros((len(ids), self.d))
-        for row, a in enumerate(ids):
-            k = self.catalogue.get(a)
-            if k is None:
-                raise BadInput("unknown_arm", f"arm {a!r} is not in the catalogue")
-            X[row, k * width : (k + 1) * width] = shared
-        return X, ids
+    def encode(self, ev: ContextEvent):
+        """The rows of a validated context event (:meth:`~.arms.ActionKind.encode`)."""
+        return self.kind.encode(self, ev)
 
     def check_new(self, ev: ContextEvent) -> None:
         if self.join.status(ev.event_id, by="context") is not None:
@@ -137,43 +79,8 @@ class BanditRuntime:
 
     def decide_messages(self, batch: list[Pending]) -> list[bytes]:
         """Decide a batch (same bandit, no model update inside) with the frozen model; returns
-        the decision messages (JSON bytes, :class:`~.schemas.Decision`), in batch order."""
-        B = len(batch)
-        ks = {p.X.shape[0] for p in batch}
-        ids = [p.event.event_id for p in batch]
-        if len(ks) == 1:  # the common case: every event offers the same number of arms
-            X, mask = np.stack([p.X for p in batch]), None
-        else:
-            X = np.zeros((B, max(ks), self.d))
-            mask = np.zeros((B, max(ks)), dtype=bool)
-            for i, p in enumerate(batch):
-                k = p.X.shape[0]
-                X[i, :k] = p.X
-                mask[i, :k] = True
-        dec = self.policy.decide(X, event_ids=ids, mask=mask, **arm_id_kwargs(self.policy, batch))
-        arms = dec.arms.tolist()
-        rounds = dec.rounds.tolist()
-        chosen = X[np.arange(B), dec.arms]
-        times = [p.event.event_time for p in batch]
-        for early in self.join.add_many(ids, rounds, times, chosen):
-            self._resolved(early, forced=False)
-        self.stats["decided"] += B
-        if self._encode is None:
-            self._encode = decision_encoder(
-                self.bandit_id,
-                getattr(self.policy, "calibration", "non-private"),
-                self.policy.name,
-            )
-        return self._encode(
-            ids,
-            [p.arm_ids[a] for p, a in zip(batch, arms)],
-            arms,
-            dec.propensities.tolist(),
-            int(dec.model_version),
-            dec.episodes.tolist(),
-            rounds,
-            time.time(),
-        )
+        the decision messages (JSON bytes), in batch order."""
+        return self.kind.decide_messages(self, batch)
 
     def after_decisions(self, batch: list[Pending], dead) -> None:
         """Join early feedback of the just-decided events; advance the contexts watermark."""
@@ -191,15 +98,15 @@ class BanditRuntime:
                 and held[0].watermark <= closes
             ):
                 fb = held[0]
-                if self._plain_rewards:  # (what _feedback_on_pending does here, inline)
+                if self.kind.plain_rewards:  # (what on_pending does here, inline)
                     rnd, ctx = js.take_joined(eid)
-                    self._learn_joined(rnd, fb.reward, ctx)
+                    self.learn_joined(rnd, fb.reward, ctx)
                 else:
-                    self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
+                    self.kind.on_pending(self, eid, fb.reward, fb.event_time, fb.source, dead)
             else:
                 self._judge_held(eid, t, closes, held, dead)
             if eid in pending and js.feedback_watermark > closes:
-                self._resolved(js.resolve(eid, "expired", None), forced=False)
+                self.resolved(js.resolve(eid, "expired", None), forced=False)
         t = max(p.event.event_time for p in batch)
         for orphan in self.join.advance_context_watermark(t):
             self.stats["fb_orphan"] += 1
@@ -225,10 +132,10 @@ class BanditRuntime:
                 continue
             if status == "pending" and fb.watermark > closes:
                 # in feedback order the window had closed before this feedback
-                self._resolved(js.resolve(eid, "expired", None), forced=False)
+                self.resolved(js.resolve(eid, "expired", None), forced=False)
                 status = "expired"
             if status == "pending":
-                self._feedback_on_pending(eid, fb.reward, fb.event_time, fb.source, dead)
+                self.kind.on_pending(self, eid, fb.reward, fb.event_time, fb.source, dead)
             elif status == "joined":
                 self.stats["fb_duplicate"] += 1
                 dead(fb.source, "duplicate_feedback", f"event {eid!r} already has its reward")
@@ -241,31 +148,12 @@ class BanditRuntime:
                 )
 
     # -- feedback ---------------------------------------------------------------------------
-    def on_feedback(self, fb: Feedback, source: tuple[str, int, int], dead) -> None:
+    def on_feedback(self, fb, source: tuple[str, int, int], dead) -> None:
+        """A parsed feedback message of this bandit (:meth:`~.arms.ActionKind.on_feedback`)."""
         self.last_feedback_wall = time.monotonic()
-        if not isinstance(fb, Feedback):  # per-item slate rewards
-            self.stats["fb_slate_unsupported"] += 1
-            dead(source, "slate_unsupported", f"bandit {self.bandit_id!r} serves single arms")
-            return
-        bounds = self.settings.reward_bounds
-        if bounds is not None and not bounds[0] <= fb.reward <= bounds[1]:
-            self.stats["fb_out_of_range"] += 1
-            dead(source, "reward_out_of_range", f"reward outside {list(bounds)}")
-            return
-        js = self.join
-        p = js.pending.get(fb.event_id)
-        if p is not None and p.event_time <= fb.event_time <= p.event_time + js.window:
-            # the common case: a reward for a pending decision, in its window
-            self._feedback_on_pending(fb.event_id, fb.reward, fb.event_time, source, dead)
-            self.advance_watermark(fb.event_time)
-            return
-        if p is None and fb.event_id not in js.resolved:
-            self._unseen(fb, fb.reward, source, dead)  # (what status() None would do, sooner)
-            self.advance_watermark(fb.event_time)
-            return
-        self._judge(fb, fb.reward, source, dead, "already has its reward")
+        self.kind.on_feedback(self, fb, source, dead)
 
-    def _judge(self, fb, reward, source: tuple[str, int, int], dead, joined: str) -> None:
+    def judge(self, fb, reward, source: tuple[str, int, int], dead, joined: str) -> None:
         """Feedback (``reward``: what it carries) by the join's status of its event: applied
         to a pending decision, dead-lettered (before the decision, duplicate — ``joined`` says
         why —, after expiry, unknown) or held until its context arrives; then the feedback
@@ -280,7 +168,7 @@ class BanditRuntime:
                 f"feedback time precedes the decision of {fb.event_id!r}",
             )
         elif status == "pending":
-            self._feedback_on_pending(fb.event_id, reward, fb.event_time, source, dead)
+            self.kind.on_pending(self, fb.event_id, reward, fb.event_time, source, dead)
         elif status == "joined":
             self.stats["fb_duplicate"] += 1
             dead(source, "duplicate_feedback", f"event {fb.event_id!r} {joined}")
@@ -290,10 +178,10 @@ class BanditRuntime:
                 source, "feedback_after_expiry", f"event {fb.event_id!r} expired before its reward"
             )
         else:
-            self._unseen(fb, reward, source, dead)
+            self.unseen(fb, reward, source, dead)
         self.advance_watermark(fb.event_time)
 
-    def _unseen(self, fb, reward, source: tuple[str, int, int], dead) -> None:
+    def unseen(self, fb, reward, source: tuple[str, int, int], dead) -> None:
         """Feedback for an event neither pending nor remembered: unknown if the contexts have
         passed its time, else held until its context arrives (early)."""
         js = self.join
@@ -306,7 +194,7 @@ class BanditRuntime:
                 EarlyFeedback(fb.event_id, reward, fb.event_time, source, js.feedback_watermark)
             )
 
-    def _outside_window(self, event_id, event_time, source, dead) -> bool:
+    def outside_window(self, event_id, event_time, source, dead) -> bool:
         """Dead-letter feedback stamped outside its pending decision's window; True if it was."""
         check = self.join.window_check(event_id, event_time)
         if check == "before_decision":
@@ -325,48 +213,40 @@ class BanditRuntime:
             return True
         return False
 
-    def _feedback_on_pending(self, event_id, reward, event_time, source, dead) -> None:
-        if not self._outside_window(event_id, event_time, source, dead):
-            self._resolved(self.join.match(event_id, reward, event_time), forced=False)
-
     def advance_watermark(self, t: float) -> None:
         for res in self.join.advance_feedback_watermark(t):
-            self._resolved(res, forced=False)
+            self.resolved(res, forced=False)
 
     def force_expire(self) -> int:
         """Idle timeout: expire every pending decision the next release waits for."""
         n = 0
         through = self._reads_through()
         for eid in [e for e, p in self.join.pending.items() if p.round <= through]:
-            self._resolved(self.join.resolve(eid, "expired", None), forced=True)
+            self.resolved(self.join.resolve(eid, "expired", None), forced=True)
             n += 1
         return n
 
     def end_of_stream(self) -> None:
         for res in self.join.expire_all():
-            self._resolved(res, forced=False)
+            self.resolved(res, forced=False)
 
-    def _learn_joined(self, round: int, reward: float, context: np.ndarray) -> None:
+    def learn_joined(self, round: int, reward: float, context: np.ndarray) -> None:
         """A joined reward: counted, and its row queued for learning."""
         self.stats["joined"] += 1
         reward = float(reward)
         self.window.append(reward)
         self.reward_sum += reward
+        self.queue_row(context, reward, round)
+
+    def queue_row(self, context: np.ndarray, reward: float, round: int) -> None:
+        """Queue a resolved decision's row for the policy (:meth:`flush_learning`)."""
         self._learn_X.append(context)
         self._learn_y.append(reward)
         self._learn_r.append(round)
 
-    def _resolved(self, res: Resolution, forced: bool) -> None:
-        if res.outcome == "joined":
-            self._learn_joined(res.round, res.reward, res.context)
-            return
-        self.stats["expired_forced" if forced else "expired"] += 1
-        if self.settings.on_expiry == "drop":
-            return
-        reward = float(self.settings.default_reward)
-        self._learn_X.append(res.context)
-        self._learn_y.append(reward)
-        self._learn_r.append(res.round)
+    def resolved(self, res: Resolution, forced: bool) -> None:
+        """A decision joined or expired (:meth:`~.arms.ActionKind.resolved`)."""
+        self.kind.resolved(self, res, forced)
 
     def _reads_through(self) -> int:
         """Last round the policy's next update reads (deterministic, see docs/service.md)."""
@@ -401,7 +281,7 @@ class BanditRuntime:
         X = np.vstack(self._learn_X)
         y = np.asarray(self._learn_y, dtype=np.float64)
         order = np.argsort(rounds[feed], kind="stable")
-        self.policy.learn(X[feed][order], y[feed][order], rounds[feed][order])
+        self.kind.learn(self.policy, X[feed][order], y[feed][order], rounds[feed][order])
         keep = ~feed
         self._learn_X = list(X[keep])
         self._learn_y = y[keep].tolist()

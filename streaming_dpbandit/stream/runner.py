@@ -17,7 +17,7 @@ from ..metrics import ServiceMetrics
 from .errors import ServiceStartError
 from .gc_tuning import service_gc
 from .service import Service
-from .transport import InProcessTransport, Transport
+from .transport import InProcessTransport, Source, Transport
 
 __all__ = [
     "build_transport",
@@ -49,6 +49,13 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     from .sim.sources import SimulatedSource
 
     sim = settings.simulation
+    source: Source
+    stream = {"bandit_id": sim.bandit_id, "seed": sim.seed, "topics": (t.contexts, t.feedback)}
+    timing = {
+        "dt": sim.seconds_between_events,
+        "delay_mean": sim.feedback_delay_mean,
+        "feedback_probability": sim.feedback_probability,
+    }
     if sim.env in MATROID_REGISTRY:  # slate requests with per-item feedback
         from ..settings.embedded import slate_environment
         from .slates.sources import SlateSimulatedSource
@@ -56,46 +63,18 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
         env = slate_environment(sim.env, sim.env_params)
         bandit = settings.bandits.get(sim.bandit_id)
         items = bandit.policy.item_ids() if bandit and hasattr(bandit.policy, "item_ids") else None
-        source = SlateSimulatedSource(
-            env,
-            sim.events,
-            sim.bandit_id,
-            sim.seconds_between_events,
-            sim.feedback_delay_mean,
-            sim.feedback_probability,
-            sim.seed,
-            (t.contexts, t.feedback),
-            item_ids=items,
-        )
+        source = SlateSimulatedSource(env, sim.events, item_ids=items, **stream, **timing)
         return InProcessTransport(source, keep_outputs)
+    env = REGISTRY[sim.env](**sim.env_params)
     local = settings.bandits.get(sim.bandit_id)
     if local is not None and local.privacy == "local":  # devices with the SDK send reports
         from .local.clients import SimulatedLDPClients
 
-        env = REGISTRY[sim.env](**sim.env_params)
-        return InProcessTransport(
-            SimulatedLDPClients(
-                env,
-                sim.events,
-                sim.bandit_id,
-                sim.seed,
-                (t.contexts, t.feedback),
-                t.models,
-            ),
-            keep_outputs,
+        source = SimulatedLDPClients(env, sim.events, models_topic=t.models, **stream)
+    else:
+        source = SimulatedSource(
+            env, sim.events, feature_encoding=sim.feature_encoding, **stream, **timing
         )
-    env = REGISTRY[sim.env](**sim.env_params)
-    source = SimulatedSource(
-        env,
-        sim.events,
-        sim.bandit_id,
-        sim.seconds_between_events,
-        sim.feedback_delay_mean,
-        sim.feedback_probability,
-        sim.seed,
-        (t.contexts, t.feedback),
-        feature_encoding=sim.feature_encoding,
-    )
     return InProcessTransport(source, keep_outputs)
 
 

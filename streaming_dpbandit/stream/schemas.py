@@ -11,7 +11,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 __all__ = [
@@ -146,6 +146,10 @@ def _to_epoch(v):
     raise ValueError("event_time must be epoch seconds or ISO-8601")
 
 
+#: An event time as epoch seconds (given as a number, or an ISO-8601 string).
+EventTime = Annotated[float, BeforeValidator(_to_epoch)]
+
+
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
@@ -188,7 +192,7 @@ class ContextEvent(_Event):
     v: Literal[1] = 1
     event_id: Id
     bandit_id: Id
-    event_time: float
+    event_time: EventTime
     arms: list[ArmFeatures] | None = Field(None, min_length=1, max_length=10_000)
     arm_features_f64: bytes | None = None
     shared: list[float] | None = Field(None, min_length=1)
@@ -196,11 +200,6 @@ class ContextEvent(_Event):
     arm_ids: list[Id] | None = Field(None, min_length=1, max_length=10_000)
     user_id: Id | None = None
     slate_size: int | None = Field(None, ge=1, le=10_000)
-
-    @field_validator("event_time", mode="before")
-    @classmethod
-    def _time(cls, v):
-        return _to_epoch(v)
 
     @model_validator(mode="after")
     def _one_form(self):
@@ -303,7 +302,7 @@ def decision_encoder(bandit_id: str, calibration: str, policy: str):
     same order, same values) by string formatting, without constructing models: about half a
     microsecond per decision instead of three. The bandit's constant fields are escaped once
     and a batch's shared fields (model version, decision time) formatted once.
-    ``tests/test_event_schemas.py`` checks the output against the model.
+    ``tests/stream/test_event_schemas.py`` checks the output against the model.
 
     >>> enc = decision_encoder("shop", "certified", "fliphat")
     >>> raw = enc(["e-1", "e-2"], ["arm-2", "arm-0"], [2, 0], [0.5, 1.0], 3, [4, 4], [17, 18],
@@ -381,12 +380,7 @@ class Feedback(_Event):
     event_id: Id
     bandit_id: Id
     reward: float
-    event_time: float
-
-    @field_validator("event_time", mode="before")
-    @classmethod
-    def _time(cls, v):
-        return _to_epoch(v)
+    event_time: EventTime
 
 
 class SlateFeedback(_Event):
@@ -405,12 +399,7 @@ class SlateFeedback(_Event):
     event_id: Id
     bandit_id: Id
     rewards: dict[Id, float] = Field(min_length=1, max_length=10_000)
-    event_time: float
-
-    @field_validator("event_time", mode="before")
-    @classmethod
-    def _time(cls, v):
-        return _to_epoch(v)
+    event_time: EventTime
 
 
 class DeadLetter(_Event):
@@ -434,12 +423,7 @@ class Watermark(_Event):
     v: Literal[1] = 1
     type: Literal["watermark"]
     bandit_id: Id
-    event_time: float
-
-    @field_validator("event_time", mode="before")
-    @classmethod
-    def _time(cls, v):
-        return _to_epoch(v)
+    event_time: EventTime
 
 
 def parse_feedback(raw: bytes) -> Feedback | SlateFeedback | Watermark:

@@ -46,7 +46,7 @@ from .local.hook import LocalBandits
 from .parsing import BadInput, ContextParser, event_time_limit, unknown_bandit
 from .reporting import learned_state_bytes, service_summary
 from .signals import StopSwitch
-from .slates.runtime import SlateBanditRuntime
+from .slates.runtime import slate_runtime
 from .spend import SpendGauges
 from .state import DirectoryState, StateBackend, tp_key
 from .transport import TP, Queue, Record, Transport
@@ -69,8 +69,9 @@ def build_runtime(
     name: str, settings: BanditSettings, policy: Any, metrics: ServiceMetrics
 ) -> BanditRuntime:
     """The runtime of a central bandit: a slate runtime for a slate policy."""
-    runtime = SlateBanditRuntime if getattr(policy, "slates", False) else BanditRuntime
-    return runtime(name, settings, policy, metrics)
+    if getattr(policy, "slates", False):
+        return slate_runtime(name, settings, policy, metrics)
+    return BanditRuntime(name, settings, policy, metrics)
 
 
 class Service:

@@ -3,8 +3,52 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-__all__ = ["ensure_compacted_topic", "read_to_end"]
+__all__ = ["CompactedTopicClient", "ensure_compacted_topic", "read_to_end"]
+
+
+@dataclass(eq=False)
+class CompactedTopicClient:
+    """A compacted topic that a replica reads incrementally and writes with a given producer:
+    what the Kafka ledger and the Kafka changelog store share.
+
+    Parameters
+    ----------
+    bootstrap, topic
+        Where the topic lives.
+    send
+        ``send(topic, key, value)`` of the producer that writes records — the task's
+        transactional producer in the service, so a record commits atomically with the outputs
+        it implies.
+    consumer_config
+        Extra kafka-python consumer settings (security).
+    partitions
+        Read only these partitions of the topic (a task reads its own; default: all).
+    """
+
+    bootstrap: str | list[str]
+    topic: str
+    send: Callable | None = None
+    consumer_config: dict | None = None
+    partitions: list[int] | None = None
+    _read_to: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+
+    def start_reading_at(self, partition: int, offset: int) -> None:
+        """Skip what lies before ``offset`` in ``partition`` (known to hold only records
+        superseded by the ones starting there: e.g. the offset recorded with the last commit)."""
+        self._read_to[partition] = max(self._read_to.get(partition, 0), int(offset))
+
+    def read_new(self, on_message: Callable[[bytes, bytes | None], None]) -> None:
+        """Call ``on_message(key, value)`` for every record committed since the last read."""
+        read_to_end(
+            self.bootstrap,
+            self.topic,
+            self._read_to,
+            on_message,
+            self.consumer_config,
+            self.partitions,
+        )
 
 
 def read_to_end(

@@ -10,46 +10,28 @@ release, so a release is durable — and only then used — exactly when its tas
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from ...privacy.ledger import LedgerConflictError, ReleaseRecord
-from .compacted import read_to_end
+from .compacted import CompactedTopicClient
 
 __all__ = ["KafkaLedger"]
 
 
-class KafkaLedger:
+@dataclass(eq=False)
+class KafkaLedger(CompactedTopicClient):
     """Ledger records in a compacted topic.
 
     Parameters
     ----------
-    bootstrap, topic
-        Where the ledger lives.
-    send
-        ``send(topic, key, value)`` of the producer that writes records.
-    consumer_config
-        Extra kafka-python consumer settings (security).
-    partitions
-        Read only these partitions of the topic (a task reads its own; default: all).
+    bootstrap, topic, send, consumer_config, partitions
+        The topic, as for :class:`~.compacted.CompactedTopicClient`.
     """
 
     repaired_bytes = 0
 
-    def __init__(
-        self,
-        bootstrap: str | list[str],
-        topic: str,
-        send=None,
-        consumer_config: dict | None = None,
-        partitions: list[int] | None = None,
-    ):
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.send = send
-        self.consumer_config = consumer_config or {}
-        self.partitions = partitions
-        self._records: dict[str, ReleaseRecord] = {}
-        self._order: list[str] = []
-        self._read_to: dict[int, int] = {}
+    _records: dict[str, ReleaseRecord] = field(default_factory=dict, init=False, repr=False)
+    _order: list[str] = field(default_factory=list, init=False, repr=False)
 
     def open(self) -> KafkaLedger:
         self.refresh()
@@ -62,14 +44,7 @@ class KafkaLedger:
             if value is not None:
                 self._remember(ReleaseRecord.from_dict(json.loads(value)))
 
-        read_to_end(
-            self.bootstrap,
-            self.topic,
-            self._read_to,
-            on_message,
-            self.consumer_config,
-            self.partitions,
-        )
+        self.read_new(on_message)
 
     def _remember(self, rec: ReleaseRecord) -> None:
         if rec.release_id not in self._records:
@@ -95,9 +70,10 @@ class KafkaLedger:
                 f"release {record.release_id!r} is already in the ledger with different content; "
                 "refusing to record a re-drawn release"
             )
-        (send or self.send)(
-            self.topic, record.release_id.encode(), json.dumps(record.to_dict()).encode()
-        )
+        send = send or self.send
+        if send is None:
+            raise RuntimeError("KafkaLedger.append needs a producer (send=...)")
+        send(self.topic, record.release_id.encode(), json.dumps(record.to_dict()).encode())
         self._remember(record)
         return True
 

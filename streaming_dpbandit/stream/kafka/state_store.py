@@ -14,12 +14,13 @@ import abc
 import hashlib
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...utils.serialization import dumps, loads
 from ..snapshot import SnapshotCorruptError, SnapshotStore
-from .compacted import read_to_end
+from .compacted import CompactedTopicClient
 
 __all__ = ["DirectoryStore", "KafkaChangelogStore", "StateStore"]
 
@@ -68,44 +69,21 @@ class DirectoryStore(StateStore):
         return self._store(task).save(state)
 
 
-class KafkaChangelogStore(StateStore):
+@dataclass(eq=False)
+class KafkaChangelogStore(CompactedTopicClient, StateStore):
     """Snapshots in a compacted topic, chunked, visible only once complete.
 
     Parameters
     ----------
-    bootstrap, topic
-        Where the changelog lives (created compacted by :meth:`ensure_topic`).
-    send
-        ``send(topic, key, value)``: the producer to write with — the task's transactional
-        producer in the service, so a snapshot commits atomically with the outputs it implies.
-    consumer_config
-        Extra kafka-python consumer settings (security).
-    partitions
-        Read only these partitions of the topic (a task reads its own; default: all).
+    bootstrap, topic, send, consumer_config, partitions
+        The changelog topic (created compacted by :meth:`ensure_topic`), as for
+        :class:`~.compacted.CompactedTopicClient`.
     """
 
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        send=None,
-        consumer_config: dict | None = None,
-        partitions: list[int] | None = None,
-    ):
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.send = send
-        self.consumer_config = consumer_config or {}
-        self.partitions = partitions
-        self._values: dict[str, bytes] = {}
-        self._read_to: dict[int, int] = {}
-        self._seq: dict[str, int] = {}
-        self.last_start: dict[str, Any] = {}  # kafka-python send futures
-
-    def start_reading_at(self, partition: int, offset: int) -> None:
-        """Skip what lies before ``offset`` in ``partition`` (known to hold only snapshots
-        older than the one starting there: e.g. the offset recorded with the last commit)."""
-        self._read_to[partition] = max(self._read_to.get(partition, 0), int(offset))
+    _values: dict[str, bytes] = field(default_factory=dict, init=False, repr=False)
+    _seq: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    #: Where each task's last snapshot starts (a kafka-python send future, when ``send`` gives one).
+    last_start: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     # -- reading ----------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -118,14 +96,7 @@ class KafkaChangelogStore(StateStore):
             else:
                 self._values[k] = value
 
-        read_to_end(
-            self.bootstrap,
-            self.topic,
-            self._read_to,
-            on_message,
-            self.consumer_config,
-            self.partitions,
-        )
+        self.read_new(on_message)
 
     def load(self, task: str, refresh: bool = True) -> dict | None:
         if refresh:

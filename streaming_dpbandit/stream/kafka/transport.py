@@ -26,6 +26,7 @@ import time
 
 from ...config import KafkaSettings
 from ..transport import TP, Record, Transport
+from .consumer_tools import consumer_lag, resume_partition, wait_for_partitions
 
 __all__ = [
     "JoinWatchdog",
@@ -33,6 +34,7 @@ __all__ = [
     "consumer_lag",
     "ensure_topics",
     "resume_partition",
+    "wait_for_partitions",
 ]
 
 log = logging.getLogger("streaming_dpbandit.kafka")
@@ -102,6 +104,23 @@ def producer_options(settings: KafkaSettings) -> dict:
     }
 
 
+def group_consumer_options(settings: KafkaSettings, instance_id: str | None) -> dict:
+    """Keyword arguments of the service's group consumers: :func:`client_options`, offsets
+    committed by the service only (with its outputs), read from the earliest when the group has
+    none, large fetches, the group's timeouts and the static member id ``instance_id``."""
+    return {
+        **client_options(settings),
+        "group_id": settings.group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": settings.max_poll_records,
+        "fetch_max_bytes": 64 * 1024 * 1024,
+        "session_timeout_ms": settings.session_timeout_ms,
+        "heartbeat_interval_ms": settings.heartbeat_ms(),
+        "group_instance_id": instance_id,
+    }
+
+
 def ensure_topics(settings: KafkaSettings) -> list[str]:
     """Create the four topics if they do not exist; returns the names created."""
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -123,79 +142,6 @@ def ensure_topics(settings: KafkaSettings) -> list[str]:
         return missing
     finally:
         admin.close()
-
-
-def wait_for_partitions(consumer, topics, timeout_s: float = 30.0) -> None:
-    """Wait until the consumer's metadata lists partitions of every topic. Joining a group
-    while a just-created topic has no partition metadata yet gives an empty assignment, and
-    kafka-python 3.0 can then stay without partitions (its rejoin stalls)."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    missing = list(topics)
-    while missing and time.monotonic() < deadline:
-        missing = [t for t in missing if not consumer.partitions_for_topic(t)]
-        if missing:
-            consumer.poll(timeout_ms=0)  # lets the client refresh its metadata
-            time.sleep(0.2)
-    if missing:
-        log.warning("no partition metadata for %s after %.0f s", ", ".join(missing), timeout_s)
-
-
-def resume_partition(consumer, partition) -> None:
-    """Resume a paused partition (``TopicPartition``) of a kafka-python consumer, and make sure
-    it is fetched again.
-
-    kafka-python 3.0.12 keeps the data it fetched for a partition that was paused ("parked",
-    KAFKA-7548) and hands it back only when, at the start of a poll, no other partition's
-    records are being drained. A partition that resumes while another one stays busy is then
-    never fetched again: the client skips fetching partitions with parked data (measured: a
-    feedback partition resumed next to a busy contexts partition got no record in 10 polls).
-    The parked data was never returned, so the consumer's position is still at its first
-    record: dropping it makes the client fetch again from there, and no record is skipped or
-    repeated (tests/test_kafka_pause.py).
-    """
-    consumer.resume(partition)
-    fetcher = getattr(consumer, "_fetcher", None)
-    for name in ("_paused_partition_records", "_paused_completed_fetches"):
-        parked = getattr(fetcher, name, None)
-        if isinstance(parked, dict):
-            data = parked.pop(partition, None)
-            drain = getattr(data, "drain", None)
-            if drain is not None:
-                drain()
-
-
-def consumer_lag(consumer, parts) -> dict[TP, int]:
-    """End offset minus position of each partition (``TopicPartition``) of a kafka-python
-    consumer.
-
-    The end offsets are the high watermarks of the latest fetch responses, which the client
-    already holds: asking the broker (``end_offsets``) is a round trip that took ~40 ms, ~10 %
-    of a busy service loop that refreshes its gauges twice a second. Partitions not fetched
-    yet are asked for.
-    """
-    if not parts:
-        return {}
-    ends = {}
-    for p in parts:
-        try:
-            ends[p] = consumer.highwater(p)
-        except Exception:  # not assigned any more
-            continue
-    unknown = [p for p, end in ends.items() if end is None]
-    if unknown:
-        try:
-            ends.update(consumer.end_offsets(unknown))
-        except Exception:  # the broker is away
-            return {}
-    out = {}
-    for p, end in ends.items():
-        try:
-            out[(p.topic, p.partition)] = max(0, end - consumer.position(p))
-        except Exception:
-            continue
-    return out
 
 
 def _log_commit_failure(offsets, response) -> None:
@@ -309,17 +255,7 @@ class KafkaTransport(Transport):
 
         s = self.settings
         self.instance_id = s.instance_id(single=True)
-        self.consumer = KafkaConsumer(
-            **client_options(s),
-            group_id=s.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=s.max_poll_records,
-            fetch_max_bytes=64 * 1024 * 1024,
-            session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=s.heartbeat_ms(),
-            group_instance_id=self.instance_id,
-        )
+        self.consumer = KafkaConsumer(**group_consumer_options(s, self.instance_id))
         transport = self
 
         class Listener(ConsumerRebalanceListener):

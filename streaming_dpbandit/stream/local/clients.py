@@ -30,13 +30,13 @@ class SimulatedLDPClients(Source):
         Number of users (reports) to simulate.
     bandit_id
         The ``privacy: local`` bandit they talk to.
-    seed
-        Seeds the contexts, rewards and the devices' randomness (reproducible tests only; real
-        devices use OS entropy).
     topics
         (contexts topic, feedback topic); reports go to the feedback topic.
     models_topic
         Where the service publishes snapshots.
+    seed
+        Seeds the contexts, rewards and the devices' randomness (reproducible tests only; real
+        devices use OS entropy).
     chunk
         Users per poll.
     encoding
@@ -50,9 +50,10 @@ class SimulatedLDPClients(Source):
         env: Environment,
         reports: int,
         bandit_id: str = "default",
-        seed: int = 0,
+        *,
         topics: tuple[str, str] = ("contexts", "feedback"),
         models_topic: str = "dpbandit.models",
+        seed: int = 0,
         chunk: int = 256,
         encoding: str = "json",
         max_epsilon: float = 8.0,

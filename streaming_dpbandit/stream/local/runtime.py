@@ -124,41 +124,41 @@ class LocalMetrics:
     def __init__(self, service_metrics):
         r = service_metrics.registry
         self.service = service_metrics
+
+        def per_bandit(kind, name: str, documentation: str):
+            return kind(name, documentation, ["bandit"], registry=r)
+
         self.reports = Counter(
             "dpbandit_ldp_reports_total",
             "LDP reports by outcome (absorbed, or the dead-letter reason)",
             ["bandit", "outcome"],
             registry=r,
         )
-        self.absorbed = Gauge(
-            "dpbandit_ldp_reports_absorbed", "Reports in the server model", ["bandit"], registry=r
+        self.absorbed = per_bandit(
+            Gauge, "dpbandit_ldp_reports_absorbed", "Reports in the server model"
         )
-        self.version = Gauge(
-            "dpbandit_ldp_model_version", "Latest published model version", ["bandit"], registry=r
+        self.version = per_bandit(
+            Gauge, "dpbandit_ldp_model_version", "Latest published model version"
         )
-        self.published = Counter(
+        self.published = per_bandit(
+            Counter,
             "dpbandit_ldp_models_published_total",
             "Model versions published by this process",
-            ["bandit"],
-            registry=r,
         )
-        self.publish_duration = Histogram(
+        self.publish_duration = per_bandit(
+            Histogram,
             "dpbandit_ldp_publish_duration_seconds",
             "Time to refresh and publish a model version",
-            ["bandit"],
-            registry=r,
         )
-        self.main_phase = Gauge(
+        self.main_phase = per_bandit(
+            Gauge,
             "dpbandit_ldp_main_phase",
             "1 once a multi-parameter model left its warm-up (always 1 single-parameter)",
-            ["bandit"],
-            registry=r,
         )
-        self.pd_fallback = Counter(
+        self.pd_fallback = per_bandit(
+            Counter,
             "dpbandit_ols_pd_fallback_total",
             "LDP-OLS refreshes that needed the eigenvalue floor (shifted Gram not PD)",
-            ["bandit"],
-            registry=r,
         )
 
 
@@ -167,10 +167,8 @@ class LocalBanditRuntime:
 
     Parameters
     ----------
-    bandit_id
-        The bandit's name (Kafka key).
-    settings
-        Its configuration (policy ``ldp-glb``).
+    bandit_id, settings
+        The bandit's name (its Kafka key) and configuration (policy ``ldp-glb``).
     fingerprint
         Public fingerprint of the configuration (enters the model id).
     metrics

@@ -141,7 +141,7 @@ class LearnerRuntime(BanditRuntime):
         rounds = self.policy.record_rounds(len(batch))
         for p, t in zip(batch, rounds.tolist()):
             for early in self.join.add(p.event.event_id, t, p.event.event_time, p.X[0]):
-                self._resolved(early, forced=False)
+                self.resolved(early, forced=False)
         self.stats["decided"] += len(batch)
 
 

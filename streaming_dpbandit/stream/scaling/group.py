@@ -30,6 +30,7 @@ from ..kafka.state_store import KafkaChangelogStore
 from ..kafka.transport import (
     JoinWatchdog,
     client_options,
+    group_consumer_options,
     producer_options,
     wait_for_partitions,
 )
@@ -138,17 +139,9 @@ class GroupService:
         try:
             self.n_partitions = self._prepare_topics()
             self.consumer = KafkaConsumer(
-                **client_options(k),
-                group_id=k.group_id,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_poll_records=k.max_poll_records,
-                fetch_max_bytes=64 * 1024 * 1024,
+                **group_consumer_options(k, k.instance_id(single=False)),
                 # the same indices of both input topics: a replica owns whole tasks
                 partition_assignment_strategy=[RangePartitionAssignor],
-                session_timeout_ms=k.session_timeout_ms,
-                heartbeat_interval_ms=k.heartbeat_ms(),
-                group_instance_id=k.instance_id(single=False),
             )
         except ServiceStartError:
             raise

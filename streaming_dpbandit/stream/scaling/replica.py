@@ -23,7 +23,8 @@ import numpy as np
 
 from ...config import ServiceSettings
 from ...metrics import ServiceMetrics
-from ..bandit import BanditRuntime, arm_id_kwargs
+from ..arms import arm_id_kwargs
+from ..bandit import BanditRuntime
 from ..dead_letters import DeadLetters
 from ..errors import ServiceStartError, out_of_memory_is_a_start_error
 from ..parsing import BadInput, Pending, event_time_limit, parse_context

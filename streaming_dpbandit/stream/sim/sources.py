@@ -172,15 +172,24 @@ class SimulatedSource(Source):
         oldest = next(iter(self._waiting.values()))
         return oldest[3] < self._gen - 1
 
-    def on_output(self, topic: str, value: bytes) -> None:
+    def _decision(self, topic: str, value: bytes) -> tuple[dict, tuple, float] | None:
+        """A decision this source waits for: the message, what :meth:`_emit_contexts` kept
+        for its event, and when it happened (simulated). None for any other output, and for a
+        repeated decision (after a restart: it is answered once)."""
         if not topic.endswith("decisions"):
-            return
+            return None
         dec = json.loads(value)
         got = self._waiting.pop(dec["event_id"], None)
         if got is None:
-            return  # a repeated decision (after a restart) is answered once
-        mu, noise, t, gen = got
-        decided_at = t if gen == self._gen else self._clock  # immediate, or delayed by a wait
+            return None
+        t, gen = got[2], got[3]
+        return dec, got, (t if gen == self._gen else self._clock)  # immediate, or after a wait
+
+    def on_output(self, topic: str, value: bytes) -> None:
+        decision = self._decision(topic, value)
+        if decision is None:
+            return
+        dec, (mu, noise, _t, gen), decided_at = decision
         k = int(dec["arm_index"])
         self.decisions += 1
         best = float(mu.max())

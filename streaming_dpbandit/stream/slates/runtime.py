@@ -1,8 +1,8 @@
 """One slate bandit inside the service: a matroid policy, its per-item reward join, its rows.
 
-The slate runtime is the single-arm :class:`~.bandit.BanditRuntime` with slates in place of
-arms; the service loop, the snapshot, the ledger and the release-before-use sequence are the
-same. What differs:
+A slate bandit is a :class:`~.bandit.BanditRuntime` whose action kind
+(:class:`~.arms.ActionKind`) is :class:`SlateArms`: slates in place of arms; the service loop,
+the snapshot, the ledger and the release-before-use sequence are the same. What differs:
 
 * contexts are slate requests (``slate_size`` = the matroid's rank K, no features);
 * a decision is a :class:`~.schemas.SlateDecision`: the K served items in greedy order;
@@ -23,31 +23,39 @@ import time
 import numpy as np
 
 from ...config import BanditSettings
+from ..arms import ActionKind
 from ..bandit import BanditRuntime
 from ..join import Resolution
 from ..parsing import BadInput, Pending
 from ..schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
 from .join import SlateJoinStore
 
-__all__ = ["SlateBanditRuntime"]
+__all__ = ["SlateArms", "slate_runtime"]
 
 log = logging.getLogger("streaming_dpbandit.service")
 
 
-class SlateBanditRuntime(BanditRuntime):
-    """Policy + join + counters of one slate bandit (see the module docstring).
+def slate_runtime(bandit_id: str, settings: BanditSettings, policy, metrics=None) -> BanditRuntime:
+    """The runtime of a slate bandit (``policy``: a matroid policy)."""
+    return BanditRuntime(
+        bandit_id, settings, policy, metrics, SlateArms(bandit_id, policy, metrics)
+    )
+
+
+class SlateArms(ActionKind):
+    """Slates of the matroid policy's rank K from its item catalogue, with per-item rewards
+    (see the module docstring).
 
     Parameters
     ----------
-    bandit_id, settings, policy, metrics
+    bandit_id, policy, metrics
         As for :class:`~.bandit.BanditRuntime`; ``policy`` is a matroid policy.
     """
 
-    _plain_rewards = False  # per-item rewards, joined item by item
+    plain_rewards = False  # per-item rewards, joined item by item
 
-    def __init__(self, bandit_id: str, settings: BanditSettings, policy, metrics=None):
+    def __init__(self, bandit_id: str, policy, metrics=None):
         self.K = int(policy.K)
-        super().__init__(bandit_id, settings, policy, metrics)
         self.item_ids = list(policy.item_ids or [f"item-{i}" for i in range(policy.L)])
         self.item_index = {a: i for i, a in enumerate(self.item_ids)}
         self.default_reward = float(policy.default_reward)
@@ -73,19 +81,18 @@ class SlateBanditRuntime(BanditRuntime):
             metrics.slate_items.labels(bandit_id, "reachable").set(policy.L - len(loops))
             metrics.slate_items.labels(bandit_id, "unreachable").set(len(loops))
 
-    def _row_width(self, policy) -> int:
+    def row_width(self, policy) -> int:
         return 2 * self.K  # a join row: the slate's items | their rewards (no contexts)
 
-    def _new_join(self, retention: float) -> SlateJoinStore:
-        s = self.settings
-        return SlateJoinStore(self.K, s.feedback_window, s.max_pending, retention)
+    def new_join(self, settings: BanditSettings, width: int, retention: float) -> SlateJoinStore:
+        return SlateJoinStore(self.K, settings.feedback_window, settings.max_pending, retention)
 
     # -- contexts ---------------------------------------------------------------------------
-    def encode(self, ev: ContextEvent):
+    def encode(self, rt: BanditRuntime, ev: ContextEvent):
         if ev.slate_size is None:
             raise BadInput(
                 "slate_required",
-                f"bandit {self.bandit_id!r} serves slates: send 'slate_size' and no arms",
+                f"bandit {rt.bandit_id!r} serves slates: send 'slate_size' and no arms",
             )
         if ev.slate_size != self.K:
             raise BadInput(
@@ -94,23 +101,24 @@ class SlateBanditRuntime(BanditRuntime):
             )
         return np.zeros((0, 0)), []
 
-    def decide(self, batch: list[Pending]) -> list[SlateDecision]:
+    def decide(self, rt: BanditRuntime, batch: list[Pending]) -> list[SlateDecision]:
+        """The slate decisions of a batch (joined as pending), in batch order."""
         ids = [p.event.event_id for p in batch]
-        dec = self.policy.decide_slates(event_ids=ids)
+        dec = rt.policy.decide_slates(event_ids=ids)
         now = time.time()
-        calibration = getattr(self.policy, "calibration", "non-private")
+        calibration = getattr(rt.policy, "calibration", "non-private")
         out = []
         for i, p in enumerate(batch):
             items = dec.slates[i]
-            for early in self.join.add(
-                ids[i], int(dec.rounds[i]), p.event.event_time, self.join.row(items)
+            for early in rt.join.add(
+                ids[i], int(dec.rounds[i]), p.event.event_time, rt.join.row(items)
             ):
-                self._resolved(early, forced=False)
+                self.resolved(rt, early, forced=False)
             keys = dec.keys[i].tolist()
             out.append(
                 SlateDecision(
                     event_id=ids[i],
-                    bandit_id=self.bandit_id,
+                    bandit_id=rt.bandit_id,
                     slate=[
                         SlateItem(
                             item_id=self.item_ids[e],
@@ -122,91 +130,77 @@ class SlateBanditRuntime(BanditRuntime):
                     model_version=int(dec.model_version),
                     round=int(dec.rounds[i]),
                     calibration=calibration,
-                    policy=self.policy.name,
+                    policy=rt.policy.name,
                     decided_at=now,
                 )
             )
-        self.stats["decided"] += len(batch)
+        rt.stats["decided"] += len(batch)
         return out
 
-    def decide_messages(self, batch: list[Pending]) -> list[bytes]:
-        return [d.model_dump_json().encode() for d in self.decide(batch)]
+    def decide_messages(self, rt: BanditRuntime, batch: list[Pending]) -> list[bytes]:
+        return [d.model_dump_json().encode() for d in self.decide(rt, batch)]
 
     # -- feedback ---------------------------------------------------------------------------
-    def on_feedback(self, fb, source: tuple[str, int, int], dead) -> None:
-        self.last_feedback_wall = time.monotonic()
+    def on_feedback(self, rt: BanditRuntime, fb, source: tuple[str, int, int], dead) -> None:
         if not isinstance(fb, SlateFeedback):
-            self.stats["fb_slate_required"] += 1
+            rt.stats["fb_slate_required"] += 1
             dead(source, "slate_required", "a slate bandit takes per-item 'rewards'")
             return
-        bounds = self.settings.reward_bounds
+        bounds = rt.settings.reward_bounds
         if bounds is not None and not all(bounds[0] <= v <= bounds[1] for v in fb.rewards.values()):
-            self.stats["fb_out_of_range"] += 1
+            rt.stats["fb_out_of_range"] += 1
             dead(source, "reward_out_of_range", f"a reward lies outside {list(bounds)}")
             return
         unknown = [a for a in fb.rewards if a not in self.item_index]
         if unknown:
-            self.stats["fb_unknown_item"] += 1
+            rt.stats["fb_unknown_item"] += 1
             dead(source, "unknown_item", f"item {unknown[0]!r} is not in the catalogue")
             return
-        self._judge(fb, dict(fb.rewards), source, dead, "has all its rewards")
+        rt.judge(fb, dict(fb.rewards), source, dead, "has all its rewards")
 
-    def _feedback_on_pending(self, event_id, rewards, event_time, source, dead) -> None:
+    def on_pending(self, rt: BanditRuntime, event_id, rewards, event_time, source, dead) -> None:
         """Apply per-item rewards to a pending slate (also used for held-early feedback)."""
-        if self._outside_window(event_id, event_time, source, dead):
+        if rt.outside_window(event_id, event_time, source, dead):
             return
-        where = {int(e): pos for pos, e in enumerate(self.join.items_of(event_id).tolist())}
+        where = {int(e): pos for pos, e in enumerate(rt.join.items_of(event_id).tolist())}
         positions, values = [], []
         for item_id, v in rewards.items():
             pos = where.get(self.item_index[item_id])
             if pos is None:
-                self.stats["fb_not_in_slate"] += 1
+                rt.stats["fb_not_in_slate"] += 1
                 dead(
                     source, "item_not_in_slate", f"item {item_id!r} was not served to {event_id!r}"
                 )
                 return
             positions.append(pos)
             values.append(float(v))
-        new = self.join.apply(event_id, positions, values)
+        new = rt.join.apply(event_id, positions, values)
         if new == 0:
-            self.stats["fb_duplicate"] += 1
+            rt.stats["fb_duplicate"] += 1
             dead(source, "duplicate_feedback", "every item of this message already has a reward")
             return
-        self.stats["item_rewards"] += new
+        rt.stats["item_rewards"] += new
         if new < len(positions):
-            self.stats["item_rewards_duplicate"] += len(positions) - new
-        if self.join.complete(event_id):
-            self._resolved(self.join.resolve_joined(event_id), forced=False)
+            rt.stats["item_rewards_duplicate"] += len(positions) - new
+        if rt.join.complete(event_id):
+            self.resolved(rt, rt.join.resolve_joined(event_id), forced=False)
 
-    def _resolved(self, res: Resolution, forced: bool) -> None:
+    def resolved(self, rt: BanditRuntime, res: Resolution, forced: bool) -> None:
         _, values = SlateJoinStore.split(res.context)
         got = ~np.isnan(values)
         if res.outcome == "joined":
-            self.stats["joined"] += 1
+            rt.stats["joined"] += 1
         else:
-            self.stats["expired_forced" if forced else "expired"] += 1
-            self.stats["items_defaulted"] += int((~got).sum())
+            rt.stats["expired_forced" if forced else "expired"] += 1
+            rt.stats["items_defaulted"] += int((~got).sum())
         received = float(values[got].sum())
-        self.reward_sum += received
-        self.window.append(received + self.default_reward * float((~got).sum()))
-        self._learn_X.append(res.context)
-        self._learn_y.append(received)
-        self._learn_r.append(res.round)
+        rt.reward_sum += received
+        rt.window.append(received + self.default_reward * float((~got).sum()))
+        rt.queue_row(res.context, received, res.round)
 
     # -- learning ---------------------------------------------------------------------------
-    def flush_learning(self, for_update: bool = False) -> None:
-        """Rows reach the policy once per update, sorted by round (see the module docstring)."""
-        if not self._learn_r or not for_update:
-            return
-        rounds = np.asarray(self._learn_r, dtype=np.int64)
-        feed = rounds <= self._reads_through()
-        if not feed.any():
-            return
-        X = np.vstack(self._learn_X)
-        order = np.argsort(rounds[feed], kind="stable")
-        items, values = SlateJoinStore.split(X[feed][order])
-        self.policy.learn(items, values, rounds[feed][order])  # NaN → default_reward
-        keep = ~feed
-        self._learn_X = list(X[keep])
-        self._learn_y = np.asarray(self._learn_y, dtype=np.float64)[keep].tolist()
-        self._learn_r = rounds[keep].tolist()
+    def learn(self, policy, X: np.ndarray, y: np.ndarray, rounds: np.ndarray) -> None:
+        """Rows reach the policy once per update, sorted by round (see the module docstring):
+        the slates' items and rewards (a missing reward, NaN, counts as ``default_reward``)."""
+        items, values = SlateJoinStore.split(X)
+        policy.learn(items, values, rounds)

@@ -12,7 +12,6 @@ followed by a watermark heartbeat. The source tracks the true pseudo-regret of t
 from __future__ import annotations
 
 import heapq
-import json
 
 from ...envs.matroid_env import MatroidEnvironment
 from ..sim.sources import SimulatedSource
@@ -28,7 +27,8 @@ class SlateSimulatedSource(SimulatedSource):
     env
         A :class:`~streaming_dpbandit.envs.matroid_env.MatroidEnvironment`.
     events, bandit_id, dt, delay_mean, feedback_probability, seed, topics, start_time, chunk
-        As for :class:`~.sources.SimulatedSource`; ``feedback_probability`` applies per item.
+        As for :class:`~streaming_dpbandit.stream.sim.sources.SimulatedSource` (and in its
+        order); ``feedback_probability`` applies per item.
     item_ids
         The bandit's item catalogue (default ``item-0`` … ``item-{L−1}``).
     """
@@ -37,28 +37,11 @@ class SlateSimulatedSource(SimulatedSource):
         self,
         env: MatroidEnvironment,
         events: int,
-        bandit_id: str = "default",
-        dt: float = 0.01,
-        delay_mean: float = 0.2,
-        feedback_probability: float = 1.0,
-        seed: int = 0,
-        topics: tuple[str, str] = ("contexts", "feedback"),
-        start_time: float = 1_700_000_000.0,
-        chunk: int = 256,
+        *args,
         item_ids: list[str] | None = None,
+        **kwargs,
     ):
-        super().__init__(
-            env,
-            events,
-            bandit_id,
-            dt,
-            delay_mean,
-            feedback_probability,
-            seed,
-            topics,
-            start_time,
-            chunk,
-        )
+        super().__init__(env, events, *args, **kwargs)
         self.item_ids = item_ids or [f"item-{i}" for i in range(env.n_items)]
         self._index = {a: i for i, a in enumerate(self.item_ids)}
         self._opt = env.optimal_return()
@@ -85,14 +68,10 @@ class SlateSimulatedSource(SimulatedSource):
             )
 
     def on_output(self, topic: str, value: bytes) -> None:
-        if not topic.endswith("decisions"):
+        decision = self._decision(topic, value)
+        if decision is None:
             return
-        dec = json.loads(value)
-        got = self._waiting.pop(dec["event_id"], None)
-        if got is None:
-            return  # a repeated decision (after a restart) is answered once
-        _, _, t, gen = got
-        decided_at = t if gen == self._gen else self._clock
+        dec, _, decided_at = decision
         items = [int(x["item_index"]) for x in dec["slate"]]
         w = self.env.draw(self._rng, 1)[0]
         self.decisions += 1

@@ -9,8 +9,8 @@ restructuring of ``stream/``, issue 23), run as
 * ``expected.json`` — what an uninterrupted service over the same input learned (a digest of
   ``Service.state_bytes()``) and released (the ledger's content digests).
 
-``tests/test_legacy_state.py`` resumes today's service from ``state/`` and checks that it ends
-exactly where the uninterrupted run of the old code ended.
+``tests/stream/test_legacy_state.py`` resumes today's service from ``state/`` and checks that it
+ends exactly where the uninterrupted run of the old code ended.
 """
 
 import gzip
@@ -21,7 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from stream_helpers import ledger_digests, record_stream, run_file
+try:  # a tree with the test helpers in the package
+    from streaming_dpbandit.testing.stream_helpers import ledger_digests, record_stream, run_file
+except ImportError:  # the tree the files were made with (a95fd5c): tests/ on PYTHONPATH
+    from stream_helpers import ledger_digests, record_stream, run_file
 
 HERE = Path(__file__).resolve().parent
 EVENTS = 800

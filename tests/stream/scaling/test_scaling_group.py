@@ -1,0 +1,374 @@
+"""Several `dpbandit serve` replicas in one consumer group, against the real broker
+(docs/scaling.md, pattern 1).
+
+* three replicas, 12 partitions, 100 bandits, 100,000 events with delayed feedback; one replica
+  is killed with SIGKILL mid-stream and another started later: every bandit's final state equals
+  the single-process run on the same stream, every event has exactly one committed decision (the
+  same as the single-process run's), and the ledger has every release exactly once;
+* a replica paused with SIGSTOP, whose tasks moved while it slept, cannot commit anything for
+  them after SIGCONT: it is fenced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kafka import KafkaConsumer, TopicPartition
+
+from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.envs import FliphatPaperEnv
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.privacy.ledger import ReleaseRecord, read_ledger
+from streaming_dpbandit.stream.kafka.state_store import KafkaChangelogStore
+from streaming_dpbandit.stream.scaling.group import committed_lag
+from streaming_dpbandit.stream.scaling.partitioning import partition_of
+from streaming_dpbandit.stream.service import Service, learned_state_bytes
+from streaming_dpbandit.stream.sim.sources import FileSource
+from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
+from streaming_dpbandit.stream.transport import InProcessTransport
+from streaming_dpbandit.testing.stream_helpers import D, bandit_config, kafka_topics
+
+pytestmark = pytest.mark.kafka
+
+K = 3
+ENV = FliphatPaperEnv(d=D, K=K, s_star=3)
+
+
+# -- the stream ---------------------------------------------------------------------------------
+def bandits_config(names: list[str]) -> dict:
+    return {name: bandit_config() | {"seed": 1000 + i} for i, name in enumerate(names)}
+
+
+def reference(tmp: Path, path: Path, names: list[str]) -> dict:
+    """The single-process run over the same stream (in-process, one partition per topic)."""
+    st = ServiceSettings.model_validate(
+        {
+            "mode": "service",
+            "bandits": bandits_config(names),
+            "snapshots": {"directory": str(tmp / "ref"), "interval_s": 3600},
+            "metrics": {"enabled": False},
+            "progress": False,
+            "max_batch": 256,
+            "idle_timeout_s": 3600,
+        }
+    )
+    transport = InProcessTransport(
+        FileSource(path, ("dpbandit.contexts", "dpbandit.feedback")), keep_outputs=True
+    )
+    svc = Service(st, transport, ServiceMetrics())
+    svc.open()
+    svc.run()
+    decisions = {}
+    for v in transport.outputs["dpbandit.decisions"]:
+        d = json.loads(v)
+        decisions[d["event_id"]] = (d["arm_id"], d["model_version"])
+    states = {name: rt.state_dict() for name, rt in svc.bandits.items()}
+    recs, torn = read_ledger(tmp / "ref" / "ledger.jsonl")
+    assert torn == 0
+    ledger = {r.release_id: r.content_digest() for r in recs}
+    return {"decisions": decisions, "states": states, "ledger": ledger}
+
+
+# -- Kafka helpers -------------------------------------------------------------------------------
+def read_committed(bootstrap: str, topic: str, headers: bool = False) -> list:
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    )
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
+        if not parts:  # not created yet
+            return []
+        c.assign(parts)
+        c.seek_to_beginning(*parts)
+        ends = c.end_offsets(parts)
+        out = []
+        while any(c.position(p) < ends[p] for p in parts):
+            for msgs in c.poll(timeout_ms=500).values():
+                out.extend(msgs)
+        return out
+    finally:
+        c.close()
+
+
+def committed_decisions(bootstrap: str, topic: str) -> dict[str, list]:
+    seen: dict[str, list] = {}
+    for m in read_committed(bootstrap, topic):
+        d = json.loads(m.value)
+        replica = dict(m.headers or []).get("replica", b"").decode()
+        seen.setdefault(d["event_id"], []).append((d["arm_id"], d["model_version"], replica))
+    return seen
+
+
+def group_lag(bootstrap: str, group: str, topics: dict) -> int | None:
+    return committed_lag(bootstrap, group, [topics["contexts"], topics["feedback"]])
+
+
+def write_config(tmp: Path, name: str, bootstrap: str, topics: dict, group: str, names, **scaling):
+    cfg = {
+        "mode": "service",
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "group_id": group,
+            "client_id": name,
+            "topics": topics,
+            "create_topics": True,
+            "max_poll_records": 2000,
+            "poll_timeout_ms": 50,
+            "session_timeout_ms": 10_000,
+        },
+        "scaling": {"mode": "group", **scaling},
+        "bandits": bandits_config(names),
+        "metrics": {"enabled": False},
+        "progress": False,
+        "max_batch": 256,
+        "idle_timeout_s": 3600,
+        "log_level": "INFO",
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(cfg))))
+    return path
+
+
+LIVE: list[Replica] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_orphan_replicas():
+    yield
+    while LIVE:
+        r = LIVE.pop()
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.wait()
+
+
+STALL_EXIT = "consumer group membership not stable for"
+
+
+class Replica:
+    """A `dpbandit serve` replica run the way docs/operations.md asks: under a supervisor.
+
+    A replica that hits kafka-python's re-join stall exits with a one-line error so that it is
+    restarted (its tasks' state and offsets live in Kafka); `supervise` does that restart, the
+    way Kubernetes would. Any other exit fails the test.
+    """
+
+    def __init__(self, tmp: Path, name: str, config: Path):
+        LIVE.append(self)
+        self.name = name
+        self.config = config
+        self.restarts = 0
+        self.log_path = tmp / f"{name}.log"
+        self.log = self.log_path.open("a")
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "streaming_dpbandit.cli", "serve", "--config", str(self.config)],
+            stdout=self.log,
+            stderr=self.log,
+        )
+
+    def supervise(self) -> None:
+        """Restart after a re-join-stall exit; fail on any other exit."""
+        rc = self.proc.poll()
+        if rc is None:
+            return
+        tail = self.text()[-3000:]
+        stalled = any(STALL_EXIT in line for line in tail.splitlines()[-3:])
+        assert rc == 2 and stalled, f"replica {self.name} exited:\n{tail}"
+        self.restarts += 1
+        assert self.restarts <= 3, f"replica {self.name} stalled {self.restarts} times:\n{tail}"
+        print(f"\n{self.name}: re-join stall exit, restarted by the supervisor")
+        self.log.write(f"--- supervisor: restart {self.restarts}\n")
+        self.log.flush()
+        self.proc = self._start()
+
+    def signal(self, sig) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 120) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=timeout)
+        self.log.close()
+        return rc
+
+    def text(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text()
+
+
+def wait_for(cond, timeout: float, what: str, replicas=()):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for r in replicas:
+            r.supervise()
+        if cond():
+            return
+        time.sleep(1.0)
+    logs = "\n".join(f"--- {r.name}\n{r.text()[-2000:]}" for r in replicas)
+    pytest.fail(f"timed out waiting for {what}\n{logs}")
+
+
+def final_states(bootstrap: str, state_topic: str, partitions: int) -> dict:
+    store = KafkaChangelogStore(bootstrap, state_topic)
+    out = {}
+    for p in range(partitions):
+        snap = store.load(f"task-{p}")
+        if snap is not None:
+            out.update(snap["bandits"])
+    return out
+
+
+def ledger_records(bootstrap: str, topic: str) -> list[ReleaseRecord]:
+    return [ReleaseRecord.from_dict(json.loads(m.value)) for m in read_committed(bootstrap, topic)]
+
+
+def check_against_reference(bootstrap, topics, group, ref, partitions):
+    states = final_states(bootstrap, f"{group}.state", partitions)
+    assert set(states) == set(ref["states"])
+    for name, st in states.items():  # nothing lost or counted twice, bandit by bandit
+        assert learned_state_bytes({name: st}) == learned_state_bytes(
+            {name: ref["states"][name]}
+        ), name
+    seen = committed_decisions(bootstrap, topics["decisions"])
+    assert set(seen) == set(ref["decisions"])  # no event without a decision
+    dup = {k: v for k, v in seen.items() if len(v) != 1}
+    assert not dup, (
+        f"{len(dup)} events with several committed decisions, e.g. {next(iter(dup.items()))}"
+    )
+    assert {k: v[0][:2] for k, v in seen.items()} == ref["decisions"]
+    recs = ledger_records(bootstrap, f"{group}.ledger")
+    ids = [r.release_id for r in recs]
+    assert len(ids) == len(set(ids)), "a release was recorded twice"
+    assert {r.release_id: r.content_digest() for r in recs} == ref["ledger"]
+    return seen
+
+
+# -- tests ----------------------------------------------------------------------------------------
+BANDITS = [f"b{i:03d}" for i in range(100)]
+PARTITIONS = 12
+EVENTS_PER_BANDIT = 1000
+
+
+@pytest.fixture(scope="module")
+def big_stream(tmp_path_factory):
+    d = tmp_path_factory.mktemp("group-stream")
+    path = d / "stream.jsonl"
+    counts = write_multi_bandit_stream(
+        path, BANDITS, EVENTS_PER_BANDIT, FliphatPaperEnv(d=D, K=K, s_star=3), seed=11
+    )
+    assert counts["contexts"] == len(BANDITS) * EVENTS_PER_BANDIT
+    return {"path": path, "counts": counts, "ref": reference(d, path, BANDITS)}
+
+
+def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
+    kafka_broker, big_stream, tmp_path
+):
+    assert len({partition_of(b, PARTITIONS) for b in BANDITS}) == PARTITIONS
+    group = f"grp{os.getpid()}"
+    topics = kafka_topics(group)
+    for t in (topics["contexts"], topics["feedback"]):
+        kafka_broker.create_topic(t, PARTITIONS)
+    # 60% of the stream now, the rest once the late joiner owns tasks: however fast the
+    # replicas are, work remains for it (the same ordered stream, published in two parts)
+    lines = Path(big_stream["path"]).read_text().splitlines(keepends=True)
+    cut = len(lines) * 3 // 5
+    first, rest = tmp_path / "first.jsonl", tmp_path / "rest.jsonl"
+    first.write_text("".join(lines[:cut]))
+    rest.write_text("".join(lines[cut:]))
+    publish_jsonl(kafka_broker.bootstrap, first, topics)
+    boot = kafka_broker.bootstrap
+    total = len(BANDITS) * EVENTS_PER_BANDIT
+
+    def cfg(name):
+        return write_config(tmp_path, name, boot, topics, group, BANDITS)
+
+    replicas = [Replica(tmp_path, f"r{i}", cfg(f"r{i}")) for i in range(3)]
+
+    def decided() -> int:
+        return len(committed_decisions(boot, topics["decisions"]))
+
+    wait_for(lambda: decided() >= total // 4, 600, "a quarter of the decisions", replicas)
+    replicas[1].signal(signal.SIGKILL)  # mid-stream, with an open transaction
+    replicas[1].proc.wait()
+    alive = [replicas[0], replicas[2]]
+    wait_for(lambda: decided() >= total // 2, 600, "half of the decisions", alive)
+    late = Replica(tmp_path, "r3", cfg("r3"))
+    alive.append(late)
+    owns = re.compile(r"assigned tasks \[\d")
+    wait_for(lambda: owns.search(late.text()), 300, "tasks for the late joiner", alive)
+    publish_jsonl(boot, rest, topics)
+    wait_for(lambda: group_lag(boot, group, topics) == 0, 900, "the end of the stream", alive)
+    for r in alive:
+        assert r.stop() == 0, r.text()[-3000:]
+    seen = check_against_reference(boot, topics, group, big_stream["ref"], PARTITIONS)
+    by = {}
+    for v in seen.values():
+        by[v[0][2]] = by.get(v[0][2], 0) + 1
+    assert by.get("r3", 0) > 0 and by.get("r1", 0) > 0, by  # the work really was shared
+    assert "assigned tasks" in late.text()
+
+
+def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
+    names = [f"p{i:02d}" for i in range(8)]
+    parts = 4
+    path = tmp_path / "stream.jsonl"
+    write_multi_bandit_stream(path, names, 1500, ENV, seed=3)
+    ref = reference(tmp_path, path, names)
+    group = f"pause{os.getpid()}"
+    topics = kafka_topics(group)
+    for t in (topics["contexts"], topics["feedback"]):
+        kafka_broker.create_topic(t, parts)
+    boot = kafka_broker.bootstrap
+    # the sleeper commits rarely: when paused it certainly holds uncommitted work
+    a = Replica(
+        tmp_path, "a", write_config(tmp_path, "a", boot, topics, group, names, commit_interval_s=30)
+    )
+    wait_for(lambda: "assigned tasks [0, 1, 2, 3]" in a.text(), 120, "a owns every task", [a])
+    publish_jsonl(boot, path, topics)
+    wait_for(lambda: "release" in a.text(), 300, "a's first releases", [a])
+    a.signal(signal.SIGSTOP)
+    paused_at = time.time()
+    b = Replica(tmp_path, "b", write_config(tmp_path, "b", boot, topics, group, names))
+    try:
+        wait_for(lambda: group_lag(boot, group, topics) == 0, 600, "b to finish the stream", [b])
+        pre = committed_decisions(boot, topics["decisions"])
+        assert set(pre) == set(ref["decisions"])
+    finally:
+        a.signal(signal.SIGCONT)
+    resumed_at = time.time()
+    wait_for(lambda: "fenced" in a.text().lower() or "lost" in a.text(), 120, "a to notice", [a, b])
+    time.sleep(5)  # a rejoins the group; anything it still tried to write stays aborted
+    assert b.stop() == 0 and a.stop() == 0
+    seen = check_against_reference(boot, topics, group, ref, parts)
+    assert seen == pre  # nothing a wrote after it resumed became visible
+    assert resumed_at - paused_at > 10  # longer than the session: its tasks had moved
+    # the group's privacy spend, from the ledger topic
+    cli = [sys.executable, "-m", "streaming_dpbandit.cli", "budget", "--kafka", boot]
+    out = subprocess.run(
+        [*cli, f"{group}.ledger", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    budget = json.loads(out.stdout)
+    assert budget["records"] == len(ref["ledger"])
+    assert sorted(b["spend"]["bandit_id"] for b in budget["bandits"]) == names
+    missing = subprocess.run(
+        [*cli, "no-such.ledger"],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and "no ledger topic 'no-such.ledger'" in missing.stderr

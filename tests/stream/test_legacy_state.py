@@ -1,0 +1,45 @@
+"""A state directory written before the restructuring of ``stream/`` (issue 23) still loads:
+today's service resumes from its snapshot and ledger and ends exactly where an uninterrupted
+run of the old code ended (tests/data/legacy_state/make.py says how the files were made)."""
+
+import gzip
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from streaming_dpbandit.testing.stream_helpers import decisions, ledger_digests, run_file
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "legacy_state"
+
+
+def test_a_snapshot_and_ledger_of_the_old_code_resume_to_the_same_end(tmp_path):
+    expected = json.loads((DATA / "expected.json").read_text())
+    stream = tmp_path / "stream.jsonl"
+    stream.write_bytes(gzip.decompress((DATA / "stream.jsonl.gz").read_bytes()))
+    state = tmp_path / "state"
+    shutil.copytree(DATA / "state", state)
+    before = ledger_digests(state)
+    assert before and before == expected["ledger_digests"][: len(before)]
+
+    svc, transport, summary = run_file(state, stream, **expected["settings"])
+
+    assert 0 < len(decisions(transport)) < expected["events"]  # resumed, not restarted
+    assert summary["bandits"]["shop"]["stats"]["decided"] == expected["events"]
+    assert hashlib.sha256(svc.state_bytes()).hexdigest() == expected["state_bytes_sha256"]
+    assert ledger_digests(state) == expected["ledger_digests"]
+
+
+def test_the_legacy_state_is_refused_under_another_configuration(tmp_path):
+    """The snapshot really is read (its fingerprint is checked), not silently replaced."""
+    import pytest
+
+    from streaming_dpbandit.stream.service import ServiceStartError
+    from streaming_dpbandit.testing.stream_helpers import bandit_config
+
+    stream = tmp_path / "stream.jsonl"
+    stream.write_bytes(gzip.decompress((DATA / "stream.jsonl.gz").read_bytes()))
+    state = tmp_path / "state"
+    shutil.copytree(DATA / "state", state)
+    with pytest.raises(ServiceStartError, match="changed since the snapshot"):
+        run_file(state, stream, bandit=bandit_config(s=5), max_batch=64)
