@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -81,7 +82,7 @@ class SingleArms(ActionKind):
     """One arm per decision, chosen among the event's candidates; one reward per decision."""
 
     def __init__(self) -> None:
-        self._encode = None  # the decision encoder, made at the first decision
+        self._encode: Callable[..., list[bytes]] | None = None  # made at the first decision
 
     def row_width(self, policy) -> int:
         return int(policy.d)  # the chosen context
@@ -107,6 +108,7 @@ class SingleArms(ActionKind):
                     raise BadInput("unknown_arm", f"arm {unknown[0]!r} is not in the catalogue")
             return X, ids
         shared = ev.shared_features()
+        assert shared is not None  # validated: per-arm features, or a shared context
         if rt.policy.keyed_by_arm_id:  # one model per arm id: the context serves every arm
             if shared.shape[0] != d:
                 raise BadInput(
@@ -161,11 +163,12 @@ class SingleArms(ActionKind):
         for early in rt.join.add_many(ids, rounds, times, chosen):
             self.resolved(rt, early, forced=False)
         rt.stats["decided"] += B
-        if self._encode is None:
-            self._encode = decision_encoder(
+        encode = self._encode
+        if encode is None:
+            encode = self._encode = decision_encoder(
                 rt.bandit_id, getattr(policy, "calibration", "non-private"), policy.name
             )
-        return self._encode(
+        return encode(
             ids,
             [p.arm_ids[a] for p, a in zip(batch, arms)],
             arms,
@@ -205,7 +208,9 @@ class SingleArms(ActionKind):
             self.resolved(rt, rt.join.match(event_id, reward, event_time), forced=False)
 
     def resolved(self, rt: BanditRuntime, res: Resolution, forced: bool) -> None:
+        assert res.context is not None  # a resolution of a pending decision carries its row
         if res.outcome == "joined":
+            assert res.reward is not None
             rt.learn_joined(res.round, res.reward, res.context)
             return
         rt.stats["expired_forced" if forced else "expired"] += 1

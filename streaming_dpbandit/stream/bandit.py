@@ -58,11 +58,11 @@ class BanditRuntime:
         self._learn_X: list[np.ndarray] = []
         self._learn_y: list[float] = []
         self._learn_r: list[int] = []
-        self.stats = collections.Counter()
-        self.window = collections.deque(maxlen=WINDOW)
+        self.stats: collections.Counter[str] = collections.Counter()
+        self.window: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.best_window = float("-inf")
         self.reward_sum = 0.0
-        self._clipped_seen = {}
+        self._clipped_seen: dict[str, int] = {}
         self.last_feedback_wall = time.monotonic()
         self.last_refit_round = 0
         self.catalogue = (
@@ -100,6 +100,7 @@ class BanditRuntime:
                 fb = held[0]
                 if self.kind.plain_rewards:  # (what on_pending does here, inline)
                     rnd, ctx = js.take_joined(eid)
+                    assert not isinstance(fb.reward, dict)  # single-arm rewards are numbers
                     self.learn_joined(rnd, fb.reward, ctx)
                 else:
                     self.kind.on_pending(self, eid, fb.reward, fb.event_time, fb.source, dead)

@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, Protocol, TextIO
 
 from ..config import ServiceSettings
 from ..metrics import ServiceMetrics
 from .errors import ServiceStartError
 from .gc_tuning import service_gc
 from .service import Service
+from .signals import StopSwitch
 from .transport import InProcessTransport, Source, Transport
 
 __all__ = [
@@ -27,6 +30,18 @@ __all__ = [
 ]
 
 log = logging.getLogger("streaming_dpbandit.service")
+
+
+class Served(Protocol):
+    """What :func:`run_service` runs: a :class:`Service`, or a group replica's service."""
+
+    stop: StopSwitch
+
+    def open(self) -> None: ...
+
+    def install_signal_handlers(self) -> None: ...
+
+    def run(self, progress: Callable[[Any], object] | None = None) -> dict[str, Any]: ...
 
 
 def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Transport:
@@ -78,7 +93,9 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     return InProcessTransport(source, keep_outputs)
 
 
-def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
+def start_metrics_server(
+    settings: ServiceSettings, metrics: ServiceMetrics
+) -> tuple[Any, int | None]:
     """Serve ``/metrics`` in a daemon thread; returns (server, bound port) or (None, None)."""
     if not settings.metrics.enabled:
         return None, None
@@ -95,7 +112,7 @@ def start_metrics_server(settings: ServiceSettings, metrics: ServiceMetrics):
     return server, server.server_port
 
 
-def serve_metrics(settings: ServiceSettings) -> tuple[ServiceMetrics, object]:
+def serve_metrics(settings: ServiceSettings) -> tuple[ServiceMetrics, Any]:
     """Fresh collectors and their ``/metrics`` endpoint (announced), if enabled."""
     metrics = ServiceMetrics()
     server, port = start_metrics_server(settings, metrics)
@@ -108,9 +125,9 @@ def serve_metrics(settings: ServiceSettings) -> tuple[ServiceMetrics, object]:
 def run_service(
     settings: ServiceSettings,
     transport: Transport | None = None,
-    out=None,
+    out: TextIO | None = None,
     linger_s: float = 0.0,
-) -> dict:
+) -> dict[str, Any]:
     """Run until the input ends or SIGTERM/SIGINT; print and return the summary.
 
     ``linger_s``: after a finite input ends, keep serving ``/metrics`` this many seconds (or
@@ -129,7 +146,7 @@ def run_service(
             server.shutdown()
 
 
-def run_broadcast(settings: ServiceSettings, out=None) -> dict:
+def run_broadcast(settings: ServiceSettings, out: TextIO | None = None) -> dict[str, Any]:
     """Run this process's role of a model broadcast until SIGTERM/SIGINT."""
     import json
 
@@ -169,21 +186,32 @@ def run_broadcast(settings: ServiceSettings, out=None) -> dict:
             server.shutdown()
 
 
-def _run(settings, transport, metrics, server, out, linger_s: float, group: bool) -> dict:
+def _run(
+    settings: ServiceSettings,
+    transport: Transport | None,
+    metrics: ServiceMetrics,
+    server: Any,
+    out: TextIO,
+    linger_s: float,
+    group: bool,
+) -> dict[str, Any]:
+    service: Served
     if group:
         from .scaling.group import GroupService
 
         service = GroupService(settings, metrics)
     else:
+        assert transport is not None  # run_service builds one unless in group mode
         service = Service(settings, transport, metrics)
     service.open()
     service.install_signal_handlers()
     model_server = None
-    if getattr(service, "local", None) and settings.model_server.enabled:  # local models
+    local = getattr(service, "local", None)
+    if local and settings.model_server.enabled:  # local models
         from .local.publisher import start_model_server
 
         model_server, mport = start_model_server(
-            settings.model_server.host, settings.model_server.port, service.local.store
+            settings.model_server.host, settings.model_server.port, local.store
         )
         url = f"http://{settings.model_server.host}:{mport}/v1/models"
         log.info("models: %s", url, extra={"url": url})
@@ -210,7 +238,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
     if not isinstance(simulated, SimulatedSource):
         simulated = None
 
-    def progress(svc):
+    def progress(svc: Any) -> None:  # a Service or a GroupService
         if simulated is not None:  # the stream knows the true mean rewards
             metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
         if bar is None:
@@ -237,7 +265,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
     if source is not None and hasattr(source, "summary"):
         summary["source"] = source.summary()
     if group:
-        summary["state_topic"] = service.state_topic
+        summary["state_topic"] = getattr(service, "state_topic", None)
     else:
         summary["state_directory"] = str(settings.snapshots.directory)
     print_summary(summary, out)
@@ -250,7 +278,7 @@ def _run(settings, transport, metrics, server, out, linger_s: float, group: bool
     return summary
 
 
-def print_summary(summary: dict, out) -> None:
+def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     from ..privacy.accountant import format_of_record
     from ..utils.tables import format_table
 
@@ -330,7 +358,7 @@ def print_summary(summary: dict, out) -> None:
         )
 
 
-def print_comparison(summary: dict, out) -> None:
+def print_comparison(summary: dict[str, Any], out: TextIO) -> None:
     """The policy next to the uniform random policy and the oracle, on the same simulated stream.
 
     Regret is pseudo-regret, Σ_t (best arm's mean reward − chosen arm's mean reward); the

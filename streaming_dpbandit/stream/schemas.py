@@ -7,10 +7,12 @@ Every message is one JSON object. Times are event times in seconds since the Uni
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _json_str
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -41,7 +43,7 @@ Id = Annotated[str, Field(min_length=1, max_length=200)]
 F64 = np.dtype("<f8")
 
 
-def encode_f64(values) -> str:
+def encode_f64(values: npt.ArrayLike) -> str:
     """The base64 text of a binary feature field: float64, little-endian, row-major.
 
     >>> encode_f64([[1.0, -0.5], [0.25, 2.0]])
@@ -63,7 +65,7 @@ def context_message(
     X: np.ndarray,
     arm_ids: list[str],
     encoding: str = "json",
-) -> dict:
+) -> dict[str, Any]:
     """A per-arm context event (as a dict to send as JSON) with features ``X`` (K, d).
 
     >>> context_message("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"])["arms"]
@@ -108,7 +110,7 @@ def _f64(raw: bytes, field: str) -> np.ndarray:
     return values
 
 
-def _to_epoch(v):
+def _to_epoch(v: object) -> float:
     """Event time in epoch seconds, or a ``ValueError`` (a validation error, never another
     exception: a 400-digit integer must be dead-lettered, not stop the service).
 
@@ -202,7 +204,7 @@ class ContextEvent(_Event):
     slate_size: int | None = Field(None, ge=1, le=10_000)
 
     @model_validator(mode="after")
-    def _one_form(self):
+    def _one_form(self) -> ContextEvent:
         raw = self.arm_features_f64
         if (  # the fast path: the binary per-arm form alone
             raw is not None
@@ -248,10 +250,10 @@ class ContextEvent(_Event):
         ids = self.candidate_ids()
         if len(set(ids)) != len(ids):
             raise ValueError("arm ids must be unique within an event")
-        if form == "arms" and len({len(a.features) for a in self.arms}) != 1:
+        if form == "arms" and len({len(a.features) for a in self.arms or []}) != 1:
             raise ValueError("every arm must have the same number of features")
         if form == "shared_f64":  # (arm_features_f64 with its arm ids took the fast path)
-            _f64(self.shared_f64, form)
+            _f64(self.shared_f64 or b"", form)
         return self
 
     def candidate_ids(self) -> list[str]:
@@ -267,7 +269,7 @@ class ContextEvent(_Event):
             return np.array([a.features for a in self.arms], dtype=np.float64)
         if self.arm_features_f64 is None:
             return None
-        return np.frombuffer(self.arm_features_f64, dtype=F64).reshape(len(self.arm_ids), -1)
+        return np.frombuffer(self.arm_features_f64, dtype=F64).reshape(len(self.arm_ids or ()), -1)
 
     def shared_features(self) -> np.ndarray | None:
         """The shared context of ``shared`` or ``shared_f64``, or None."""
@@ -295,7 +297,7 @@ class Decision(_Event):
     decided_at: float
 
 
-def decision_encoder(bandit_id: str, calibration: str, policy: str):
+def decision_encoder(bandit_id: str, calibration: str, policy: str) -> Callable[..., list[bytes]]:
     """A fast encoder of one bandit's :class:`Decision` messages (a batch to JSON bytes).
 
     Builds the same JSON objects as ``Decision(...).model_dump_json()`` (same fields in the

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from ...config import KafkaSettings
 from ..transport import TP, Record, Transport
@@ -244,7 +245,7 @@ class KafkaTransport(Transport):
         self.paused: set[TP] = set()
         self.join_restarts = 0
         self.watchdog = JoinWatchdog(s.rejoin_stall_s)
-        self._tps = {}
+        self._tps: dict[TP, Any] = {}  # kafka-python TopicPartitions, made once per partition
         self._key_parts: dict[tuple[str, bytes], tuple[list[int], int]] = {}
         self._join()
 

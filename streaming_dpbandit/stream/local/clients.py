@@ -103,7 +103,9 @@ class SimulatedLDPClients(Source):
         X = self.env.contexts(self._rng, n)
         mu = self.env.mean_rewards(X)
         noise = self.env.reward_noise(self._rng, n)
-        multi = self.client.snapshot.spec.setting == "multi"
+        snapshot = self.client.snapshot
+        assert snapshot is not None  # a client exists once a model is published
+        multi = snapshot.spec.setting == "multi"
         key = self.bandit_id.encode()
         for j in range(n):
             choice = self.client.decide(X[j, 0] if multi else X[j])

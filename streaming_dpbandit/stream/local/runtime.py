@@ -105,7 +105,8 @@ class DedupWindow:
             self._filled = int(state["filled"])
         else:  # a resized window keeps the most recent ids
             order = [(int(state["pos"]) - 1 - i) % ring.size for i in range(int(state["filled"]))]
-            self.__init__(self.size)
+            self._ring = np.zeros(self.size, dtype=np.uint64)
+            self._pos = self._filled = 0
             for i in reversed(order[: self.size]):
                 self._ring[self._pos] = ring[i]
                 self._pos = (self._pos + 1) % self.size
@@ -285,6 +286,7 @@ class LocalBanditRuntime:
         P = np.vstack(self._pending)
         arms = np.asarray(self._pending_arms, dtype=np.int64)
         phase = self._pending_phase
+        assert phase is not None  # set with the first pending report
         self._pending, self._pending_arms, self._pending_phase = [], [], None
         self.server.absorb(P, phase, arms if phase == "warmup" else None)
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ...config import ServiceSettings
 from ...metrics import ServiceMetrics
@@ -324,7 +326,7 @@ class GroupService:
     def install_signal_handlers(self) -> None:
         self.stop.install()
 
-    def run(self, progress=None) -> dict:
+    def run(self, progress: Callable[[Any], object] | None = None) -> dict[str, Any]:
         """Serve until a stop is requested; returns the summary of the tasks owned at the end."""
         k = self.settings.kafka
         last_commit = time.monotonic()
@@ -395,7 +397,7 @@ class GroupService:
         return summary
 
     def summary(self) -> dict:
-        out = {
+        out: dict[str, Any] = {
             "elapsed_s": time.monotonic() - self.started,
             "tasks": sorted(self.tasks),
             "bandits": {},

@@ -259,7 +259,7 @@ class DecisionReplica:
         return out
 
     def _decide(self, rt: BanditRuntime | None, batch: list[Pending]) -> None:
-        if not batch:
+        if not batch or rt is None:  # (a batch always comes with its bandit's runtime)
             return
         # a long poll batch (a backlog) must not delay a new model: check between chunks
         if time.monotonic() - self.last_refresh >= self.settings.broadcast.model_refresh_ms / 1000:

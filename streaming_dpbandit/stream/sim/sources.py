@@ -6,12 +6,16 @@ import heapq
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import numpy as np
 
 from ...envs.base import Environment
 from ..schemas import context_message
 from ..transport import Source
+
+if TYPE_CHECKING:
+    from ...envs.matroid_env import MatroidEnvironment
 
 __all__ = ["FileSource", "RecordingSource", "SimulatedSource"]
 
@@ -60,7 +64,7 @@ class SimulatedSource(Source):
 
     def __init__(
         self,
-        env: Environment,
+        env: Environment | MatroidEnvironment,
         events: int,
         bandit_id: str = "default",
         dt: float = 0.01,
@@ -72,7 +76,7 @@ class SimulatedSource(Source):
         chunk: int = 256,
         feature_encoding: str = "json",
     ):
-        self.env = env
+        self.env: Any = env  # an Environment (a MatroidEnvironment for the slate source)
         self.events = events
         self.bandit_id = bandit_id
         self.dt = dt
@@ -88,8 +92,11 @@ class SimulatedSource(Source):
         self._rng = np.random.default_rng(seed)
         self._fb_rng = np.random.default_rng([seed, 1])
         # event_id -> (mean rewards, noise, context time, generation emitted)
-        self._waiting: dict[str, tuple[np.ndarray, np.ndarray, float, int]] = {}
-        self._due: list[tuple[float, int, str, float]] = []  # (time, seq, event_id, reward)
+        # event id -> (mean rewards, noise, event time, generation); the slate source keeps
+        # only the time and generation
+        self._waiting: dict[str, tuple[Any, Any, float, int]] = {}
+        # (time, seq, event_id, reward): a number, or per-item rewards for the slate source
+        self._due: list[tuple[float, int, str, Any]] = []
         self._seq = 0
         self._clock = start_time
         self.regret = 0.0
@@ -240,7 +247,7 @@ class FileSource(Source):
     def __init__(self, path: str | Path, topics: tuple[str, str] = ("contexts", "feedback")):
         self.path = Path(path)
         self.topics = topics
-        self._fh = None
+        self._fh: BinaryIO | None = None
         self._done = False
 
     def generate(self, emit, max_new: int) -> bool:
@@ -293,23 +300,27 @@ class RecordingSource(Source):
         self.inner = inner
         self.path = Path(path)
         self.topics = inner.topics
-        self._fh = None
+        self._fh: TextIO | None = None
 
     def generate(self, emit, max_new: int) -> bool:
         if self._fh is None:
             self._fh = self.path.open("w")
+        fh = self._fh
         names = {self.topics[0]: "contexts", self.topics[1]: "feedback"}
 
         def tee(topic, key, value, timestamp_ms=None):
             line = {"topic": names[topic], "value": value.decode()}
             if timestamp_ms is not None:
                 line["timestamp"] = timestamp_ms
-            self._fh.write(json.dumps(line) + "\n")
-            emit(topic, key, value, timestamp_ms)
+            fh.write(json.dumps(line) + "\n")
+            if timestamp_ms is None:
+                emit(topic, key, value)
+            else:
+                emit(topic, key, value, timestamp_ms)
 
         live = self.inner.generate(tee, max_new)
         if not live:
-            self._fh.close()
+            fh.close()
         return live
 
     def on_output(self, topic: str, value: bytes) -> None:

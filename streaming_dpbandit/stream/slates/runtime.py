@@ -23,12 +23,21 @@ import time
 import numpy as np
 
 from ...config import BanditSettings
+from ...policies.slate_base import SlatePolicy
 from ..arms import ActionKind
 from ..bandit import BanditRuntime
 from ..join import Resolution
 from ..parsing import BadInput, Pending
 from ..schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
 from .join import SlateJoinStore
+
+
+def _join(rt: BanditRuntime) -> SlateJoinStore:
+    """A slate runtime's join (a :class:`SlateJoinStore`, made by :func:`slate_runtime`)."""
+    join = rt.join
+    assert isinstance(join, SlateJoinStore)
+    return join
+
 
 __all__ = ["SlateArms", "slate_runtime"]
 
@@ -104,14 +113,16 @@ class SlateArms(ActionKind):
     def decide(self, rt: BanditRuntime, batch: list[Pending]) -> list[SlateDecision]:
         """The slate decisions of a batch (joined as pending), in batch order."""
         ids = [p.event.event_id for p in batch]
-        dec = rt.policy.decide_slates(event_ids=ids)
+        policy = rt.policy
+        assert isinstance(policy, SlatePolicy)  # a slate runtime serves a slate policy
+        dec = policy.decide_slates(event_ids=ids)
         now = time.time()
         calibration = getattr(rt.policy, "calibration", "non-private")
         out = []
         for i, p in enumerate(batch):
             items = dec.slates[i]
-            for early in rt.join.add(
-                ids[i], int(dec.rounds[i]), p.event.event_time, rt.join.row(items)
+            for early in _join(rt).add(
+                ids[i], int(dec.rounds[i]), p.event.event_time, _join(rt).row(items)
             ):
                 self.resolved(rt, early, forced=False)
             keys = dec.keys[i].tolist()
@@ -162,7 +173,7 @@ class SlateArms(ActionKind):
         """Apply per-item rewards to a pending slate (also used for held-early feedback)."""
         if rt.outside_window(event_id, event_time, source, dead):
             return
-        where = {int(e): pos for pos, e in enumerate(rt.join.items_of(event_id).tolist())}
+        where = {int(e): pos for pos, e in enumerate(_join(rt).items_of(event_id).tolist())}
         positions, values = [], []
         for item_id, v in rewards.items():
             pos = where.get(self.item_index[item_id])
@@ -174,7 +185,7 @@ class SlateArms(ActionKind):
                 return
             positions.append(pos)
             values.append(float(v))
-        new = rt.join.apply(event_id, positions, values)
+        new = _join(rt).apply(event_id, positions, values)
         if new == 0:
             rt.stats["fb_duplicate"] += 1
             dead(source, "duplicate_feedback", "every item of this message already has a reward")
@@ -182,10 +193,11 @@ class SlateArms(ActionKind):
         rt.stats["item_rewards"] += new
         if new < len(positions):
             rt.stats["item_rewards_duplicate"] += len(positions) - new
-        if rt.join.complete(event_id):
-            self.resolved(rt, rt.join.resolve_joined(event_id), forced=False)
+        if _join(rt).complete(event_id):
+            self.resolved(rt, _join(rt).resolve_joined(event_id), forced=False)
 
     def resolved(self, rt: BanditRuntime, res: Resolution, forced: bool) -> None:
+        assert res.context is not None  # a resolution of a pending slate carries its row
         _, values = SlateJoinStore.split(res.context)
         got = ~np.isnan(values)
         if res.outcome == "joined":
