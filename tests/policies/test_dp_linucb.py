@@ -6,45 +6,13 @@ import numpy as np
 import pytest
 
 from streaming_dpbandit.config import ConfigError, policy_config, validate_for_mode
-from streaming_dpbandit.envs import ShariffSheffetEnv
-from streaming_dpbandit.policies import FLIPHAT, DPLinUCB
+from streaming_dpbandit.policies import FLIPHAT
 from streaming_dpbandit.privacy.accountant import Accountant
 from streaming_dpbandit.privacy.ledger import Ledger
 from streaming_dpbandit.privacy.statement import PAPER_LABEL
 from streaming_dpbandit.privacy.symmetric import packing
+from streaming_dpbandit.testing.dp_linucb_helpers import ENV, fixed_stream, make, run
 from streaming_dpbandit.utils.serialization import dumps, loads
-
-ENV = ShariffSheffetEnv(d=4, gap=0.1)
-
-
-def make(**kw):
-    # the binary tree's ledger and state (BLT, the default where it applies:
-    # tests/privacy/test_blt.py)
-    params = dict(
-        d=4, epsilon=1.0, delta=0.1, n_cap=1 << 14, batch_size=32, seed=11, tree_impl="binary"
-    )
-    params.update(kw)
-    return DPLinUCB(**params)
-
-
-def fixed_stream(n, seed=0):
-    rng = np.random.default_rng(seed)
-    X = ENV.contexts(rng, n)
-    return X, ENV.mean_rewards(X), ENV.reward_noise(rng, n)
-
-
-def run(pol, stream, until, records):
-    X, mu, coins = stream
-    while pol.t < until:
-        if pol.refit_due():
-            records.extend(pol.refit())
-        t0 = pol.t
-        n = min(pol.max_decide_batch(), until - t0)
-        dec = pol.decide(X[t0 : t0 + n], event_ids=np.arange(t0 + 1, t0 + n + 1))
-        rows = np.arange(t0, t0 + n)
-        a = dec.arms
-        y = ENV.rewards(mu[rows, a], coins[rows, a])
-        pol.learn(X[rows, a], y, dec.rounds, ids=dec.rounds)
 
 
 def test_ledger_records_and_accountant_spend(tmp_path):
