@@ -204,20 +204,6 @@ class JoinWatchdog:
             return True
         return False
 
-    def exit_if_stalled(self, consumer, polled) -> None:
-        """After an empty poll of a member whose state lives in Kafka (a group replica, a
-        decision replica): when the membership stalled, close the consumer without committing
-        and raise :class:`ServiceStartError`, so that the process is restarted."""
-        if polled or not self.stalled(consumer):
-            return
-        from ..errors import ServiceStartError
-
-        consumer.close(autocommit=False)
-        raise ServiceStartError(
-            f"consumer group membership not stable for {self.limit_s:g} s "
-            "(kafka-python re-join stall): exiting so that the replica is restarted"
-        )
-
 
 class KafkaTransport(Transport):
     """kafka-python consumer (group, manual offsets) and idempotent producer (acks=all).

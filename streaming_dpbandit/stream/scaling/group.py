@@ -14,7 +14,9 @@ When a replica gains a task it calls ``init_transactions()`` for the task's id: 
 older producer of that id (a crashed, paused or partitioned replica) and aborts its open
 transaction. Only then does it read the task's last committed snapshot and seek to its offsets.
 A replica that lost a task can never commit for it again; any error of a task's producer drops
-the task and makes the replica rejoin the group.
+the task and makes the replica rejoin the group. A membership stuck outside the stable state
+for ``kafka.rejoin_stall_s`` (kafka-python's re-join stall) drops every task and joins again
+with a new consumer.
 """
 
 from __future__ import annotations
@@ -133,18 +135,12 @@ class GroupService:
 
     def open(self) -> None:
         """Check the topics and join the consumer group (tasks arrive with the assignment)."""
-        from kafka import KafkaConsumer
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
-        from kafka.coordinator.assignors.range import RangePartitionAssignor
 
         k = self.settings.kafka
         try:
             self.n_partitions = self._prepare_topics()
-            self.consumer = KafkaConsumer(
-                **group_consumer_options(k, k.instance_id(single=False)),
-                # the same indices of both input topics: a replica owns whole tasks
-                partition_assignment_strategy=[RangePartitionAssignor],
-            )
+            self.consumer = self._consumer()
         except ServiceStartError:
             raise
         except Exception as err:
@@ -165,13 +161,60 @@ class GroupService:
 
         self._listener = Listener()
         self._watchdog = JoinWatchdog(k.rejoin_stall_s)
-        wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
-        self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
+        self.join_restarts = 0
+        self._subscribe()
         self.started = time.monotonic()
         self.stop = StopSwitch()
         self._rejoin = False
         self._revoked: set[int] = set()
         self._assigned: list[int] | None = None
+
+    def _consumer(self):
+        from kafka import KafkaConsumer
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        k = self.settings.kafka
+        return KafkaConsumer(
+            **group_consumer_options(k, k.instance_id(single=False)),
+            # the same indices of both input topics: a replica owns whole tasks
+            partition_assignment_strategy=[RangePartitionAssignor],
+        )
+
+    def _subscribe(self) -> None:
+        """Join once the input topics' partitions are known (an empty first assignment is
+        where kafka-python's re-join stall starts; docs/operations.md)."""
+        k = self.settings.kafka
+        wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
+        self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
+
+    def _recreate_consumer(self) -> None:
+        """kafka-python's re-join stall: the broker has removed this member and moved its
+        tasks to the other replicas, which fence this one's producers. Drop every task without
+        committing (its open transaction is aborted; the new owner resumes from the last
+        commit, state and offsets from Kafka) and join again with a new consumer: what a
+        process restart would do, without losing the process."""
+        self.join_restarts += 1
+        log.warning(
+            "consumer group membership not stable for %.0f s (kafka-python re-join stall): "
+            "dropping tasks %s and re-creating the consumer (restart %d)",
+            self.settings.kafka.rejoin_stall_s,
+            sorted(self.tasks),
+            self.join_restarts,
+        )
+        for p in list(self.tasks):
+            self.tasks.pop(p).abandon()
+        self._revoked, self._assigned, self._rejoin = set(), None, False
+        try:
+            self.consumer.close(autocommit=False)
+        except Exception as err:  # a stalled client may fail to leave the group cleanly
+            log.debug("closing the stalled consumer failed: %s", err)
+        try:
+            self.consumer = self._consumer()
+            self._subscribe()
+        except Exception as err:
+            raise ServiceStartError(
+                f"cannot re-create the consumer: {type(err).__name__}: {err}"
+            ) from None
 
     def _producer(self, partition: int):
         from kafka import KafkaProducer
@@ -341,9 +384,10 @@ class GroupService:
                 timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
             )
             # kafka-python's re-join stall (docs/operations.md): the broker has removed this
-            # member and moved its tasks; exit so that the process is restarted (the tasks'
-            # state and offsets live in Kafka, and a zombie's transactions are fenced)
-            self._watchdog.exit_if_stalled(self.consumer, batches)
+            # member and moved its tasks; drop them and join again with a new consumer
+            if not batches and self._watchdog.stalled(self.consumer):
+                self._recreate_consumer()
+                continue
             skip = set()
             if self._revoked or self._assigned is not None:
                 try:

@@ -63,9 +63,9 @@ class DecisionReplica:
 
     # -- set-up -------------------------------------------------------------------------------
     def open(self) -> None:
-        from kafka import KafkaConsumer, KafkaProducer
+        from kafka import KafkaProducer
 
-        from ..kafka.transport import JoinWatchdog, client_options, producer_options
+        from ..kafka.transport import JoinWatchdog, producer_options
 
         check_broadcast(self.settings)
         s, b = self.settings, self.settings.broadcast
@@ -88,25 +88,68 @@ class DecisionReplica:
             )
             self.models = ModelsReader(k, b.models_topic, self._bad_model).open()
             self._apply(self.models.catch_up())
-            self.consumer = KafkaConsumer(
-                **client_options(k),
-                group_id=k.group_id,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_poll_records=k.max_poll_records,
-                session_timeout_ms=k.session_timeout_ms,
-                heartbeat_interval_ms=k.heartbeat_ms(),
-                group_instance_id=k.instance_id(single=False),
-            )
+            self._join()
         except Exception as err:  # e.g. kafka.errors.NoBrokersAvailable
             raise ServiceStartError(
                 f"cannot open the transport: {type(err).__name__}: {err}"
             ) from None
         self._watchdog = JoinWatchdog(k.rejoin_stall_s)
-        self.consumer.subscribe([k.topics.contexts], listener=self._listener())
+        self.join_restarts = 0
         self.last_refresh = self.last_commit = time.monotonic()
         self.started = time.monotonic()
         self.stop = StopSwitch()
+
+    def _join(self) -> None:
+        """Create the contexts consumer and subscribe, once the contexts topic's partitions
+        are known: a member that joins while its metadata has none gets an empty assignment,
+        and kafka-python 3.0.12's re-join after it can stall (docs/operations.md)."""
+        from kafka import KafkaConsumer
+
+        from ..kafka.consumer_tools import wait_for_partitions
+        from ..kafka.transport import client_options
+
+        k = self.settings.kafka
+        self.consumer = KafkaConsumer(
+            **client_options(k),
+            group_id=k.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=k.max_poll_records,
+            session_timeout_ms=k.session_timeout_ms,
+            heartbeat_interval_ms=k.heartbeat_ms(),
+            group_instance_id=k.instance_id(single=False),
+        )
+        wait_for_partitions(self.consumer, [k.topics.contexts])
+        self.consumer.subscribe([k.topics.contexts], listener=self._listener())
+
+    def _rejoin(self) -> None:
+        """Replace a consumer whose group membership stalled (kafka-python's re-join stall).
+
+        By then the broker has removed this member and handed its partitions to the others,
+        which resume from the committed offsets; the decisions published since the last
+        commit (at most ``broadcast.commit_interval_s`` of them) may be published again, as
+        after a process restart (at-least-once, module docstring). The new consumer joins as
+        a new member; nothing else of the replica (models, producer, dead letters) changes.
+        """
+        self.join_restarts += 1
+        log.warning(
+            "consumer group membership not stable for %.0f s (kafka-python re-join stall): "
+            "re-creating the consumer (restart %d)",
+            self.settings.kafka.rejoin_stall_s,
+            self.join_restarts,
+        )
+        self.producer.flush()
+        try:
+            self.consumer.close(autocommit=False)
+        except Exception as err:  # a stalled client may fail to leave the group cleanly
+            log.debug("closing the stalled consumer failed: %s", err)
+        try:
+            self._join()
+        except Exception as err:
+            raise ServiceStartError(
+                f"cannot re-create the consumer: {type(err).__name__}: {err}"
+            ) from None
+        self.last_commit = time.monotonic()
 
     def _listener(self):
         """On revocation: flush the decisions, commit the offsets of every polled context (all
@@ -214,9 +257,11 @@ class DecisionReplica:
                 timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
             )
             # kafka-python's re-join stall (docs/operations.md): the broker has removed this
-            # replica and moved its partitions; exit so that it is restarted (decision
-            # replicas are stateless: models come from the models topic, offsets from Kafka)
-            self._watchdog.exit_if_stalled(self.consumer, batches)
+            # replica and moved its partitions; a decision replica is stateless (models come
+            # from the models topic, offsets from Kafka), so a new consumer is all it needs
+            if not batches and self._watchdog.stalled(self.consumer):
+                self._rejoin()
+                continue
             received = time.perf_counter()
             for tp, msgs in batches.items():
                 self._process(tp.topic, tp.partition, msgs, received)

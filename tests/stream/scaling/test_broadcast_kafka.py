@@ -75,8 +75,9 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(kafka_brok
         threads.append(threading.Thread(target=serve, args=(role,), daemon=True))
         threads[-1].start()
     # the stream starts once all three hold their partitions: the property under test is the
-    # replicas' pickup of models, not how long the learner's first group join takes
-    deadline = time.monotonic() + 60
+    # replicas' pickup of models, not how long the first group join takes (a join caught in
+    # kafka-python's re-join stall is replaced after kafka.rejoin_stall_s, 60 s by default)
+    deadline = time.monotonic() + 60 + 90
     while not all(getattr(r, "consumer", None) and r.consumer.assignment() for r in replicas):
         assert time.monotonic() < deadline, "decision replicas never got their partitions"
         time.sleep(0.1)
