@@ -17,6 +17,8 @@ total". Derivation: ``docs/privacy/user-level.md``.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +28,54 @@ import numpy.typing as npt
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
-from ..privacy.user_level import UserLevelSpend, group_component, user_level_spend
+from ..privacy.user_level import (
+    UserLevelSpend,
+    calibrate_for_group,
+    group_component,
+    user_level_spend,
+)
 from ..utils.arrays import AnyArray, ArrayLike, BoolArray
 from .base import DecisionBatch, Policy
 
-__all__ = ["UserLevel"]
+__all__ = ["GROUP_CALIBRATED", "UserLevel", "group_params"]
+
+#: Policies with a group calibration (:func:`group_params`): what ``user_level`` accepts.
+GROUP_CALIBRATED = ("fliphat", "dp-linucb")
+
+
+def group_params(
+    policy: str, params: dict[str, Any], k: int | None, epsilon: float, delta: float
+) -> dict[str, Any]:
+    """The policy's (ε, δ) for one release to cost (ε, δ) for k rows of one user.
+
+    FLIPHAT (one ``eps_delta`` fit per episode): (ε/k, δ/(k·e^{(k−1)ε/k})), so that group
+    privacy gives exactly (ε, δ); DP-LinUCB (Gaussian tree): the ε′ whose k-fold sensitivity
+    costs ε at δ under the tightest accountant (:func:`~streaming_dpbandit.privacy.user_level.
+    calibrate_for_group`). Derivation: ``docs/privacy/user-level.md`` §5.
+
+    >>> p = group_params("fliphat", {"d": 10}, 2, 1.0, 1e-6)
+    >>> p["epsilon"], round(p["delta"] * 1e7, 4)
+    (0.5, 3.0327)
+    """
+    if k is None or k == 1:
+        return {**params, "epsilon": epsilon, "delta": delta}
+    if policy == "fliphat":
+        e1 = epsilon / k
+        return {**params, "epsilon": e1, "delta": delta / (k * math.exp((k - 1) * e1))}
+    if policy == "dp-linucb":
+        from . import REGISTRY
+
+        cls = REGISTRY[policy]
+
+        def acc(e: float) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = cls(**{**params, "epsilon": e, "delta": delta}).explain()[
+                "constants"
+            ]["accounting"]
+            return out
+
+        return {**params, "epsilon": calibrate_for_group(acc, k, epsilon, delta), "delta": delta}
+    raise KeyError(f"no group calibration for {policy!r} (have: {', '.join(GROUP_CALIBRATED)})")
+
 
 USER_UNIT = (
     "one user: all the events carrying their user id (at most {k} of them enter each release{e})"
@@ -57,6 +102,10 @@ class UserLevel:
         Cap on each per-user counter table (memory bound; see ``privacy/user_bound.py``).
     seed
         Key of the user-id hash (``None`` in production: OS entropy; a secret).
+    delta_per_release
+        δ of one release for k rows of one user (the group calibration's target); the
+        whole-run statement's δ is this times the releases a user reaches. ``None``: the
+        releases' own δ.
 
     Examples
     --------
@@ -91,8 +140,6 @@ class UserLevel:
             **kw: Any,
         ) -> DecisionBatch: ...
 
-        def refit(self) -> list[ReleaseRecord]: ...
-
         def refit_due(self) -> bool: ...
 
         def max_decide_batch(self) -> int: ...
@@ -106,12 +153,14 @@ class UserLevel:
         max_releases_per_user: int | None = None,
         max_users: int = 1_000_000,
         seed: int | None = None,
+        delta_per_release: float | None = None,
     ) -> None:
         self.policy = policy
         self.max_contributions_per_user = max_contributions_per_user
         self.max_releases_per_user = max_releases_per_user
         self.max_users = max_users
         self.seed = seed
+        self.delta_per_release = delta_per_release
 
     def _bound(self) -> UserContributionBound:
         b = self.__dict__.get("_bounder")
@@ -178,6 +227,22 @@ class UserLevel:
             np.asarray(rounds).reshape(-1)[mask],
             sub_ids,
         )
+
+    def refit(self) -> list[ReleaseRecord]:
+        """The policy's releases, each marked with the user-level bound its rows were admitted
+        under (``ReleaseRecord.user_level``: the ledger's statement is then per user)."""
+        bound = self.bound_dict()
+        return [dataclasses.replace(r, user_level=bound) for r in self.policy.refit()]
+
+    def bound_dict(self) -> dict[str, Any]:
+        """The public bound: k, E, the per-release δ (what ledger records carry)."""
+        return {
+            "max_contributions_per_user": int(self.max_contributions_per_user),
+            "max_releases_per_user": None
+            if self.max_releases_per_user is None
+            else int(self.max_releases_per_user),
+            "delta_per_release": self.delta_per_release,
+        }
 
     # -- what a caller reads ------------------------------------------------------------------
     def user_counters(self) -> dict[str, Any]:
