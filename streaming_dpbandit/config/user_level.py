@@ -84,6 +84,7 @@ class UserLevelConfig(BaseModel):
             self.max_users,
             seed=None if seed is None else int(seed) ^ 0x5EED,
             delta_per_release=delta,
+            epsilon_per_release=eps,
         )
 
     def describe(self) -> str:

@@ -72,6 +72,25 @@ class ReturningUsers:
     zipf_exponent: float = 1.1
     repeat: float = 0.5
 
+    #: ``experiments/runner.run_repetition`` draws contexts with user ids from it
+    returning_users = True
+
+    def __getattr__(self, name: str):
+        """Everything else is the base environment's (d, K, mean_rewards, rewards, ...)."""
+        if name == "env" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def describe(self) -> dict:
+        return {
+            **self.env.describe(),
+            "returning_users": {
+                "n_users": self.n_users,
+                "zipf_exponent": self.zipf_exponent,
+                "repeat": self.repeat,
+            },
+        }
+
     def popularity(self) -> np.ndarray:
         w = (np.arange(self.n_users) + 1.0) ** (-self.zipf_exponent)
         return w / w.sum()

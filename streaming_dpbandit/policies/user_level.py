@@ -18,6 +18,7 @@ total". Derivation: ``docs/privacy/user-level.md``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..privacy.accountant import format_of_record
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
@@ -63,18 +65,30 @@ def group_params(
         e1 = epsilon / k
         return {**params, "epsilon": e1, "delta": delta / (k * math.exp((k - 1) * e1))}
     if policy == "dp-linucb":
-        from . import REGISTRY
-
-        cls = REGISTRY[policy]
-
-        def acc(e: float) -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = cls(**{**params, "epsilon": e, "delta": delta}).explain()[
-                "constants"
-            ]["accounting"]
-            return out
-
-        return {**params, "epsilon": calibrate_for_group(acc, k, epsilon, delta), "delta": delta}
+        key = json.dumps([params, k, epsilon, delta], sort_keys=True, default=str)
+        eps = _GROUP_EPSILON.get(key)
+        if eps is None:  # a bisection over the accountant (≈ 1.5 s): once per configuration
+            eps = _GROUP_EPSILON[key] = _dp_linucb_group_epsilon(params, k, epsilon, delta)
+        return {**params, "epsilon": eps, "delta": delta}
     raise KeyError(f"no group calibration for {policy!r} (have: {', '.join(GROUP_CALIBRATED)})")
+
+
+#: DP-LinUCB's group-calibrated ε′ by (parameters, k, ε, δ): simulate and replay build the
+#: same configuration once per repetition.
+_GROUP_EPSILON: dict[str, float] = {}
+
+
+def _dp_linucb_group_epsilon(params: dict[str, Any], k: int, epsilon: float, delta: float) -> float:
+    from . import REGISTRY
+
+    cls = REGISTRY["dp-linucb"]
+
+    def acc(e: float) -> list[dict[str, Any]]:
+        pol = cls(**{**params, "epsilon": e, "delta": delta})
+        out: list[dict[str, Any]] = pol.explain()["constants"]["accounting"]
+        return out
+
+    return calibrate_for_group(acc, k, epsilon, delta)
 
 
 USER_UNIT = (
@@ -102,10 +116,10 @@ class UserLevel:
         Cap on each per-user counter table (memory bound; see ``privacy/user_bound.py``).
     seed
         Key of the user-id hash (``None`` in production: OS entropy; a secret).
-    delta_per_release
-        δ of one release for k rows of one user (the group calibration's target); the
-        whole-run statement's δ is this times the releases a user reaches. ``None``: the
-        releases' own δ.
+    delta_per_release, epsilon_per_release
+        (ε, δ) of one release for k rows of one user: the group calibration's target
+        (:func:`group_params`); the whole-run statement's δ is δ times the releases a user
+        reaches. ``None``: derived from the policy's own (ε, δ) by group privacy.
 
     Examples
     --------
@@ -154,6 +168,7 @@ class UserLevel:
         max_users: int = 1_000_000,
         seed: int | None = None,
         delta_per_release: float | None = None,
+        epsilon_per_release: float | None = None,
     ) -> None:
         self.policy = policy
         self.max_contributions_per_user = max_contributions_per_user
@@ -161,6 +176,7 @@ class UserLevel:
         self.max_users = max_users
         self.seed = seed
         self.delta_per_release = delta_per_release
+        self.epsilon_per_release = epsilon_per_release
 
     def _bound(self) -> UserContributionBound:
         b = self.__dict__.get("_bounder")
@@ -242,6 +258,7 @@ class UserLevel:
             if self.max_releases_per_user is None
             else int(self.max_releases_per_user),
             "delta_per_release": self.delta_per_release,
+            "epsilon_per_release": self.epsilon_per_release,
         }
 
     # -- what a caller reads ------------------------------------------------------------------
@@ -289,9 +306,16 @@ class UserLevel:
         e = self.max_releases_per_user
         e_txt = f", and at most {e} releases" if e is not None else ""
         eps, dl = st.epsilon, st.delta
+        accountant = st.accountant
         if eps is not None:
             g = group_component({"type": "eps_delta", "epsilon": eps, "delta": dl or 0.0}, k)
             eps, dl = g["epsilon"], (g["delta"] if dl is not None else None)
+        ep, dp = self.epsilon_per_release, self.delta_per_release
+        if ep is not None and dp is not None:
+            # the group calibration's target: met by the tightest accountant (§5 of the doc)
+            eps, dl = ep, dp
+            accountant = "group calibration (tightest accountant of the k-grouped release)"
+        whole = self.whole_run_bound()
         cav = (
             *(c for c in st.caveats if "group privacy" not in c),
             f"User level: the policy's noise must be calibrated for groups of k = {k} rows "
@@ -307,19 +331,53 @@ class UserLevel:
             rho=None if st.rho is None else k * k * st.rho,
             scope="per release. A user reaches many releases: they compose sequentially, not in "
             "parallel; the whole-run guarantee per user is the ledger's user-level spend "
-            "(privacy.user_level.user_level_spend).",
+            "(privacy.user_level.user_level_of_records; dpbandit budget)"
+            + ("." if whole is None else f"; before any release: {whole['statement']}."),
             caveats=cav,
             label=st.label,
             noise_backend=st.noise_backend,
-            accountant=st.accountant,
+            accountant=accountant,
         )
+
+    def whole_run_bound(self) -> dict[str, Any] | None:
+        """Before any release: the whole-run guarantee per user with E set, by basic
+        composition of E releases of (ε, δ) each (the ledger's accountant of record, over the
+        releases actually made, can only be tighter); None without E or a per-release (ε, δ).
+
+        >>> from streaming_dpbandit.policies import REGISTRY
+        >>> ul = UserLevel(REGISTRY["random"](d=2), 2, 3, epsilon_per_release=1.0,
+        ...                delta_per_release=1e-6)
+        >>> print(ul.whole_run_bound()["statement"])  # doctest: +NORMALIZE_WHITESPACE
+        per user: at most 2 events per release, at most 3 releases,
+        (ε=3, δ=3e-06 (basic composition)) in total
+        """
+        e, ep, dp = self.max_releases_per_user, self.epsilon_per_release, self.delta_per_release
+        if e is None or ep is None or dp is None:
+            return None
+        k = int(self.max_contributions_per_user)
+        total = {"accountant": "basic", "epsilon": e * ep, "delta": min(1.0, e * dp)}
+        events = "events" if k != 1 else "event"
+        return {
+            **total,
+            "statement": f"per user: at most {k} {events} per release, at most {e} releases, "
+            f"({format_of_record(total)}) in total",
+        }
 
     def explain(self, horizon: int | None = None) -> dict[str, Any]:
         out = dict(self.policy.explain(horizon))
+        if "privacy_statement" in out:  # the inner policy's is per event, at ε′
+            out["event_level_privacy_statement"] = out["privacy_statement"]
+            out["privacy_statement"] = self.privacy.text()
         out["user_level"] = {
             "max_contributions_per_user": self.max_contributions_per_user,
             "max_releases_per_user": self.max_releases_per_user,
             "max_users": self.max_users,
+            "epsilon_per_release": self.epsilon_per_release,
+            "delta_per_release": self.delta_per_release,
+            "inner_epsilon": getattr(self.policy, "epsilon", None),
+            "inner_delta": getattr(self.policy, "delta", None),
+            "whole_run": self.whole_run_bound(),
+            "privacy_statement": self.privacy.text(),
             "derivation": "docs/privacy/user-level.md",
         }
         return out
