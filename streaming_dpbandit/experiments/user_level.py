@@ -10,7 +10,8 @@ calibration, ``docs/privacy/user-level.md``): FLIPHAT (one (ε, δ) fit per epis
 (:func:`~streaming_dpbandit.privacy.user_level.calibrate_for_group`). ``k=None`` is today's
 event-level run at ε (no bounding; a user with r events is protected at about r·ε only).
 
-Usage (from Python; nothing in the CLI)::
+Usage (from Python; ``dpbandit simulate --max-contributions-per-user K`` runs one k on any
+environment)::
 
     from streaming_dpbandit.experiments.user_level import run_user_level, user_level_table
     rows = run_user_level("dense-d5", horizon=20_000, seeds=10, jobs=2)

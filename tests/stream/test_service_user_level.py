@@ -35,13 +35,11 @@ def user_bandit(**bound) -> dict:
     return cfg
 
 
-@pytest.fixture(scope="module")
-def stream(tmp_path_factory):
+def write_user_stream(d, events: int = 1200):
     """A recorded stream whose contexts carry user ids (Zipf-popular users, so many exceed k),
     plus one context without a user id and one malformed context that names a user."""
-    d = tmp_path_factory.mktemp("user-stream")
     plain = d / "plain.jsonl"
-    record_stream(plain, 1200, seed=5, state_dir=d / "rec")
+    record_stream(plain, events, seed=5, state_dir=d / "rec")
     rng = np.random.default_rng(3)
     w = 1.0 / np.arange(1, N_USERS + 1)
     lines = [json.loads(x) for x in plain.read_text().splitlines()]
@@ -60,7 +58,12 @@ def stream(tmp_path_factory):
     return path
 
 
-def _raw_ids_in(blob: str) -> list[str]:
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory):
+    return write_user_stream(tmp_path_factory.mktemp("user-stream"))
+
+
+def raw_ids_in(blob: str) -> list[str]:
     return [u for u in (user_name(i) for i in [*range(N_USERS), 999]) if u in blob]
 
 
@@ -98,7 +101,7 @@ def test_serve_bounds_users_counts_bounded_and_never_outputs_a_user_id(stream, t
     }
     assert any(state.rglob("snap*"))
     for what, blob in blobs.items():
-        assert _raw_ids_in(blob) == [], f"user ids in the {what}"
+        assert raw_ids_in(blob) == [], f"user ids in the {what}"
     # the ledger states the whole-run guarantee per user, the same in the summary
     recs, _ = read_ledger(state / "ledger.jsonl")
     assert recs and all(r.user_level["max_contributions_per_user"] == K_USER for r in recs)
@@ -107,6 +110,13 @@ def test_serve_bounds_users_counts_bounded_and_never_outputs_a_user_id(stream, t
     assert summary["bandits"][BANDIT]["user_level"]["statement"] == ul.statement()
     assert ul.statement().startswith(f"per user: at most {K_USER} events per release")
     assert summary["bandits"][BANDIT]["privacy"]["of_record"] == ul.of_record()
+    import io
+
+    from streaming_dpbandit.stream.runner import print_summary
+
+    text = io.StringIO()
+    print_summary(summary, text)
+    assert f"bandit {BANDIT}: {ul.statement()}" in text.getvalue()
     rec = svc.metrics.registry.get_sample_value(
         "dpbandit_privacy_epsilon_of_record",
         {"bandit": BANDIT, "calibration": "certified", "accountant": ul.of_record()["accountant"]},
