@@ -108,26 +108,9 @@ def test_explain_refuses_bad_user_level_options(extra, message):
 # -- simulate --------------------------------------------------------------------------------
 def test_simulate_with_returning_users_bounds_them_and_says_so(tmp_path):
     out = tmp_path / "sim.json"
-    argv = [
-        "simulate",
-        "--env",
-        "dp-linucb-paper",
-        "--policy",
-        "dp-linucb,linucb",
-        "--horizon",
-        "600",
-        "--seeds",
-        "1",
-        "--jobs",
-        "1",
-        "--no-progress",
-        "--max-contributions-per-user",
-        "2",
-        "--users",
-        "40",
-        "--json",
-        str(out),
-    ]
+    argv = "simulate --env dp-linucb-paper --policy dp-linucb,linucb --horizon 600".split()
+    argv += "--seeds 1 --jobs 1 --no-progress --max-contributions-per-user 2 --users 40".split()
+    argv += ["--json", str(out)]
     code, text, err = _run(argv)
     assert code == 0, err
     runs = {r["key"]: r for r in json.loads(out.read_text())["runs"]}
