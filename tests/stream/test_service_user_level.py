@@ -105,6 +105,10 @@ def test_serve_bounds_users_counts_bounded_and_never_outputs_a_user_id(stream, t
     # the ledger states the whole-run guarantee per user, the same in the summary
     recs, _ = read_ledger(state / "ledger.jsonl")
     assert recs and all(r.user_level["max_contributions_per_user"] == K_USER for r in recs)
+    # the bound is enforced, not only counted: each fit read at most k rows of each user
+    for r in recs:
+        assert r.rows_used is not None and r.event_range is not None
+        assert r.rows_used <= K_USER * N_USERS < (r.event_range[1] - r.event_range[0]) // 2
     ul = user_level_of_records(recs, BANDIT)
     assert ul is not None
     assert summary["bandits"][BANDIT]["user_level"]["statement"] == ul.statement()
