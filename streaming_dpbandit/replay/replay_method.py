@@ -181,7 +181,7 @@ class ReplayMethod:
             if users is None:
                 raise LogFormatError(
                     "--max-contributions-per-user needs user ids in the log (the contexts' "
-                    "user_id field of a service-jsonl or kafka log)"
+                    "user_id field of a service-jsonl or kafka log, or --map user=COLUMN)"
                 )
         out: list[IntArray] = []
         pos = 0

@@ -203,3 +203,29 @@ def test_budget_states_the_whole_run_guarantee_per_user(tmp_path, capsys):
     assert "one user" in item["statement_text"] and ul["statement"] in item["statement_text"]
     assert main(["budget", str(path)]) == 0
     assert ul["statement"] in capsys.readouterr().out
+
+
+def test_replay_reads_user_ids_from_a_csv_column(tmp_path):
+    rng = np.random.default_rng(4)
+    n, K = 900, 3
+    x = rng.normal(size=(n, 2))
+    a = rng.integers(0, K, n)
+    r = x[:, 0] * (a == 1) + 0.1 * rng.normal(size=n)
+    rows = ["x1,x2,arm,reward,p,uid"]
+    rows += [
+        f"{x[i, 0]:.5f},{x[i, 1]:.5f},{a[i]},{r[i]:.5f},{1 / K:.10f},csv-u{i % 7}" for i in range(n)
+    ]
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "r.json"
+    argv = ["replay", "--log", str(path), "--policy", "fliphat", "--policy-param", "s=2"]
+    argv += ["--estimator", "replay"]
+    argv += ["--bootstrap", "0", "--no-progress", "--max-contributions-per-user", "2"]
+    argv += ["--map", "action=arm", "--map", "reward=reward", "--map", "propensity=p"]
+    argv += ["--map", "context=x1,x2", "--map", f"n_arms={K}"]
+    code, text, err = _run([*argv, "--map", "user=uid", "--json", str(out)])
+    assert code == 0, err
+    assert "per user: at most 2 events per release" in out.read_text()
+    assert "csv-u" not in text + out.read_text()
+    code, _text, err = _run(argv)  # no user column: refused
+    assert code == 2 and "--map user=COLUMN" in err
