@@ -81,6 +81,7 @@ def test_serve_refuses_a_bad_user_level_section_with_one_line(tmp_path, settings
 # -- explain ---------------------------------------------------------------------------------
 def test_explain_states_the_per_user_guarantee_and_the_group_calibration(capsys):
     argv = ["explain", "--policy", "fliphat", "--policy-param", "d=20", "--policy-param", "s=2"]
+    argv += ["--horizon", "4096"]
     assert main([*argv, "--max-contributions-per-user", "4", "--max-releases-per-user", "5"]) == 0
     out = json.loads(capsys.readouterr().out)
     ul = out["user_level"]
