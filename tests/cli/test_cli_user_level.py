@@ -175,23 +175,13 @@ def test_replay_user_bound_changes_what_the_policy_learns(tmp_path):
 # -- budget ----------------------------------------------------------------------------------
 def test_budget_states_the_whole_run_guarantee_per_user(tmp_path, capsys):
     from streaming_dpbandit.config import UserLevelConfig, policy_config
-    from streaming_dpbandit.privacy.ledger import Ledger
+    from streaming_dpbandit.testing.ledger_helpers import run_into_ledger
 
     pol = UserLevelConfig(max_contributions_per_user=2, max_releases_per_user=3).build(
         policy_config("fliphat", {"d": 12, "s": 2, "epsilon": 1.0, "delta": 1e-6}), seed=1
     )
-    rng = np.random.default_rng(0)
     path = tmp_path / "ledger.jsonl"
-    with Ledger(path) as led:
-        while pol.t < 400:
-            if pol.refit_due():
-                for r in pol.refit():
-                    led.append(r)
-            n = min(pol.max_decide_batch(), 400 - pol.t)
-            X = rng.normal(size=(n, 2, 12))
-            dec = pol.decide(X)
-            users = rng.integers(0, 30, n)
-            pol.learn(X[np.arange(n), dec.arms], rng.normal(size=n), dec.rounds, user_ids=users)
+    run_into_ledger(pol, path, 400, n_users=30)
     assert main(["budget", str(path), "--json"]) == 0
     item = json.loads(capsys.readouterr().out)["bandits"][0]
     ul = item["user_level"]
