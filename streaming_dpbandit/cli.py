@@ -75,6 +75,29 @@ def _add_sim_options(p: argparse.ArgumentParser, reproduce: bool = False) -> Non
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _add_user_level_options(p: argparse.ArgumentParser, users: str) -> None:
+    """User-level privacy (docs/privacy/user-level.md): k, E and the counter-memory cap."""
+    p.add_argument(
+        "--max-contributions-per-user",
+        type=positive_int,
+        metavar="K",
+        help="user-level privacy: at most K events of one user enter each release; ε and δ "
+        f"are then one release's guarantee for those K events ({users})",
+    )
+    p.add_argument(
+        "--max-releases-per-user",
+        type=positive_int,
+        metavar="E",
+        help="with --max-contributions-per-user: a user is learned from in at most E releases",
+    )
+    p.add_argument(
+        "--max-users",
+        type=positive_int,
+        metavar="N",
+        help="cap on the per-user counter tables (default 1,000,000)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpbandit", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"dpbandit {__version__}")
@@ -102,6 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="certified",
         help="noise calibration of private policies (non-default ones are labelled options; "
         "see dpbandit explain)",
+    )
+    _add_user_level_options(
+        p, "contexts then come from returning users with Zipf popularity, --users of them"
+    )
+    p.add_argument(
+        "--users",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="with --max-contributions-per-user: distinct returning users (default 2000)",
     )
     _add_sim_options(p)
 
@@ -198,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="FILE.png", help="plot the running estimates with their intervals"
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_user_level_options(
+        p, "the replay method learns with the log's user ids: the contexts' user_id field"
+    )
 
     p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
     p.add_argument(
@@ -328,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="print a policy's calibration constants as JSON")
     p.add_argument("--policy", required=True)
     p.add_argument("--policy-param", action="append", metavar="KEY=VALUE")
+    _add_user_level_options(p, "the output states the per-user guarantee")
     p.add_argument(
         "--horizon",
         type=positive_int,

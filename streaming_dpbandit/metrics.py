@@ -151,6 +151,13 @@ class ServiceMetrics:
             ["bandit", "kind"],
             registry=r,
         )
+        self.bounded_events = Counter(
+            "dpbandit_bounded_events_total",
+            "Events decided but not learned from: beyond their user's contribution bound "
+            "(user_level: k per release, E releases, counter-table capacity)",
+            ["bandit"],
+            registry=r,
+        )
         self.releases = Counter(
             "dpbandit_releases_total",
             "Private releases made by this process",

@@ -30,9 +30,11 @@ def _kafka_ledger(bootstrap: str, topic: str) -> list:
 
 def run(args) -> int:
     from ..experiments.report import format_table
+    from ..policies.user_level import USER_NEIGHBOURING, USER_UNIT
     from ..privacy.accountant import ACCOUNTANT_NAMES, Accountant, format_of_record
     from ..privacy.ledger import LedgerCorruptError, read_ledger
     from ..privacy.statement import PrivacyStatement
+    from ..privacy.user_level import user_level_of_records
 
     path = Path(args.ledger)
     where = str(path)
@@ -59,24 +61,36 @@ def run(args) -> int:
         sp = acc.spend(b, delta=delta)
         last = recs[-1]
         notes = sorted({r.note for r in recs if r.note})
+        unit = last.privacy_unit or "see the policy's documentation"
+        neighbouring = last.neighbouring or "see the policy's documentation"
+        scope = (
+            f"{sp.releases} releases over {sp.slices or 1} disjoint data slice(s), "
+            "composed by the ledger's accountant."
+        )
+        ul = user_level_of_records(records, b, delta=args.delta)
+        if ul is not None:  # the whole-run guarantee per user (docs/privacy/user-level.md)
+            sp = ul.spend
+            k, e = ul.max_contributions_per_user, ul.max_releases_per_user
+            unit = USER_UNIT.format(k=k, e="" if e is None else f", and at most {e} releases")
+            neighbouring, scope = USER_NEIGHBOURING, ul.statement() + "."
         rec = sp.of_record()
         st = PrivacyStatement(
             model=last.privacy_model,
-            unit=last.privacy_unit or "see the policy's documentation",
-            neighbouring=last.neighbouring or "see the policy's documentation",
+            unit=unit,
+            neighbouring=neighbouring,
             epsilon=rec["epsilon"],
             delta=rec["delta"],
             rho=sp.rho,
             accountant=ACCOUNTANT_NAMES[rec["accountant"]],
             calibration=",".join(sp.calibrations),
-            scope=f"{sp.releases} releases over {sp.slices or 1} disjoint data slice(s), "
-            "composed by the ledger's accountant.",
+            scope=scope,
             label="; ".join(notes) if notes else None,
             noise_backend=",".join(sorted({r.noise_backend for r in recs})),
         )
-        out["bandits"].append(
-            {"spend": sp.to_dict(), "statement": st.to_dict(), "statement_text": st.text()}
-        )
+        item = {"spend": sp.to_dict(), "statement": st.to_dict(), "statement_text": st.text()}
+        if ul is not None:
+            item["user_level"] = ul.to_dict()
+        out["bandits"].append(item)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0

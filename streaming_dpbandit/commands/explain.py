@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
-from .options import json_default, parse_kv, policy_config
+from .options import json_default, parse_kv, policy_config, user_level_config
 
 __all__ = ["run"]
 
@@ -23,6 +23,7 @@ def run(args) -> int:
     if args.policy not in ("random", *SLATE_POLICIES) and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
     cfg = policy_config(args.policy, params)
-    policy = cfg.build()
+    ul = user_level_config(args, cfg)
+    policy = cfg.build() if ul is None else ul.build(cfg)
     print(json.dumps(policy.explain(args.horizon), indent=1, default=json_default))
     return 0

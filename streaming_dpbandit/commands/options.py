@@ -29,6 +29,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "reject_unknown_params",
+    "user_level_config",
     "writable",
 ]
 
@@ -187,6 +188,29 @@ def reject_unknown_params(
         raise ConfigError(
             f"--policy-param {', '.join(sorted(unknown))} is not a parameter of {', '.join(names)}"
         )
+
+
+def user_level_config(args, policy_cfg=None):
+    """The :class:`~streaming_dpbandit.config.UserLevelConfig` of ``--max-contributions-per-user``
+    (and ``--max-releases-per-user``, ``--max-users``), or None (event level); with
+    ``policy_cfg``, refused with one line when the policy has no group calibration."""
+    k = getattr(args, "max_contributions_per_user", None)
+    e = getattr(args, "max_releases_per_user", None)
+    if k is None:
+        if e is not None:
+            raise ConfigError("--max-releases-per-user needs --max-contributions-per-user")
+        return None
+    from ..config import UserLevelConfig
+
+    given = {"max_contributions_per_user": k, "max_releases_per_user": e}
+    if getattr(args, "max_users", None) is not None:
+        given["max_users"] = args.max_users
+    cfg = UserLevelConfig(**given)
+    if policy_cfg is not None:
+        why = cfg.refusal(policy_cfg)
+        if why is not None:
+            raise ConfigError(why.replace("user_level: ", "--max-contributions-per-user: "))
+    return cfg
 
 
 # -- output ------------------------------------------------------------------------------------

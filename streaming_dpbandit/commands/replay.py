@@ -18,6 +18,7 @@ from .options import (
     policy_config,
     policy_names,
     reject_unknown_params,
+    user_level_config,
     writable,
 )
 
@@ -198,6 +199,7 @@ def _replay_specs(args, reader) -> list:
 
     names = policy_names(args.policy)
     user = parse_kv(args.policy_param)
+    ul = user_level_config(args)
     reject_unknown_params(user, names, {"from_log", "from_format", "from_param"})
     specs = []
     for name in names:
@@ -240,9 +242,13 @@ def _replay_specs(args, reader) -> list:
                 cfg = policy_config(name, {**params, "epsilon": eps})
                 pol = cfg.build()
                 label = pol.privacy.effective_label
+                key = f"{name} ε={eps:g}"
+                if ul is not None:  # refused (one line) without a group calibration
+                    user_level_config(args, cfg)
+                    key += f" k={ul.max_contributions_per_user}"
                 specs.append(
                     PolicySpec(
-                        f"{name} ε={eps:g}",
+                        key,
                         name,
                         pol.public_params(),
                         float(eps),
@@ -250,6 +256,8 @@ def _replay_specs(args, reader) -> list:
                         note=(
                             f"calibration '{pol.privacy.calibration}' is {label}" if label else note
                         ),
+                        config=cfg,
+                        user_level=ul,
                     )
                 )
         else:

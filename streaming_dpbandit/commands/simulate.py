@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..errors import ConfigError
 from .options import (
     build_env,
     known_params,
@@ -14,6 +15,7 @@ from .options import (
     policy_fields,
     policy_names,
     reject_unknown_params,
+    user_level_config,
     writable,
 )
 
@@ -33,6 +35,13 @@ def run(args) -> int:
     writable(args.json, "--json")
     plot_target(args.plot)
     env = build_env(args.env, parse_kv(args.env_param, "--env-param"))
+    ul = user_level_config(args)
+    if ul is not None:  # users who come back (Zipf popularity): rows carry user ids
+        from ..experiments.user_level import ReturningUsers
+
+        env = ReturningUsers(env, n_users=args.users or 2000)
+    elif args.users is not None:
+        raise ConfigError("--users needs --max-contributions-per-user")
     horizon = args.horizon or 10_000
     names = policy_names(
         args.policy, lambda name: _SLATES.format(name=name) if name in SLATE_POLICIES else None
@@ -64,6 +73,8 @@ def run(args) -> int:
         cfg0 = policy_config(name, {**base, **known_params(name, user)})
         if not cfg0.private:
             specs.append(_run_spec(name, cfg0, horizon)[0])
+            if ul is not None:
+                notes.append(f"{name} is not private: it runs without a user bound (a baseline)")
             continue
         params = dict(base)
         if "b_max" not in user and hasattr(env, "b_max") and "b_max" in policy_fields(name):
@@ -74,7 +85,9 @@ def run(args) -> int:
             )
         for eps in args.epsilon or [1.0]:
             cfg = policy_config(name, {**params, **known_params(name, user), "epsilon": eps})
-            spec, statement = _run_spec(name, cfg, horizon, eps)
+            if ul is not None:
+                user_level_config(args, cfg)  # refused (one line) without a group calibration
+            spec, statement = _run_spec(name, cfg, horizon, eps, ul)
             if statement.effective_label:
                 labels[f"{name} calibration '{statement.calibration}'"] = statement.effective_label
             specs.append(spec)
@@ -102,9 +115,11 @@ def run(args) -> int:
     return 0
 
 
-def _run_spec(name, cfg, horizon, eps=None):
+def _run_spec(name, cfg, horizon, eps=None, ul=None):
     """The run of a validated configuration (its policy built once, for its public parameters
-    and privacy statement; each repetition builds its own from ``cfg``)."""
+    and privacy statement; each repetition builds its own from ``cfg``); with ``ul`` (a
+    :class:`~streaming_dpbandit.config.UserLevelConfig`) at the group calibration behind the
+    per-user bound."""
     from ..experiments.runner import RunSpec
 
     pol = cfg.build()
@@ -112,5 +127,20 @@ def _run_spec(name, cfg, horizon, eps=None):
     params.pop("seed", None)
     if eps is None:
         return RunSpec(name, name, params, horizon, config=cfg), pol.privacy
-    spec = RunSpec(f"{name} ε={eps:g}", name, params, horizon, eps, cfg.delta, config=cfg)
+    key = f"{name} ε={eps:g}"
+    if ul is not None:
+        wrapped = ul.build(cfg)
+        params = {**params, **ul.model_dump(), "inner_epsilon": wrapped.policy.epsilon}
+        spec = RunSpec(
+            f"{key} k={ul.max_contributions_per_user}",
+            name,
+            params,
+            horizon,
+            eps,
+            cfg.delta,
+            config=cfg,
+            user_level=ul,
+        )
+        return spec, wrapped.privacy
+    spec = RunSpec(key, name, params, horizon, eps, cfg.delta, config=cfg)
     return spec, pol.privacy

@@ -28,6 +28,7 @@ from .policies import (
     policy_config,
     validate_for_mode,
 )
+from .user_level import UserLevelConfig
 
 
 def __getattr__(name: str):
@@ -62,6 +63,7 @@ __all__ = [
     "SALassoConfig",
     "THLassoConfig",
     "TableConfig",
+    "UserLevelConfig",
     "format_validation_error",
     "parse_kv",
     "policy_config",

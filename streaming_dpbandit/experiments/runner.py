@@ -26,9 +26,11 @@ from ..policies import policy_class
 from ..policies.base import Policy
 from ..privacy.accountant import Accountant
 from ..privacy.ledger import ReleaseRecord
+from ..privacy.user_level import user_level_of_records
 
 if TYPE_CHECKING:
     from ..config.base import PolicyConfigBase
+    from ..config.user_level import UserLevelConfig
 
 __all__ = ["RunSpec", "SimulationResult", "make_grid", "run_repetition", "simulate"]
 
@@ -65,6 +67,10 @@ class RunSpec:
     config
         The validated configuration (``streaming_dpbandit.config``), when the run was given
         one: each repetition builds its policy from it (``params`` then only describe it).
+    user_level
+        A :class:`~streaming_dpbandit.config.UserLevelConfig`: the policy (from ``config``) is
+        built at the group calibration behind the per-user bound, and learns with the user ids
+        of a returning-users environment (``experiments/user_level.ReturningUsers``).
     """
 
     key: str
@@ -75,6 +81,7 @@ class RunSpec:
     delta: float | None = None
     group: str = ""
     config: PolicyConfigBase | None = None
+    user_level: UserLevelConfig | None = None
 
 
 def make_grid(horizon: int, points: int = 400) -> np.ndarray:
@@ -95,6 +102,9 @@ def _seed(base_seed: int, rep: int, *labels: str | int) -> np.random.SeedSequenc
 
 
 def build_policy(spec: RunSpec, seed: int | None) -> Policy:
+    if spec.user_level is not None and spec.config is not None:
+        built: Policy = spec.user_level.build(spec.config, seed=seed)
+        return built
     if spec.config is not None:
         return spec.config.build(seed=seed)
     cls = policy_class(spec.policy, spec.params)
@@ -119,6 +129,12 @@ def run_repetition(
     grid = make_grid(horizon) if grid is None else grid
     ctx_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "contexts")))
     noise_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "reward-noise")))
+    # a returning-users environment (experiments/user_level.ReturningUsers): user ids per row
+    profiles = None
+    if getattr(env, "returning_users", False):
+        prof_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "user-profiles")))
+        profiles = env.profiles(prof_rng)  # type: ignore[attr-defined]
+    users = None
     policies = []
     for spec in specs:
         pseed = int(_seed(base_seed, rep, "policy", spec.key).generate_state(1, np.uint32)[0])
@@ -132,7 +148,10 @@ def run_repetition(
     chunk = chunk_rows(env)
     while t0 < horizon:
         n = min(chunk, horizon - t0)
-        X = env.contexts(ctx_rng, n)
+        if profiles is None:
+            X = env.contexts(ctx_rng, n)
+        else:
+            users, X = env.draw(ctx_rng, profiles, n)  # type: ignore[attr-defined]
         mu = env.mean_rewards(X)
         eps = env.reward_noise(noise_rng, n)
         best = mu.max(axis=1)
@@ -148,7 +167,11 @@ def run_repetition(
                 a = dec.arms
                 chosen_mu = mu[rows, a]
                 chunk_regret[pos : pos + m] = best[pos : pos + m] - chosen_mu
-                pol.learn(X[rows, a], env.rewards(chosen_mu, eps[rows, a]), dec.rounds)
+                y = env.rewards(chosen_mu, eps[rows, a])
+                if users is not None and spec.user_level is not None:
+                    pol.learn(X[rows, a], y, dec.rounds, user_ids=users[rows])  # type: ignore[call-arg]
+                else:
+                    pol.learn(X[rows, a], y, dec.rounds)
                 pos += m
             if end > 0:
                 cum = np.cumsum(chunk_regret[:end]) + totals[spec.key]
@@ -239,6 +262,9 @@ class SimulationResult:
         acc = Accountant(recs)
         bandit = recs[0].bandit_id if recs else "default"
         sp = acc.spend(bandit, delta=spec.delta if pld else None)
+        ul = user_level_of_records(recs, bandit) if spec.user_level is not None else None
+        if ul is not None:  # the guarantee of record is per user (docs/privacy/user-level.md)
+            sp = ul.spend
         made = self.counters.get(spec.key, {}).get("releases")
         out = {
             "private": True,
@@ -255,6 +281,8 @@ class SimulationResult:
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
         }
+        if ul is not None:
+            out["user_level"] = ul.to_dict()
         if not pld:
             del out["epsilon_at_delta_pld"]
         if sp.rho is not None and spec.delta and sp.pure_epsilon is None:  # pure ε: exact already

@@ -10,7 +10,8 @@ calibration, ``docs/privacy/user-level.md``): FLIPHAT (one (ε, δ) fit per epis
 (:func:`~streaming_dpbandit.privacy.user_level.calibrate_for_group`). ``k=None`` is today's
 event-level run at ε (no bounding; a user with r events is protected at about r·ε only).
 
-Usage (from Python; nothing in the CLI)::
+Usage (from Python; ``dpbandit simulate --max-contributions-per-user K`` runs one k on any
+environment)::
 
     from streaming_dpbandit.experiments.user_level import run_user_level, user_level_table
     rows = run_user_level("dense-d5", horizon=20_000, seeds=10, jobs=2)
@@ -27,15 +28,15 @@ import multiprocessing as mp
 import numpy as np
 
 from ..envs.base import Environment
-from ..policies import REGISTRY, policy_class
-from ..policies.user_level import UserLevel
+from ..policies import policy_class
+from ..policies.user_level import UserLevel, group_params
 from ..privacy.ledger import ReleaseRecord
-from ..privacy.user_level import calibrate_for_group, user_level_spend
+from ..privacy.user_level import user_level_spend
 from .frontier import DELTA, _env, _linear_specs
 from .report import format_table
 from .runner import _seed, chunk_rows
 
-__all__ = ["ReturningUsers", "run_user_level", "user_level_table"]
+__all__ = ["ReturningUsers", "group_params", "run_user_level", "user_level_table"]
 
 KS = (1, 2, 5, 10, None)
 
@@ -72,6 +73,25 @@ class ReturningUsers:
     zipf_exponent: float = 1.1
     repeat: float = 0.5
 
+    #: ``experiments/runner.run_repetition`` draws contexts with user ids from it
+    returning_users = True
+
+    def __getattr__(self, name: str):
+        """Everything else is the base environment's (d, K, mean_rewards, rewards, ...)."""
+        if name == "env" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def describe(self) -> dict:
+        return {
+            **self.env.describe(),
+            "returning_users": {
+                "n_users": self.n_users,
+                "zipf_exponent": self.zipf_exponent,
+                "repeat": self.repeat,
+            },
+        }
+
     def popularity(self) -> np.ndarray:
         w = (np.arange(self.n_users) + 1.0) ** (-self.zipf_exponent)
         return w / w.sum()
@@ -91,26 +111,6 @@ class ReturningUsers:
 
 def _k_label(k) -> str:
     return "event" if k is None else f"k={k}"
-
-
-def group_params(policy: str, params: dict, k: int | None, epsilon: float, delta: float) -> dict:
-    """The policy's (ε, δ) for one release to cost (ε, δ) for k rows of one user."""
-    if k is None or k == 1:
-        return {**params, "epsilon": epsilon, "delta": delta}
-    if policy == "fliphat":
-        # one eps_delta fit per episode: group privacy (kε', k e^{(k−1)ε'} δ') = (ε, δ)
-        e1 = epsilon / k
-        return {**params, "epsilon": e1, "delta": delta / (k * math.exp((k - 1) * e1))}
-    if policy == "dp-linucb":
-        cls = REGISTRY[policy]
-
-        def acc(e):
-            return cls(**{**params, "epsilon": e, "delta": delta}).explain()["constants"][
-                "accounting"
-            ]
-
-        return {**params, "epsilon": calibrate_for_group(acc, k, epsilon, delta), "delta": delta}
-    raise KeyError(f"no group calibration for {policy!r}")
 
 
 def _specs(setting: str, env, epsilon: float, horizon: int, ks, policies) -> list[dict]:

@@ -17,20 +17,79 @@ total". Derivation: ``docs/privacy/user-level.md``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..privacy.accountant import format_of_record
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
-from ..privacy.user_level import UserLevelSpend, group_component, user_level_spend
+from ..privacy.user_level import (
+    UserLevelSpend,
+    calibrate_for_group,
+    group_component,
+    user_level_spend,
+)
 from ..utils.arrays import AnyArray, ArrayLike, BoolArray
 from .base import DecisionBatch, Policy
 
-__all__ = ["UserLevel"]
+__all__ = ["GROUP_CALIBRATED", "UserLevel", "group_params"]
+
+#: Policies with a group calibration (:func:`group_params`): what ``user_level`` accepts.
+GROUP_CALIBRATED = ("fliphat", "dp-linucb")
+
+
+def group_params(
+    policy: str, params: dict[str, Any], k: int | None, epsilon: float, delta: float
+) -> dict[str, Any]:
+    """The policy's (ε, δ) for one release to cost (ε, δ) for k rows of one user.
+
+    FLIPHAT (one ``eps_delta`` fit per episode): (ε/k, δ/(k·e^{(k−1)ε/k})), so that group
+    privacy gives exactly (ε, δ); DP-LinUCB (Gaussian tree): the ε′ whose k-fold sensitivity
+    costs ε at δ under the tightest accountant (:func:`~streaming_dpbandit.privacy.user_level.
+    calibrate_for_group`). Derivation: ``docs/privacy/user-level.md`` §5.
+
+    >>> p = group_params("fliphat", {"d": 10}, 2, 1.0, 1e-6)
+    >>> p["epsilon"], round(p["delta"] * 1e7, 4)
+    (0.5, 3.0327)
+    """
+    if k is None or k == 1:
+        return {**params, "epsilon": epsilon, "delta": delta}
+    if policy == "fliphat":
+        e1 = epsilon / k
+        return {**params, "epsilon": e1, "delta": delta / (k * math.exp((k - 1) * e1))}
+    if policy == "dp-linucb":
+        key = json.dumps([params, k, epsilon, delta], sort_keys=True, default=str)
+        eps = _GROUP_EPSILON.get(key)
+        if eps is None:  # a bisection over the accountant (≈ 1.5 s): once per configuration
+            eps = _GROUP_EPSILON[key] = _dp_linucb_group_epsilon(params, k, epsilon, delta)
+        return {**params, "epsilon": eps, "delta": delta}
+    raise KeyError(f"no group calibration for {policy!r} (have: {', '.join(GROUP_CALIBRATED)})")
+
+
+#: DP-LinUCB's group-calibrated ε′ by (parameters, k, ε, δ): simulate and replay build the
+#: same configuration once per repetition.
+_GROUP_EPSILON: dict[str, float] = {}
+
+
+def _dp_linucb_group_epsilon(params: dict[str, Any], k: int, epsilon: float, delta: float) -> float:
+    from . import REGISTRY
+
+    cls = REGISTRY["dp-linucb"]
+
+    def acc(e: float) -> list[dict[str, Any]]:
+        pol = cls(**{**params, "epsilon": e, "delta": delta})
+        out: list[dict[str, Any]] = pol.explain()["constants"]["accounting"]
+        return out
+
+    return calibrate_for_group(acc, k, epsilon, delta)
+
 
 USER_UNIT = (
     "one user: all the events carrying their user id (at most {k} of them enter each release{e})"
@@ -57,6 +116,10 @@ class UserLevel:
         Cap on each per-user counter table (memory bound; see ``privacy/user_bound.py``).
     seed
         Key of the user-id hash (``None`` in production: OS entropy; a secret).
+    delta_per_release, epsilon_per_release
+        (ε, δ) of one release for k rows of one user: the group calibration's target
+        (:func:`group_params`); the whole-run statement's δ is δ times the releases a user
+        reaches. ``None``: derived from the policy's own (ε, δ) by group privacy.
 
     Examples
     --------
@@ -91,8 +154,6 @@ class UserLevel:
             **kw: Any,
         ) -> DecisionBatch: ...
 
-        def refit(self) -> list[ReleaseRecord]: ...
-
         def refit_due(self) -> bool: ...
 
         def max_decide_batch(self) -> int: ...
@@ -106,12 +167,16 @@ class UserLevel:
         max_releases_per_user: int | None = None,
         max_users: int = 1_000_000,
         seed: int | None = None,
+        delta_per_release: float | None = None,
+        epsilon_per_release: float | None = None,
     ) -> None:
         self.policy = policy
         self.max_contributions_per_user = max_contributions_per_user
         self.max_releases_per_user = max_releases_per_user
         self.max_users = max_users
         self.seed = seed
+        self.delta_per_release = delta_per_release
+        self.epsilon_per_release = epsilon_per_release
 
     def _bound(self) -> UserContributionBound:
         b = self.__dict__.get("_bounder")
@@ -179,6 +244,23 @@ class UserLevel:
             sub_ids,
         )
 
+    def refit(self) -> list[ReleaseRecord]:
+        """The policy's releases, each marked with the user-level bound its rows were admitted
+        under (``ReleaseRecord.user_level``: the ledger's statement is then per user)."""
+        bound = self.bound_dict()
+        return [dataclasses.replace(r, user_level=bound) for r in self.policy.refit()]
+
+    def bound_dict(self) -> dict[str, Any]:
+        """The public bound: k, E, the per-release δ (what ledger records carry)."""
+        return {
+            "max_contributions_per_user": int(self.max_contributions_per_user),
+            "max_releases_per_user": None
+            if self.max_releases_per_user is None
+            else int(self.max_releases_per_user),
+            "delta_per_release": self.delta_per_release,
+            "epsilon_per_release": self.epsilon_per_release,
+        }
+
     # -- what a caller reads ------------------------------------------------------------------
     def user_counters(self) -> dict[str, Any]:
         """Admitted / bounded counts (metrics-safe: no ids, no hashes)."""
@@ -224,9 +306,16 @@ class UserLevel:
         e = self.max_releases_per_user
         e_txt = f", and at most {e} releases" if e is not None else ""
         eps, dl = st.epsilon, st.delta
+        accountant = st.accountant
         if eps is not None:
             g = group_component({"type": "eps_delta", "epsilon": eps, "delta": dl or 0.0}, k)
             eps, dl = g["epsilon"], (g["delta"] if dl is not None else None)
+        ep, dp = self.epsilon_per_release, self.delta_per_release
+        if ep is not None and dp is not None:
+            # the group calibration's target: met by the tightest accountant (§5 of the doc)
+            eps, dl = ep, dp
+            accountant = "group calibration (tightest accountant of the k-grouped release)"
+        whole = self.whole_run_bound()
         cav = (
             *(c for c in st.caveats if "group privacy" not in c),
             f"User level: the policy's noise must be calibrated for groups of k = {k} rows "
@@ -242,19 +331,53 @@ class UserLevel:
             rho=None if st.rho is None else k * k * st.rho,
             scope="per release. A user reaches many releases: they compose sequentially, not in "
             "parallel; the whole-run guarantee per user is the ledger's user-level spend "
-            "(privacy.user_level.user_level_spend).",
+            "(privacy.user_level.user_level_of_records; dpbandit budget)"
+            + ("." if whole is None else f"; before any release: {whole['statement']}."),
             caveats=cav,
             label=st.label,
             noise_backend=st.noise_backend,
-            accountant=st.accountant,
+            accountant=accountant,
         )
+
+    def whole_run_bound(self) -> dict[str, Any] | None:
+        """Before any release: the whole-run guarantee per user with E set, by basic
+        composition of E releases of (ε, δ) each (the ledger's accountant of record, over the
+        releases actually made, can only be tighter); None without E or a per-release (ε, δ).
+
+        >>> from streaming_dpbandit.policies import REGISTRY
+        >>> ul = UserLevel(REGISTRY["random"](d=2), 2, 3, epsilon_per_release=1.0,
+        ...                delta_per_release=1e-6)
+        >>> print(ul.whole_run_bound()["statement"])  # doctest: +NORMALIZE_WHITESPACE
+        per user: at most 2 events per release, at most 3 releases,
+        (ε=3, δ=3e-06 (basic composition)) in total
+        """
+        e, ep, dp = self.max_releases_per_user, self.epsilon_per_release, self.delta_per_release
+        if e is None or ep is None or dp is None:
+            return None
+        k = int(self.max_contributions_per_user)
+        total = {"accountant": "basic", "epsilon": e * ep, "delta": min(1.0, e * dp)}
+        events = "events" if k != 1 else "event"
+        return {
+            **total,
+            "statement": f"per user: at most {k} {events} per release, at most {e} releases, "
+            f"({format_of_record(total)}) in total",
+        }
 
     def explain(self, horizon: int | None = None) -> dict[str, Any]:
         out = dict(self.policy.explain(horizon))
+        if "privacy_statement" in out:  # the inner policy's is per event, at ε′
+            out["event_level_privacy_statement"] = out["privacy_statement"]
+            out["privacy_statement"] = self.privacy.text()
         out["user_level"] = {
             "max_contributions_per_user": self.max_contributions_per_user,
             "max_releases_per_user": self.max_releases_per_user,
             "max_users": self.max_users,
+            "epsilon_per_release": self.epsilon_per_release,
+            "delta_per_release": self.delta_per_release,
+            "inner_epsilon": getattr(self.policy, "epsilon", None),
+            "inner_delta": getattr(self.policy, "delta", None),
+            "whole_run": self.whole_run_bound(),
+            "privacy_statement": self.privacy.text(),
             "derivation": "docs/privacy/user-level.md",
         }
         return out

@@ -120,6 +120,12 @@ class ReleaseRecord:
     noise_backend
         The noise backend the release drew from: ``"fast"`` (floating-point samplers) or
         ``"secure"`` (exact discrete noise on a public grid, ``docs/privacy/secure-noise.md``).
+    user_level
+        ``None`` (event level), or the user-level bound the release's rows were admitted under
+        (``max_contributions_per_user``, ``max_releases_per_user``, ``delta_per_release``;
+        ``docs/privacy/user-level.md``): the ledger's whole-run statement is then per user
+        (:func:`~streaming_dpbandit.privacy.user_level.user_level_of_records`). The record's
+        ε, δ and accounting stay the mechanism's own (event level).
     time
         UTC time of the release (set automatically).
     """
@@ -147,6 +153,7 @@ class ReleaseRecord:
     neighbouring: str = ""
     noise_backend: str = "fast"
     time: str = dataclasses.field(default_factory=_utcnow)
+    user_level: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.composition not in ("parallel", "sequential"):
@@ -158,6 +165,8 @@ class ReleaseRecord:
         out = dataclasses.asdict(self)
         if out["event_range"] is not None:
             out["event_range"] = list(out["event_range"])
+        if out["user_level"] is None:  # event level: records as before the field existed
+            del out["user_level"]
         return out
 
     @classmethod

@@ -34,6 +34,7 @@ __all__ = [
     "calibrate_for_group",
     "group_component",
     "group_record",
+    "user_level_of_records",
     "user_level_spend",
 ]
 
@@ -292,3 +293,43 @@ def calibrate_for_group(
         else:
             b = m
     return a
+
+
+def user_level_of_records(
+    records: Iterable[ReleaseRecord], bandit_id: str, delta: float | None = None
+) -> UserLevelSpend | None:
+    """The whole-run user-level guarantee of a bandit from its ledger, or ``None`` when its
+    releases are event level (no record carries ``user_level``).
+
+    The bound (k, E) is the one the records were admitted under (their ``user_level``;
+    a bandit's bound cannot change within a state directory). The target δ is, unless given,
+    ``delta_per_release`` (each release's δ for k rows of one user) times the number of
+    releases a user reaches: the basic-composition δ; the accountant of record then gives the
+    smallest ε valid at that δ. ``dpbandit budget``, the service's spend gauges and summary,
+    ``simulate`` and ``replay`` all state this one figure.
+
+    >>> from streaming_dpbandit.privacy.ledger import ReleaseRecord
+    >>> ul = {"max_contributions_per_user": 2, "max_releases_per_user": 3,
+    ...       "delta_per_release": 0.0}
+    >>> recs = [ReleaseRecord(f"b/fit/{i}", "b", "m", "certified", "v1", True, epsilon=0.5,
+    ...          delta=0.0, accounting=[{"type": "pure", "epsilon": 0.5}], user_level=ul,
+    ...          data_slice=f"episode:{i}", composition="parallel") for i in range(4)]
+    >>> print(user_level_of_records(recs, "b").statement())  # doctest: +NORMALIZE_WHITESPACE
+    per user: at most 2 events per release, at most 3 releases,
+    (ε=3, δ=0 (pure ε, exact sum)) in total
+    >>> user_level_of_records([dataclasses.replace(r, user_level=None) for r in recs], "b")
+    """
+    recs = [r for r in records if r.bandit_id == bandit_id]
+    bounds = [r.user_level for r in recs if r.user_level]
+    if not bounds:
+        return None
+    ul = bounds[-1]
+    k = int(ul["max_contributions_per_user"])
+    e = ul.get("max_releases_per_user")
+    e = None if e is None else int(e)
+    if delta is None:
+        per = ul.get("delta_per_release")
+        per = max((float(r.delta) for r in recs), default=0.0) if per is None else float(per)
+        reach = user_level_spend(recs, bandit_id, k, e).releases_per_user
+        delta = max(1, reach) * per or None
+    return user_level_spend(recs, bandit_id, k, e, delta)

@@ -41,6 +41,10 @@ class LoggedBatch:
         (B, K) ids of the candidate arms (object array; ``None`` under the mask), when the log
         names them; ``None``: the arm at position k is arm k (a fixed catalogue). Policies
         with per-arm models (``keyed_by_arm_id``) key their models by these ids.
+    user_ids
+        (B,) user id of each event, when the log has them (the contexts' ``user_id``): the
+        replay method bounds each user's contributions with ``--max-contributions-per-user``
+        (``docs/privacy/user-level.md``). Never printed.
 
     Examples
     --------
@@ -60,6 +64,7 @@ class LoggedBatch:
     mask: BoolArray | None = None
     times: FloatArray | None = None
     arm_ids: AnyArray | None = None
+    user_ids: AnyArray | None = None
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -91,6 +96,7 @@ class LoggedBatch:
             mask=None if self.mask is None else self.mask[idx],
             times=None if self.times is None else self.times[idx],
             arm_ids=None if self.arm_ids is None else self.arm_ids[idx],
+            user_ids=None if self.user_ids is None else self.user_ids[idx],
         )
 
     def arm_id_kwargs(

@@ -52,6 +52,10 @@ class PolicySpec:
     reference
         A value to compare the estimates with, e.g. the on-policy value of the log a table
         policy was fitted from: ``{"label", "value", "se", "ci_normal", ...}``.
+    config, user_level
+        The validated configuration and a
+        :class:`~streaming_dpbandit.config.UserLevelConfig`: the policy is then built at the
+        group calibration behind the per-user bound (the log's user ids feed it).
     """
 
     key: str
@@ -61,8 +65,13 @@ class PolicySpec:
     delta: float | None = None
     note: str | None = None
     reference: dict[str, Any] | None = None
+    config: Any = None
+    user_level: Any = None
 
     def build(self, seed: int | None) -> Policy:
+        if self.user_level is not None and self.config is not None:
+            wrapped: Policy = self.user_level.build(self.config, seed=seed)
+            return wrapped
         cls = policy_class(self.policy, self.params)
         policy: Policy = cls(**self.params, seed=seed)  # a vectorised policy
         return policy

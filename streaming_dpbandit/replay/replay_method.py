@@ -175,6 +175,14 @@ class ReplayMethod:
         ids, acts, mask = batch.event_ids, batch.actions, batch.mask
         n = len(batch)
         K = batch.n_arms
+        users = None
+        if hasattr(pol, "user_counters"):  # a UserLevel policy: it needs the log's user ids
+            users = batch.user_ids
+            if users is None:
+                raise LogFormatError(
+                    "--max-contributions-per-user needs user ids in the log (the contexts' "
+                    "user_id field of a service-jsonl or kafka log, or --map user=COLUMN)"
+                )
         out: list[IntArray] = []
         pos = 0
         while pos < n:
@@ -213,12 +221,21 @@ class ReplayMethod:
                         f"{pol.name}: decide() disagrees with decide_frozen() for the same "
                         "state and event ids; the replay method needs deterministic decisions"
                     )
-                pol.learn(
-                    Xr[np.arange(rows.size), acts[rows]],
-                    batch.rewards[rows],
-                    live.rounds,
-                    ids[rows],
-                )
+                if users is None:
+                    pol.learn(
+                        Xr[np.arange(rows.size), acts[rows]],
+                        batch.rewards[rows],
+                        live.rounds,
+                        ids[rows],
+                    )
+                else:  # user level: at most k of a user's events per release (UserLevel)
+                    pol.learn(  # type: ignore[call-arg]
+                        Xr[np.arange(rows.size), acts[rows]],
+                        batch.rewards[rows],
+                        live.rounds,
+                        ids[rows],
+                        user_ids=users[rows],
+                    )
                 out.append(rows)
             pos += consumed
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)

@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..privacy.statement import PAPER_LABEL
+from ..privacy.user_level import user_level_of_records
 from .ope.base import _finite
 
 if TYPE_CHECKING:  # evaluate imports this module
@@ -129,6 +130,11 @@ def _privacy(spec: PolicySpec, ledger: InMemoryLedger, policy: Policy) -> dict[s
         "configured_delta": spec.delta,
     }
     out.update(ledger.spend(delta=spec.delta))
+    records = ledger.records
+    ul = user_level_of_records(records, records[0].bandit_id) if records else None
+    if ul is not None:  # the guarantee of record is per user (docs/privacy/user-level.md)
+        out["of_record"] = ul.of_record()
+        out["user_level"] = ul.to_dict()
     calibration = getattr(policy, "calibration", None)
     out["calibration"] = calibration
     if calibration == "paper" and "label" not in out and getattr(policy, "name", "") == "fliphat":

@@ -7,6 +7,7 @@ variables, the YAML file, defaults (:func:`~.loading.load_service_settings`). A 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -19,7 +20,13 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from ..config import DPMatroidConfig, LDPGLBConfig, PolicyConfig, validate_for_mode
+from ..config import (
+    DPMatroidConfig,
+    LDPGLBConfig,
+    PolicyConfig,
+    UserLevelConfig,
+    validate_for_mode,
+)
 
 #: The YAML file :func:`~.loading.load_service_settings` is reading (``{"path": ...}``), for
 #: :meth:`ServiceSettings.settings_customise_sources`.
@@ -235,6 +242,37 @@ class BanditSettings(_Section):
     seed: int | None = Field(
         None, description="seeds noise key and coins: reproducible tests only, never production"
     )
+    user_level: UserLevelConfig | None = Field(
+        None,
+        description="user-level privacy: at most k events of one user per release, at most E "
+        "releases per user; the policy's epsilon/delta are then one release's guarantee for "
+        "the k events of one user (docs/privacy/user-level.md). Absent: event level",
+    )
+
+    def fingerprint(self) -> str:
+        """What a snapshot records of this bandit's configuration: its policy configuration
+        (and its user-level bound, when it has one)."""
+        if self.user_level is None:
+            return str(self.policy.model_dump_json())
+        policy = json.loads(self.policy.model_dump_json())
+        return json.dumps({**policy, "user_level": self.user_level.model_dump()})
+
+    def changes_since(self, fingerprint: str) -> list[str]:
+        """What changed since a snapshot's :meth:`fingerprint` (a new or dropped user-level
+        bound, or a changed one, counts as ``user_level``)."""
+        then = json.loads(fingerprint)
+        bound = then.pop("user_level", None)
+        changed: list[str] = list(self.policy.changes_since(json.dumps(then)))
+        now = None if self.user_level is None else self.user_level.model_dump()
+        return changed + (["user_level"] if bound != now else [])
+
+    @model_validator(mode="after")
+    def _user_level_applies(self):
+        if self.user_level is not None:
+            why = self.user_level.refusal(self.policy)
+            if why is not None:
+                raise ValueError(why)
+        return self
 
     @model_validator(mode="after")
     def _secure_noise_by_default(self):
@@ -369,6 +407,13 @@ class ServiceSettings(BaseSettings):
                 raise ValueError(
                     f"bandit {name}: reward_bounds must be (low, high) with low < high"
                 )
+        user_level = [name for name, b in self.bandits.items() if b.user_level is not None]
+        if user_level and (self.scaling.mode == "group" or self.broadcast is not None):
+            shape = "scaling.mode 'group'" if self.scaling.mode == "group" else "broadcast"
+            raise ValueError(
+                f"bandit {user_level[0]}: user_level runs in scaling.mode 'single' only ({shape} "
+                "does not bound users yet; docs/privacy/user-level.md)"
+            )
         topics = self.kafka.topics if self.kafka else None
         if (
             topics

@@ -160,6 +160,8 @@ class SingleArms(ActionKind):
         rounds = dec.rounds.tolist()
         chosen = X[np.arange(B), dec.arms]
         times = [p.event.event_time for p in batch]
+        if rt.user_level:  # before any row of the batch can resolve
+            rt.admit_users(batch, dec.rounds)
         for early in rt.join.add_many(ids, rounds, times, chosen):
             self.resolved(rt, early, forced=False)
         rt.stats["decided"] += B

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import time
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from .arms import ActionKind, SingleArms, arm_id_kwargs
 from .join import EarlyFeedback, Resolution
 from .parsing import BadInput, Pending
 from .schemas import ContextEvent
+
+if TYPE_CHECKING:
+    from ..policies.user_level import UserLevel
 
 __all__ = ["BanditRuntime", "arm_id_kwargs"]
 
@@ -68,10 +72,39 @@ class BanditRuntime:
         self.catalogue = (
             None if settings.arms is None else {a: i for i, a in enumerate(settings.arms)}
         )
+        #: user-level bandit (``settings.user_level``; its policy is a ``UserLevel``): rounds
+        #: decided beyond their user's bound, not learned from when their rows resolve
+        self.user_level = settings.user_level is not None
+        self._bounded_rounds: set[int] = set()
 
     def encode(self, ev: ContextEvent):
         """The rows of a validated context event (:meth:`~.arms.ActionKind.encode`)."""
+        if self.user_level and ev.user_id is None:
+            raise BadInput(
+                "missing_user_id",
+                f"bandit {self.bandit_id!r} bounds each user's contributions: events need a "
+                "user_id",
+            )
         return self.kind.encode(self, ev)
+
+    def admit_users(self, batch: list[Pending], rounds) -> None:
+        """User level: decide, at decision time and in round order, which of a decided batch's
+        rows may enter the private statistics (``UserLevel.admit``: ids hashed with the keyed
+        hash now, only counts of hashes kept). Rows beyond the bound are still decided and
+        answered; they are counted (``dpbandit_bounded_events_total``) and never learned.
+
+        Deciding at the decision — not when a reward arrives — makes the admitted set a
+        function of the contexts partition's order only, so reprocessing after a crash (from
+        the snapshot holding the counters) admits exactly the same rows."""
+        policy = cast("UserLevel", self.policy)
+        mask = policy.admit(rounds, user_ids=[p.event.user_id for p in batch])
+        if mask.all():
+            return
+        out = np.asarray(rounds, dtype=np.int64)[~mask].tolist()
+        self._bounded_rounds.update(out)
+        self.stats["bounded"] += len(out)
+        if self.metrics is not None:
+            self.metrics.bounded_events.labels(self.bandit_id).inc(len(out))
 
     def check_new(self, ev: ContextEvent) -> None:
         if self.join.status(ev.event_id, by="context") is not None:
@@ -240,7 +273,11 @@ class BanditRuntime:
         self.queue_row(context, reward, round)
 
     def queue_row(self, context: np.ndarray, reward: float, round: int) -> None:
-        """Queue a resolved decision's row for the policy (:meth:`flush_learning`)."""
+        """Queue a resolved decision's row for the policy (:meth:`flush_learning`); a row
+        beyond its user's bound (:meth:`admit_users`) is dropped here."""
+        if self._bounded_rounds and round in self._bounded_rounds:
+            self._bounded_rounds.discard(round)
+            return
         self._learn_X.append(context)
         self._learn_y.append(reward)
         self._learn_r.append(round)
@@ -248,6 +285,8 @@ class BanditRuntime:
     def resolved(self, res: Resolution, forced: bool) -> None:
         """A decision joined or expired (:meth:`~.arms.ActionKind.resolved`)."""
         self.kind.resolved(self, res, forced)
+        if self._bounded_rounds:  # an expired row that was dropped, not queued
+            self._bounded_rounds.discard(res.round)
 
     def _reads_through(self) -> int:
         """Last round the policy's next update reads (deterministic, see docs/service.md)."""
@@ -357,6 +396,11 @@ class BanditRuntime:
             "best_window": self.best_window,
             "reward_sum": self.reward_sum,
             "last_refit_round": self.last_refit_round,
+            **(
+                {"bounded_rounds": np.array(sorted(self._bounded_rounds), dtype=np.int64)}
+                if self.user_level
+                else {}
+            ),
         }
 
     def load_state_dict(self, state: dict) -> BanditRuntime:
@@ -373,6 +417,7 @@ class BanditRuntime:
         self.best_window = float(state["best_window"])
         self.reward_sum = float(state["reward_sum"])
         self.last_refit_round = int(state["last_refit_round"])
+        self._bounded_rounds = set(np.asarray(state.get("bounded_rounds", ()), np.int64).tolist())
         counters = getattr(self.policy, "counters", None) or {}
         self._clipped_seen = {
             "context_coordinate": int(counters.get("clipped_context_coords", 0)),

@@ -8,16 +8,53 @@ coordinates for held feedback) and a decision replica (raw Kafka messages).
 from __future__ import annotations
 
 import collections
+import json
+import re
 import time
 from collections.abc import Callable, Mapping
 
 from .schemas import DeadLetter
 from .transport import Record
 
-__all__ = ["DLQ_PAYLOAD_BYTES", "DeadLetters", "dead_letter_bandit"]
+__all__ = ["DLQ_PAYLOAD_BYTES", "DeadLetters", "dead_letter_bandit", "redact_user_ids"]
 
 #: Bytes of a dead message's payload copied into its dead letter.
 DLQ_PAYLOAD_BYTES = 2048
+
+#: A ``"user_id": value`` pair in JSON text (a string value, possibly cut off, or a bare one).
+_USER_ID = re.compile(r'("user_id"\s*:\s*)("(?:[^"\\]|\\.)*"?|[^,}\]\s]*)')
+REDACTED = "<redacted>"
+
+
+def redact_user_ids(value: bytes) -> bytes:
+    """A message with its user ids replaced by ``"<redacted>"``: a dead letter copies its
+    payload, and user ids never leave the service (docs/privacy/user-level.md).
+
+    Well-formed JSON objects are redacted by key (escapes in the key included); anything else
+    by the pattern of a ``"user_id":`` pair.
+
+    >>> redact_user_ids(b'{"event_id": "e", "user_id": "alice", "x": 1}')
+    b'{"event_id": "e", "user_id": "<redacted>", "x": 1}'
+    >>> redact_user_ids(b'{"user_id": "alice", "arms": [1,')   # not JSON: by pattern
+    b'{"user_id": "<redacted>", "arms": [1,'
+    >>> redact_user_ids(b'{"user_id": 42, "arms"')
+    b'{"user_id": "<redacted>", "arms"'
+    >>> redact_user_ids(b'{"event_id": "e"}')
+    b'{"event_id": "e"}'
+    """
+    if b"user" not in value and b"\\u" not in value:  # (the common case: nothing to do)
+        return value
+    text = value.decode("utf-8", errors="replace")
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        if "user_id" not in obj:
+            return value
+        obj["user_id"] = REDACTED
+        return json.dumps(obj, ensure_ascii=False).encode()
+    return _USER_ID.sub(lambda m: f'{m.group(1)}"{REDACTED}"', text).encode()
 
 
 def dead_letter_bandit(bandits, bandit: str | None, key: bytes | None) -> str:
@@ -72,6 +109,8 @@ class DeadLetters:
     ) -> None:
         """Dead-letter a message known by its coordinates and bytes."""
         value = value if value is not None else b""  # (a tombstone has none)
+        size = len(value)
+        value = redact_user_ids(value) if copy_payload else b""
         payload = value[:DLQ_PAYLOAD_BYTES].decode("utf-8", errors="replace")
         dl = DeadLetter(
             source_topic=topic,
@@ -80,7 +119,7 @@ class DeadLetters:
             reason=reason,
             detail=detail[:500],
             payload=payload if copy_payload else "",
-            payload_bytes=len(value),
+            payload_bytes=size,
             at=time.time(),
         )
         self.send(self.topic, key, dl.model_dump_json().encode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ..privacy.accountant import Accountant
+from ..privacy.user_level import user_level_of_records
 from ..utils.serialization import dumps
 from .join import EARLY_SOURCE_KEYS
 
@@ -15,10 +16,14 @@ def service_summary(svc) -> dict:
     """The end-of-run summary of a service: per bandit its rounds, statistics and spend."""
     elapsed = time.monotonic() - svc.started
     out = {"elapsed_s": elapsed, "bandits": {}, "dead_letters": dict(svc.dead_count)}
-    acc = Accountant(svc.ledger.records())
+    records = svc.ledger.records()
+    acc = Accountant(records)
     for name, rt in svc.bandits.items():
         delta = getattr(rt.policy, "delta", None)
         sp = acc.spend(name, delta=delta) if acc.records else None
+        ul = user_level_of_records(records, name)
+        if ul is not None:  # the guarantee of record is per user (docs/privacy/user-level.md)
+            sp = ul.spend
         out["bandits"][name] = {
             "policy": rt.policy.name,
             "rounds": rt.policy.t,
@@ -27,6 +32,14 @@ def service_summary(svc) -> dict:
             "mean_reward_window": (sum(rt.window) / len(rt.window)) if rt.window else None,
             "privacy": None if sp is None else sp.to_dict(),
         }
+        if rt.user_level:
+            c = rt.policy.user_counters()
+            out["bandits"][name]["user_level"] = {
+                **rt.policy.bound_dict(),
+                "admitted": c["admitted"],
+                "bounded": c["bounded"],
+                "statement": None if ul is None else ul.statement(),
+            }
     if svc.local:
         out["local_bandits"] = svc.local.summary()
     decided = sum(rt.stats["decided"] for rt in svc.bandits.values())
@@ -50,4 +63,6 @@ def learned_state_bytes(bandit_states: dict) -> bytes:
             "unledgered": st["unledgered"],
             "held_rows": st.get("held_rows"),
         }
+        if "bounded_rounds" in st:  # user level: decided rows that will not be learned
+            out[name]["bounded_rounds"] = st["bounded_rounds"]
     return dumps(out)

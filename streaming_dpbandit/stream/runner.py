@@ -334,6 +334,14 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
             ),
             file=out,
         )
+    for name, b in summary["bandits"].items():
+        ul = b.get("user_level")
+        if ul:  # the guarantee of record is per user (docs/privacy/user-level.md)
+            print(
+                f"bandit {name}: {ul['statement'] or 'per user: no release yet'}; "
+                f"{ul['admitted']:,} events learned, {ul['bounded']:,} beyond the bound",
+                file=out,
+            )
     for name, b in summary.get("local_bandits", {}).items():
         pr = b["privacy"]
         print(

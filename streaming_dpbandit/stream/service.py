@@ -148,7 +148,10 @@ class Service:
                 continue
             overrides = {"bandit_id": name} if "bandit_id" in type(b.policy).model_fields else {}
             with out_of_memory_is_a_start_error(f"bandit {name!r}"):
-                policy = b.policy.build(seed=b.seed, **overrides)
+                if b.user_level is not None:  # group-calibrated policy behind the bound
+                    policy = b.user_level.build(b.policy, seed=b.seed, **overrides)
+                else:
+                    policy = b.policy.build(seed=b.seed, **overrides)
                 self.bandits[name] = self.runtime(name, b, policy, self.metrics)
             dp_valid = (
                 getattr(policy, "calibration", "certified") == "certified" or not policy.private
@@ -162,9 +165,7 @@ class Service:
             if b.epsilon_budget is not None:
                 self.metrics.eps_budget.labels(name).set(b.epsilon_budget)
 
-    @staticmethod
-    def fingerprint(b: BanditSettings) -> str:
-        return str(b.policy.model_dump_json())
+    fingerprint = staticmethod(BanditSettings.fingerprint)  # what a snapshot records
 
     def restore_state(self) -> tuple[dict[TP, int], dict[str, Any] | None]:
         """Build the bandits and load the state backend's snapshot into them; returns the
@@ -225,9 +226,7 @@ class Service:
                         f"snapshot has bandit {name!r} that is not configured; "
                         "refusing to drop its state"
                     )
-                changed = self.settings.bandits[name].policy.changes_since(
-                    snap["fingerprints"][name]
-                )
+                changed = self.settings.bandits[name].changes_since(snap["fingerprints"][name])
                 if changed:
                     raise ServiceStartError(
                         f"the policy configuration of bandit {name!r} changed since the "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..privacy.accountant import Accountant
+from ..privacy.user_level import user_level_of_records
 
 if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
@@ -14,7 +15,9 @@ __all__ = ["SpendGauges"]
 
 class SpendGauges:
     """Sets ``dpbandit_epsilon_spent`` and friends from the ledger's records: every candidate
-    accountant, and the accountant of record (whose label set is replaced when it changes)."""
+    accountant, and the accountant of record (whose label set is replaced when it changes).
+    For a ``user_level`` bandit they are its whole-run guarantee per user
+    (:func:`~streaming_dpbandit.privacy.user_level.user_level_of_records`)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
@@ -28,8 +31,12 @@ class SpendGauges:
             m.ledger_releases.labels(name).set(len(recs))
             if not recs:
                 continue
-            delta = getattr(rt.policy, "delta", None)
-            sp = acc.spend(name, delta=delta if delta else None)
+            ul = user_level_of_records(recs, name)
+            if ul is not None:  # a user_level bandit: the whole-run guarantee per user
+                sp = ul.spend
+            else:
+                delta = getattr(rt.policy, "delta", None)
+                sp = acc.spend(name, delta=delta if delta else None)
             calib = ",".join(sp.calibrations)
             for cand in sp.candidates():  # pure, pld, zcdp (at the policy's δ), basic
                 m.eps_spent.labels(name, calib, cand["accountant"]).set(cand["epsilon"])

@@ -8,7 +8,6 @@ import pytest
 
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.policies import FLIPHAT
-from streaming_dpbandit.privacy.ledger import Ledger
 
 BAD = [
     (["simulate", "--policy", "nope"], "unknown policy"),
@@ -162,20 +161,11 @@ def test_reproduce_small_run_json(tmp_path, capsys):
 
 
 def test_budget_reports_spend_and_statement(tmp_path, capsys):
-    import numpy as np
+    from streaming_dpbandit.testing.ledger_helpers import run_into_ledger
 
     path = tmp_path / "ledger.jsonl"
     pol = FLIPHAT(d=30, s=3, epsilon=0.8, delta=1e-5, b_max=2.0, seed=1, bandit_id="shop")
-    rng = np.random.default_rng(0)
-    with Ledger(path) as led:
-        while pol.t < 500:
-            if pol.refit_due():
-                for r in pol.refit():
-                    led.append(r)
-            n = min(pol.max_decide_batch(), 500 - pol.t)
-            X = rng.normal(size=(n, 2, 30))
-            dec = pol.decide(X)
-            pol.learn(X[np.arange(n), dec.arms], rng.normal(size=n), dec.rounds)
+    run_into_ledger(pol, path, 500)
     assert main(["budget", str(path)]) == 0
     out = capsys.readouterr().out
     assert "shop" in out and "joint differential privacy" in out and "Privacy unit" in out

@@ -34,6 +34,7 @@ MAY_BE_EMPTY = {
     "dpbandit_forced_expiries_total",  # no idle timeout in a simulation
     "dpbandit_privacy_rho_spent",  # FLIPHAT's releases are pure-ε/approximate DP: no ρ
     "dpbandit_clipped_inputs_total",  # depends on the draws
+    "dpbandit_bounded_events_total",  # the simulated bandit is event level (no user_level)
     'outcome!="decided"',  # contexts that were dead-lettered: the simulation sends none
     "dpbandit_slate_items",  # the simulated bandit is single-arm: no slate catalogue
     # time to budget exhaustion exists only while the spend grows; FLIPHAT's releases compose

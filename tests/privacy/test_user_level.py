@@ -152,10 +152,15 @@ def test_without_user_ids_the_wrapper_is_the_policy(name):
     a1, r1 = _run(UserLevel(REGISTRY[name](**params), 2, seed=1))
     assert (a0 == a1).all()
 
-    def strip(recs):  # everything but the wall-clock time of the release
-        return [{k: v for k, v in r.to_dict().items() if k != "time"} for r in recs]
+    def strip(recs):  # everything but the wall-clock time and the user-level bound
+        return [
+            {k: v for k, v in r.to_dict().items() if k not in ("time", "user_level")} for r in recs
+        ]
 
     assert len(r0) == len(r1) and strip(r0) == strip(r1)
+    # the wrapper's releases say the bound their rows were admitted under
+    assert all(r.user_level is None for r in r0)
+    assert all(r.user_level["max_contributions_per_user"] == 2 for r in r1)
 
 
 def test_fliphat_learns_at_most_k_rows_per_user_per_episode():

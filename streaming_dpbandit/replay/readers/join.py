@@ -40,7 +40,7 @@ _Model = TypeVar("_Model", bound=BaseModel)
 class JoinedEvent:
     """One event with its context, decision and (maybe) reward."""
 
-    __slots__ = ("X", "arm", "arm_ids", "event_id", "propensity", "reward", "time")
+    __slots__ = ("X", "arm", "arm_ids", "event_id", "propensity", "reward", "time", "user_id")
 
     def __init__(
         self,
@@ -50,9 +50,11 @@ class JoinedEvent:
         propensity: float,
         time: float,
         arm_ids: list[str] | None = None,
+        user_id: str | None = None,
     ) -> None:
         self.event_id = event_id
         self.arm_ids = arm_ids
+        self.user_id = user_id
         self.X = X
         self.arm = arm
         self.propensity = propensity
@@ -110,7 +112,7 @@ class EventJoin:
         self.default_reward = float(default_reward)
         self.max_pending = max_pending
         self.d: int | None = None
-        self._ctx: OrderedDict[str, tuple[FloatArray, list[str], float]] = OrderedDict()
+        self._ctx: OrderedDict[str, tuple[FloatArray, list[str], float, str | None]] = OrderedDict()
         self._dec: OrderedDict[str, Decision] = OrderedDict()
         self._fb: OrderedDict[str, tuple[float, float]] = OrderedDict()  # (reward, time)
         self._queue: OrderedDict[str, JoinedEvent] = OrderedDict()
@@ -203,7 +205,7 @@ class EventJoin:
             self.counters["duplicate_contexts"] += 1
             return
         X = self._encode(ev, where)
-        self._ctx[eid] = (X, ev.candidate_ids(), ev.event_time)
+        self._ctx[eid] = (X, ev.candidate_ids(), ev.event_time, ev.user_id)
         self._bound(self._ctx, "contexts_without_decision")
         if eid in self._dec:
             self._pair(eid, self._dec.pop(eid), where)
@@ -234,14 +236,14 @@ class EventJoin:
             self._bound(self._dec, "decisions_without_context")
 
     def _pair(self, eid: str, dec: Decision, where: str) -> None:
-        X, ids, t = self._ctx.pop(eid)
+        X, ids, t, user = self._ctx.pop(eid)
         k = dec.arm_index
         if not 0 <= k < len(ids) or ids[k] != dec.arm_id:
             raise LogFormatError(
                 f"{where}: event {eid!r}: decision arm {dec.arm_id!r} (index {k}) is not the "
                 "context's candidate at that index"
             )
-        ev = JoinedEvent(eid, X, k, float(dec.propensity), t, ids)
+        ev = JoinedEvent(eid, X, k, float(dec.propensity), t, ids, user)
         self._queue[eid] = ev
         held = self._fb.pop(eid, None)
         if held is not None:
@@ -374,4 +376,9 @@ def to_batch(events: list[JoinedEvent], d: int) -> LoggedBatch:
         mask=None if mask.all() else mask,
         times=np.array([e.time for e in events], dtype=np.float64),
         arm_ids=arm_ids if all(e.arm_ids is not None for e in events) else None,
+        user_ids=(
+            np.array([e.user_id for e in events], dtype=object)
+            if all(e.user_id is not None for e in events)
+            else None
+        ),
     )

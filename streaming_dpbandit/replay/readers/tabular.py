@@ -34,6 +34,7 @@ _KEYS = (
     "context",
     "position",
     "event_id",
+    "user",
     "arms",
     "n_arms",
     "position_base",
@@ -55,6 +56,9 @@ class ColumnMapping:
         Slate position column (optional); ``position_base`` is its first value (0 or 1).
     event_id
         Event id column (optional; default: the row number).
+    user
+        User id column (optional): with ``--max-contributions-per-user`` the replay method
+        learns at most k events of one user per release (``docs/privacy/user-level.md``).
     arms
         Arm labels in index order (strings as they appear in the action column). Without it,
         integer actions 0..n_arms−1 are expected; without either, a first pass over the action
@@ -76,6 +80,7 @@ class ColumnMapping:
     context: list[str] = dataclasses.field(default_factory=list)
     position: str | None = None
     event_id: str | None = None
+    user: str | None = None
     arms: list[str] | None = None
     n_arms: int | None = None
     position_base: int = 0
@@ -127,6 +132,7 @@ class ColumnMapping:
             context=as_list(items.get("context")) or [],
             position=items.get("position"),
             event_id=items.get("event_id"),
+            user=items.get("user"),
             arms=as_list(items.get("arms")),
             n_arms=as_int("n_arms", items.get("n_arms"), 1),
             position_base=as_int("position_base", items.get("position_base"), 0) or 0,
@@ -137,7 +143,7 @@ class ColumnMapping:
         """Column names of every role, checked against ``header``."""
         names = set(header)
         out: dict[str, Any] = {}
-        for role in ("action", "reward", "propensity", "position", "event_id"):
+        for role in ("action", "reward", "propensity", "position", "event_id", "user"):
             col = getattr(self, role)
             if col is None:
                 continue
@@ -278,7 +284,7 @@ class _TabularReader(LogReader):
         c = self._cols
         m = self.mapping
         needed = [c["action"], c["reward"], c["propensity"], *c["context"]]
-        needed += [c[k] for k in ("position", "event_id") if k in c]
+        needed += [c[k] for k in ("position", "event_id", "user") if k in c]
         needed = list(dict.fromkeys(needed))
         where = self.where()
         row0 = 0
@@ -330,8 +336,9 @@ class _TabularReader(LogReader):
                 contexts: Contexts = DisjointContexts(np.column_stack(parts), self.n_arms)
             else:
                 contexts = ConstantContexts(B, self.n_arms)
+            users = np.asarray(cols[c["user"]]).astype(str).astype(object) if "user" in c else None
             row0 += B
-            yield LoggedBatch(ids, actions, rewards, props, positions, contexts)
+            yield LoggedBatch(ids, actions, rewards, props, positions, contexts, user_ids=users)
 
 
 class CsvReader(_TabularReader):

@@ -1,0 +1,95 @@
+"""User-level privacy settings: the one home of k, E and the counter-memory cap (issue 22 §2).
+
+A bandit's ``user_level:`` section (``dpbandit serve``), and ``--max-contributions-per-user`` /
+``--max-releases-per-user`` of ``simulate`` and ``replay``, are this model. Absent, the bandit
+is event level (today's behaviour and numbers). Present, the policy's ``epsilon``/``delta`` are
+the guarantee of **one release for the k events of one user**: the policy is built at the group
+calibration (:func:`~streaming_dpbandit.policies.user_level.group_params`) and wrapped in
+:class:`~streaming_dpbandit.policies.user_level.UserLevel`. Derivation:
+``docs/privacy/user-level.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import PolicyConfigBase
+
+__all__ = ["UserLevelConfig"]
+
+
+class UserLevelConfig(BaseModel):
+    """Contribution bounding per user.
+
+    >>> from streaming_dpbandit.config import policy_config
+    >>> ul = UserLevelConfig(max_contributions_per_user=2, max_releases_per_user=3)
+    >>> pol = ul.build(policy_config("fliphat", {"d": 10, "s": 2}), seed=1)
+    >>> pol.policy.epsilon, pol.max_contributions_per_user    # ε/k for one release
+    (0.5, 2)
+    >>> ul.refusal(policy_config("linucb", {"d": 3}))
+    'user_level: policy linucb is not private (user-level privacy applies to fliphat, dp-linucb)'
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
+
+    max_contributions_per_user: int = Field(
+        ge=1, description="k: events of one user learned from per release (window)"
+    )
+    max_releases_per_user: int | None = Field(
+        None, ge=1, description="E: releases (windows) a user is learned from; null: no cap"
+    )
+    max_users: int = Field(
+        1_000_000,
+        ge=1,
+        description="cap on each per-user counter table (about 100 bytes per entry); a new "
+        "user beyond it is decided but not learned from",
+    )
+
+    def refusal(self, policy: PolicyConfigBase) -> str | None:
+        """Why this bound cannot apply to ``policy`` (one line), or None."""
+        from ..policies.user_level import GROUP_CALIBRATED
+
+        name = policy.policy
+        have = ", ".join(GROUP_CALIBRATED)
+        if not policy.private:
+            return (
+                f"user_level: policy {name} is not private (user-level privacy applies to {have})"
+            )
+        if name not in GROUP_CALIBRATED:
+            return f"user_level: no group calibration for policy {name} yet (supported: {have})"
+        return None
+
+    def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:
+        """The policy at the group calibration for k, wrapped in ``UserLevel``."""
+        from ..policies.user_level import UserLevel, group_params
+
+        why = self.refusal(policy)
+        if why is not None:
+            raise ValueError(why)
+        given = policy.params()
+        eps, delta = float(given["epsilon"]), float(given["delta"])
+        k = self.max_contributions_per_user
+        params: dict[str, Any] = {}
+        if k > 1:  # (DP-LinUCB's ε′ depends on every parameter; FLIPHAT's on ε, δ, k only)
+            base = policy.params() if policy.policy == "dp-linucb" else {}
+            g = group_params(policy.policy, base, k, eps, delta)
+            params = {"epsilon": g["epsilon"], "delta": g["delta"]}
+        inner = policy.build(seed=seed, **{**overrides, **params})
+        return UserLevel(
+            inner,
+            k,
+            self.max_releases_per_user,
+            self.max_users,
+            seed=None if seed is None else int(seed) ^ 0x5EED,
+            delta_per_release=delta,
+            epsilon_per_release=eps,
+        )
+
+    def describe(self) -> str:
+        """One line for summaries: ``k = 2 events per user per release, E = 3 releases``."""
+        e = self.max_releases_per_user
+        return f"k = {self.max_contributions_per_user} events per user per release, " + (
+            f"E = {e} releases" if e is not None else "no cap on releases"
+        )
