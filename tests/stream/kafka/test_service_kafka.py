@@ -26,7 +26,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.service import Service, learned_state_bytes
 from streaming_dpbandit.stream.snapshot import SnapshotStore
 from streaming_dpbandit.testing.kafka_helpers import (
@@ -89,12 +89,14 @@ def finished(svc: Service, n_feedback: int) -> bool:
 
 
 # -- tests --------------------------------------------------------------------------------------
-def test_end_to_end_matches_the_in_process_run(kafka_broker, recorded, tmp_path):
-    topics = kafka_topics(f"e2e{os.getpid()}")
+def test_end_to_end_matches_the_in_process_run(kafka_broker, recorded, tmp_path, kafka_client):
+    topics = kafka_topics(f"e2e{os.getpid()}{kafka_client[:5]}")
     create_topics(kafka_broker, topics)
     produce_file(kafka_broker.bootstrap, recorded["path"], topics)
     st = ServiceSettings.model_validate(
-        kafka_settings(tmp_path, kafka_broker.bootstrap, topics, "e2e")
+        kafka_settings(
+            tmp_path, kafka_broker.bootstrap, topics, f"e2e-{kafka_client}", client=kafka_client
+        )
     )
     svc, th, result = run_in_thread(st, lambda s: finished(s, recorded["n_feedback"]))
     th.join(timeout=600)
@@ -108,7 +110,7 @@ def test_end_to_end_matches_the_in_process_run(kafka_broker, recorded, tmp_path)
 
 
 def test_feedback_running_ahead_is_paced_and_changes_nothing(
-    kafka_broker, recorded, tmp_path, monkeypatch
+    kafka_broker, recorded, tmp_path, monkeypatch, kafka_client
 ):
     """Read from full topics, the small feedback messages run far ahead of the large
     contexts. Above EARLY_PAUSE held messages the feedback partitions pause (and resume at a
@@ -118,10 +120,12 @@ def test_feedback_running_ahead_is_paced_and_changes_nothing(
 
     limit, poll = 400, 200
     monkeypatch.setattr(feedback_module, "EARLY_PAUSE", limit)
-    topics = kafka_topics(f"pace{os.getpid()}")
+    topics = kafka_topics(f"pace{os.getpid()}{kafka_client[:5]}")
     create_topics(kafka_broker, topics)
     produce_file(kafka_broker.bootstrap, recorded["path"], topics)
-    cfg = kafka_settings(tmp_path, kafka_broker.bootstrap, topics, "pace")
+    cfg = kafka_settings(
+        tmp_path, kafka_broker.bootstrap, topics, f"pace-{kafka_client}", client=kafka_client
+    )
     cfg["kafka"]["max_poll_records"] = poll
     st = ServiceSettings.model_validate(cfg)
     held, paused = [], []
@@ -142,15 +146,22 @@ def test_feedback_running_ahead_is_paced_and_changes_nothing(
     assert limit < max(held) <= limit + poll
 
 
-def test_a_decided_chunk_goes_to_the_partition_its_key_hashes_to(kafka_broker, tmp_path):
+def test_a_decided_chunk_goes_to_the_partition_its_key_hashes_to(
+    kafka_broker, tmp_path, kafka_client
+):
     """``send_many`` hashes a chunk's key once: every record lands in the partition that
-    kafka-python's default partitioner picks for that key record by record (``send``)."""
-    topics = kafka_topics(f"keys{os.getpid()}")
+    kafka-python's default partitioner picks for that key record by record (``send``); both
+    clients put a key on the same partition (the Java client's murmur2 partitioner)."""
+    from kafka.partitioner.default import murmur2
+
+    topics = kafka_topics(f"keys{os.getpid()}{kafka_client[:5]}")
     create_topics(kafka_broker, topics)
     st = ServiceSettings.model_validate(
-        kafka_settings(tmp_path, kafka_broker.bootstrap, topics, "keys")
+        kafka_settings(
+            tmp_path, kafka_broker.bootstrap, topics, f"keys-{kafka_client}", client=kafka_client
+        )
     )
-    transport = KafkaTransport(st.kafka)
+    transport = kafka_transport(st.kafka)
     transport.open({})
     keys = [f"bandit-{i}".encode() for i in range(12)]
     try:
@@ -168,6 +179,7 @@ def test_a_decided_chunk_goes_to_the_partition_its_key_hashes_to(kafka_broker, t
     for key, seen in where.items():
         (one,) = {p for how, p in seen if how == b"one"}
         assert seen == {(b"one", one), (b"many", one)}, key
+        assert one == (murmur2(key) & 0x7FFFFFFF) % PARTITIONS, key  # the Java client's
     assert len({p for seen in where.values() for _, p in seen}) == PARTITIONS  # keys spread
 
 
@@ -203,7 +215,7 @@ class DecisionCount:
 
 
 def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
-    kafka_broker, recorded, tmp_path, capsys
+    kafka_broker, recorded, tmp_path, capsys, kafka_client
 ):
     """The recorded stream arrives in slices, one before each start, so that every process
     has contexts to decide; each is killed with SIGKILL at a random moment after it has
@@ -212,7 +224,7 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     restarted process waited out the 45-s session of the one it replaced, so most kills hit a
     process that had never got its partitions. The end state, the ledger and the decisions
     match the crash-free run."""
-    topics = kafka_topics(f"crash{os.getpid()}")
+    topics = kafka_topics(f"crash{os.getpid()}{kafka_client[:5]}")
     create_topics(kafka_broker, topics)
     lines = recorded["path"].read_text().splitlines()
     n_slices = KILLS + 2  # one more after the broker restart, one for the last run
@@ -231,7 +243,8 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
         tmp_path / "state",
         kafka_broker.bootstrap,
         topics,
-        "crash",
+        f"crash-{kafka_client}",
+        client=kafka_client,
         metrics={"enabled": True, "port": port},
     )
     cfg_path = tmp_path / "serve.yaml"
@@ -382,7 +395,7 @@ def _positions(bootstrap, topics) -> dict:
     return out
 
 
-def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path):
+def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path, kafka_client):
     """Scrape /metrics of a real service after a run: documented series, correct values."""
     base = tmp_path / "small.jsonl"
     lines = recorded["path"].read_text().splitlines()
@@ -394,7 +407,7 @@ def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path):
                 continue
         keep.append(x)
     base.write_text("\n".join(keep) + "\n")
-    topics = kafka_topics(f"metrics{os.getpid()}")
+    topics = kafka_topics(f"metrics{os.getpid()}{kafka_client[:5]}")
     create_topics(kafka_broker, topics)
     counts = produce_file(kafka_broker.bootstrap, base, topics)
     port = free_port()
@@ -402,7 +415,8 @@ def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path):
         tmp_path / "state",
         kafka_broker.bootstrap,
         topics,
-        "metrics",
+        f"metrics-{kafka_client}",
+        client=kafka_client,
         metrics={"enabled": True, "port": port},
     )
     st = ServiceSettings.model_validate(cfg)
@@ -411,7 +425,7 @@ def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path):
 
     metrics = ServiceMetrics()
     server, bound = start_metrics_server(st, metrics)
-    svc = Service(st, KafkaTransport(st.kafka), metrics)
+    svc = Service(st, kafka_transport(st.kafka), metrics)
     svc.open()
     svc.run(
         progress=lambda s: (
