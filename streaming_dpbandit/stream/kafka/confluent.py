@@ -106,6 +106,30 @@ def confluent_consumer_config(settings: KafkaSettings, instance_id: str | None) 
     return out
 
 
+def _fatal(err: Any) -> bool:
+    """Is this librdkafka error fatal? A consumer's fatal error reaches it as an error of
+    code ``_FATAL`` whose own ``fatal()`` is false (confluent-kafka 2.16)."""
+    from confluent_kafka import KafkaError
+
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
+
+
+class _Message:
+    """A polled record: the fields of :class:`~..transport.Record` read from librdkafka's
+    message once (a plain slotted object is ~5× cheaper to make than the frozen dataclass,
+    as kafka-python's transport hands on its own ``ConsumerRecord``)."""
+
+    __slots__ = ("key", "offset", "partition", "timestamp_ms", "topic", "value")
+
+    def __init__(self, topic, partition, offset, key, value, timestamp_ms):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.timestamp_ms = timestamp_ms
+
+
 class ConfluentTransport(Transport):
     """librdkafka consumer (group, manual offsets) and idempotent producer (acks=all).
 
@@ -146,7 +170,9 @@ class ConfluentTransport(Transport):
             if created:
                 log.info("created topics %s", ", ".join(created))
         self.instance_id = s.instance_id(single=True)
-        self.consumer = Consumer({**confluent_consumer_config(s, self.instance_id)})
+        self.consumer = Consumer(
+            {**confluent_consumer_config(s, self.instance_id), "error_cb": self._on_error}
+        )
         topics = [s.topics.contexts, s.topics.feedback]
         self._wait_for_partitions(topics)
         log.info(
@@ -208,7 +234,7 @@ class ConfluentTransport(Transport):
         """librdkafka's client-level errors: a fatal one (a fenced static member, a fatal
         idempotence error) stops the service at its next poll; others (a broker away) are
         retried by librdkafka and only logged."""
-        if err.fatal():
+        if _fatal(err):
             self._fatal = err
         else:
             log.debug("kafka client: %s", err)
@@ -223,7 +249,8 @@ class ConfluentTransport(Transport):
         message as with kafka-python)."""
         from confluent_kafka import KafkaError
 
-        fenced = err.code() == KafkaError.FENCED_INSTANCE_ID or "FENCED_INSTANCE_ID" in str(err)
+        # a fenced static member is a fatal error (code _FATAL) that names the broker's reason
+        fenced = err.code() == KafkaError.FENCED_INSTANCE_ID or "group.instance.id" in str(err)
         if fenced:
             return ServiceStartError(
                 f"another process joined consumer group {self.settings.group_id!r} as static "
@@ -259,18 +286,18 @@ class ConfluentTransport(Transport):
                     [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
                 )
         self._check()
-        out = []
+        out: list[Any] = []  # _Message: the fields of a Record
         delivered = self.delivered
         for m in msgs:
             err = m.error()
             if err is not None:
-                if err.fatal():
+                if _fatal(err):
                     raise self._error(err)
                 log.debug("kafka consumer: %s", err)
                 continue
             topic, part, off = m.topic(), m.partition(), m.offset()
             ts = m.timestamp()[1]
-            out.append(Record(topic, part, off, m.key(), m.value(), ts if ts >= 0 else None))
+            out.append(_Message(topic, part, off, m.key(), m.value(), ts if ts >= 0 else None))
             delivered[(topic, part)] = off + 1
         return out
 
@@ -279,9 +306,14 @@ class ConfluentTransport(Transport):
 
     def send_many(self, topic: str, key: bytes | None, values: list[bytes]) -> None:
         """Records of one key, in order (librdkafka hashes the key in C: no per-call cache)."""
-        produce = self._produce
-        for value in values:
-            produce(topic, key, value)
+        produce = self.producer.produce
+        for i, value in enumerate(values):
+            try:
+                produce(topic, value, key)
+            except BufferError:  # the local queue is full: the slow path, in order
+                for rest in values[i:]:
+                    self._produce(topic, key, rest)
+                return
 
     def _produce(self, topic: str, key: bytes | None, value: bytes) -> None:
         while True:
@@ -360,7 +392,7 @@ class ConfluentTransport(Transport):
             self.consumer.commit(offsets=data, asynchronous=True)
         except KafkaException as err:
             e = err.args[0]
-            if e.fatal() or e.code() == KafkaError.FENCED_INSTANCE_ID:
+            if _fatal(e) or e.code() == KafkaError.FENCED_INSTANCE_ID:
                 raise self._error(e) from None
             log.debug("offset commit failed: %s", e)
         self._check()

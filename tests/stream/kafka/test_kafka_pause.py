@@ -3,7 +3,8 @@
 kafka-python parks the data it fetched for a paused partition and, once the partition resumes,
 hands it back only when no other partition is being drained; next to a busy partition a resumed
 one was never fetched again. ``resume_partition`` drops the parked data so the client fetches
-from the position again: every record must then arrive exactly once, in order.
+from the position again: every record must then arrive exactly once, in order. librdkafka
+(``kafka.client: confluent-kafka``) passes the same test with its plain pause and resume.
 """
 
 from __future__ import annotations
@@ -56,6 +57,60 @@ def test_a_resumed_partition_delivers_every_record_once_next_to_a_busy_one(
         while len(got[quiet]) == held and len(got[busy]) < N_BUSY:
             poll(1)
         # it is fetched again while the busy partition still has records to drain
+        assert len(got[quiet]) > held and len(got[busy]) < N_BUSY
+        for _ in range(300):
+            poll(1)
+            if len(got[quiet]) == N_PAUSED and len(got[busy]) == N_BUSY:
+                break
+    finally:
+        consumer.close()
+    assert got[quiet] == list(range(N_PAUSED))  # none skipped, none repeated, in order
+    assert got[busy] == list(range(N_BUSY))
+
+
+def test_librdkafka_resumes_a_paused_partition_next_to_a_busy_one_without_a_workaround(
+    kafka_bootstrap, kafka_topic
+):
+    """The same scenario with confluent-kafka's consumer and its plain ``pause``/``resume``
+    (what :class:`~streaming_dpbandit.stream.kafka.confluent.ConfluentTransport` calls):
+    librdkafka drops what it fetched for a paused partition and fetches again from the
+    application's position on resume, so kafka-python's workaround is not needed."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+    from confluent_kafka import TopicPartition as CTP
+
+    busy, quiet = kafka_topic(1), kafka_topic(1)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20)
+    for i in range(max(N_BUSY, N_PAUSED)):
+        if i < N_BUSY:
+            producer.send(busy, value=b"c" * 3000 + str(i).encode())
+        if i < N_PAUSED:
+            producer.send(quiet, value=str(i).encode())
+    producer.flush()
+    producer.close()
+
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": busy, "enable.auto.commit": False}
+    )
+    consumer.assign([CTP(busy, 0, OFFSET_BEGINNING), CTP(quiet, 0, OFFSET_BEGINNING)])
+    got: dict[str, list[int]] = {busy: [], quiet: []}
+
+    def poll(times: int) -> None:
+        for _ in range(times):
+            for m in consumer.consume(500, 0.2):
+                assert m.error() is None, m.error()
+                got[m.topic()].append(m.offset())
+
+    try:
+        while not got[quiet]:
+            poll(1)
+        consumer.pause([CTP(quiet, 0)])
+        held = len(got[quiet])
+        poll(5)
+        assert len(got[quiet]) == held  # paused: nothing more from it
+        assert len(got[busy]) < N_BUSY  # the busy partition is still being drained
+        consumer.resume([CTP(quiet, 0)])
+        while len(got[quiet]) == held and len(got[busy]) < N_BUSY:
+            poll(1)
         assert len(got[quiet]) > held and len(got[busy]) < N_BUSY
         for _ in range(300):
             poll(1)
