@@ -13,6 +13,11 @@ partition when the partition is paused and fetches again from the application's 
 it resumes (no parked data, ``tests/stream/kafka/test_kafka_pause.py``), and it re-joins its
 group by itself (no re-join stall watchdog). A delivery that fails after librdkafka's retries
 makes :meth:`ConfluentTransport.flush` raise: the snapshot that would imply it is not written.
+One librdkafka behaviour needs handling instead: a static member whose session expired while
+the broker was away re-joins with a new member id, and its own offset commit with the old id is
+then refused as fenced, which librdkafka makes fatal; the transport re-creates its consumer
+when that happens just after broker trouble (a fencing without it is another process, an
+error, as with kafka-python).
 
 The topics are created, if asked, with kafka-python's admin client (:func:`.transport.
 ensure_topics`); the ledger and snapshots of single mode live in the state directory.
@@ -144,7 +149,7 @@ class ConfluentTransport(Transport):
 
     # -- opening ---------------------------------------------------------------------------
     def open(self, start_offsets: dict[TP, int]) -> None:
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Producer
 
         s = self.settings
         self.start_offsets = dict(start_offsets)
@@ -170,6 +175,15 @@ class ConfluentTransport(Transport):
             if created:
                 log.info("created topics %s", ", ".join(created))
         self.instance_id = s.instance_id(single=True)
+        self.rejoins = 0
+        self._trouble_at = -float("inf")
+        self._join()
+
+    def _join(self) -> None:
+        """Create the consumer and subscribe (once the input topics' partitions are known)."""
+        from confluent_kafka import Consumer
+
+        s = self.settings
         self.consumer = Consumer(
             {**confluent_consumer_config(s, self.instance_id), "error_cb": self._on_error}
         )
@@ -182,7 +196,7 @@ class ConfluentTransport(Transport):
             s.session_timeout_ms / 1000,
         )
         self.consumer.subscribe(
-            topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+            topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
 
     def _wait_for_partitions(self, topics: list[str], timeout_s: float = 30.0) -> None:
@@ -230,6 +244,12 @@ class ConfluentTransport(Transport):
         consumer.unassign()
         self._assigned = set()
 
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        """The session expired on the client's side (no coordinator for a session: a broker
+        restart): librdkafka re-joins by itself."""
+        self._trouble_at = time.monotonic()
+        self._on_revoke(consumer, partitions)
+
     def _on_error(self, err: Any) -> None:
         """librdkafka's client-level errors: a fatal one (a fenced static member, a fatal
         idempotence error) stops the service at its next poll; others (a broker away) are
@@ -237,6 +257,7 @@ class ConfluentTransport(Transport):
         if _fatal(err):
             self._fatal = err
         else:
+            self._trouble_at = time.monotonic()
             log.debug("kafka client: %s", err)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
@@ -247,11 +268,7 @@ class ConfluentTransport(Transport):
     def _error(self, err: Any) -> Exception:
         """The one-line error of a fatal client error (a fenced static member gets the same
         message as with kafka-python)."""
-        from confluent_kafka import KafkaError
-
-        # a fenced static member is a fatal error (code _FATAL) that names the broker's reason
-        fenced = err.code() == KafkaError.FENCED_INSTANCE_ID or "group.instance.id" in str(err)
-        if fenced:
+        if self._fenced(err):
             return ServiceStartError(
                 f"another process joined consumer group {self.settings.group_id!r} as static "
                 f"member {self.instance_id!r}: run one `dpbandit serve` per group in "
@@ -261,7 +278,41 @@ class ConfluentTransport(Transport):
 
     def _check(self) -> None:
         if self._fatal is not None:
-            raise self._error(self._fatal)
+            self._on_fatal(self._fatal)
+
+    def _on_fatal(self, err: Any) -> None:
+        """Raise the error of a fatal client error — unless it is this member's own fencing
+        just after the broker was away: librdkafka re-joins when its session expires without a
+        coordinator, the broker gives the static member a new id, and an offset commit still
+        carrying the old id is refused as FENCED_INSTANCE_ID, which librdkafka makes fatal
+        (measured: the kill -9 test's broker restart). The consumer is then re-created; it
+        seeks to where its deliveries stopped, so nothing is lost or repeated."""
+        self._fatal = None
+        recent = time.monotonic() - self._trouble_at < max(
+            60.0, self.settings.session_timeout_ms / 250
+        )
+        if not (recent and self._fenced(err)):
+            raise self._error(err)
+        self.rejoins += 1
+        log.warning(
+            "consumer fenced right after the broker was away (librdkafka re-joined with a new "
+            "member id): re-creating the consumer (restart %d)",
+            self.rejoins,
+        )
+        self._trouble_at = -float("inf")  # a second fencing without broker trouble: another process
+        old, self._assigned, self._to_commit = self.consumer, set(), []
+        try:
+            old.close()
+        except Exception as e:  # a fatal client may fail to close cleanly
+            log.debug("closing the fenced consumer failed: %s", e)
+        self._join()
+
+    @staticmethod
+    def _fenced(err: Any) -> bool:
+        from confluent_kafka import KafkaError
+
+        # a fenced static member is a fatal error (code _FATAL) that names the broker's reason
+        return err.code() == KafkaError.FENCED_INSTANCE_ID or "group.instance.id" in str(err)
 
     # -- the loop --------------------------------------------------------------------------
     def _tp(self, tp: TP) -> Any:
@@ -292,7 +343,8 @@ class ConfluentTransport(Transport):
             err = m.error()
             if err is not None:
                 if _fatal(err):
-                    raise self._error(err)
+                    self._on_fatal(err)
+                    return out  # (re-created: the records after this one come again)
                 log.debug("kafka consumer: %s", err)
                 continue
             topic, part, off = m.topic(), m.partition(), m.offset()
@@ -393,7 +445,8 @@ class ConfluentTransport(Transport):
         except KafkaException as err:
             e = err.args[0]
             if _fatal(e) or e.code() == KafkaError.FENCED_INSTANCE_ID:
-                raise self._error(e) from None
+                self._on_fatal(e)
+                return
             log.debug("offset commit failed: %s", e)
         self._check()
 
