@@ -74,7 +74,8 @@ class KafkaSettings(_Section):
         60.0,
         ge=0,
         description="re-create the consumer when its group membership has not been stable for "
-        "this long (kafka-python 3.0 can stall in a re-join for ever); 0 disables",
+        "this long (kafka-python 3.0 can stall in a re-join for ever); 0 disables; "
+        "client kafka-python only (librdkafka re-joins by itself)",
     )
     session_timeout_ms: int = Field(
         10_000,

@@ -2,9 +2,10 @@
 
 * end to end: a 20,000-event recorded stream with delayed, shuffled feedback → exactly one
   decision per context, and the learned state equals the in-process run on the same stream;
-* crashes: `dpbandit serve` is killed with SIGKILL 22 times, each time at a random moment after
-  the process has published decisions of its own, and the broker is restarted mid-stream; the
-  end state, the ledger and the decisions match the crash-free run;
+* crashes: `dpbandit serve` is killed with SIGKILL 22 times (8 with librdkafka), each time at
+  a random moment after the process has published decisions of its own, and the broker is
+  restarted mid-stream; the end state, the ledger and the decisions match the crash-free run;
+* the transport's tests run over both Kafka clients (``kafka_client``, conftest.py);
 * bad input: the 23-kind table goes to the dead-letter topic with its reasons;
 * /metrics scraped over HTTP shows the documented series with correct values.
 """
@@ -183,7 +184,10 @@ def test_a_decided_chunk_goes_to_the_partition_its_key_hashes_to(
     assert len({p for seen in where.values() for _, p in seen}) == PARTITIONS  # keys spread
 
 
-KILLS = 22  # every one of a process that is deciding
+#: kills per client, every one of a process that is deciding. librdkafka's run checks the same
+#: property (random kill moments, a broker restart in the middle) with fewer kills: the CI budget
+#: (kafka-python's 22 took 110-240 s; the transport-independent recovery is covered by them)
+KILLS = {"kafka-python": 22, "confluent-kafka": 8}
 
 
 class DecisionCount:
@@ -220,14 +224,15 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     """The recorded stream arrives in slices, one before each start, so that every process
     has contexts to decide; each is killed with SIGKILL at a random moment after it has
     published decisions of its own (the decisions topic grew since it started, and no other
-    process was alive), 22 times, with a broker restart in the middle. Before issue 19, a
-    restarted process waited out the 45-s session of the one it replaced, so most kills hit a
-    process that had never got its partitions. The end state, the ledger and the decisions
-    match the crash-free run."""
+    process was alive), 22 times (8 with librdkafka), with a broker restart in the middle.
+    Before issue 19, a restarted process waited out the 45-s session of the one it replaced,
+    so most kills hit a process that had never got its partitions. The end state, the ledger
+    and the decisions match the crash-free run."""
     topics = kafka_topics(f"crash{os.getpid()}{kafka_client[:5]}")
     create_topics(kafka_broker, topics)
+    kills = KILLS[kafka_client]
     lines = recorded["path"].read_text().splitlines()
-    n_slices = KILLS + 2  # one more after the broker restart, one for the last run
+    n_slices = kills + 2  # one more after the broker restart, one for the last run
     cuts = [round(i * len(lines) / n_slices) for i in range(n_slices + 1)]
     slices = [lines[a:b] for a, b in itertools.pairwise(cuts)]
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all", linger_ms=5)
@@ -263,12 +268,12 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     rng = random.Random(2026)
     deciding_kills, to_first_decision = 0, []
     broker_restarted = False
-    for k in range(KILLS):
+    for k in range(kills):
         produce_slice()
         before = count()  # the previous process is dead: only this one writes decisions now
         proc = subprocess.Popen(cmd, stdout=log, stderr=log)
         to_first_decision.append(count.wait_beyond(before, proc))
-        if k == KILLS // 2:
+        if k == kills // 2:
             kafka_broker.restart()  # the broker goes away and comes back while the service runs
             broker_restarted = True
             before = count()
@@ -317,7 +322,7 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    assert deciding_kills >= 20 and broker_restarted
+    assert deciding_kills == kills and broker_restarted
     snap = SnapshotStore(tmp_path / "state").load()
     assert learned_state_bytes(snap["bandits"]) == recorded["state"]  # nothing lost or doubled
     assert ledger_digests(tmp_path / "state") == recorded["ledger"]  # no release re-drawn
