@@ -165,6 +165,8 @@ class ConfluentTransport(Transport):
                 **confluent_producer_config(s),
                 "error_cb": self._on_error,
                 "on_delivery": self._on_delivery,
+                # a Python call per failed record only, not per record
+                "delivery.report.only.error": True,
             }
         )
         # librdkafka connects lazily and retries for ever: ask for metadata once, so that an

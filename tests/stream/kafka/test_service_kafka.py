@@ -493,3 +493,28 @@ def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path, kafka_clie
         assert sample(m, name, bandit=BANDIT) is not None, name
     lags = [v for (n, _), v in m.items() if n == "dpbandit_consumer_lag"]
     assert lags and max(lags) == 0
+
+
+def test_an_undeliverable_record_fails_the_flush_with_librdkafka(kafka_broker, tmp_path):
+    """``kafka.client: confluent-kafka``: a record the broker refuses (larger than its
+    ``message.max.bytes``) makes ``flush`` — which the service calls before every snapshot —
+    raise, so no snapshot implies an output that was never written."""
+    from streaming_dpbandit.stream.errors import ServiceStartError
+
+    topics = kafka_topics(f"undeliverable{os.getpid()}")
+    create_topics(kafka_broker, topics)
+    st = ServiceSettings.model_validate(
+        kafka_settings(
+            tmp_path, kafka_broker.bootstrap, topics, "undeliverable", client="confluent-kafka"
+        )
+    )
+    transport = kafka_transport(st.kafka)
+    transport.open({})
+    try:
+        transport.send(topics["decisions"], b"k", b"small")
+        transport.flush()  # delivered: no error
+        transport.send(topics["decisions"], b"k", b"x" * (2 << 20))  # the broker takes ≤ 1 MiB
+        with pytest.raises(ServiceStartError, match=r"1 output record\(s\) could not be written"):
+            transport.flush()
+    finally:
+        transport.close()
