@@ -160,3 +160,48 @@ def test_a_second_process_with_the_same_static_membership_stops_the_first(
     assert code == 2, textwrap.shorten(err, 2000)
     assert f"another process joined consumer group {name!r} as static member" in err
     assert "Traceback" not in err
+
+
+def test_librdkafka_recreates_a_consumer_fenced_right_after_broker_trouble(kafka_broker, tmp_path):
+    """librdkafka makes a fenced static member's error fatal, also when the member fenced
+    itself (it re-joined with a new member id after its session expired while the broker was
+    away, and a commit still carried the old id; seen in the ``kill -9`` test's broker restart).
+    Right after broker trouble the confluent transport re-creates its consumer and gets its
+    partitions back; without trouble the same fencing is another process: the one-line error.
+    Here a second member with the same id produces the fencing."""
+    from streaming_dpbandit.stream.errors import ServiceStartError
+
+    def fenced_first(name: str, trouble: bool):
+        st = settings(kafka_broker.bootstrap, name, tmp_path / name, client="confluent-kafka")
+        first, second = kafka_transport(st.kafka), kafka_transport(st.kafka)
+        first.open({})
+        assert seconds_to_partitions(first, 60) < 60
+        second.open({})
+        assert seconds_to_partitions(second, 60) < 60  # takes the static member's place
+        first.commit({(f"{name}.contexts", 0): 0})  # refused: fenced (fatal)
+        if trouble:
+            first._trouble_at = time.monotonic()  # as a lost session or a broker error sets it
+        return first, second
+
+    name = f"selffence-{os.getpid()}"
+    first, second = fenced_first(name, trouble=True)
+    try:
+        deadline = time.monotonic() + 60
+        while first.rejoins == 0 and time.monotonic() < deadline:
+            first.poll(100, 0.1)
+        assert first.rejoins == 1
+        assert seconds_to_partitions(first, 60) < 60  # a member again
+    finally:
+        first.close()
+        second.close()
+    name = f"fenced2-{os.getpid()}"
+    first, second = fenced_first(name, trouble=False)
+    try:
+        with pytest.raises(ServiceStartError, match="another process joined consumer group"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                first.poll(100, 0.1)
+        assert first.rejoins == 0
+    finally:
+        first.close()
+        second.close()
