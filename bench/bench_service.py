@@ -12,6 +12,11 @@ number lists (``json``) and binary float64 (``f64``), on the same recorded strea
   the same machine with ``kafka.max_poll_records`` 20: the highest rate of a ramp it sustains,
   and decision latency p50/p99 (its own histogram) at half of that rate (``--live-only RATES``
   runs only this part); and end-to-end latency through the bench's own clients at that rate.
+* ``kafka_clients``: the two clients of ``kafka.client`` side by side on the same topics —
+  kafka-python's and librdkafka's (confluent-kafka) bare consume→produce ceilings and the
+  service catching up with each, alternated ``--repeats`` times (medians), then the service
+  live at ``--clients-live-rate`` contexts/s with each client (its decision latency histogram);
+  ``--clients-only`` runs only this part.
 * ``memory``: resident memory (RSS) over 10⁶ events at d = 100 with delayed and missing rewards
   and 1% malformed messages (the dead-letter path), in a fresh process.
 * ``floor``: the per-context cost of only reading a context event (JSON decode, validation,
@@ -22,6 +27,7 @@ The service runs as ``dpbandit serve`` runs it (``service_gc``).
 
 Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka] [--skip-memory]
        [--repeats N] [--latency-max-poll-records N] [--live-only RATES] [--live-encoding E]
+       [--clients-only] [--clients-live-rate R]
 (without --kafka a broker is started with scripts/kafka.sh).
 """
 
@@ -301,13 +307,16 @@ def bare_loop(
     return n_contexts / dt
 
 
-def service_throughput(bootstrap, topics: dict, n_contexts: int, n_feedback: int) -> float:
-    from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+def service_throughput(
+    bootstrap, topics: dict, n_contexts: int, n_feedback: int, client: str = "kafka-python"
+) -> float:
+    from streaming_dpbandit.stream.runner import kafka_transport
 
     st = settings(
         tempfile.mkdtemp(),
         kafka={
             "bootstrap_servers": bootstrap,
+            "client": client,
             "group_id": f"svc-{time.time()}",
             "topics": topics,
             "create_topics": False,
@@ -315,7 +324,7 @@ def service_throughput(bootstrap, topics: dict, n_contexts: int, n_feedback: int
             "poll_timeout_ms": 20,
         },
     )
-    svc = Service(st, KafkaTransport(st.kafka))
+    svc = Service(st, kafka_transport(st.kafka))
     svc.open()
     state = {"t0": None}
 
@@ -617,6 +626,7 @@ def live(
     warmup: float = 5.0,
     max_poll_records: int = 20,
     encoding: str = "json",
+    client: str = "kafka-python",
 ) -> dict:
     """``dpbandit serve`` fed live by ``dpbandit loadgen`` at ``rate`` contexts/s, both as
     processes of their own on this machine (as docs/operations.md runs them): the FLIPHAT
@@ -639,6 +649,7 @@ def live(
             "bootstrap_servers": bootstrap,
             "group_id": name,
             "topics": kafka_topics(name),
+            "client": client,
             "create_topics": True,
             "partitions": 3,
             "max_poll_records": max_poll_records,
@@ -729,6 +740,7 @@ def live(
         "loadgen_summary": sent[-1] if sent else None,
         "max_poll_records": max_poll_records,
         "encoding": encoding,
+        "client": client,
         "seconds": seconds,
     }
 
@@ -821,6 +833,127 @@ def bench_kafka(
             "live_with_loadgen": live_out,
             "end_to_end_latency_at_half_live_max": lat,
             "latency_floor_bare_echo_same_rate": floor,
+        }
+    return out
+
+
+# -- the two Kafka clients (issue 24, item 5) ---------------------------------------------------
+def bare_loop_confluent(
+    bootstrap, topics: dict, n_contexts: int, n_feedback: int, decision_bytes: int
+) -> float:
+    """:func:`bare_loop` on librdkafka (confluent-kafka): the ceiling of ``kafka.client:
+    confluent-kafka``, with that transport's producer properties (idempotent, acks=all, the
+    murmur2 partitioner, linger, batch size) and its poll (``consume`` of up to
+    ``max_poll_records``); partitions assigned, not joined as a group, as in :func:`bare_loop`."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    from streaming_dpbandit.config import KafkaSettings
+    from streaming_dpbandit.stream.kafka.confluent import confluent_producer_config
+
+    ks = KafkaSettings(bootstrap_servers=bootstrap, client="confluent-kafka")
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bare", "enable.auto.commit": False})
+    meta = c.list_topics(timeout=30)
+    c.assign(
+        [
+            TopicPartition(t, q, OFFSET_BEGINNING)
+            for t in (topics["contexts"], topics["feedback"])
+            for q in meta.topics[t].partitions
+        ]
+    )
+    p = Producer(confluent_producer_config(ks))
+    payload = b"x" * decision_bytes
+    decisions, contexts = topics["decisions"], topics["contexts"]
+    seen = seen_fb = 0
+    t0 = None
+    while seen < n_contexts or seen_fb < n_feedback:
+        msgs = c.consume(ks.max_poll_records, 0.1)
+        if msgs and t0 is None:
+            t0 = time.perf_counter()
+        for m in msgs:
+            if m.error() is not None:
+                continue
+            if m.topic() == contexts:
+                while True:
+                    try:
+                        p.produce(decisions, payload, m.key())
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+                seen += 1
+            else:
+                seen_fb += 1
+        p.poll(0)
+    p.flush()
+    dt = time.perf_counter() - t0
+    c.close()
+    return n_contexts / dt
+
+
+CLIENTS = ("kafka-python", "confluent-kafka")
+
+
+def bench_clients(
+    bootstrap: str, paths: dict[str, Path], repeats: int = 3, live_rate: float | None = 500.0
+) -> dict:
+    """Both Kafka clients side by side, per feature encoding, on the same topics: the bare
+    consume→produce ceiling and the service catching up on the full topics, each client's
+    runs alternated ``repeats`` times (medians); then, if ``live_rate``, the service live at
+    that rate with each client (:func:`live`, alternated), its decision latency from its own
+    histogram."""
+    out: dict = {"repeats": repeats, "protocol": "alternated kp, ck per repeat; medians"}
+    for encoding, path in paths.items():
+        topics = kafka_topics(f"c{encoding}{int(time.time())}")
+        create(bootstrap, topics.values())
+        counts = produce(bootstrap, path, topics)
+        n, fb = counts["contexts"], counts["feedback"]
+        runs: dict[str, dict[str, list[float]]] = {
+            c: {"ceiling": [], "service": []} for c in CLIENTS
+        }
+        for _ in range(repeats):
+            runs["kafka-python"]["ceiling"].append(bare_loop(bootstrap, topics, n, fb, 260))
+            runs["confluent-kafka"]["ceiling"].append(
+                bare_loop_confluent(bootstrap, topics, n, fb, 260)
+            )
+            for client in CLIENTS:
+                runs[client]["service"].append(
+                    service_throughput(bootstrap, topics, n, fb, client=client)
+                )
+        res: dict = {"contexts": n, "feedback": fb}
+        for client in CLIENTS:
+            ceil = float(np.median(runs[client]["ceiling"]))
+            svc = float(np.median(runs[client]["service"]))
+            res[client] = {
+                "ceiling_bare_consume_produce_events_per_s": runs[client]["ceiling"],
+                "service_events_per_s": runs[client]["service"],
+                "ceiling_median": ceil,
+                "service_median": svc,
+                "service_over_own_ceiling": svc / ceil,
+            }
+        kp, ck = res["kafka-python"], res["confluent-kafka"]
+        res["confluent_over_kafka_python_service"] = ck["service_median"] / kp["service_median"]
+        res["confluent_over_kafka_python_ceiling"] = ck["ceiling_median"] / kp["ceiling_median"]
+        res["confluent_over_kafka_python_service_per_pair"] = [
+            a / b for a, b in zip(ck["service_events_per_s"], kp["service_events_per_s"])
+        ]
+        out[encoding] = res
+        print(json.dumps({encoding: res}), file=sys.stderr, flush=True)
+    if live_rate:
+        lat: dict[str, list[dict]] = {c: [] for c in CLIENTS}
+        for _ in range(max(1, repeats // 2)):
+            for client in CLIENTS:
+                lat[client].append(live(bootstrap, live_rate, client=client))
+        out[f"live_at_{live_rate:g}_per_s"] = {
+            client: {
+                "p50_ms_median": float(
+                    np.median([r["latency"].get("p50_ms_interpolated", np.nan) for r in rs])
+                ),
+                "p99_ms_median": float(
+                    np.median([r["latency"].get("p99_ms_interpolated", np.nan) for r in rs])
+                ),
+                "decided_per_s": [r["decided_per_s"] for r in rs],
+                "runs": rs,
+            }
+            for client, rs in lat.items()
         }
     return out
 
@@ -927,6 +1060,14 @@ def main() -> None:
     )
     ap.add_argument("--live-encoding", default="json", choices=FEATURE_ENCODINGS)
     ap.add_argument(
+        "--clients-only",
+        action="store_true",
+        help="only the two Kafka clients side by side (kafka-python, confluent-kafka): "
+        "ceilings and service throughput alternated --repeats times, live latency at "
+        "--clients-live-rate",
+    )
+    ap.add_argument("--clients-live-rate", type=float, default=500.0, help="0: no live part")
+    ap.add_argument(
         "--latency-max-poll-records",
         type=int,
         default=20,
@@ -949,6 +1090,18 @@ def main() -> None:
     for encoding in FEATURE_ENCODINGS:  # the same stream, features as JSON lists or binary
         paths[encoding] = tmp / f"stream-{encoding}.jsonl"
         record(paths[encoding], events, encoding)
+    if args.clients_only:
+        env = None
+        bootstrap = args.kafka
+        if bootstrap is None:
+            bootstrap, env = start_broker()
+        try:
+            clients = bench_clients(bootstrap, paths, args.repeats, args.clients_live_rate)
+        finally:
+            if env is not None:
+                stop_broker(env)
+        print(json.dumps({"events": events, "kafka_clients": clients}, indent=1))
+        return
     out = {"inprocess": bench_inprocess(paths, events), "floor": bench_floor(paths)}
     if not args.skip_kafka:
         env = None
@@ -958,6 +1111,9 @@ def main() -> None:
         try:
             out["kafka"] = bench_kafka(
                 bootstrap, paths, args.repeats, args.latency_max_poll_records
+            )
+            out["kafka_clients"] = bench_clients(
+                bootstrap, paths, args.repeats, args.clients_live_rate
             )
         finally:
             if env is not None:

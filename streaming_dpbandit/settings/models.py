@@ -49,9 +49,16 @@ class TopicsSettings(_Section):
 
 
 class KafkaSettings(_Section):
-    """Kafka transport (kafka-python). Absent: the embedded in-process transport is used."""
+    """Kafka transport (kafka-python, or librdkafka through confluent-kafka). Absent: the
+    embedded in-process transport is used."""
 
     bootstrap_servers: str = Field(min_length=1)
+    client: Literal["kafka-python", "confluent-kafka"] = Field(
+        "kafka-python",
+        description="the Kafka client of the service's consumer and producer: kafka-python, or "
+        "librdkafka through confluent-kafka (pip install 'streaming_dpbandit[confluent]'; "
+        "scaling.mode single only; docs/service.md, Kafka clients)",
+    )
     group_id: str = "dpbandit"
     client_id: str = "dpbandit"
     topics: TopicsSettings = Field(default_factory=TopicsSettings)
@@ -74,7 +81,8 @@ class KafkaSettings(_Section):
         60.0,
         ge=0,
         description="re-create the consumer when its group membership has not been stable for "
-        "this long (kafka-python 3.0 can stall in a re-join for ever); 0 disables",
+        "this long (kafka-python 3.0 can stall in a re-join for ever); 0 disables; "
+        "client kafka-python only (librdkafka re-joins by itself)",
     )
     session_timeout_ms: int = Field(
         10_000,
@@ -107,6 +115,18 @@ class KafkaSettings(_Section):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_cafile: str | None = None
+
+    @model_validator(mode="after")
+    def _client_installed(self):
+        if self.client == "confluent-kafka":
+            import importlib.util
+
+            if importlib.util.find_spec("confluent_kafka") is None:
+                raise ValueError(
+                    "client 'confluent-kafka' needs the confluent-kafka package: pip install "
+                    "'streaming_dpbandit[confluent]' (or choose client: kafka-python)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _heartbeat_below_session(self):
@@ -435,6 +455,12 @@ class ServiceSettings(BaseSettings):
             raise ValueError(
                 "privacy=local bandits run in scaling.mode 'single' (their server model is "
                 "small; scale the devices, not the server)"
+            )
+        client = self.kafka.client if self.kafka else "kafka-python"
+        if client != "kafka-python" and (self.scaling.mode != "single" or self.broadcast):
+            raise ValueError(
+                f"kafka.client {client!r} runs scaling.mode 'single' only: group replicas and "
+                "model broadcasts use kafka-python (client: kafka-python)"
             )
         if self.scaling.mode == "group" and self.broadcast is not None:
             raise ValueError(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from ..config import ServiceSettings
+from ..config import KafkaSettings, ServiceSettings
 from ..metrics import ServiceMetrics
 from .errors import ServiceStartError
 from .gc_tuning import service_gc
@@ -24,6 +24,7 @@ from .transport import InProcessTransport, Source, Transport
 
 __all__ = [
     "build_transport",
+    "kafka_transport",
     "run_broadcast",
     "run_service",
     "start_metrics_server",
@@ -44,13 +45,22 @@ class Served(Protocol):
     def run(self, progress: Callable[[Any], object] | None = None) -> dict[str, Any]: ...
 
 
+def kafka_transport(kafka: KafkaSettings) -> Transport:
+    """The Kafka transport of ``kafka.client``: kafka-python's, or librdkafka's."""
+    if kafka.client == "confluent-kafka":
+        from .kafka.confluent import ConfluentTransport
+
+        return ConfluentTransport(kafka)
+    from .kafka.transport import KafkaTransport
+
+    return KafkaTransport(kafka)
+
+
 def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Transport:
     """Kafka when configured; otherwise the in-process transport over a file or a simulation."""
     topics = settings.kafka.topics if settings.kafka else None
     if settings.kafka is not None:
-        from .kafka.transport import KafkaTransport
-
-        return KafkaTransport(settings.kafka)
+        return kafka_transport(settings.kafka)
     from ..config import TopicsSettings
 
     t = topics or TopicsSettings()

@@ -13,7 +13,7 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming_dpbandit.config import ServiceSettings
-from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.service import Service
 
 from .stream_helpers import (
@@ -75,11 +75,12 @@ def read_topic(bootstrap: str, topic: str) -> list:
     return out
 
 
-def kafka_settings(state_dir, bootstrap, topics, group, **over) -> dict:
+def kafka_settings(state_dir, bootstrap, topics, group, client="kafka-python", **over) -> dict:
     data = {
         "mode": "service",
         "kafka": {
             "bootstrap_servers": bootstrap,
+            "client": client,
             "group_id": group,
             "topics": topics,
             "create_topics": False,
@@ -97,7 +98,7 @@ def kafka_settings(state_dir, bootstrap, topics, group, **over) -> dict:
 
 
 def run_in_thread(settings: ServiceSettings, done) -> tuple[Service, threading.Thread, list]:
-    svc = Service(settings, KafkaTransport(settings.kafka))
+    svc = Service(settings, kafka_transport(settings.kafka))
     result = []
 
     def target():

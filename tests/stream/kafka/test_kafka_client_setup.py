@@ -1,4 +1,5 @@
-"""Kafka client setup that needs no broker: the pure-Python CRC warning."""
+"""Kafka client setup that needs no broker: the pure-Python CRC warning, the consumers' group
+settings, the choice of client and its configuration errors."""
 
 from __future__ import annotations
 
@@ -87,3 +88,71 @@ def test_bad_session_settings_are_one_clear_error(data, message):
     with pytest.raises(ValidationError) as err:
         ServiceSettings.model_validate({"mode": "service", **data})
     assert message in str(err.value)
+
+
+def test_the_confluent_consumer_gets_the_same_session_and_static_membership():
+    """``kafka.client: confluent-kafka``: the librdkafka consumer takes the same session,
+    heartbeat, static member id and manual offsets as kafka-python's."""
+    from streaming_dpbandit.stream.kafka.confluent import confluent_consumer_config
+
+    for data, expected in [
+        ({}, (10_000, 2_000, "dpbandit-single")),
+        ({"session_timeout_ms": 6000, "group_id": "a b"}, (6_000, 1_200, "a_b-single")),
+        ({"heartbeat_interval_ms": 500, "group_instance_id": "pod-0"}, (10_000, 500, "pod-0")),
+        ({"static_membership": False}, (10_000, 2_000, None)),
+    ]:
+        s = KafkaSettings(bootstrap_servers="127.0.0.1:9", client="confluent-kafka", **data)
+        c = confluent_consumer_config(s, s.instance_id(single=True))
+        got = (c["session.timeout.ms"], c["heartbeat.interval.ms"], c.get("group.instance.id"))
+        assert got == expected, data
+        assert c["enable.auto.commit"] is False and c["auto.offset.reset"] == "earliest"
+
+
+def test_the_runner_builds_the_configured_client():
+    from streaming_dpbandit.stream.kafka.confluent import ConfluentTransport
+    from streaming_dpbandit.stream.runner import kafka_transport as build
+
+    for client, cls in [
+        ("kafka-python", kafka_transport.KafkaTransport),  # (the module imported above)
+        ("confluent-kafka", ConfluentTransport),
+    ]:
+        assert type(build(KafkaSettings(bootstrap_servers="h:1", client=client))) is cls
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"scaling": {"mode": "group"}},
+            "kafka.client 'confluent-kafka' runs scaling.mode 'single' only",
+        ),
+        (
+            {"broadcast": {"role": "learner"}},
+            "kafka.client 'confluent-kafka' runs scaling.mode 'single' only",
+        ),
+    ],
+)
+def test_confluent_kafka_outside_single_mode_is_one_clear_error(data, message):
+    from streaming_dpbandit.config import ServiceSettings
+
+    kafka = {"bootstrap_servers": "h:1", "client": "confluent-kafka"}
+    with pytest.raises(ValidationError) as err:
+        ServiceSettings.model_validate({"mode": "service", "kafka": kafka, **data})
+    assert message in str(err.value)
+
+
+def test_confluent_kafka_not_installed_is_one_clear_error(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "confluent_kafka" else real(name, *a),
+    )
+    with pytest.raises(ValidationError) as err:
+        KafkaSettings(bootstrap_servers="h:1", client="confluent-kafka")
+    assert "client 'confluent-kafka' needs the confluent-kafka package: pip install" in str(
+        err.value
+    )
+    KafkaSettings(bootstrap_servers="h:1")  # the default client needs nothing more

@@ -24,8 +24,9 @@ import yaml
 from kafka import KafkaProducer
 
 from streaming_dpbandit.config import ServiceSettings
-from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.schemas import context_message
+from streaming_dpbandit.stream.transport import Transport
 from streaming_dpbandit.testing.stream_helpers import BANDIT, D, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
@@ -78,7 +79,7 @@ def wait_assigned(proc_log, timeout: float) -> None:
     pytest.fail(f"no partitions within {timeout:.0f} s; see {proc_log}")
 
 
-def seconds_to_partitions(transport: KafkaTransport, timeout: float) -> float:
+def seconds_to_partitions(transport: Transport, timeout: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         transport.poll(100, 0.1)
@@ -96,10 +97,12 @@ def seconds_to_partitions(transport: KafkaTransport, timeout: float) -> float:
     ],
 )
 def test_a_restart_gets_the_partitions_without_waiting_for_the_session(
-    kafka_broker, tmp_path, how, kafka
+    kafka_broker, tmp_path, how, kafka, kafka_client
 ):
-    name = f"restart-{how}-{len(kafka)}-{os.getpid()}"
-    data = settings_data(kafka_broker.bootstrap, name, tmp_path / "state", **kafka)
+    name = f"restart-{how}-{len(kafka)}-{os.getpid()}-{kafka_client}"
+    data = settings_data(
+        kafka_broker.bootstrap, name, tmp_path / "state", client=kafka_client, **kafka
+    )
     st = ServiceSettings.model_validate(data)
     log_path = tmp_path / "serve.log"
     with log_path.open("a") as log:
@@ -109,7 +112,7 @@ def test_a_restart_gets_the_partitions_without_waiting_for_the_session(
         finally:
             proc.send_signal(signal.SIGKILL if how == "kill_9" else signal.SIGTERM)
             assert proc.wait(60) in (0, -signal.SIGKILL)
-    transport = KafkaTransport(st.kafka)
+    transport = kafka_transport(st.kafka)
     transport.open({})
     try:
         waited = seconds_to_partitions(transport, SESSION_MS / 1000)
@@ -118,14 +121,16 @@ def test_a_restart_gets_the_partitions_without_waiting_for_the_session(
     assert waited < SESSION_MS / 2000, f"{waited:.1f} s: the restart waited for the session"
 
 
-def test_a_second_process_with_the_same_static_membership_stops_the_first(kafka_broker, tmp_path):
+def test_a_second_process_with_the_same_static_membership_stops_the_first(
+    kafka_broker, tmp_path, kafka_client
+):
     """Single mode runs one process per group; a second one with the same (default)
     ``group.instance.id`` fences the first, which stops with one clear error line and exit
     status 2 at its next offset commit (after a snapshot) instead of going on deciding next to
     it."""
-    name = f"fenced-{os.getpid()}"
+    name = f"fenced-{os.getpid()}-{kafka_client}"
     log_path = tmp_path / "a.log"
-    data = settings_data(kafka_broker.bootstrap, name, tmp_path / "a")
+    data = settings_data(kafka_broker.bootstrap, name, tmp_path / "a", client=kafka_client)
     data["snapshots"]["interval_s"] = 1.0
     with log_path.open("a") as log:
         first = serve(data, tmp_path, log)
@@ -139,8 +144,8 @@ def test_a_second_process_with_the_same_static_membership_stops_the_first(kafka_
                 )
             producer.flush()
             producer.close()
-            other = settings(kafka_broker.bootstrap, name, tmp_path / "b")
-            transport = KafkaTransport(other.kafka)
+            other = settings(kafka_broker.bootstrap, name, tmp_path / "b", client=kafka_client)
+            transport = kafka_transport(other.kafka)
             transport.open({})
             try:
                 assert seconds_to_partitions(transport, 60) < 60
@@ -155,3 +160,48 @@ def test_a_second_process_with_the_same_static_membership_stops_the_first(kafka_
     assert code == 2, textwrap.shorten(err, 2000)
     assert f"another process joined consumer group {name!r} as static member" in err
     assert "Traceback" not in err
+
+
+def test_librdkafka_recreates_a_consumer_fenced_right_after_broker_trouble(kafka_broker, tmp_path):
+    """librdkafka makes a fenced static member's error fatal, also when the member fenced
+    itself (it re-joined with a new member id after its session expired while the broker was
+    away, and a commit still carried the old id; seen in the ``kill -9`` test's broker restart).
+    Right after broker trouble the confluent transport re-creates its consumer and gets its
+    partitions back; without trouble the same fencing is another process: the one-line error.
+    Here a second member with the same id produces the fencing."""
+    from streaming_dpbandit.stream.errors import ServiceStartError
+
+    def fenced_first(name: str, trouble: bool):
+        st = settings(kafka_broker.bootstrap, name, tmp_path / name, client="confluent-kafka")
+        first, second = kafka_transport(st.kafka), kafka_transport(st.kafka)
+        first.open({})
+        assert seconds_to_partitions(first, 60) < 60
+        second.open({})
+        assert seconds_to_partitions(second, 60) < 60  # takes the static member's place
+        first.commit({(f"{name}.contexts", 0): 0})  # refused: fenced (fatal)
+        if trouble:
+            first._trouble_at = time.monotonic()  # as a lost session or a broker error sets it
+        return first, second
+
+    name = f"selffence-{os.getpid()}"
+    first, second = fenced_first(name, trouble=True)
+    try:
+        deadline = time.monotonic() + 60
+        while first.rejoins == 0 and time.monotonic() < deadline:
+            first.poll(100, 0.1)
+        assert first.rejoins == 1
+        assert seconds_to_partitions(first, 60) < 60  # a member again
+    finally:
+        first.close()
+        second.close()
+    name = f"fenced2-{os.getpid()}"
+    first, second = fenced_first(name, trouble=False)
+    try:
+        with pytest.raises(ServiceStartError, match="another process joined consumer group"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                first.poll(100, 0.1)
+        assert first.rejoins == 0
+    finally:
+        first.close()
+        second.close()
