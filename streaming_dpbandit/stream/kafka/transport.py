@@ -205,6 +205,10 @@ class JoinWatchdog:
         return False
 
 
+#: Unconfirmed sends kept before the acknowledged ones are dropped from the list.
+UNCONFIRMED_PRUNE = 50_000
+
+
 class KafkaTransport(Transport):
     """kafka-python consumer (group, manual offsets) and idempotent producer (acks=all).
 
@@ -228,6 +232,10 @@ class KafkaTransport(Transport):
         self.start_offsets = dict(start_offsets)
         self.delivered: dict[TP, int] = {}
         self.producer = KafkaProducer(**producer_options(s))
+        # the futures of the records sent since the last flush: kafka-python's flush() returns
+        # when every record is done, failed ones included (after delivery_timeout_ms), so the
+        # transport checks them; a failure must not be followed by a snapshot
+        self._unconfirmed: list[Any] = []
         self.paused: set[TP] = set()
         self.join_restarts = 0
         self.watchdog = JoinWatchdog(s.rejoin_stall_s)
@@ -339,7 +347,9 @@ class KafkaTransport(Transport):
         return out
 
     def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        self.producer.send(topic, key=key, value=value)
+        self._unconfirmed.append(self.producer.send(topic, key=key, value=value))
+        if len(self._unconfirmed) > UNCONFIRMED_PRUNE:
+            self._prune()
 
     def send_many(self, topic: str, key: bytes | None, values: list[bytes]) -> None:
         """Records of one key go to one partition: the one kafka-python's default partitioner
@@ -350,8 +360,14 @@ class KafkaTransport(Transport):
             return
         part = self.key_partition(topic, key)
         send = self.producer.send
-        for value in values:
-            send(topic, key=key, value=value, partition=part)
+        self._unconfirmed += [send(topic, key=key, value=v, partition=part) for v in values]
+        if len(self._unconfirmed) > UNCONFIRMED_PRUNE:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget the records already acknowledged (memory stays bounded between flushes);
+        a failed one is kept for :meth:`flush` to report."""
+        self._unconfirmed = [f for f in self._unconfirmed if not f.succeeded()]
 
     def key_partition(self, topic: str, key: bytes) -> int:
         """The partition of ``topic`` that kafka-python's default partitioner (and the Java
@@ -366,7 +382,18 @@ class KafkaTransport(Transport):
         return cached[1]
 
     def flush(self) -> None:
+        """Wait until every record sent is done; raise if one failed (kafka-python retried it
+        until ``delivery_timeout_ms``): the snapshot that would imply it is not written."""
         self.producer.flush()
+        sent, self._unconfirmed = self._unconfirmed, []
+        failed = [f.exception for f in sent if f.exception is not None]
+        if failed:
+            from ..errors import ServiceStartError
+
+            raise ServiceStartError(
+                f"{len(failed)} output record(s) could not be written; first: "
+                f"{type(failed[0]).__name__}: {failed[0]}"
+            )
 
     def pause(self, tp: TP) -> None:
         self.paused.add(tp)

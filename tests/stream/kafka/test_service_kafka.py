@@ -495,17 +495,17 @@ def test_metrics_endpoint_over_http(kafka_broker, recorded, tmp_path, kafka_clie
     assert lags and max(lags) == 0
 
 
-def test_an_undeliverable_record_fails_the_flush_with_librdkafka(kafka_broker, tmp_path):
-    """``kafka.client: confluent-kafka``: a record the broker refuses (larger than its
-    ``message.max.bytes``) makes ``flush`` — which the service calls before every snapshot —
-    raise, so no snapshot implies an output that was never written."""
+def test_an_undeliverable_record_fails_the_flush(kafka_broker, tmp_path, kafka_client):
+    """A record the broker refuses (larger than its ``message.max.bytes``) makes ``flush`` —
+    which the service calls before every snapshot — raise, so no snapshot implies an output
+    that was never written (kafka-python's own flush returns when the record has failed)."""
     from streaming_dpbandit.stream.errors import ServiceStartError
 
-    topics = kafka_topics(f"undeliverable{os.getpid()}")
+    topics = kafka_topics(f"undeliverable{os.getpid()}{kafka_client[0]}")
     create_topics(kafka_broker, topics)
     st = ServiceSettings.model_validate(
         kafka_settings(
-            tmp_path, kafka_broker.bootstrap, topics, "undeliverable", client="confluent-kafka"
+            tmp_path, kafka_broker.bootstrap, topics, "undeliverable", client=kafka_client
         )
     )
     transport = kafka_transport(st.kafka)
