@@ -1030,7 +1030,7 @@ class PrivateLASSO(Policy):
             ),
             caveats=(
                 "A user with k slots is protected by group privacy only (k²ρ zCDP); bound the "
-                "slots per user per block upstream.",
+                "slots per user per block with user-level privacy (docs/privacy/user-level.md).",
                 "A user's own decision is a function of their context: show it only to that user.",
             ),
             noise_backend=self.noise_backend,
