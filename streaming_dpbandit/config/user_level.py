@@ -28,8 +28,9 @@ class UserLevelConfig(BaseModel):
     >>> pol = ul.build(policy_config("fliphat", {"d": 10, "s": 2}), seed=1)
     >>> pol.policy.epsilon, pol.max_contributions_per_user    # ε/k for one release
     (0.5, 2)
-    >>> ul.refusal(policy_config("linucb", {"d": 3}))
-    'user_level: policy linucb is not private (user-level privacy applies to fliphat, dp-linucb)'
+    >>> print(ul.refusal(policy_config("linucb", {"d": 3})))  # doctest: +NORMALIZE_WHITESPACE
+    user_level: policy linucb is not private
+    (user-level privacy applies to fliphat, dp-linucb, private-lasso)
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
@@ -59,6 +60,8 @@ class UserLevelConfig(BaseModel):
             )
         if name not in GROUP_CALIBRATED:
             return f"user_level: no group calibration for policy {name} yet (supported: {have})"
+        if name == "private-lasso" and getattr(policy, "calibration", None) == "paper":
+            return "user_level: private-lasso calibration=paper is not a valid DP guarantee"
         return None
 
     def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:

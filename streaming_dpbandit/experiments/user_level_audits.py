@@ -9,22 +9,40 @@ mutant) and the Laplace one also ``bound=False`` (the mutant without contributio
   (pure ε: group privacy kε, tight: u's k admitted rows move the sum by exactly k·Δ);
 * :func:`audit_user_tree` — DP-LinUCB's Gaussian tree driven through
   :class:`~streaming_dpbandit.policies.user_level.UserLevel`, every node release of the epoch,
-  at the ε′ that :func:`~streaming_dpbandit.privacy.user_level.calibrate_for_group` derives.
+  at the ε′ that :func:`~streaming_dpbandit.privacy.user_level.calibrate_for_group` derives;
+* :func:`audit_user_lasso_gram` — PrivateLASSO-R's Gaussian Gram release of a real forgetful
+  block, the rows fed through :class:`UserLevel`, at the ε′ of
+  :func:`~streaming_dpbandit.policies.user_level.private_lasso_group_epsilon`; the claim is the
+  Gaussian profile of the ledger's component grouped by k (ρ → k²ρ).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..policies.dp_linucb import DPLinUCB
-from ..policies.user_level import UserLevel
+from ..policies.private_lasso import PrivateLASSO
+from ..policies.user_level import UserLevel, group_params
 from ..privacy.audit import AuditResult, audit
+from ..privacy.gaussian import analytic_gaussian_sigma, gaussian_delta
+from ..privacy.gram import sym_gauss, u_vector
 from ..privacy.laplace import LaplaceMechanism
 from ..privacy.user_bound import UserContributionBound
 from ..privacy.user_level import calibrate_for_group, group_component
+from ..privacy.zcdp import epsilon_from_rho
 from .audits import _rescaled_weights, gram_pair, node_loss_sampler
 
-__all__ = ["audit_user_laplace", "audit_user_tree", "user_stream"]
+__all__ = [
+    "LASSO_AUDIT_DELTA",
+    "audit_user_laplace",
+    "audit_user_lasso_gram",
+    "audit_user_tree",
+    "lasso_user_policy",
+    "lasso_user_target",
+    "user_stream",
+]
 
 
 def user_stream(k: int, extra: int, others: int) -> list[str]:
@@ -134,4 +152,95 @@ def audit_user_tree(
         np.random.default_rng(seed),
         name=f"user-level dp-linucb tree k={k} ε={epsilon:g} δ={delta:g} ε′={eps_inner:.4g} "
         f"(noise ×{multiplier:g})",
+    )
+
+
+#: The user-level target of :func:`audit_user_lasso_gram`: k rows cost ρ_k = 1/(2s²)-zCDP with
+#: s = σ/(kL̃²) the Gaussian noise at which (1, 10⁻²) is tight, i.e. (ε_t, 10⁻⁸) by the zCDP
+#: conversion the policy calibrates with.
+LASSO_AUDIT_DELTA = 1e-8
+
+
+def lasso_user_target(delta: float = LASSO_AUDIT_DELTA) -> tuple[float, float]:
+    """(ρ_k, ε_t): the grouped ρ the audit's release is calibrated to and its (ε_t, δ) target."""
+    s_a = analytic_gaussian_sigma(1.0, 1e-2, 1.0)
+    rho_k = 1.0 / (2.0 * s_a**2)
+    return rho_k, epsilon_from_rho(rho_k, delta)
+
+
+def lasso_user_policy(k: int, multiplier: float = 1.0) -> PrivateLASSO:
+    """PrivateLASSO-R at the group calibration for k of the audit's target (d = 2, full
+    support: the whole ρ goes to the Gram release of the one block [1, 4])."""
+    _rho_k, eps_t = lasso_user_target()
+    eps = group_params("private-lasso", {}, k, eps_t, LASSO_AUDIT_DELTA)["epsilon"]
+    return PrivateLASSO(
+        d=2,
+        s0=1,
+        horizon=8,
+        epsilon=eps,
+        delta=LASSO_AUDIT_DELTA,
+        l_min=2,
+        clip_coord=1.0,
+        clip_l2=math.sqrt(2.0),
+        reward_bound=math.sqrt(2.0),
+        support="full",
+        seed=0,
+        noise_scale_multiplier=multiplier,
+    )
+
+
+def audit_user_lasso_gram(
+    multiplier: float = 1.0,
+    k: int = 2,
+    bound: bool = True,
+    n: int = 200_000,
+    seed: int = 15,
+) -> AuditResult:
+    """PrivateLASSO-R's Gram release (M3) of one forgetful block [1, 4], rows fed through
+    :class:`UserLevel` (k per user): u's k + 1 events come first, each v = (1, 1, √2) in D and
+    (−1, −1, √2) in D′ (orthogonal, ‖v‖² = L̃², sent 10× beyond the clip), so u's k admitted
+    rows attain the group sensitivity k·L̃² exactly; one other user fills the block.
+
+    Claim: ε = 1 at the δ of the Gaussian profile of the release's ledger component grouped by
+    k (``group_component``: ρ → k²ρ, μ = √(2k²ρ)). ``bound=False`` learns every row (u's
+    k + 1 rows enter: the mutant without bounding).
+    """
+    users = user_stream(k, 1, 4 - (k + 1))
+    is_u = np.array([x == "u" for x in users])
+    V, sigma, comps = [], 0.0, []
+    pol = None
+    for sign in (1.0, -1.0):
+        pol = lasso_user_policy(k, multiplier)
+        pol.decide(np.zeros((len(users), 2, 2)))
+        X = np.where(is_u[:, None], 10.0 * sign, np.array([0.5, 0.0]))
+        y = np.where(is_u, 10.0, 0.5)
+        rounds = np.arange(1, len(users) + 1)
+        if bound:
+            UserLevel(pol, k, seed=seed).learn(X, y, rounds, user_ids=users)
+        else:
+            pol.learn(X, y, rounds)
+        store = pol._stores[2]
+        V.append(store.units_to_float(store.support_gram(np.arange(2))))
+        sigma = pol.boundary_constants(2)["gram_sigma"]
+        comps = [c for r in pol.refit() for c in r.accounting if c["mechanism"] == "gram_gauss"]
+    assert pol is not None and len(comps) == 1
+    rho_k = group_component(comps[0], k)["rho"]
+    u0, u1 = u_vector(V[0]), u_vector(V[1])
+    du = u1 - u0
+    dist = float(np.linalg.norm(du))
+
+    def sampler(which, m, rng):
+        G = (V[which] + sym_gauss(3, sigma, rng, size=m)).reshape(m, 3, 3)
+        return (u_vector(G) - u0) @ du / dist  # N(0, σ²) under D, N(dist, σ²) under D′
+
+    claim_delta = gaussian_delta(1.0, 1.0, math.sqrt(2.0 * rho_k))
+    return audit(
+        sampler,
+        1.0,
+        claim_delta,
+        n,
+        np.random.default_rng(seed),
+        name=f"user-level private-lasso gram k={k} ε=1 δ={claim_delta:.3g} "
+        f"(‖Δu‖/L̃² = {dist / pol.gram_l2sq:.4g}, noise ×{multiplier:g}, "
+        f"{'bounded' if bound else 'unbounded'})",
     )

@@ -587,6 +587,21 @@ class PrivateLASSO(Policy):
         self._t += B
         return DecisionBatch(arms, prop, rounds, self._episode_of(rounds), self._version)
 
+    def contribution_windows(self, rounds: ArrayLike) -> IntArray:
+        """Forgetful: a slot enters exactly its block's release (boundary ℓ reads only
+        (2^{ℓ−1}, 2^ℓ]): the block index. Episodic: every boundary reads all of [1, 2^ℓ], so
+        one window for the run (the base class's default)."""
+        if self.mode == "forgetful":
+            return self._episode_of(rounds)
+        return super().contribution_windows(rounds)
+
+    def open_windows_from(self) -> int:
+        """Forgetful: blocks below the next boundary are released (their late rows are
+        dropped). Episodic: the one window stays open."""
+        if self.mode == "forgetful":
+            return int(self._state()._next_l)
+        return super().open_windows_from()
+
     def _episode_of(self, rounds: ArrayLike) -> IntArray:
         """Block index ℓ of each slot (l_min for the burn-in block)."""
         r = np.asarray(rounds, dtype=np.int64)
@@ -1015,7 +1030,7 @@ class PrivateLASSO(Policy):
             ),
             caveats=(
                 "A user with k slots is protected by group privacy only (k²ρ zCDP); bound the "
-                "slots per user per block upstream.",
+                "slots per user per block with user-level privacy (docs/privacy/user-level.md).",
                 "A user's own decision is a function of their context: show it only to that user.",
             ),
             noise_backend=self.noise_backend,

@@ -36,13 +36,14 @@ from ..privacy.user_level import (
     group_component,
     user_level_spend,
 )
+from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta
 from ..utils.arrays import AnyArray, ArrayLike, BoolArray
 from .base import DecisionBatch, Policy
 
-__all__ = ["GROUP_CALIBRATED", "UserLevel", "group_params"]
+__all__ = ["GROUP_CALIBRATED", "UserLevel", "group_params", "private_lasso_group_epsilon"]
 
 #: Policies with a group calibration (:func:`group_params`): what ``user_level`` accepts.
-GROUP_CALIBRATED = ("fliphat", "dp-linucb")
+GROUP_CALIBRATED = ("fliphat", "dp-linucb", "private-lasso")
 
 
 def group_params(
@@ -53,11 +54,15 @@ def group_params(
     FLIPHAT (one ``eps_delta`` fit per episode): (ε/k, δ/(k·e^{(k−1)ε/k})), so that group
     privacy gives exactly (ε, δ); DP-LinUCB (Gaussian tree): the ε′ whose k-fold sensitivity
     costs ε at δ under the tightest accountant (:func:`~streaming_dpbandit.privacy.user_level.
-    calibrate_for_group`). Derivation: ``docs/privacy/user-level.md`` §5.
+    calibrate_for_group`); PrivateLASSO-R (ρ-zCDP, every release's sensitivity k-fold for k
+    rows, so k²ρ): the ε′ with ρ(ε′, δ) = ρ(ε, δ)/k² (:func:`private_lasso_group_epsilon`).
+    Derivation: ``docs/privacy/user-level.md`` §5.
 
     >>> p = group_params("fliphat", {"d": 10}, 2, 1.0, 1e-6)
     >>> p["epsilon"], round(p["delta"] * 1e7, 4)
     (0.5, 3.0327)
+    >>> round(group_params("private-lasso", {}, 2, 1.0, 1e-6)["epsilon"], 4)
+    0.4956
     """
     if k is None or k == 1:
         return {**params, "epsilon": epsilon, "delta": delta}
@@ -70,6 +75,8 @@ def group_params(
         if eps is None:  # a bisection over the accountant (≈ 1.5 s): once per configuration
             eps = _GROUP_EPSILON[key] = _dp_linucb_group_epsilon(params, k, epsilon, delta)
         return {**params, "epsilon": eps, "delta": delta}
+    if policy == "private-lasso":
+        return {**params, "epsilon": private_lasso_group_epsilon(k, epsilon, delta), "delta": delta}
     raise KeyError(f"no group calibration for {policy!r} (have: {', '.join(GROUP_CALIBRATED)})")
 
 
@@ -89,6 +96,31 @@ def _dp_linucb_group_epsilon(params: dict[str, Any], k: int, epsilon: float, del
         return out
 
     return calibrate_for_group(acc, k, epsilon, delta)
+
+
+def private_lasso_group_epsilon(k: int, epsilon: float, delta: float) -> float:
+    """PrivateLASSO-R's ε′ for k rows of one user to cost (ε, δ): ρ(ε′, δ) = ρ(ε, δ)/k².
+
+    The policy spends ρ = ρ(ε′, δ) per slot (zCDP: its SVT runs and Gaussian Gram releases);
+    k rows move every release's statistic by at most k times its sensitivity, so they cost k²ρ
+    (Bun & Steinke 2016, Prop. 1.9), which converts to (ε, δ) exactly as the policy's own
+    calibration does. The returned ε′ is checked (and nudged down by ulps) so that k²·ρ(ε′, δ)
+    never exceeds ρ(ε, δ) after rounding.
+
+    >>> e1 = private_lasso_group_epsilon(3, 1.0, 1e-8)
+    >>> from streaming_dpbandit.privacy.zcdp import rho_from_epsilon_delta as r
+    >>> 9 * r(e1, 1e-8) <= r(1.0, 1e-8)
+    True
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"group size must be an integer ≥ 1, got {k!r}")
+    if k == 1:
+        return float(epsilon)
+    target = rho_from_epsilon_delta(epsilon, delta)
+    eps = epsilon_from_rho(target / (k * k), delta)
+    while k * k * rho_from_epsilon_delta(eps, delta) > target:
+        eps = math.nextafter(eps, 0.0)
+    return eps
 
 
 USER_UNIT = (

@@ -32,8 +32,6 @@ def _bandit(policy: dict, **section) -> dict:
 
 
 FLIPHAT = {"policy": "fliphat", "d": 10, "s": 2}
-LASSO = {"policy": "private-lasso", "d": 3, "s0": 1, "horizon": 1000, "clip_l2": 1.0}
-LASSO |= {"reward_bound": 1.0}
 
 
 @pytest.mark.parametrize(
@@ -50,7 +48,7 @@ LASSO |= {"reward_bound": 1.0}
         ),
         ({"bandits": {"b": _bandit(FLIPHAT, k=3)}}, "Extra inputs"),
         ({"bandits": {"b": _bandit({"policy": "linucb", "d": 3})}}, "is not private"),
-        ({"bandits": {"b": _bandit(LASSO)}}, "no group calibration"),
+        ({"bandits": {"b": _bandit({"policy": "ldp-ucb", "d": 3})}}, "no group calibration"),
         (
             {
                 "kafka": {"bootstrap_servers": "127.0.0.1:1"},
@@ -123,6 +121,38 @@ def test_simulate_with_returning_users_bounds_them_and_says_so(tmp_path):
     assert run["privacy"]["of_record"] == ul["of_record"]
     assert "user_level" not in runs["linucb"]["privacy"]
     assert "not private" in text  # the baseline runs without a bound, and says so
+
+
+def test_simulate_private_lasso_user_level_bounds_each_block(tmp_path):
+    """PrivateLASSO-R runs user-level at its group calibration: k rows per user per block
+    (its forgetful blocks are the windows), E blocks per user, the whole-run zCDP statement."""
+    out = tmp_path / "sim.json"
+    argv = "simulate --env privatelasso-m --env-param d=20 --policy private-lasso".split()
+    argv += "--horizon 3000 --seeds 1 --jobs 1 --no-progress --users 40".split()
+    argv += "--max-contributions-per-user 2 --max-releases-per-user 3 --json".split()
+    code, _text, err = _run([*argv, str(out)])
+    assert code == 0, err
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["key"] == "private-lasso ε=1 k=2"
+    c = run["counters"]
+    assert 0 < c["user_admitted"] <= 2 * 40 * 3 and c["user_bounded_releases"] > 0
+    assert c["user_admitted"] + c["user_bounded"] == 3000
+    assert c["rows_learned"] + c["unused_rows"] == c["user_admitted"]
+    # built at ρ(ε′) = ρ(ε)/k²: every release of a user's k rows costs ρ(ε = 1, δ)
+    from streaming_dpbandit.privacy.zcdp import rho_from_epsilon_delta
+
+    delta = run["params"]["delta"]
+    inner = run["params"]["inner_epsilon"]
+    assert 4 * rho_from_epsilon_delta(inner, delta) == pytest.approx(
+        rho_from_epsilon_delta(1, delta)
+    )
+    ul = run["privacy"]["user_level"]
+    assert ul["statement"].startswith("per user: at most 2 events per release, at most 3 releases")
+    assert ul["releases_per_user"] == 3
+    assert ul["spend"]["rho"] == pytest.approx(3 * rho_from_epsilon_delta(1, delta), rel=1e-9)
+    code, _o, err = _run([*argv[:-1], "--calibration", "paper"])
+    assert code == 2 and "calibration=paper is not a valid DP guarantee" in err, err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_simulate_refuses_users_without_a_bound():

@@ -334,6 +334,61 @@ def test_user_level_dp_linucb_tree_audit_and_halved_noise():
     assert not halved.passed and halved.epsilon_lb > 1.5, halved
 
 
+def test_user_level_private_lasso_gram_audit_bounding_and_halved_noise():
+    ok = ula.audit_user_lasso_gram(1.0)
+    assert ok.passed, ok
+    assert ok.epsilon_lb > 0.7 * ok.claimed_epsilon  # sharp: u's k aligned rows attain k·L̃²
+    halved = ula.audit_user_lasso_gram(0.5)
+    assert not halved.passed and halved.epsilon_lb > 1.5, halved
+    unbounded = ula.audit_user_lasso_gram(1.0, bound=False)  # u's k + 1 rows all enter
+    assert not unbounded.passed, unbounded
+
+
+def test_private_lasso_group_calibration_meets_the_target():
+    from streaming_dpbandit.policies.user_level import group_params, private_lasso_group_epsilon
+    from streaming_dpbandit.privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta
+
+    for k, eps, delta in [(2, 1.0, 1e-6), (5, 1.0, 1e-8), (10, 4.0, 1e-7), (3, 0.1, 1e-9)]:
+        e1 = group_params("private-lasso", {"d": 5}, k, eps, delta)["epsilon"]
+        assert e1 == private_lasso_group_epsilon(k, eps, delta)
+        # k rows cost k²ρ(ε′): at most ρ(ε), and tight to the last digits
+        target = rho_from_epsilon_delta(eps, delta)
+        assert target * (1 - 1e-9) <= k * k * rho_from_epsilon_delta(e1, delta) <= target
+        # (the ρ → ε conversion's own round-off is an ulp or so)
+        assert epsilon_from_rho(k * k * rho_from_epsilon_delta(e1, delta), delta) <= eps * (
+            1 + 1e-12
+        )
+    assert private_lasso_group_epsilon(1, 0.7, 1e-6) == 0.7
+    # the ledger of a real run states it: every release's k-grouped ρ sums to ≤ ρ(ε) per block
+    rho_k, eps_t = ula.lasso_user_target()
+    pol = UserLevel(ula.lasso_user_policy(3), 3, seed=0)
+    pol.decide(np.zeros((4, 2, 2)))
+    pol.learn(np.ones((4, 2)), np.ones(4), np.arange(1, 5), user_ids=["u"] * 4)
+    recs = pol.refit()
+    sp = pol.user_level_spend(recs, delta=ula.LASSO_AUDIT_DELTA)
+    assert sp.spend.rho <= rho_k * (1 + 1e-12) and sp.spend.rho >= rho_k * (1 - 1e-9)
+    assert min(c["epsilon"] for c in sp.spend.candidates()) <= eps_t * (1 + 1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_private_lasso_windows_are_its_blocks():
+    """Forgetful: a row enters exactly its block's release, so k rows per user per block;
+    episodic: boundaries read every earlier slot, one window for the run."""
+    kw = {"d": 5, "s0": 2, "horizon": 600, "clip_l2": 3.0, "reward_bound": 3.0, "seed": 0}
+    pol = REGISTRY["private-lasso"](**kw)
+    rounds = np.array([1, 256, 257, 512, 513, 600])
+    assert pol.contribution_windows(rounds).tolist() == [8, 8, 9, 9, 10, 10]
+    assert pol.open_windows_from() == 8
+    epi = REGISTRY["private-lasso"](**kw, mode="episodic")
+    assert (epi.contribution_windows(rounds) == 0).all() and epi.open_windows_from() == 0
+    ul = UserLevel(pol, 2, seed=1)
+    recs = _run(ul, np.array([f"u{i % 13}" for i in range(600)]), T=600)[1]
+    c = ul.user_counters()
+    assert c["admitted"] == 3 * 26 and c["bounded"] == 600 - 3 * 26  # blocks 8, 9 and 10
+    assert [r.rows_used for r in recs if r.mechanism != "tree_node"] == [26, 26]
+    assert c["counter_entries"] <= 13  # the released blocks' counts were freed
+
+
 def test_fliphat_group_calibration_meets_the_target():
     from streaming_dpbandit.experiments.user_level import group_params
 
@@ -358,7 +413,10 @@ def test_fliphat_group_calibration_meets_the_target():
         ("ldp-glb", {}),
         ("ldp-ucb", {}),
         ("ldp-gloc", {}),
-        ("private-lasso", {"s0": 2, "horizon": 600, "clip_l2": 3.0, "reward_bound": 3.0}),
+        (
+            "private-lasso",
+            {"s0": 2, "horizon": 600, "clip_l2": 3.0, "reward_bound": 3.0} | {"mode": "episodic"},
+        ),
     ],
 )
 @pytest.mark.filterwarnings("ignore::UserWarning")

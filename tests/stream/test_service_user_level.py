@@ -169,3 +169,33 @@ def test_a_changed_user_level_bound_is_refused_on_restart(stream, tmp_path):
         run_file(state, stream, bandits={BANDIT: user_bandit(max_releases_per_user=5)})
     with pytest.raises(ServiceStartError, match="user_level"):
         run_file(state, stream, bandits={BANDIT: bandit_config()})
+
+
+def test_serve_private_lasso_bounds_users_per_block(stream, tmp_path):
+    """PrivateLASSO-R served user-level (in-process transport): admission at decision time
+    uses its forgetful blocks as windows, so each block's release reads ≤ k rows of each user
+    and a user is learned from again in the next block; the ledger states the per-user figure."""
+    from streaming_dpbandit.testing.stream_helpers import D
+
+    lasso = {"policy": "private-lasso", "d": D, "s0": 2, "horizon": 2048, "epsilon": 4.0}
+    lasso |= {"delta": 1e-5, "clip_l2": 3.0, "reward_bound": 3.0}
+    cfg = bandit_config() | {"policy": lasso, "user_level": {"max_contributions_per_user": K_USER}}
+    _svc, _t, summary = run_file(tmp_path / "state", stream, bandits={BANDIT: cfg})
+    rt = _svc.bandits[BANDIT]
+    c = rt.policy.user_counters()
+    decided = summary["bandits"][BANDIT]["stats"]["decided"]
+    assert c["admitted"] + c["bounded"] == decided > 1000 and c["bounded"] > 100
+    recs, _ = read_ledger(tmp_path / "state" / "ledger.jsonl")
+    blocks = [r for r in recs if r.data_slice.startswith("block:")]
+    assert len(blocks) == 3  # boundaries at slots 256, 512 and 1024
+    assert all(r.rows_used <= K_USER * N_USERS for r in blocks)
+    # per-block windows, not one for the run: more admitted than one window could hold
+    assert sum(r.rows_used for r in blocks) > K_USER * N_USERS
+    assert all(r.user_level["max_contributions_per_user"] == K_USER for r in recs)
+    ul = user_level_of_records(recs, BANDIT)
+    assert ul is not None and ul.releases_per_user == 3
+    assert summary["bandits"][BANDIT]["user_level"]["statement"] == ul.statement()
+    # the policy behind the bound was built at ρ(ε′, δ) = ρ(4, δ)/k²
+    from streaming_dpbandit.privacy.zcdp import rho_from_epsilon_delta
+
+    assert K_USER**2 * rt.policy.policy.rho == pytest.approx(rho_from_epsilon_delta(4.0, 1e-5))
