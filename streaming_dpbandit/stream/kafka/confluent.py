@@ -461,4 +461,39 @@ class ConfluentTransport(Transport):
                     self.consumer.commit(offsets=self._to_commit, asynchronous=False)
                 except Exception as err:
                     log.debug("offset commit failed: %s", err)
-            self.consumer.close()
+            close_consumer(self.consumer)
+
+
+#: Seconds :func:`close_consumer` waits for librdkafka's close.
+CLOSE_TIMEOUT_S = 30.0
+
+
+def close_consumer(consumer: Any, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
+    """Close a librdkafka consumer, giving up after ``timeout_s``; True if it closed.
+
+    librdkafka can hang for ever in ``close()`` when a group assignment arrives while it closes
+    (the rebalance callback's ``assign`` never returns: confluentinc/librdkafka#4884, seen here
+    with a consumer closed before its first poll). The close runs in a daemon thread, so that
+    a hang costs a warning instead of the process: the broker ends the membership after the
+    session timeout, as after a crash.
+    """
+    import threading
+
+    done = threading.Event()
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except Exception as err:  # already closed, or the client failed
+            log.debug("consumer close failed: %s", err)
+        finally:
+            done.set()
+
+    threading.Thread(target=close, name="dpbandit-consumer-close", daemon=True).start()
+    if not done.wait(timeout_s):
+        log.warning(
+            "the Kafka consumer did not close within %.0f s (librdkafka#4884); leaving it",
+            timeout_s,
+        )
+        return False
+    return True
