@@ -28,6 +28,7 @@ Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import subprocess
@@ -106,6 +107,13 @@ def record(path: Path, events: int, encoding: str = "json") -> None:
     svc.run()
 
 
+def value_of(rec: dict) -> bytes:
+    """The message value of a recorded line (a binary context is recorded as base64)."""
+    if "value_b64" in rec:
+        return base64.b64decode(rec["value_b64"])
+    return rec["value"].encode()
+
+
 class MemorySource(Source):
     """A recorded stream held in memory, so that a replay times the service, not file reading."""
 
@@ -115,7 +123,7 @@ class MemorySource(Source):
         self.items = []
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            self.items.append((names[rec["topic"]], b"shop", rec["value"].encode()))
+            self.items.append((names[rec["topic"]], b"shop", value_of(rec)))
         self._i = 0
 
     def generate(self, emit, max_new):
@@ -159,7 +167,7 @@ def bench_floor(paths: dict[str, Path]) -> dict:
 
     def contexts(path: Path) -> list[bytes]:
         lines = [json.loads(x) for x in path.read_text().splitlines()]
-        return [x["value"].encode() for x in lines if x["topic"] == "contexts"]
+        return [value_of(x) for x in lines if x["topic"] == "contexts"]
 
     def per_context_us(fn, values) -> float:
         best = float("inf")
@@ -232,7 +240,7 @@ def produce(bootstrap, path: Path, topics: dict) -> dict:
     sizes = []
     for line in path.read_text().splitlines():
         rec = json.loads(line)
-        v = rec["value"].encode()
+        v = value_of(rec)
         if rec["topic"] == "contexts":
             sizes.append(len(v))
         p.send(topics[rec["topic"]], key=b"shop", value=v)

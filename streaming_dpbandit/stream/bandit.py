@@ -12,8 +12,7 @@ from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
 from .arms import ActionKind, SingleArms, arm_id_kwargs
 from .join import EarlyFeedback, Resolution
-from .parsing import BadInput, Pending
-from .schemas import ContextEvent
+from .parsing import AnyContext, BadInput, Pending
 
 __all__ = ["BanditRuntime", "arm_id_kwargs"]
 
@@ -69,11 +68,11 @@ class BanditRuntime:
             None if settings.arms is None else {a: i for i, a in enumerate(settings.arms)}
         )
 
-    def encode(self, ev: ContextEvent):
+    def encode(self, ev: AnyContext):
         """The rows of a validated context event (:meth:`~.arms.ActionKind.encode`)."""
         return self.kind.encode(self, ev)
 
-    def check_new(self, ev: ContextEvent) -> None:
+    def check_new(self, ev: AnyContext) -> None:
         if self.join.status(ev.event_id, by="context") is not None:
             raise BadInput("duplicate_event", f"event {ev.event_id!r} was already decided")
 
