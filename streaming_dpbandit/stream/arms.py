@@ -193,8 +193,10 @@ class SingleArms(ActionKind):
         js = rt.join
         p = js.pending.get(fb.event_id)
         if p is not None and p.event_time <= fb.event_time <= p.event_time + js.window:
-            # the common case: a reward for a pending decision, in its window
-            self.on_pending(rt, fb.event_id, fb.reward, fb.event_time, source, dead)
+            # the common case: a reward for a pending decision, in its window (what on_pending
+            # and resolved do here, inline: the window is checked)
+            rnd, ctx = js.take_joined(fb.event_id)
+            rt.learn_joined(rnd, fb.reward, ctx)
             rt.advance_watermark(fb.event_time)
             return
         if p is None and fb.event_id not in js.resolved:

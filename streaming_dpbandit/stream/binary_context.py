@@ -40,6 +40,7 @@ learns exactly those.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from collections.abc import Sequence
@@ -109,8 +110,8 @@ class BinaryContext:
         self._X = X
 
     def candidate_ids(self) -> list[str]:
-        """The candidate arm ids, in order."""
-        return list(self.arm_ids)
+        """The candidate arm ids, in order (the event's own list: read, never change it)."""
+        return self.arm_ids
 
     def arm_features(self) -> np.ndarray:
         """The per-arm feature matrix (K, d), float64 (read-only)."""
@@ -161,6 +162,24 @@ def _invalid(detail: str) -> BadBinaryContext:
     return BadBinaryContext("invalid_event", f"binary context: {detail}")
 
 
+def _ids_one_by_one(text: bytes, lengths: tuple[int, ...]) -> list[str]:
+    """The ids of a message, each decoded and checked on its own (a non-ASCII or bad id)."""
+    ids = []
+    at = 0
+    try:
+        for m in lengths:
+            if not 0 < m <= 4 * MAX_ID_CHARS:
+                raise _invalid(f"an id of {m} bytes (1–{MAX_ID_CHARS} characters)")
+            s = text[at : at + m].decode("utf-8")
+            if len(s) > MAX_ID_CHARS:
+                raise _invalid(f"an id of {len(s)} characters (at most {MAX_ID_CHARS})")
+            ids.append(s)
+            at += m
+    except UnicodeDecodeError:
+        raise _invalid("an id is not UTF-8") from None
+    return ids
+
+
 def decode_binary_context(raw: bytes) -> BinaryContext:
     """Read a binary context message, or raise :class:`BadBinaryContext`: ``invalid_event``
     (truncated, sizes that do not add up, a bad header or id) or ``non_finite_number``.
@@ -208,29 +227,28 @@ def decode_binary_context(raw: bytes) -> BinaryContext:
         raise _invalid(
             f"{n} bytes, expected {ids_at + sum(lengths)} ({K} arms × {d} {kind} features, ids)"
         )
-    ids = []
-    at = ids_at
-    try:
-        for m in lengths:
-            if not 0 < m <= 4 * MAX_ID_CHARS:
-                raise _invalid(f"an id of {m} bytes (1–{MAX_ID_CHARS} characters)")
-            s = raw[at : at + m].decode("utf-8")
-            if len(s) > MAX_ID_CHARS:
-                raise _invalid(f"an id of {len(s)} characters (at most {MAX_ID_CHARS})")
-            ids.append(s)
-            at += m
-    except UnicodeDecodeError:
-        raise _invalid("an id is not UTF-8") from None
+    text = raw[ids_at:]
+    if text.isascii() and 0 < min(lengths) and max(lengths) <= MAX_ID_CHARS:
+        # the common case: ASCII ids (a byte is a character), sliced from one decoded text
+        ends = list(itertools.accumulate(lengths))
+        whole = text.decode("ascii")
+        ids = [whole[a:b] for a, b in zip([0, *ends], ends)]
+    else:
+        ids = _ids_one_by_one(text, lengths)
     arm_ids = ids[-K:]
     if len(set(arm_ids)) != K:
         raise _invalid("arm ids must be unique within an event")
     X = np.frombuffer(raw, "<f4" if f32 else "<f8", K * d, 24)
-    if f32:
-        X = X.astype(np.float64)
-    if not (math.isfinite(t) and np.isfinite(X).all()):
+    # NaN and ±∞ have every exponent bit set, so the last byte of such a value (its sign and
+    # highest exponent bits) is 0x7f or 0xff; when no value's last byte is, all are finite
+    # (the common case, without a numpy call), else each value is checked
+    top = raw[23 + width : start : width]
+    if not math.isfinite(t) or ((b"\x7f" in top or b"\xff" in top) and not np.isfinite(X).all()):
         raise BadBinaryContext(
             "non_finite_number", "binary context: NaN or infinity among its numbers"
         )
+    if f32:
+        X = X.astype(np.float64)
     return BinaryContext(
         ids[0], ids[1], t, arm_ids, X.reshape(K, d), ids[2] if flags & USER else None
     )

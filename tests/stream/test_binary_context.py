@@ -137,3 +137,27 @@ def test_the_load_generator_and_the_simulated_source_write_the_binary_form(encod
         "shop-2",
     ]
     assert all(e.arm_features().shape == (K, D) and e.bandit_id == "shop" for e in events)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["<f8", "<f4"]),
+    st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=12),
+    st.lists(st.sampled_from([np.nan, -np.nan, np.inf, -np.inf, 1e306, -3e38, 0.0]), max_size=3),
+)
+def test_any_bit_pattern_is_read_exactly_when_every_value_is_finite(dtype, bits, specials):
+    """The finiteness check (a look at each value's last byte first) against numpy's, on
+    arbitrary bit patterns (every NaN payload, both signs) and values near the largest."""
+    width = np.dtype(dtype).itemsize
+    values = np.array(bits, dtype="<u8").view(np.uint8)[: len(bits) * width].view(dtype).copy()
+    for i, x in enumerate(specials):
+        with np.errstate(over="ignore"):
+            values[(7 * i) % len(values)] = x
+    raw = encode_binary_context("e", "b", 1.0, values.reshape(1, -1), ["a"], dtype=dtype)
+    try:
+        got = decode_binary_context(raw).arm_features()
+    except BadBinaryContext as err:
+        assert err.reason == "non_finite_number" and not np.isfinite(values).all()
+    else:
+        assert np.isfinite(values).all()
+        assert got.tobytes() == values.astype(np.float64).tobytes()
