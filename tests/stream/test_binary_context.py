@@ -3,6 +3,8 @@ trips, a documented float32 rounding, every malformed message dead-lettered with
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,3 +163,37 @@ def test_any_bit_pattern_is_read_exactly_when_every_value_is_finite(dtype, bits,
     else:
         assert np.isfinite(values).all()
         assert got.tobytes() == values.astype(np.float64).tobytes()
+
+
+def test_a_recorded_stream_keeps_binary_contexts_and_replays_them_byte_for_byte(tmp_path):
+    """RecordingSource writes a binary value as the line's ``value_b64``; FileSource reads it
+    back as the same bytes (JSON values stay ``value``)."""
+    from streaming_dpbandit.stream.sim.sources import FileSource, RecordingSource
+    from streaming_dpbandit.stream.transport import Source
+
+    X = np.arange(K * D, dtype=float).reshape(K, D)
+    values = [
+        ("contexts", context_value("e1", "shop", 5.0, X, IDS, "raw-f32")),
+        (
+            "feedback",
+            b'{"v": 1, "event_id": "e1", "bandit_id": "shop", "reward": 1.0, "event_time": 5.5}',
+        ),
+        ("contexts", context_value("e2", "shop", 6.0, X, IDS, "raw-f64", user_id="u")),
+    ]
+
+    class Given(Source):
+        topics = ("contexts", "feedback")
+
+        def generate(self, emit, max_new):
+            for topic, value in values:
+                emit(topic, b"shop", value)
+            return False
+
+    path = tmp_path / "rec.jsonl"
+    RecordingSource(Given(), path).generate(lambda *a: None, 10)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    binary, plain = ["topic", "value_b64"], ["topic", "value"]
+    assert [sorted(x) for x in lines] == [binary, plain, binary]
+    got: list[tuple[str, bytes]] = []
+    FileSource(path).generate(lambda topic, key, value: got.append((topic, value)), 10)
+    assert got == values
