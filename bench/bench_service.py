@@ -1,14 +1,18 @@
 """Service benchmarks (issue 3). Prints one JSON document.
 
-Every measure runs for both feature encodings of the context events (docs/events.md): JSON
-number lists (``json``) and binary float64 (``f64``), on the same recorded stream.
+Every measure runs for each feature encoding of the context events (docs/events.md), on the
+same recorded stream: JSON number lists (``json``), base64 float64 inside the JSON (``f64``),
+and the compact binary context message with raw float64 or float32 features (``raw-f64``,
+``raw-f32``; ``--encodings`` picks some).
 
 * ``inprocess``: contexts/s of the service loop over the in-process transport, replaying a
   recorded stream held in memory (best of 3), and end to end with the simulated source.
 * ``kafka``: contexts/s through a real broker next to the ceiling — a bare kafka-python
   consume→produce loop on the same topics and message sizes with the service's client
   settings — alternated ``--repeats`` times on the same topics (medians and per-pair ratios)
-  while catching up on a full topic; then the service live, fed by ``dpbandit loadgen`` on
+  while catching up on a full topic, with each run's process CPU time per context: the
+  service's own cost is its CPU per context minus the bare loop's, pair by pair; then (JSON
+  encodings, unless ``--skip-latency``) the service live, fed by ``dpbandit loadgen`` on
   the same machine with ``kafka.max_poll_records`` 20: the highest rate of a ramp it sustains,
   and decision latency p50/p99 (its own histogram) at half of that rate (``--live-only RATES``
   runs only this part); and end-to-end latency through the bench's own clients at that rate.
@@ -19,21 +23,23 @@ number lists (``json``) and binary float64 (``f64``), on the same recorded strea
   ``--clients-only`` runs only this part.
 * ``memory``: resident memory (RSS) over 10⁶ events at d = 100 with delayed and missing rewards
   and 1% malformed messages (the dead-letter path), in a fresh process.
-* ``floor``: the per-context cost of only reading a context event (JSON decode, validation,
-  features to numpy), which no service design avoids; with ``kafka``, the time per context
-  the service may spend beside the ceiling's own Kafka work and still reach 0.8× of it.
+* ``floor``: bytes per context, and the per-context cost of only reading a context event
+  (decode, validation, features to numpy), which no service design avoids; with ``kafka``,
+  the time per context the service may spend beside the ceiling's own Kafka work and still
+  reach 0.8× of it.
 
 The service runs as ``dpbandit serve`` runs it (``service_gc``).
 
 Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka] [--skip-memory]
-       [--repeats N] [--latency-max-poll-records N] [--live-only RATES] [--live-encoding E]
-       [--clients-only] [--clients-live-rate R]
+       [--skip-latency] [--encodings E,...] [--repeats N] [--latency-max-poll-records N]
+       [--live-only RATES] [--live-encoding E] [--clients-only] [--clients-live-rate R]
 (without --kafka a broker is started with scripts/kafka.sh).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import subprocess
@@ -49,6 +55,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
+from streaming_dpbandit.stream.binary_context import (  # noqa: E402
+    BINARY_ENCODINGS,
+    MAGIC,
+    decode_binary_context,
+)
 from streaming_dpbandit.stream.gc_tuning import service_gc  # noqa: E402
 from streaming_dpbandit.stream.schemas import FEATURE_ENCODINGS  # noqa: E402
 from streaming_dpbandit.stream.service import Service  # noqa: E402
@@ -112,6 +123,13 @@ def record(path: Path, events: int, encoding: str = "json") -> None:
     svc.run()
 
 
+def value_of(rec: dict) -> bytes:
+    """The message value of a recorded line (a binary context is recorded as base64)."""
+    if "value_b64" in rec:
+        return base64.b64decode(rec["value_b64"])
+    return rec["value"].encode()
+
+
 class MemorySource(Source):
     """A recorded stream held in memory, so that a replay times the service, not file reading."""
 
@@ -121,7 +139,7 @@ class MemorySource(Source):
         self.items = []
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            self.items.append((names[rec["topic"]], b"shop", rec["value"].encode()))
+            self.items.append((names[rec["topic"]], b"shop", value_of(rec)))
         self._i = 0
 
     def generate(self, emit, max_new):
@@ -131,23 +149,29 @@ class MemorySource(Source):
         return self._i < len(self.items)
 
 
-def replay_rate(path: Path, events: int) -> float:
-    """Contexts/s of the service loop over the in-process transport (best of 3)."""
-    best = 0.0
+def replay_rate(path: Path, events: int, cpu_out: list | None = None) -> float:
+    """Contexts/s of the service loop over the in-process transport (best of 3); appends the
+    best CPU time per context (µs) to ``cpu_out``."""
+    best, best_cpu = 0.0, float("inf")
     for _ in range(3):
         svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(MemorySource(path)))
         svc.open()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         with service_gc():
             svc.run()
         best = max(best, events / (time.perf_counter() - t0))
+        best_cpu = min(best_cpu, (time.process_time() - cpu0) / events * 1e6)
+    if cpu_out is not None:
+        cpu_out.append(best_cpu)
     return best
 
 
 def bench_inprocess(paths: dict[str, Path], events: int) -> dict:
-    out = {"events": events, "d": D, "K": K}
+    out: dict = {"events": events, "d": D, "K": K}
     for encoding, path in paths.items():
-        out[f"replay_events_per_s[{encoding}]"] = replay_rate(path, events)
+        cpu: list = []
+        out[f"replay_events_per_s[{encoding}]"] = replay_rate(path, events, cpu)
+        out[f"replay_cpu_us_per_context[{encoding}]"] = cpu[0]
     src = simulated(events, 4)
     t0 = time.perf_counter()
     svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(src))
@@ -159,13 +183,13 @@ def bench_inprocess(paths: dict[str, Path], events: int) -> dict:
 
 
 def bench_floor(paths: dict[str, Path]) -> dict:
-    """µs per context to decode and validate it (best of 3 passes over the recorded contexts),
-    for each feature encoding."""
+    """Bytes per context, and µs per context to decode and validate it and make its feature
+    matrix (best of 3 passes over the recorded contexts), for each feature encoding."""
     from streaming_dpbandit.stream.schemas import ContextEvent
 
     def contexts(path: Path) -> list[bytes]:
         lines = [json.loads(x) for x in path.read_text().splitlines()]
-        return [x["value"].encode() for x in lines if x["topic"] == "contexts"]
+        return [value_of(x) for x in lines if x["topic"] == "contexts"]
 
     def per_context_us(fn, values) -> float:
         best = float("inf")
@@ -176,6 +200,11 @@ def bench_floor(paths: dict[str, Path]) -> dict:
             best = min(best, time.perf_counter() - t0)
         return best / len(values) * 1e6
 
+    def read(v: bytes) -> np.ndarray | None:
+        if v.startswith(MAGIC):  # the binary form
+            return decode_binary_context(v).arm_features()
+        return ContextEvent.model_validate_json(v).arm_features()
+
     def features(ev) -> np.ndarray:
         return np.array([a["features"] for a in ev["arms"]], dtype=np.float64)
 
@@ -183,9 +212,11 @@ def bench_floor(paths: dict[str, Path]) -> dict:
     for encoding, path in paths.items():
         values = contexts(path)
         out[f"context_bytes_mean[{encoding}]"] = float(np.mean([len(v) for v in values]))
-        out[f"pydantic_validate_us[{encoding}] (the service's path)"] = per_context_us(
-            ContextEvent.model_validate_json, values
+        out[f"read_us[{encoding}] (the service's path: decode, validate, features)"] = (
+            per_context_us(read, values)
         )
+    if "json" not in paths:
+        return out
     values = contexts(paths["json"])
     out["stdlib_json_loads_us[json]"] = per_context_us(json.loads, values)
     try:  # not a dependency: the fastest JSON decoder for Python, as a lower bound
@@ -238,7 +269,7 @@ def produce(bootstrap, path: Path, topics: dict) -> dict:
     sizes = []
     for line in path.read_text().splitlines():
         rec = json.loads(line)
-        v = rec["value"].encode()
+        v = value_of(rec)
         if rec["topic"] == "contexts":
             sizes.append(len(v))
         p.send(topics[rec["topic"]], key=b"shop", value=v)
@@ -256,12 +287,14 @@ def bare_loop(
     n_feedback: int,
     decision_bytes: int,
     batch_bytes: int | None = None,
+    cpu_out: list | None = None,
 ) -> float:
     """The ceiling: consume both input topics, produce one output message per context, with
     the service's client settings (fetch size, poll size, its producer options: idempotent,
     acks=all, linger, batch size) — or the producer batch size ``batch_bytes``. Partitions are
     assigned, not joined as a group: the per-record work is the same, and kafka-python 3.0.12
-    sometimes stalls in a group join (docs/operations.md)."""
+    sometimes stalls in a group join (docs/operations.md). Appends the process's CPU time per
+    context (µs: this thread and kafka-python's I/O threads) to ``cpu_out``."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     from streaming_dpbandit.config import KafkaSettings
@@ -293,7 +326,7 @@ def bare_loop(
     while seen < n_contexts or seen_fb < n_feedback:
         for tp, msgs in c.poll(timeout_ms=100).items():
             if t0 is None:
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
             if tp.topic == topics["contexts"]:
                 for m in msgs:
                     p.send(topics["decisions"], key=m.key, value=payload)
@@ -301,15 +334,24 @@ def bare_loop(
             else:
                 seen_fb += len(msgs)
     p.flush()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     c.close()
     p.close()
+    if cpu_out is not None:
+        cpu_out.append(cpu / n_contexts * 1e6)
     return n_contexts / dt
 
 
 def service_throughput(
-    bootstrap, topics: dict, n_contexts: int, n_feedback: int, client: str = "kafka-python"
+    bootstrap,
+    topics: dict,
+    n_contexts: int,
+    n_feedback: int,
+    client: str = "kafka-python",
+    cpu_out: list | None = None,
 ) -> float:
+    """Contexts/s of the service's loop catching up on the topics with ``client``; appends its
+    process's CPU time per context (µs) to ``cpu_out``."""
     from streaming_dpbandit.stream.runner import kafka_transport
 
     st = settings(
@@ -331,14 +373,16 @@ def service_throughput(
     def progress(s):
         rt = s.bandits["shop"]
         if state["t0"] is None and rt.policy.t > 0:
-            state["t0"] = time.perf_counter()
+            state["t0"], state["cpu0"] = time.perf_counter(), time.process_time()
         fb = sum(o for (t, _), o in s.offsets.items() if t == topics["feedback"])
         if rt.policy.t >= n_contexts and fb >= n_feedback:
-            state["t1"] = time.perf_counter()
+            state["t1"], state["cpu1"] = time.perf_counter(), time.process_time()
             s.request_stop()
 
     with service_gc():  # as dpbandit serve runs it
         svc.run(progress)
+    if cpu_out is not None:
+        cpu_out.append((state["cpu1"] - state["cpu0"]) / n_contexts * 1e6)
     return n_contexts / (state["t1"] - state["t0"])
 
 
@@ -782,29 +826,72 @@ def bench_live(
 
 
 def bench_kafka(
-    bootstrap: str, paths: dict[str, Path], repeats: int = 3, lat_poll: int = 20
+    bootstrap: str,
+    paths: dict[str, Path],
+    repeats: int = 3,
+    lat_poll: int = 20,
+    latency_part: bool = True,
 ) -> dict:
     """Per feature encoding: the ceiling and the service alternately, ``repeats`` times each on
     the same topics (the ceiling moves by 10-20 % between runs on this machine: medians), then
-    decision latency at half the service's median rate."""
-    out = {}
+    decision latency at half the service's median rate (JSON encodings only, and not with
+    ``latency_part=False``). The service's own cost per context is its process CPU time per
+    context minus the bare loop's, pair by pair (medians and range)."""
+    out: dict = {}
     for encoding, path in paths.items():
         topics = kafka_topics(f"b{encoding}{int(time.time())}")
         create(bootstrap, topics.values())
         counts = produce(bootstrap, path, topics)
-        ceilings, services = [], []
+        ceilings, services, ceiling_cpu, service_cpu = [], [], [], []
         for _ in range(repeats):
             ceilings.append(
-                bare_loop(bootstrap, topics, counts["contexts"], counts["feedback"], 260)
+                bare_loop(
+                    bootstrap,
+                    topics,
+                    counts["contexts"],
+                    counts["feedback"],
+                    260,
+                    cpu_out=ceiling_cpu,
+                )
             )
             services.append(
-                service_throughput(bootstrap, topics, counts["contexts"], counts["feedback"])
+                service_throughput(
+                    bootstrap, topics, counts["contexts"], counts["feedback"], cpu_out=service_cpu
+                )
             )
         # informational: the ceiling with kafka-python's default producer batch (16 KiB)
         default_batch = bare_loop(
             bootstrap, topics, counts["contexts"], counts["feedback"], 260, batch_bytes=16384
         )
         ceiling, ours = float(np.median(ceilings)), float(np.median(services))
+        own = [a - b for a, b in zip(service_cpu, ceiling_cpu)]
+        out[encoding] = {
+            "contexts": counts["contexts"],
+            "feedback": counts["feedback"],
+            "context_bytes_mean": counts["context_bytes_mean"],
+            "ceiling_bare_consume_produce_events_per_s": ceilings,
+            "service_events_per_s": services,
+            "ceiling_median": ceiling,
+            "service_median": ours,
+            "ratio_of_medians": ours / ceiling,
+            "ratio_per_pair": [a / b for a, b in zip(services, ceilings)],
+            # process CPU time (main thread and kafka-python's I/O threads) per context
+            "ceiling_cpu_us_per_context": ceiling_cpu,
+            "service_cpu_us_per_context": service_cpu,
+            # the service's own work: its CPU per context minus the bare loop's, pair by pair
+            "service_own_cpu_us_per_context_per_pair": own,
+            "service_own_cpu_us_per_context_median": float(np.median(own)),
+            "service_own_cpu_us_per_context_range": [min(own), max(own)],
+            # the same from wall time: 1/service rate − 1/ceiling rate
+            "service_own_wall_us_per_context_medians": (1 / ours - 1 / ceiling) * 1e6,
+            "ceiling_with_16KiB_producer_batches_events_per_s": default_batch,
+            # 1/(0.8·ceiling) − 1/ceiling: what the service may spend per context besides the
+            # ceiling's own Kafka work (compare with the ``floor`` section)
+            "service_budget_us_per_context_at_0.8x": (1 / (0.8 * ceiling) - 1 / ceiling) * 1e6,
+        }
+        if not latency_part or encoding in BINARY_ENCODINGS:
+            # the latency harness below writes and reads JSON contexts
+            continue
         lines = [x for x in path.read_text().splitlines() if json.loads(x)["topic"] == "contexts"]
         # latency at half the rate the service sustains live (fed by dpbandit loadgen, with
         # the latency setting max_poll_records), not half the catch-up rate above: a catch-up
@@ -816,24 +903,13 @@ def bench_kafka(
             bootstrap, topics, "lat", lines, half, seconds, max_poll_records=lat_poll
         )
         floor = latency_retrying(bootstrap, topics, "echo", lines, half, seconds, bare=True)
-        out[encoding] = {
-            "contexts": counts["contexts"],
-            "feedback": counts["feedback"],
-            "context_bytes_mean": counts["context_bytes_mean"],
-            "ceiling_bare_consume_produce_events_per_s": ceilings,
-            "service_events_per_s": services,
-            "ceiling_median": ceiling,
-            "service_median": ours,
-            "ratio_of_medians": ours / ceiling,
-            "ratio_per_pair": [a / b for a, b in zip(services, ceilings)],
-            "ceiling_with_16KiB_producer_batches_events_per_s": default_batch,
-            # 1/(0.8·ceiling) − 1/ceiling: what the service may spend per context besides the
-            # ceiling's own Kafka work (compare with the ``floor`` section)
-            "service_budget_us_per_context_at_0.8x": (1 / (0.8 * ceiling) - 1 / ceiling) * 1e6,
-            "live_with_loadgen": live_out,
-            "end_to_end_latency_at_half_live_max": lat,
-            "latency_floor_bare_echo_same_rate": floor,
-        }
+        out[encoding].update(
+            {
+                "live_with_loadgen": live_out,
+                "end_to_end_latency_at_half_live_max": lat,
+                "latency_floor_bare_echo_same_rate": floor,
+            }
+        )
     return out
 
 
@@ -1047,6 +1123,16 @@ def main() -> None:
     ap.add_argument("--skip-kafka", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument(
+        "--skip-latency",
+        action="store_true",
+        help="through Kafka, only the alternated ceiling/service throughput and CPU pairs",
+    )
+    ap.add_argument(
+        "--encodings",
+        default=",".join(FEATURE_ENCODINGS),
+        help=f"comma-separated feature encodings (default: all, {','.join(FEATURE_ENCODINGS)})",
+    )
+    ap.add_argument(
         "--repeats",
         type=int,
         default=3,
@@ -1087,7 +1173,7 @@ def main() -> None:
     events = 5_000 if args.quick else 50_000
     tmp = Path(tempfile.mkdtemp())
     paths = {}
-    for encoding in FEATURE_ENCODINGS:  # the same stream, features as JSON lists or binary
+    for encoding in args.encodings.split(","):  # the same stream, features as JSON or binary
         paths[encoding] = tmp / f"stream-{encoding}.jsonl"
         record(paths[encoding], events, encoding)
     if args.clients_only:
@@ -1110,7 +1196,11 @@ def main() -> None:
             bootstrap, env = start_broker()
         try:
             out["kafka"] = bench_kafka(
-                bootstrap, paths, args.repeats, args.latency_max_poll_records
+                bootstrap,
+                paths,
+                args.repeats,
+                args.latency_max_poll_records,
+                latency_part=not args.skip_latency,
             )
             out["kafka_clients"] = bench_clients(
                 bootstrap, paths, args.repeats, args.clients_live_rate

@@ -203,10 +203,11 @@ class SimulationSource(_Section):
     feedback_delay_mean: float = Field(0.2, ge=0)
     feedback_probability: float = Field(1.0, ge=0, le=1)
     seed: int = 0
-    feature_encoding: Literal["json", "f64"] = Field(
+    feature_encoding: Literal["json", "f64", "raw-f64", "raw-f32"] = Field(
         "json",
-        description="how contexts carry features: JSON number lists, or binary "
-        "arm_features_f64 (base64 float64; several times faster to read, docs/events.md)",
+        description="how contexts carry features: JSON number lists, binary "
+        "arm_features_f64 (base64 float64 inside the JSON), or the whole context in the "
+        "compact binary form with raw float64 or float32 features (docs/events.md)",
     )
 
 

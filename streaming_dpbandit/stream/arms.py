@@ -17,8 +17,8 @@ import numpy as np
 
 from ..config import BanditSettings
 from .join import JoinStore, Resolution
-from .parsing import BadInput, Pending
-from .schemas import ContextEvent, Feedback, decision_encoder
+from .parsing import AnyContext, BadInput, Pending
+from .schemas import Feedback, decision_encoder
 
 if TYPE_CHECKING:
     from .bandit import BanditRuntime
@@ -54,7 +54,7 @@ class ActionKind(abc.ABC):
         """The pending-decision store."""
 
     @abc.abstractmethod
-    def encode(self, rt: BanditRuntime, ev: ContextEvent):
+    def encode(self, rt: BanditRuntime, ev: AnyContext):
         """``(X, arm ids)`` of a validated context event, or :class:`~.parsing.BadInput`."""
 
     @abc.abstractmethod
@@ -91,7 +91,7 @@ class SingleArms(ActionKind):
         return JoinStore(width, settings.feedback_window, settings.max_pending, retention)
 
     # -- contexts ---------------------------------------------------------------------------
-    def encode(self, rt: BanditRuntime, ev: ContextEvent) -> tuple[np.ndarray, list[str]]:
+    def encode(self, rt: BanditRuntime, ev: AnyContext) -> tuple[np.ndarray, list[str]]:
         """Per-arm feature matrix (K, d) of a validated event, or :class:`BadInput`."""
         if ev.slate_size is not None:
             raise BadInput("slate_unsupported", f"bandit {rt.bandit_id!r} serves single arms")
@@ -195,8 +195,10 @@ class SingleArms(ActionKind):
         js = rt.join
         p = js.pending.get(fb.event_id)
         if p is not None and p.event_time <= fb.event_time <= p.event_time + js.window:
-            # the common case: a reward for a pending decision, in its window
-            self.on_pending(rt, fb.event_id, fb.reward, fb.event_time, source, dead)
+            # the common case: a reward for a pending decision, in its window (what on_pending
+            # and resolved do here, inline: the window is checked)
+            rnd, ctx = js.take_joined(fb.event_id)
+            rt.learn_joined(rnd, fb.reward, ctx)
             rt.advance_watermark(fb.event_time)
             return
         if p is None and fb.event_id not in js.resolved:

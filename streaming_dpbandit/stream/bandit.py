@@ -13,8 +13,7 @@ from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
 from .arms import ActionKind, SingleArms, arm_id_kwargs
 from .join import EarlyFeedback, Resolution
-from .parsing import BadInput, Pending
-from .schemas import ContextEvent
+from .parsing import AnyContext, BadInput, Pending
 
 if TYPE_CHECKING:
     from ..policies.user_level import UserLevel
@@ -77,7 +76,7 @@ class BanditRuntime:
         self.user_level = settings.user_level is not None
         self._bounded_rounds: set[int] = set()
 
-    def encode(self, ev: ContextEvent):
+    def encode(self, ev: AnyContext):
         """The rows of a validated context event (:meth:`~.arms.ActionKind.encode`)."""
         if self.user_level and ev.user_id is None:
             raise BadInput(
@@ -106,7 +105,7 @@ class BanditRuntime:
         if self.metrics is not None:
             self.metrics.bounded_events.labels(self.bandit_id).inc(len(out))
 
-    def check_new(self, ev: ContextEvent) -> None:
+    def check_new(self, ev: AnyContext) -> None:
         if self.join.status(ev.event_id, by="context") is not None:
             raise BadInput("duplicate_event", f"event {ev.event_id!r} was already decided")
 

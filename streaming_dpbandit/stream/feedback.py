@@ -54,6 +54,7 @@ class FeedbackStage:
         svc = self.svc
         # outcome counters per batch, as differences of the bandits' statistics
         before = {name: rt.stats.copy() for name, rt in svc.bandits.items()}
+        popleft, offsets = q.popleft, svc.offsets
         while q:
             r, _ = q[0]
             if r.value is None:  # a tombstone
@@ -63,7 +64,8 @@ class FeedbackStage:
                 svc.local.on_record(r, svc.dead)
             else:
                 self.one(r)
-            svc.pop(tp, q)
+            popleft()  # (Service.pop without its context-cache lookup: feedback is not cached)
+            offsets[tp] = r.offset + 1
         self.count(before)
         svc.local.after_batch()
 

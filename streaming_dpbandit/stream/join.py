@@ -230,8 +230,7 @@ class JoinStore:
         """Resolve a pending decision: free its slot, remember its outcome; returns its
         (round, chosen context)."""
         p = self.pending.pop(event_id)
-        ctx = self._contexts[p.slot].copy()
-        self._contexts[p.slot] = 0.0
+        ctx = self._contexts[p.slot].copy()  # (a slot is written whole when it is taken again)
         self._free.append(p.slot)
         self._remember(event_id, outcome, p.event_time)
         return p.round, ctx

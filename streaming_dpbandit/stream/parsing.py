@@ -19,9 +19,11 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from pydantic import ValidationError
 
+from .binary_context import MAGIC, BadBinaryContext, BinaryContext, decode_binary_context
 from .schemas import ContextEvent
 
 __all__ = [
+    "AnyContext",
     "BadInput",
     "ContextParser",
     "Pending",
@@ -56,11 +58,15 @@ def unreadable(err: BaseException) -> BadInput:
     return BadInput("unreadable", f"{type(err).__name__} while reading the message")
 
 
+#: A validated context event: read from JSON, or from the binary form (``binary_context.py``).
+AnyContext = ContextEvent | BinaryContext
+
+
 @dataclasses.dataclass
 class Pending:
     """A validated context event waiting in a partition queue for its decision."""
 
-    event: ContextEvent
+    event: AnyContext
     X: np.ndarray  # (K, d)
     arm_ids: list[str]
     received: float  # perf_counter when polled
@@ -189,10 +195,16 @@ def parse_context(
             raise BadInput("malformed_json", "the message has no value")
         if len(value) > max_bytes:
             raise BadInput("oversized", f"{len(value)} bytes > {max_bytes}")
-        try:
-            msg = schema.model_validate_json(value)
-        except ValidationError as err:
-            raise BadInput(validation_reason(err, invalid), first_error(err)) from None
+        if schema is ContextEvent and value.startswith(MAGIC):  # the binary form
+            try:
+                msg = decode_binary_context(value)
+            except BadBinaryContext as err:
+                raise BadInput(err.reason, err.detail) from None
+        else:
+            try:
+                msg = schema.model_validate_json(value)
+            except ValidationError as err:
+                raise BadInput(validation_reason(err, invalid), first_error(err)) from None
         rt = bandits.get(msg.bandit_id)
         if rt is None:
             raise missing(msg.bandit_id)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
+
+import numpy as np
 
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.schemas import encode_f64
+from streaming_dpbandit.stream.schemas import context_value, encode_f64
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import FileSource, RecordingSource, SimulatedSource
 from streaming_dpbandit.stream.transport import InProcessTransport
@@ -397,9 +400,10 @@ def bad_input_stream(valid_path: Path, out_path: Path):
     return expected, moved
 
 
-def binary_copy(path: Path, out_path: Path) -> int:
-    """The same recorded stream with every per-arm context in the binary feature form
-    (``arm_ids`` + ``arm_features_f64``); returns the number of contexts converted."""
+def binary_copy(path: Path, out_path: Path, encoding: str = "f64") -> int:
+    """The same recorded stream with every per-arm context in a binary feature form: ``f64``
+    (``arm_ids`` + ``arm_features_f64``) or a binary context message (``raw-f64``,
+    ``raw-f32``: the line's ``value_b64``); returns the number of contexts converted."""
     n = 0
     with out_path.open("w") as out:
         for line in path.read_text().splitlines():
@@ -407,9 +411,24 @@ def binary_copy(path: Path, out_path: Path) -> int:
             if rec["topic"] == "contexts":
                 ev = json.loads(rec["value"])
                 arms = ev.pop("arms")
-                ev["arm_ids"] = [a["arm_id"] for a in arms]
-                ev["arm_features_f64"] = encode_f64([a["features"] for a in arms])
-                rec["value"] = json.dumps(ev)
+                ids = [a["arm_id"] for a in arms]
+                X = np.array([a["features"] for a in arms], dtype=np.float64)
+                if encoding == "f64":
+                    ev["arm_ids"] = ids
+                    ev["arm_features_f64"] = encode_f64(X)
+                    rec["value"] = json.dumps(ev)
+                else:
+                    del rec["value"]
+                    raw = context_value(
+                        ev["event_id"],
+                        ev["bandit_id"],
+                        ev["event_time"],
+                        X,
+                        ids,
+                        encoding,
+                        ev.get("user_id"),
+                    )
+                    rec["value_b64"] = base64.b64encode(raw).decode("ascii")
                 n += 1
             out.write(json.dumps(rec) + "\n")
     return n

@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.bandit import BanditRuntime
+from streaming_dpbandit.stream.binary_context import MAGIC, decode_binary_context
 from streaming_dpbandit.stream.scaling.broadcast import learner_service
 from streaming_dpbandit.stream.scaling.replica import DecisionReplica, dead_letters_of
-from streaming_dpbandit.stream.schemas import ContextEvent, parse_feedback
+from streaming_dpbandit.stream.schemas import ContextEvent, context_value, parse_feedback
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.transport import InProcessTransport, Source
 from streaming_dpbandit.testing.poison_helpers import (
@@ -36,8 +38,9 @@ from streaming_dpbandit.testing.poison_helpers import (
     good_feedback,
     good_slate_feedback,
     good_watermark,
+    malformed_raw_contexts,
 )
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D
+from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K
 from streaming_dpbandit.testing.stream_helpers import settings as service_settings
 
 leaves = (
@@ -107,11 +110,29 @@ def _put(doc, path, value):
 @st.composite
 def poison(draw, kind: str):
     """One message of an input topic: a good message with some fields replaced by arbitrary
-    JSON values, an arbitrary JSON document, or arbitrary bytes."""
+    JSON values, an arbitrary JSON document, arbitrary bytes, or (contexts) a good binary
+    context with some bytes overwritten, cut off or appended."""
     i = draw(st.integers(0, 30))
-    form = draw(st.sampled_from(["fields", "fields", "fields", "document", "bytes"]))
+    forms = ["fields", "fields", "fields", "document", "bytes"]
+    form = draw(st.sampled_from(forms + (["binary"] if kind == "contexts" else [])))
     if form == "bytes":
         return draw(st.binary(max_size=64))
+    if form == "binary":  # a binary context with bytes overwritten, cut off or appended
+        good = good_context(i)
+        raw = bytearray(
+            context_value(
+                good["event_id"],
+                BANDIT,
+                good["event_time"],
+                np.array([a["features"] for a in good["arms"]]),
+                [a["arm_id"] for a in good["arms"]],
+                draw(st.sampled_from(["raw-f64", "raw-f32"])),
+            )
+        )
+        for at, byte in draw(st.lists(st.tuples(st.integers(0, 80), st.integers(0, 255)))):
+            raw[at] = byte
+        cut = draw(st.integers(0, len(raw)))
+        return bytes(raw[: max(4, len(raw) - cut)]) + draw(st.binary(max_size=8))
     if form == "document":
         return dumps(draw(json_values))
     if kind == "contexts":
@@ -140,7 +161,10 @@ class ListSource(Source):
 
 def _valid_context(value) -> bool:
     try:
-        ev = ContextEvent.model_validate_json(value)
+        if value.startswith(MAGIC):
+            ev = decode_binary_context(value)
+        else:
+            ev = ContextEvent.model_validate_json(value)
     except Exception:
         return False
     X = ev.arm_features()
@@ -245,6 +269,37 @@ def test_arbitrary_json_at_every_field_never_stops_the_loop(tmp_path_factory, re
     check_every_message_has_its_outcome(transport, records)
     decided = {json.loads(v)["event_id"] for v in transport.outputs["dpbandit.decisions"]}
     assert {"e100", "e101", "e102"} <= decided
+
+
+def test_the_service_dead_letters_malformed_binary_contexts_and_decides_good_ones(tmp_path):
+    good = [
+        context_value(
+            f"g{i}",
+            BANDIT,
+            T0 + i,
+            np.array([features(i + k) for k in range(K)]),
+            [f"a{k}" for k in range(K)],
+            "raw-f64",
+            user_id="u1",
+        )
+        for i in range(3)
+    ]
+    wrong_d = context_value("w", BANDIT, T0, np.ones((K, D + 1)), ["a", "b", "c"], "raw-f32")
+    unknown = context_value("u", "nobody", T0, np.ones((K, D)), ["a", "b", "c"], "raw-f64")
+    malformed = malformed_raw_contexts()
+    bad = [raw for raw, _, _ in malformed.values()]
+    records = [(CONTEXTS, v) for v in [good[0], *bad, wrong_d, unknown, good[1], good[2]]]
+    _svc, transport = run_records(tmp_path, records)
+    check_every_message_has_its_outcome(transport, records)
+    decided = [json.loads(v)["event_id"] for v in transport.outputs["dpbandit.decisions"]]
+    assert decided == ["g0", "g1", "g2"]
+    dead = [json.loads(v) for v in transport.outputs["dpbandit.dead-letter"]]
+    assert [d["reason"] for d in dead] == [
+        *(reason for _, reason, _ in malformed.values()),
+        "wrong_dimension",
+        "unknown_bandit",
+    ]
+    assert all(d["detail"] for d in dead)
 
 
 # -- the broadcast learner and the decision replica have parsers of their own ------------------

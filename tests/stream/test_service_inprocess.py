@@ -75,15 +75,19 @@ def test_batching_and_interleaving_do_not_change_the_outcome(
     assert a == b
 
 
-def test_binary_features_learn_exactly_what_json_features_do(stream, reference, tmp_path):
-    """The binary form (arm_features_f64) carries the same float64 values as the JSON lists:
-    the same decisions, the same learned state and the same releases."""
+@pytest.mark.parametrize("encoding", ["f64", "raw-f64"])
+def test_binary_features_learn_exactly_what_json_features_do(stream, reference, tmp_path, encoding):
+    """The binary forms (arm_features_f64 in the JSON; the binary context message) carry the
+    same float64 values as the JSON lists: the same decisions, the same learned state and the
+    same releases."""
     from streaming_dpbandit.testing.stream_helpers import binary_copy
 
     ref_state, ref_svc, ref_transport, _ = reference
     path = tmp_path / "binary.jsonl"
-    assert binary_copy(stream[0], path) == EVENTS
-    assert b"arm_features_f64" in path.read_bytes() and b'"features"' not in path.read_bytes()
+    assert binary_copy(stream[0], path, encoding) == EVENTS
+    assert b'"features"' not in path.read_bytes()
+    marker = b"arm_features_f64" if encoding == "f64" else b'"value_b64": "RFBCQw'  # DPBC
+    assert path.read_bytes().count(marker) == EVENTS
     svc, transport, _ = run_file(tmp_path / "state", path)
     assert svc.state_bytes() == ref_svc.state_bytes()
     assert ledger_digests(tmp_path / "state") == ledger_digests(ref_state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import heapq
 import json
 import math
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 import numpy as np
 
 from ...envs.base import Environment
-from ..schemas import context_message
+from ..binary_context import MAGIC
+from ..schemas import context_value
 from ..transport import Source
 
 if TYPE_CHECKING:
@@ -59,7 +61,8 @@ class SimulatedSource(Source):
     chunk
         Context events per poll (simulated time advances by chunk·dt per poll).
     feature_encoding
-        ``json`` (number lists) or ``f64`` (binary ``arm_features_f64``, docs/events.md).
+        ``json`` (number lists), ``f64`` (binary ``arm_features_f64``) or the binary form
+        ``raw-f64`` / ``raw-f32`` (docs/events.md).
     """
 
     def __init__(
@@ -171,8 +174,8 @@ class SimulatedSource(Source):
             eid = f"{self.bandit_id}-{self._i}"
             self._i += 1
             self._waiting[eid] = (mu[j], noise[j], t, self._gen)
-            msg = context_message(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
-            self._send(emit, self.topics[0], msg)
+            value = context_value(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
+            emit(self.topics[0], self.bandit_id.encode(), value)
 
     def _stalled(self) -> bool:
         """Decisions older than the last poll are missing: the service is waiting."""
@@ -236,7 +239,9 @@ class SimulatedSource(Source):
 class FileSource(Source):
     """Records from a JSONL file: one ``{"topic": "contexts"|"feedback", "value": {...}}`` per line.
 
-    ``value`` may be an object or a string (sent as is, so malformed payloads can be replayed).
+    ``value`` may be an object or a string (sent as is, so malformed payloads can be replayed);
+    ``"value_b64"`` instead of ``value`` carries a binary message value (a binary context,
+    docs/events.md) as base64 text.
     An optional ``"timestamp"`` (integer milliseconds since the epoch, as a Kafka record's
     timestamp in a topic dump) is the record's timestamp: the event-time bound then judges the
     line by it rather than by the wall clock (``max_event_time_skew_s``). Lines that are not of
@@ -270,11 +275,14 @@ class FileSource(Source):
                 if (
                     isinstance(obj, dict)
                     and obj.get("topic") in ("contexts", "feedback")
-                    and "value" in obj
+                    and ("value" in obj or isinstance(obj.get("value_b64"), str))
                 ):
                     topic = self.topics[0] if obj["topic"] == "contexts" else self.topics[1]
-                    v = obj["value"]
-                    value = v.encode() if isinstance(v, str) else json.dumps(v).encode()
+                    v = obj.get("value")
+                    if "value" not in obj:  # a binary message value (e.g. a binary context)
+                        value = base64.b64decode(obj["value_b64"], validate=True)
+                    else:
+                        value = v.encode() if isinstance(v, str) else json.dumps(v).encode()
                     if isinstance(v, dict) and isinstance(v.get("bandit_id"), str):
                         key = v["bandit_id"].encode()
                     stamp = obj.get("timestamp")
@@ -309,7 +317,11 @@ class RecordingSource(Source):
         names = {self.topics[0]: "contexts", self.topics[1]: "feedback"}
 
         def tee(topic, key, value, timestamp_ms=None):
-            line = {"topic": names[topic], "value": value.decode()}
+            line: dict[str, Any] = {"topic": names[topic]}
+            if value.startswith(MAGIC):  # a binary context
+                line["value_b64"] = base64.b64encode(value).decode("ascii")
+            else:
+                line["value"] = value.decode()
             if timestamp_ms is not None:
                 line["timestamp"] = timestamp_ms
             fh.write(json.dumps(line) + "\n")

@@ -27,8 +27,8 @@ from ...policies.slate_base import SlatePolicy
 from ..arms import ActionKind
 from ..bandit import BanditRuntime
 from ..join import Resolution
-from ..parsing import BadInput, Pending
-from ..schemas import ContextEvent, SlateDecision, SlateFeedback, SlateItem
+from ..parsing import AnyContext, BadInput, Pending
+from ..schemas import SlateDecision, SlateFeedback, SlateItem
 from .join import SlateJoinStore
 
 
@@ -97,7 +97,7 @@ class SlateArms(ActionKind):
         return SlateJoinStore(self.K, settings.feedback_window, settings.max_pending, retention)
 
     # -- contexts ---------------------------------------------------------------------------
-    def encode(self, rt: BanditRuntime, ev: ContextEvent):
+    def encode(self, rt: BanditRuntime, ev: AnyContext):
         if ev.slate_size is None:
             raise BadInput(
                 "slate_required",
