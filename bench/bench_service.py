@@ -61,7 +61,7 @@ from streaming_dpbandit.stream.binary_context import (  # noqa: E402
     decode_binary_context,
 )
 from streaming_dpbandit.stream.gc_tuning import service_gc  # noqa: E402
-from streaming_dpbandit.stream.schemas import FEATURE_ENCODINGS  # noqa: E402
+from streaming_dpbandit.stream.messages import FEATURE_ENCODINGS  # noqa: E402
 from streaming_dpbandit.stream.service import Service  # noqa: E402
 from streaming_dpbandit.stream.sim.sources import (  # noqa: E402
     RecordingSource,

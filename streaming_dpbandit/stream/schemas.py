@@ -7,18 +7,15 @@ Every message is one JSON object. Times are event times in seconds since the Uni
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _json_str
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 __all__ = [
-    "FEATURE_ENCODINGS",
     "SCHEMA_VERSION",
     "ArmFeatures",
     "ContextEvent",
@@ -29,10 +26,7 @@ __all__ = [
     "SlateFeedback",
     "SlateItem",
     "Watermark",
-    "context_message",
-    "context_value",
     "decision_encoder",
-    "encode_f64",
     "parse_decision",
     "parse_feedback",
 ]
@@ -43,75 +37,6 @@ Id = Annotated[str, Field(min_length=1, max_length=200)]
 
 #: Byte order and width of the binary feature fields (``arm_features_f64``, ``shared_f64``).
 F64 = np.dtype("<f8")
-
-
-def encode_f64(values: npt.ArrayLike) -> str:
-    """The base64 text of a binary feature field: float64, little-endian, row-major.
-
-    >>> encode_f64([[1.0, -0.5], [0.25, 2.0]])
-    'AAAAAAAA8D8AAAAAAADgvwAAAAAAANA/AAAAAAAAAEA='
-    """
-    import base64
-
-    return base64.b64encode(np.ascontiguousarray(values, dtype=F64).tobytes()).decode("ascii")
-
-
-#: How producers can send features: JSON number lists, binary ``arm_features_f64`` inside the
-#: JSON, or the whole event in the binary form with float64 or float32 features
-#: (``binary_context.py``).
-FEATURE_ENCODINGS = ("json", "f64", "raw-f64", "raw-f32")
-
-
-def context_message(
-    event_id: str,
-    bandit_id: str,
-    event_time: float,
-    X: np.ndarray,
-    arm_ids: list[str],
-    encoding: str = "json",
-) -> dict[str, Any]:
-    """A per-arm context event (as a dict to send as JSON) with features ``X`` (K, d).
-
-    >>> context_message("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"])["arms"]
-    [{'arm_id': 'a', 'features': [1.0, 2.0]}]
-    >>> sorted(context_message("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"], "f64"))
-    ['arm_features_f64', 'arm_ids', 'bandit_id', 'event_id', 'event_time', 'v']
-    """
-    msg = {"v": 1, "event_id": event_id, "bandit_id": bandit_id, "event_time": event_time}
-    if encoding == "f64":
-        msg["arm_ids"] = list(arm_ids)
-        msg["arm_features_f64"] = encode_f64(X)
-    elif encoding == "json":
-        msg["arms"] = [{"arm_id": a, "features": x.tolist()} for a, x in zip(arm_ids, X)]
-    else:
-        raise ValueError(f"feature encoding {encoding!r}: choose from {FEATURE_ENCODINGS[:2]}")
-    return msg
-
-
-def context_value(
-    event_id: str,
-    bandit_id: str,
-    event_time: float,
-    X: np.ndarray,
-    arm_ids: list[str],
-    encoding: str = "json",
-    user_id: str | None = None,
-) -> bytes:
-    """The message value of a per-arm context event in any of :data:`FEATURE_ENCODINGS`.
-
-    >>> [len(context_value("e1", "shop", 5.0, np.ones((3, 100)), ["a", "b", "c"], e))
-    ...  for e in FEATURE_ENCODINGS]
-    [1669, 3318, 2443, 1243]
-    """
-    from .binary_context import BINARY_ENCODINGS, encode_binary_context
-
-    dtype = BINARY_ENCODINGS.get(encoding)
-    if dtype is not None:
-        return encode_binary_context(event_id, bandit_id, event_time, X, arm_ids, user_id, dtype)
-    msg = context_message(event_id, bandit_id, event_time, X, arm_ids, encoding)
-    if user_id is not None:
-        msg["user_id"] = user_id
-    return json.dumps(msg).encode()
 
 
 def _f64(raw: bytes, field: str) -> np.ndarray:
@@ -202,7 +127,7 @@ class ContextEvent(_Event):
     ``arm_ids`` (the same in binary) — and a slate bandit takes only ``slate_size``: a request
     for a slate of that many items from the bandit's item catalogue (its matroid's ground set;
     a slate request carries no features). The binary fields are base64 text of float64 values,
-    little-endian, row-major (:func:`encode_f64`): no number is parsed from text, so they are
+    little-endian, row-major (:func:`~.messages.encode_f64`): no number is parsed from text, so they are
     read several times faster than the JSON lists.
 
     >>> ContextEvent.model_validate_json(
@@ -212,6 +137,7 @@ class ContextEvent(_Event):
     >>> ContextEvent.model_validate_json(
     ...     '{"event_id": "e2", "bandit_id": "s", "event_time": 2, "slate_size": 10}').slate_size
     10
+    >>> from streaming_dpbandit.stream.messages import encode_f64
     >>> ev = ContextEvent.model_validate_json(
     ...     '{"event_id": "e3", "bandit_id": "b", "event_time": 2, "arm_ids": ["a", "b"],'
     ...     f' "arm_features_f64": "{encode_f64([[1.0, -0.5], [0.25, 2.0]])}"}}')

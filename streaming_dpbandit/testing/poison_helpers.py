@@ -9,7 +9,7 @@ import struct
 import numpy as np
 
 from ..stream.binary_context import MAGIC, encode_binary_context
-from ..stream.schemas import encode_f64
+from ..stream.messages import encode_f64
 from .stream_helpers import BANDIT, D, K
 
 CONTEXTS, FEEDBACK = "dpbandit.contexts", "dpbandit.feedback"

@@ -12,7 +12,7 @@ from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.schemas import context_value, encode_f64
+from streaming_dpbandit.stream.messages import context_value, encode_f64
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import FileSource, RecordingSource, SimulatedSource
 from streaming_dpbandit.stream.transport import InProcessTransport

@@ -15,7 +15,8 @@ from streaming_dpbandit.stream.binary_context import (
     decode_binary_context,
     encode_binary_context,
 )
-from streaming_dpbandit.stream.schemas import FEATURE_ENCODINGS, ContextEvent, context_value
+from streaming_dpbandit.stream.messages import FEATURE_ENCODINGS, context_value
+from streaming_dpbandit.stream.schemas import ContextEvent
 from streaming_dpbandit.testing.poison_helpers import (
     T0,
     good_raw_context,

@@ -12,12 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from streaming_dpbandit.stream.messages import context_message, encode_f64
 from streaming_dpbandit.stream.schemas import (
     ContextEvent,
     Decision,
-    context_message,
     decision_encoder,
-    encode_f64,
 )
 
 X = np.array([[0.5, -1.25, 3.0], [1e-300, 2.0**60, -0.0]])

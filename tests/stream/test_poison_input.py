@@ -20,9 +20,10 @@ from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.bandit import BanditRuntime
 from streaming_dpbandit.stream.binary_context import MAGIC, decode_binary_context
+from streaming_dpbandit.stream.messages import context_value
 from streaming_dpbandit.stream.scaling.broadcast import learner_service
 from streaming_dpbandit.stream.scaling.replica import DecisionReplica, dead_letters_of
-from streaming_dpbandit.stream.schemas import ContextEvent, context_value, parse_feedback
+from streaming_dpbandit.stream.schemas import ContextEvent, parse_feedback
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.transport import InProcessTransport, Source
 from streaming_dpbandit.testing.poison_helpers import (

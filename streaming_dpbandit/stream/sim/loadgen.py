@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from ...config import ConfigError, ServiceSettings
-from ..schemas import context_message, context_value
+from ..messages import context_message, context_value
 
 __all__ = ["RealTimeStream", "check_loadgen_settings", "run_loadgen"]
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...envs.base import Environment
 from ..binary_context import MAGIC
-from ..schemas import context_value
+from ..messages import context_value
 from ..transport import Source
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ import yaml
 from kafka import KafkaProducer
 
 from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.stream.messages import context_message
 from streaming_dpbandit.stream.runner import kafka_transport
-from streaming_dpbandit.stream.schemas import context_message
 from streaming_dpbandit.stream.transport import Transport
 from streaming_dpbandit.testing.stream_helpers import BANDIT, D, bandit_config, kafka_topics
 
