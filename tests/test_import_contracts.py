@@ -59,3 +59,17 @@ def test_no_module_of_the_service_is_over_500_lines():
         if (n := len(p.read_text().splitlines())) > 500
     }
     assert not long
+
+
+def test_no_test_module_imports_another():
+    """Helpers that several tests share live in ``streaming_dpbandit/testing/`` (the top layer
+    of the import contract); a test importing another test module breaks when files move."""
+    import re
+
+    pattern = re.compile(r"^\s*(from|import)\s+(tests\.|test_)", re.MULTILINE)
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if pattern.search(p.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, offenders

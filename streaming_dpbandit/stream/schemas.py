@@ -127,8 +127,8 @@ class ContextEvent(_Event):
     ``arm_ids`` (the same in binary) — and a slate bandit takes only ``slate_size``: a request
     for a slate of that many items from the bandit's item catalogue (its matroid's ground set;
     a slate request carries no features). The binary fields are base64 text of float64 values,
-    little-endian, row-major (:func:`~.messages.encode_f64`): no number is parsed from text, so they are
-    read several times faster than the JSON lists.
+    little-endian, row-major (:func:`~.messages.encode_f64`): no number is parsed from text, so
+    they are read several times faster than the JSON lists.
 
     >>> ContextEvent.model_validate_json(
     ...     '{"v": 1, "event_id": "e1", "bandit_id": "b", "event_time": 1.5,'

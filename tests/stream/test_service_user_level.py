@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 
-import numpy as np
 import pytest
 
 from streaming_dpbandit.privacy.ledger import read_ledger
@@ -17,54 +16,20 @@ from streaming_dpbandit.testing.stream_helpers import (
     bandit_config,
     dead_letters,
     decisions,
-    record_stream,
     run_file,
 )
-
-K_USER = 3
-N_USERS = 40
-
-
-def user_name(i: int) -> str:
-    return f"person-{i:03d}@example.org"
-
-
-def user_bandit(**bound) -> dict:
-    cfg = bandit_config()
-    cfg["user_level"] = {"max_contributions_per_user": K_USER, **bound}
-    return cfg
-
-
-def write_user_stream(d, events: int = 1200):
-    """A recorded stream whose contexts carry user ids (Zipf-popular users, so many exceed k),
-    plus one context without a user id and one malformed context that names a user."""
-    plain = d / "plain.jsonl"
-    record_stream(plain, events, seed=5, state_dir=d / "rec")
-    rng = np.random.default_rng(3)
-    w = 1.0 / np.arange(1, N_USERS + 1)
-    lines = [json.loads(x) for x in plain.read_text().splitlines()]
-    out = []
-    for i, line in enumerate(lines):
-        if line["topic"] == "contexts":
-            ev = json.loads(line["value"])
-            if i == 7:
-                out.append({**line, "value": json.dumps({**ev, "event_id": "no-user"})})
-                out.append({**line, "value": '{"user_id": "' + user_name(999) + '", "event_id": '})
-            ev["user_id"] = user_name(int(rng.choice(N_USERS, p=w / w.sum())))
-            line = {**line, "value": json.dumps(ev)}
-        out.append(line)
-    path = d / "users.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in out))
-    return path
+from streaming_dpbandit.testing.user_level_helpers import (
+    K_USER,
+    N_USERS,
+    raw_ids_in,
+    user_bandit,
+    write_user_stream,
+)
 
 
 @pytest.fixture(scope="module")
 def stream(tmp_path_factory):
     return write_user_stream(tmp_path_factory.mktemp("user-stream"))
-
-
-def raw_ids_in(blob: str) -> list[str]:
-    return [u for u in (user_name(i) for i in [*range(N_USERS), 999]) if u in blob]
 
 
 def test_serve_bounds_users_counts_bounded_and_never_outputs_a_user_id(stream, tmp_path, caplog):

@@ -18,7 +18,11 @@ from streaming_dpbandit.testing.kafka_helpers import (
     run_in_thread,
 )
 from streaming_dpbandit.testing.stream_helpers import BANDIT, kafka_topics, run_file
-from tests.stream.test_service_user_level import raw_ids_in, user_bandit, write_user_stream
+from streaming_dpbandit.testing.user_level_helpers import (
+    raw_ids_in,
+    user_bandit,
+    write_user_stream,
+)
 
 pytestmark = pytest.mark.kafka
 
