@@ -45,22 +45,23 @@ ENV = FliphatPaperEnv(d=D, K=K, s_star=3)
 
 
 # -- the stream ---------------------------------------------------------------------------------
-def bandits_config(names: list[str]) -> dict:
-    """A short first episode: every bandit releases twice within its 500 events (episodes of
-    64 rounds, doubling; each release 250 rounds after its episode, longer than the 2 s
-    feedback window, 200 rounds of one bandit, so that no bandit waits for its feedback)."""
+def bandits_config(names: list[str], first_episode_len: int = 256) -> dict:
+    """The bandits' configuration; the big test's short first episode (64) makes every bandit
+    release twice within its 500 events (episodes doubling; each release 250 rounds after its
+    episode, longer than the 2 s feedback window, 200 rounds of one bandit, so that no bandit
+    waits for its feedback)."""
     return {
-        name: bandit_config(first_episode_len=64) | {"seed": 1000 + i}
+        name: bandit_config(first_episode_len=first_episode_len) | {"seed": 1000 + i}
         for i, name in enumerate(names)
     }
 
 
-def reference(tmp: Path, path: Path, names: list[str]) -> dict:
+def reference(tmp: Path, path: Path, names: list[str], first_episode_len: int = 256) -> dict:
     """The single-process run over the same stream (in-process, one partition per topic)."""
     st = ServiceSettings.model_validate(
         {
             "mode": "service",
-            "bandits": bandits_config(names),
+            "bandits": bandits_config(names, first_episode_len),
             "snapshots": {"directory": str(tmp / "ref"), "interval_s": 3600},
             "metrics": {"enabled": False},
             "progress": False,
@@ -119,7 +120,16 @@ def group_lag(bootstrap: str, group: str, topics: dict) -> int | None:
     return committed_lag(bootstrap, group, [topics["contexts"], topics["feedback"]])
 
 
-def write_config(tmp: Path, name: str, bootstrap: str, topics: dict, group: str, names, **scaling):
+def write_config(
+    tmp: Path,
+    name: str,
+    bootstrap: str,
+    topics: dict,
+    group: str,
+    names,
+    first_episode_len: int = 256,
+    **scaling,
+):
     cfg = {
         "mode": "service",
         "kafka": {
@@ -133,7 +143,7 @@ def write_config(tmp: Path, name: str, bootstrap: str, topics: dict, group: str,
             "session_timeout_ms": 10_000,
         },
         "scaling": {"mode": "group", **scaling},
-        "bandits": bandits_config(names),
+        "bandits": bandits_config(names, first_episode_len),
         "metrics": {"enabled": False},
         "progress": False,
         "max_batch": 256,
@@ -250,6 +260,7 @@ def check_against_reference(bootstrap, topics, group, ref, partitions):
 BANDITS = [f"b{i:03d}" for i in range(100)]
 PARTITIONS = 12
 EVENTS_PER_BANDIT = 500
+FIRST_EPISODE = 64  # two releases per bandit within its 500 events (bandits_config)
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +271,8 @@ def big_stream(tmp_path_factory):
         path, BANDITS, EVENTS_PER_BANDIT, FliphatPaperEnv(d=D, K=K, s_star=3), seed=11
     )
     assert counts["contexts"] == len(BANDITS) * EVENTS_PER_BANDIT
-    return {"path": path, "counts": counts, "ref": reference(d, path, BANDITS)}
+    ref = reference(d, path, BANDITS, FIRST_EPISODE)
+    return {"path": path, "counts": counts, "ref": ref}
 
 
 def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
@@ -283,7 +295,7 @@ def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
     total = len(BANDITS) * EVENTS_PER_BANDIT
 
     def cfg(name):
-        return write_config(tmp_path, name, boot, topics, group, BANDITS)
+        return write_config(tmp_path, name, boot, topics, group, BANDITS, FIRST_EPISODE)
 
     replicas = [Replica(tmp_path, f"r{i}", cfg(f"r{i}")) for i in range(3)]
 
