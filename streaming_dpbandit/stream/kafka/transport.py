@@ -205,6 +205,23 @@ class JoinWatchdog:
         return False
 
 
+def close_stalled(consumer, limit_s: float, restart: int, dropping: str = "") -> None:
+    """Log kafka-python's re-join stall and close the stalled consumer without committing
+    (the single-process transport, a group replica and a decision replica then join again with
+    a new consumer; ``dropping`` names what the caller drops with it)."""
+    log.warning(
+        "consumer group membership not stable for %.0f s (kafka-python re-join stall): "
+        "%sre-creating the consumer (restart %d)",
+        limit_s,
+        f"dropping {dropping} and " if dropping else "",
+        restart,
+    )
+    try:
+        consumer.close(autocommit=False)
+    except Exception as err:  # a stalled client may fail to leave the group cleanly
+        log.debug("closing the stalled consumer failed: %s", err)
+
+
 #: Unconfirmed sends kept before the acknowledged ones are dropped from the list.
 UNCONFIRMED_PRUNE = 50_000
 
@@ -306,17 +323,7 @@ class KafkaTransport(Transport):
     def _rejoin(self) -> None:
         """Replace a consumer whose group join stalled (see the module docstring)."""
         self.join_restarts += 1
-        log.warning(
-            "consumer group membership not stable for %.0f s (kafka-python re-join stall): "
-            "re-creating the consumer (restart %d)",
-            self.settings.rejoin_stall_s,
-            self.join_restarts,
-        )
-        old = self.consumer
-        try:
-            old.close(autocommit=False)
-        except Exception as err:  # a stalled client may fail to leave the group cleanly
-            log.debug("closing the stalled consumer failed: %s", err)
+        close_stalled(self.consumer, self.settings.rejoin_stall_s, self.join_restarts)
         self._join()
 
     def _tp(self, tp: TP):

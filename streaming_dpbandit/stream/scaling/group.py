@@ -34,6 +34,7 @@ from ..kafka.state_store import KafkaChangelogStore
 from ..kafka.transport import (
     JoinWatchdog,
     client_options,
+    close_stalled,
     group_consumer_options,
     producer_options,
     wait_for_partitions,
@@ -194,20 +195,15 @@ class GroupService:
         commit, state and offsets from Kafka) and join again with a new consumer: what a
         process restart would do, without losing the process."""
         self.join_restarts += 1
-        log.warning(
-            "consumer group membership not stable for %.0f s (kafka-python re-join stall): "
-            "dropping tasks %s and re-creating the consumer (restart %d)",
+        close_stalled(
+            self.consumer,
             self.settings.kafka.rejoin_stall_s,
-            sorted(self.tasks),
             self.join_restarts,
+            dropping=f"tasks {sorted(self.tasks)}",
         )
         for p in list(self.tasks):
             self.tasks.pop(p).abandon()
         self._revoked, self._assigned, self._rejoin = set(), None, False
-        try:
-            self.consumer.close(autocommit=False)
-        except Exception as err:  # a stalled client may fail to leave the group cleanly
-            log.debug("closing the stalled consumer failed: %s", err)
         try:
             self.consumer = self._consumer()
             self._subscribe()

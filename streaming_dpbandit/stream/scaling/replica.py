@@ -131,18 +131,11 @@ class DecisionReplica:
         after a process restart (at-least-once, module docstring). The new consumer joins as
         a new member; nothing else of the replica (models, producer, dead letters) changes.
         """
+        from ..kafka.transport import close_stalled
+
         self.join_restarts += 1
-        log.warning(
-            "consumer group membership not stable for %.0f s (kafka-python re-join stall): "
-            "re-creating the consumer (restart %d)",
-            self.settings.kafka.rejoin_stall_s,
-            self.join_restarts,
-        )
         self.producer.flush()
-        try:
-            self.consumer.close(autocommit=False)
-        except Exception as err:  # a stalled client may fail to leave the group cleanly
-            log.debug("closing the stalled consumer failed: %s", err)
+        close_stalled(self.consumer, self.settings.kafka.rejoin_stall_s, self.join_restarts)
         try:
             self._join()
         except Exception as err:
