@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from .schemas import F64
 
-__all__ = ["FEATURE_ENCODINGS", "context_message", "context_value", "encode_f64"]
+__all__ = ["FEATURE_ENCODINGS", "context_value", "encode_f64"]
 
 
 def encode_f64(values: npt.ArrayLike) -> str:
@@ -32,32 +32,6 @@ def encode_f64(values: npt.ArrayLike) -> str:
 FEATURE_ENCODINGS = ("json", "f64", "raw-f64", "raw-f32")
 
 
-def context_message(
-    event_id: str,
-    bandit_id: str,
-    event_time: float,
-    X: np.ndarray,
-    arm_ids: list[str],
-    encoding: str = "json",
-) -> dict[str, Any]:
-    """A per-arm context event (as a dict to send as JSON) with features ``X`` (K, d).
-
-    >>> context_message("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"])["arms"]
-    [{'arm_id': 'a', 'features': [1.0, 2.0]}]
-    >>> sorted(context_message("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"], "f64"))
-    ['arm_features_f64', 'arm_ids', 'bandit_id', 'event_id', 'event_time', 'v']
-    """
-    msg = {"v": 1, "event_id": event_id, "bandit_id": bandit_id, "event_time": event_time}
-    if encoding == "f64":
-        msg["arm_ids"] = list(arm_ids)
-        msg["arm_features_f64"] = encode_f64(X)
-    elif encoding == "json":
-        msg["arms"] = [{"arm_id": a, "features": x.tolist()} for a, x in zip(arm_ids, X)]
-    else:
-        raise ValueError(f"feature encoding {encoding!r}: choose from {FEATURE_ENCODINGS[:2]}")
-    return msg
-
-
 def context_value(
     event_id: str,
     bandit_id: str,
@@ -72,13 +46,27 @@ def context_value(
     >>> [len(context_value("e1", "shop", 5.0, np.ones((3, 100)), ["a", "b", "c"], e))
     ...  for e in FEATURE_ENCODINGS]
     [1669, 3318, 2443, 1243]
+    >>> json.loads(context_value("e1", "shop", 5.0, np.array([[1.0, 2.0]]), ["a"]))["arms"]
+    [{'arm_id': 'a', 'features': [1.0, 2.0]}]
     """
     from .binary_context import BINARY_ENCODINGS, encode_binary_context
 
     dtype = BINARY_ENCODINGS.get(encoding)
     if dtype is not None:
         return encode_binary_context(event_id, bandit_id, event_time, X, arm_ids, user_id, dtype)
-    msg = context_message(event_id, bandit_id, event_time, X, arm_ids, encoding)
+    msg: dict[str, Any] = {
+        "v": 1,
+        "event_id": event_id,
+        "bandit_id": bandit_id,
+        "event_time": event_time,
+    }
+    if encoding == "f64":
+        msg["arm_ids"] = list(arm_ids)
+        msg["arm_features_f64"] = encode_f64(X)
+    elif encoding == "json":
+        msg["arms"] = [{"arm_id": a, "features": x.tolist()} for a, x in zip(arm_ids, X)]
+    else:
+        raise ValueError(f"feature encoding {encoding!r}: choose from {FEATURE_ENCODINGS}")
     if user_id is not None:
         msg["user_id"] = user_id
     return json.dumps(msg).encode()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from streaming_dpbandit.stream.messages import context_message, encode_f64
+from streaming_dpbandit.stream.messages import context_value, encode_f64
 from streaming_dpbandit.stream.schemas import (
     ContextEvent,
     Decision,
@@ -29,12 +29,8 @@ def event(**fields) -> bytes:
 
 
 def test_binary_per_arm_features_equal_the_json_lists_bit_for_bit():
-    as_json = ContextEvent.model_validate_json(
-        json.dumps(context_message("e", "b", 1.0, X, ["a", "c"], "json"))
-    )
-    as_f64 = ContextEvent.model_validate_json(
-        json.dumps(context_message("e", "b", 1.0, X, ["a", "c"], "f64"))
-    )
+    as_json = ContextEvent.model_validate_json(context_value("e", "b", 1.0, X, ["a", "c"], "json"))
+    as_f64 = ContextEvent.model_validate_json(context_value("e", "b", 1.0, X, ["a", "c"], "f64"))
     assert as_f64.candidate_ids() == as_json.candidate_ids() == ["a", "c"]
     assert as_f64.arm_features().tobytes() == as_json.arm_features().tobytes() == X.tobytes()
     assert as_f64.shared_features() is None

@@ -3,6 +3,8 @@ service is in test_loadgen_kafka.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ def test_real_time_stream_paces_contexts_and_schedules_rewards_after_decisions()
     t0 = 1_800_000_000.0
     s = RealTimeStream(env, "shop", rate=100, start=t0, delay_mean=0.5, seed=1, id_prefix="run1")
     assert len(s.contexts(t0)) == 1  # event 0 happens at the start
-    batch = s.contexts(t0 + 0.999)
+    batch = [json.loads(c) for c in s.contexts(t0 + 0.999)]
     assert len(batch) == 99 and s.events == 100
     assert s.contexts(t0 + 0.999) == []
     ids = [c["event_id"] for c in batch]
@@ -51,7 +53,7 @@ def test_real_time_stream_paces_contexts_and_schedules_rewards_after_decisions()
 def test_real_time_stream_finishes_after_the_last_reward():
     env = FliphatPaperEnv(d=D, K=K, s_star=3)
     s = RealTimeStream(env, "shop", rate=1000, start=0.0, delay_mean=0.1, max_events=5)
-    ctx = s.contexts(100.0)
+    ctx = [json.loads(c) for c in s.contexts(100.0)]
     assert len(ctx) == 5 and s.contexts(200.0) == []
     for c in ctx:
         s.on_decision({"event_id": c["event_id"], "arm_index": 2}, 100.0)
@@ -65,7 +67,7 @@ def test_real_time_stream_finishes_after_the_last_reward():
 def test_real_time_stream_drops_rewards_with_the_configured_probability():
     env = FliphatPaperEnv(d=D, K=K, s_star=3)
     s = RealTimeStream(env, "shop", rate=1e4, start=0.0, feedback_probability=0.3, seed=4)
-    for c in s.contexts(0.5):
+    for c in map(json.loads, s.contexts(0.5)):
         s.on_decision({"event_id": c["event_id"], "arm_index": 0}, 1.0)
     s.feedback(1e9)
     assert s.decisions == 5001

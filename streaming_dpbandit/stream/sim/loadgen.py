@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from ...config import ConfigError, ServiceSettings
-from ..messages import context_message, context_value
+from ..messages import context_value
 
 __all__ = ["RealTimeStream", "check_loadgen_settings", "run_loadgen"]
 
@@ -109,7 +109,7 @@ class RealTimeStream:
             and not self._due
         )
 
-    def contexts(self, now: float) -> list[dict | bytes]:
+    def contexts(self, now: float) -> list[bytes]:
         """The context events whose time has come (event i happens at start + i / rate)."""
         n = int(np.floor((now - self.start) * self.rate)) + 1 - self.events
         if self.max_events is not None:
@@ -121,20 +121,13 @@ class RealTimeStream:
         noise = self.env.reward_noise(self._rng, n)
         Xr = np.round(X, 6)  # what a producer would send; rewards use the exact contexts
         arm_ids = [f"arm-{k}" for k in range(X.shape[1])]
-        out: list[dict | bytes] = []
+        out: list[bytes] = []
         for j in range(n):
             i = self.events + j
             eid = f"{self.id_prefix}-{i}"
             self._waiting[eid] = (mu[j], noise[j])
             t = self.start + i / self.rate
-            if self.feature_encoding in ("json", "f64"):
-                out.append(
-                    context_message(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
-                )
-            else:  # the binary form: the message value itself
-                out.append(
-                    context_value(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
-                )
+            out.append(context_value(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding))
         self.events += n
         return out
 
@@ -298,7 +291,7 @@ def run_loadgen(
         signal.signal(signal.SIGINT, _stop)
     key = sim.bandit_id.encode()
 
-    def send(topic: str, values: list[dict | bytes] | list[dict]) -> None:
+    def send(topic: str, values: list[bytes] | list[dict]) -> None:
         for v in values:
             producer.send(
                 topic, key=key, value=v if isinstance(v, bytes) else json.dumps(v).encode()

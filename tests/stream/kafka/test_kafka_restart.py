@@ -10,7 +10,6 @@ getting the partitions within half the session shows the restart did not wait fo
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import yaml
 from kafka import KafkaProducer
 
 from streaming_dpbandit.config import ServiceSettings
-from streaming_dpbandit.stream.messages import context_message
+from streaming_dpbandit.stream.messages import context_value
 from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.transport import Transport
 from streaming_dpbandit.testing.stream_helpers import BANDIT, D, bandit_config, kafka_topics
@@ -138,10 +137,8 @@ def test_a_second_process_with_the_same_static_membership_stops_the_first(
             wait_assigned(log_path, 120)
             producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
             for i in range(20):  # offsets to commit
-                msg = context_message(f"e{i}", BANDIT, 1000.0 + i, np.ones((3, D)) / D, list("abc"))
-                producer.send(
-                    f"{name}.contexts", key=BANDIT.encode(), value=json.dumps(msg).encode()
-                )
+                value = context_value(f"e{i}", BANDIT, 1000.0 + i, np.ones((3, D)) / D, list("abc"))
+                producer.send(f"{name}.contexts", key=BANDIT.encode(), value=value)
             producer.flush()
             producer.close()
             other = settings(kafka_broker.bootstrap, name, tmp_path / "b", client=kafka_client)
