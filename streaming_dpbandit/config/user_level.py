@@ -50,7 +50,7 @@ class UserLevelConfig(BaseModel):
 
     def refusal(self, policy: PolicyConfigBase) -> str | None:
         """Why this bound cannot apply to ``policy`` (one line), or None."""
-        from ..policies.user_level import GROUP_CALIBRATED
+        from ..policies.user_level import GROUP_CALIBRATED, SLATE_GROUP_CALIBRATED
 
         name = policy.policy
         have = ", ".join(GROUP_CALIBRATED)
@@ -62,6 +62,9 @@ class UserLevelConfig(BaseModel):
             return f"user_level: no group calibration for policy {name} yet (supported: {have})"
         if name == "private-lasso" and getattr(policy, "calibration", None) == "paper":
             return "user_level: private-lasso calibration=paper is not a valid DP guarantee"
+        slate = name in SLATE_GROUP_CALIBRATED
+        if slate and getattr(policy, "calibration", None) == "paper":  # certified as 2ε only
+            return f"user_level: {name} calibration=paper is for reproducing the thesis only"
         return None
 
     def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:
@@ -72,13 +75,15 @@ class UserLevelConfig(BaseModel):
         if why is not None:
             raise ValueError(why)
         given = policy.params()
-        eps, delta = float(given["epsilon"]), float(given["delta"])
+        eps, delta = float(given["epsilon"]), float(given.get("delta", 0.0))  # slates: pure ε
         k = self.max_contributions_per_user
         params: dict[str, Any] = {}
         if k > 1:  # (DP-LinUCB's ε′ depends on every parameter; FLIPHAT's on ε, δ, k only)
             base = policy.params() if policy.policy == "dp-linucb" else {}
             g = group_params(policy.policy, base, k, eps, delta)
-            params = {"epsilon": g["epsilon"], "delta": g["delta"]}
+            params = {"epsilon": g["epsilon"]}
+            if "delta" in given:
+                params["delta"] = g["delta"]
         inner = policy.build(seed=seed, **{**overrides, **params})
         return UserLevel(
             inner,
