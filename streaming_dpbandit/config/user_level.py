@@ -28,9 +28,8 @@ class UserLevelConfig(BaseModel):
     >>> pol = ul.build(policy_config("fliphat", {"d": 10, "s": 2}), seed=1)
     >>> pol.policy.epsilon, pol.max_contributions_per_user    # ε/k for one release
     (0.5, 2)
-    >>> print(ul.refusal(policy_config("linucb", {"d": 3})))  # doctest: +NORMALIZE_WHITESPACE
-    user_level: policy linucb is not private
-    (user-level privacy applies to fliphat, dp-linucb, private-lasso)
+    >>> print(ul.refusal(policy_config("linucb", {"d": 3})))  # doctest: +ELLIPSIS
+    user_level: policy linucb is not private (user-level privacy applies to fliphat, ...)
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
@@ -65,6 +64,11 @@ class UserLevelConfig(BaseModel):
         slate = name in SLATE_GROUP_CALIBRATED
         if slate and getattr(policy, "calibration", None) == "paper":  # certified as 2ε only
             return f"user_level: {name} calibration=paper is for reproducing the thesis only"
+        if slate and self.max_releases_per_user is not None:  # one release: the whole run
+            return (
+                f"user_level: max_releases_per_user does not apply to {name}: its one guarantee "
+                "covers the whole run, so k already bounds a user's slates over the run"
+            )
         return None
 
     def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:
