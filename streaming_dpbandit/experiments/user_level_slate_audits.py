@@ -19,6 +19,8 @@ The score is the exact privacy-loss statistic of the pair, as in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
 
 from ..estimators.batch_means import UNIT
@@ -27,6 +29,9 @@ from ..policies.user_level import UserLevel, group_params
 from ..privacy.audit import AuditResult, audit
 from ..privacy.user_level import group_component
 from .dp_matroid_audits import _llr
+
+if TYPE_CHECKING:
+    from ..policies.base import Policy
 
 __all__ = ["audit_user_slate_release", "user_slate_pair"]
 
@@ -58,7 +63,10 @@ def user_slate_pair(
         rewards = np.full((ROUNDS, K), 0.5)
         rewards[is_u] = 10.0 if which == 0 else -10.0
         if bound:
-            UserLevel(pol, k, seed=seed).learn(dec.slates, rewards, dec.rounds, user_ids=users)
+            # (UserLevel is typed for single-arm policies; it forwards slates' rows unchanged)
+            UserLevel(cast("Policy", pol), k, seed=seed).learn(
+                dec.slates, rewards, dec.rounds, user_ids=users
+            )
         else:  # the mutant: every event of u enters
             pol.learn(dec.slates, rewards, dec.rounds)
         sealed = {(e, s): total for e, s, _size, total, _t in pol._est._sealed}
