@@ -55,6 +55,22 @@ def test_slate_user_level_refuses_paper_and_a_release_cap():
     assert bound.refusal(plain) is None
 
 
+def test_explain_states_the_slate_group_calibration_per_user(capsys):
+    import json
+
+    from streaming_dpbandit.cli import main
+
+    argv = ["explain", "--policy", "dpts-mat", "--policy-param", f"matroid={json.dumps(MATROID)}"]
+    argv += ["--policy-param", "epsilon=2"]
+    assert main([*argv, "--max-contributions-per-user", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ul = out["user_level"]
+    assert ul["inner_epsilon"] == pytest.approx(0.5) and out["epsilon0"] == pytest.approx(0.125)
+    assert "one user" in out["privacy_statement"] and "ε = 2," in out["privacy_statement"]
+    assert main([*argv, "--max-contributions-per-user", "2", "--max-releases-per-user", "2"]) == 2
+    assert "does not apply" in capsys.readouterr().err
+
+
 def test_user_level_slate_audit_bounding_and_halved_noise():
     s0, s1, _pol = ulsa.user_slate_pair()
     assert np.all(s0 - s1 == 3.0)  # u's k admitted rewards hit the same batch mean k times

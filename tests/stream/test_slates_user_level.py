@@ -8,86 +8,30 @@ from __future__ import annotations
 import json
 import logging
 
-import numpy as np
 import pytest
 
 from streaming_dpbandit.privacy.ledger import read_ledger
 from streaming_dpbandit.privacy.user_level import user_level_of_records
-from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sim.sources import RecordingSource
-from streaming_dpbandit.stream.slates.sources import SlateSimulatedSource
-from streaming_dpbandit.stream.transport import InProcessTransport
-from streaming_dpbandit.testing.slate_helpers import PartitionEnv, slate_bandit
+from streaming_dpbandit.testing.slate_user_helpers import (
+    K_USER,
+    N_USERS,
+    POLICY,
+    raw_shoppers_in,
+    user_slate_bandit,
+    write_user_slate_stream,
+)
 from streaming_dpbandit.testing.stream_helpers import BANDIT, decisions, run_file, settings
 
-K_USER = 2
-N_USERS = 60
 EVENTS = 400
-LAG = 48
-ITEMS = [f"sku-{i:02d}" for i in range(40)]
-POLICY = {
-    "policy": "dpucb-mat",
-    "matroid": {
-        "type": "partition",
-        "categories": [i % 4 for i in range(40)],
-        "capacities": [2, 1, 1, 1],
-    },
-    "epsilon": 1.0,
-    "update_every": 16,
-    "items": ITEMS,
-}
-
-
-def user_name(i: int) -> str:
-    return f"shopper-{i:03d}@example.org"
-
-
-def user_slate_bandit(**bound) -> dict:
-    return {
-        **slate_bandit(POLICY, lag=LAG),
-        "user_level": {"max_contributions_per_user": K_USER, **bound},
-    }
-
-
-class UserSlateSource(SlateSimulatedSource):
-    """Slate requests from Zipf-popular returning users (each context carries a ``user_id``)."""
-
-    def _send(self, emit, topic, value):
-        if topic == self.topics[0]:
-            i = int(value["event_id"].rsplit("-", 1)[1])
-            value = {**value, "user_id": user_name(int(USERS[i]))}
-        super()._send(emit, topic, value)
-
-
-_w = 1.0 / np.arange(1, N_USERS + 1)
-USERS = np.random.default_rng(4).choice(N_USERS, size=EVENTS, p=_w / _w.sum())
 
 
 @pytest.fixture(scope="module")
 def stream(tmp_path_factory):
-    """A slate stream (EVENTS requests, per-item feedback) recorded from a user-level bandit."""
-    d = tmp_path_factory.mktemp("slate-users")
-    path = d / "users.jsonl"
-    src = UserSlateSource(
-        PartitionEnv(),
-        EVENTS,
-        BANDIT,
-        dt=0.01,
-        delay_mean=0.3,
-        feedback_probability=0.85,
-        seed=3,
-        topics=("dpbandit.contexts", "dpbandit.feedback"),
-        item_ids=ITEMS,
-    )
-    st = settings(d / "record", bandit=user_slate_bandit())
-    svc = Service(st, InProcessTransport(RecordingSource(src, path)))
-    svc.open()
-    svc.run()
-    return path
+    return write_user_slate_stream(tmp_path_factory.mktemp("slate-users"), EVENTS)
 
 
 def test_serve_slates_admits_k_per_user_keeps_item_rewards_and_states_the_user_bound(
-    stream, tmp_path, caplog
+    stream, tmp_path, caplog, capsys
 ):
     state = tmp_path / "state"
     caplog.set_level(logging.DEBUG)
@@ -121,6 +65,15 @@ def test_serve_slates_admits_k_per_user_keeps_item_rewards_and_states_the_user_b
     assert inner.epsilon == pytest.approx(1.0 / K_USER)
     assert b["user_level"]["statement"] == ul.statement()
     assert ul.statement().startswith(f"per user: at most {K_USER} events per release")
+    # dpbandit budget over the service's ledger states the same figure
+    from streaming_dpbandit.cli import main
+
+    capsys.readouterr()
+    assert main(["budget", str(state / "ledger.jsonl"), "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)["bandits"]
+    assert item["user_level"]["statement"] == ul.statement()
+    assert item["statement"]["epsilon"] == pytest.approx(1.0)
+    assert "one user" in item["statement_text"]
     # no raw user id anywhere
     blobs = [
         json.dumps(decisions(transport)),
@@ -131,7 +84,7 @@ def test_serve_slates_admits_k_per_user_keeps_item_rewards_and_states_the_user_b
     ]
     assert any(state.rglob("snap*"))
     for blob in blobs:
-        assert not [u for u in map(user_name, range(N_USERS)) if u in blob]
+        assert raw_shoppers_in(blob) == []
 
 
 @pytest.mark.parametrize("crash_after", [3])
