@@ -13,7 +13,7 @@ from streaming_dpbandit.stream.sim.sources import RecordingSource
 from streaming_dpbandit.stream.slates.sources import SlateSimulatedSource
 from streaming_dpbandit.stream.transport import InProcessTransport
 
-from .slate_helpers import PartitionEnv, slate_bandit
+from .slate_helpers import PARTITION40, PartitionEnv, slate_bandit
 from .stream_helpers import BANDIT, settings
 
 K_USER = 2
@@ -22,11 +22,7 @@ LAG = 48
 ITEMS = [f"sku-{i:02d}" for i in range(40)]
 POLICY = {
     "policy": "dpucb-mat",
-    "matroid": {
-        "type": "partition",
-        "categories": [i % 4 for i in range(40)],
-        "capacities": [2, 1, 1, 1],
-    },
+    "matroid": PARTITION40,
     "epsilon": 1.0,
     "update_every": 16,
     "items": ITEMS,

@@ -12,6 +12,7 @@ import pytest
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.privacy.user_bound import UserContributionBound
 from streaming_dpbandit.replay.slates import read_slate_log
+from streaming_dpbandit.testing.slate_helpers import slate_decision_value
 
 L, K, USERS = 6, 2, 40
 MEANS = np.linspace(0.1, 0.8, L)
@@ -32,16 +33,7 @@ def _log(path, events=2000, with_users=True, seed=0):
         ctx = {"event_id": eid, "bandit_id": "home", "event_time": float(i), "slate_size": K}
         if with_users:
             ctx["user_id"] = _user(int(rng.choice(USERS, p=w / w.sum())))
-        dec = {
-            "event_id": eid,
-            "bandit_id": "home",
-            "model_version": 0,
-            "round": i + 1,
-            "calibration": "non-private",
-            "policy": "random",
-            "decided_at": float(i),
-            "slate": [{"item_id": f"sku-{e}", "item_index": int(e), "key": None} for e in s],
-        }
+        dec = slate_decision_value(eid, "home", i + 1, s)
         rewards = {f"sku-{e}": float(rng.random() < MEANS[e]) for e in s}
         fb = {"event_id": eid, "bandit_id": "home", "event_time": i + 0.5, "rewards": rewards}
         lines += [
