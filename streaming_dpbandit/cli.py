@@ -105,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("simulate", help="simulate policies on an environment (regret table/plot)")
-    p.add_argument("--env", default="fliphat-paper", help="environment (default: fliphat-paper)")
+    p.add_argument(
+        "--env",
+        default="fliphat-paper",
+        help="environment (default: fliphat-paper; dp-matroid-synthetic: slates, for dpucb-mat "
+        "and dpts-mat)",
+    )
     p.add_argument(
         "--policy",
         required=True,

@@ -137,12 +137,18 @@ def _run_slates(args, names: list[str], wanted: list[str]) -> int:
     bad = set(log_params) - {"bandit", "bandit_id", "feedback_window", "default_reward"}
     if bad:
         raise ConfigError(f"--log-param {', '.join(sorted(bad))} does not apply to slate logs")
+    ul = user_level_config(args)  # user level: each user's first k decisions feed the tapes
     runs = []
     for name in names:
         for eps in args.epsilon or [user.get("epsilon", 1.0)]:
             params = {**known_params(name, user), "epsilon": eps, "calibration": args.calibration}
-            pol = policy_config(name, params).build(seed=args.seed)
-            runs.append((f"{name} ε={float(eps):g}", pol))
+            cfg = policy_config(name, params)
+            if ul is None:
+                runs.append((f"{name} ε={float(eps):g}", cfg.build(seed=args.seed)))
+                continue
+            user_level_config(args, cfg)  # refused (one line) without a group calibration
+            label = f"{name} ε={float(eps):g} k={ul.max_contributions_per_user}"
+            runs.append((label, ul.build(cfg, seed=args.seed)))
     L = runs[0][1].L
     if any(pol.L != L for _, pol in runs):
         raise ConfigError("the policies' matroids have different catalogues")
@@ -156,6 +162,7 @@ def _run_slates(args, names: list[str], wanted: list[str]) -> int:
             bandit_id=log_params.get("bandit_id", log_params.get("bandit")),
             feedback_window=float(log_params.get("feedback_window", 60.0)),
             default_reward=float(log_params.get("default_reward", runs[0][1].default_reward)),
+            user_bound=None if ul is None else _slate_log_bound(ul, args.seed),
         )
     except LogFormatError as err:
         raise ConfigError(str(err)) from None
@@ -182,6 +189,9 @@ def _run_slates(args, names: list[str], wanted: list[str]) -> int:
             )
         )
     print(slate_replay_table(results, log))
+    for r in results:  # user level: ε certified above is the whole-run figure per user
+        if "user_level" in r.privacy:
+            print(f"note: {r.label}: {r.privacy['user_level']['statement']}")
     if args.json:
         out = slate_replay_json(results, log)
         Path(args.json).write_text(json.dumps(out, indent=1, default=json_default))
@@ -190,6 +200,15 @@ def _run_slates(args, names: list[str], wanted: list[str]) -> int:
         plot_slate_replay(results, log, args.plot)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _slate_log_bound(ul, seed):
+    """The bound a slate log is read under: each user's first k decisions feed the tapes (one
+    window, E refused for slates; docs/privacy/user-level-slates.md)."""
+    from ..privacy.user_bound import UserContributionBound
+
+    key = None if seed is None else int(seed) ^ 0x5EED
+    return UserContributionBound(ul.max_contributions_per_user, None, ul.max_users, key)
 
 
 def _replay_specs(args, reader) -> list:

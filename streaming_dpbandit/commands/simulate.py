@@ -22,16 +22,21 @@ from .options import (
 __all__ = ["run"]
 
 _SLATES = (
-    "{name} serves slates over a matroid: use `dpbandit reproduce dp-matroid`, or "
-    "`dpbandit serve` with a slate bandit (docs/dp-matroid.md)"
+    "{name} serves slates over a matroid: use --env dp-matroid-synthetic, `dpbandit reproduce "
+    "dp-matroid`, or `dpbandit serve` with a slate bandit (docs/dp-matroid.md)"
 )
 
 
 def run(args) -> int:
+    from ..envs import MATROID_REGISTRY
     from ..experiments.report import plot_curves, simulation_table
     from ..experiments.runner import simulate
     from ..policies import SLATE_POLICIES
 
+    if args.env in MATROID_REGISTRY:  # slates (docs/privacy/user-level-slates.md)
+        from .simulate_slates import run_slates
+
+        return run_slates(args)
     writable(args.json, "--json")
     plot_target(args.plot)
     env = build_env(args.env, parse_kv(args.env_param, "--env-param"))

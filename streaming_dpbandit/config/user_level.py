@@ -28,9 +28,8 @@ class UserLevelConfig(BaseModel):
     >>> pol = ul.build(policy_config("fliphat", {"d": 10, "s": 2}), seed=1)
     >>> pol.policy.epsilon, pol.max_contributions_per_user    # ε/k for one release
     (0.5, 2)
-    >>> print(ul.refusal(policy_config("linucb", {"d": 3})))  # doctest: +NORMALIZE_WHITESPACE
-    user_level: policy linucb is not private
-    (user-level privacy applies to fliphat, dp-linucb, private-lasso)
+    >>> print(ul.refusal(policy_config("linucb", {"d": 3})))  # doctest: +ELLIPSIS
+    user_level: policy linucb is not private (user-level privacy applies to fliphat, ...)
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
@@ -50,7 +49,7 @@ class UserLevelConfig(BaseModel):
 
     def refusal(self, policy: PolicyConfigBase) -> str | None:
         """Why this bound cannot apply to ``policy`` (one line), or None."""
-        from ..policies.user_level import GROUP_CALIBRATED
+        from ..policies.user_level import GROUP_CALIBRATED, SLATE_GROUP_CALIBRATED
 
         name = policy.policy
         have = ", ".join(GROUP_CALIBRATED)
@@ -62,6 +61,14 @@ class UserLevelConfig(BaseModel):
             return f"user_level: no group calibration for policy {name} yet (supported: {have})"
         if name == "private-lasso" and getattr(policy, "calibration", None) == "paper":
             return "user_level: private-lasso calibration=paper is not a valid DP guarantee"
+        slate = name in SLATE_GROUP_CALIBRATED
+        if slate and getattr(policy, "calibration", None) == "paper":  # certified as 2ε only
+            return f"user_level: {name} calibration=paper is for reproducing the thesis only"
+        if slate and self.max_releases_per_user is not None:  # one release: the whole run
+            return (
+                f"user_level: max_releases_per_user does not apply to {name}: its one guarantee "
+                "covers the whole run, so k already bounds a user's slates over the run"
+            )
         return None
 
     def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:
@@ -72,13 +79,15 @@ class UserLevelConfig(BaseModel):
         if why is not None:
             raise ValueError(why)
         given = policy.params()
-        eps, delta = float(given["epsilon"]), float(given["delta"])
+        eps, delta = float(given["epsilon"]), float(given.get("delta", 0.0))  # slates: pure ε
         k = self.max_contributions_per_user
         params: dict[str, Any] = {}
         if k > 1:  # (DP-LinUCB's ε′ depends on every parameter; FLIPHAT's on ε, δ, k only)
             base = policy.params() if policy.policy == "dp-linucb" else {}
             g = group_params(policy.policy, base, k, eps, delta)
-            params = {"epsilon": g["epsilon"], "delta": g["delta"]}
+            params = {"epsilon": g["epsilon"]}
+            if "delta" in given:
+                params["delta"] = g["delta"]
         inner = policy.build(seed=seed, **{**overrides, **params})
         return UserLevel(
             inner,

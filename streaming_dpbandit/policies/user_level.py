@@ -40,10 +40,20 @@ from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta
 from ..utils.arrays import AnyArray, ArrayLike, BoolArray
 from .base import DecisionBatch, Policy
 
-__all__ = ["GROUP_CALIBRATED", "UserLevel", "group_params", "private_lasso_group_epsilon"]
+__all__ = [
+    "GROUP_CALIBRATED",
+    "SLATE_GROUP_CALIBRATED",
+    "UserLevel",
+    "group_params",
+    "private_lasso_group_epsilon",
+]
 
 #: Policies with a group calibration (:func:`group_params`): what ``user_level`` accepts.
-GROUP_CALIBRATED = ("fliphat", "dp-linucb", "private-lasso")
+GROUP_CALIBRATED = ("fliphat", "dp-linucb", "private-lasso", "dpucb-mat", "dpts-mat")
+
+#: The slate policies among them: pure ε-DP batch means, calibrated at ε/k
+#: (docs/privacy/user-level-slates.md)
+SLATE_GROUP_CALIBRATED = ("dpucb-mat", "dpts-mat")
 
 
 def group_params(
@@ -55,14 +65,17 @@ def group_params(
     privacy gives exactly (ε, δ); DP-LinUCB (Gaussian tree): the ε′ whose k-fold sensitivity
     costs ε at δ under the tightest accountant (:func:`~streaming_dpbandit.privacy.user_level.
     calibrate_for_group`); PrivateLASSO-R (ρ-zCDP, every release's sensitivity k-fold for k
-    rows, so k²ρ): the ε′ with ρ(ε′, δ) = ρ(ε, δ)/k² (:func:`private_lasso_group_epsilon`).
-    Derivation: ``docs/privacy/user-level.md`` §5.
+    rows, so k²ρ): the ε′ with ρ(ε′, δ) = ρ(ε, δ)/k² (:func:`private_lasso_group_epsilon`);
+    DPUCB-MAT / DPTS-MAT (pure ε-DP Laplace batch means): ε/k, δ = 0 (exact group privacy;
+    ``docs/privacy/user-level-slates.md``). Derivation: ``docs/privacy/user-level.md`` §5.
 
     >>> p = group_params("fliphat", {"d": 10}, 2, 1.0, 1e-6)
     >>> p["epsilon"], round(p["delta"] * 1e7, 4)
     (0.5, 3.0327)
     >>> round(group_params("private-lasso", {}, 2, 1.0, 1e-6)["epsilon"], 4)
     0.4956
+    >>> group_params("dpts-mat", {}, 4, 1.0, 0.0)["epsilon"]
+    0.25
     """
     if k is None or k == 1:
         return {**params, "epsilon": epsilon, "delta": delta}
@@ -77,6 +90,8 @@ def group_params(
         return {**params, "epsilon": eps, "delta": delta}
     if policy == "private-lasso":
         return {**params, "epsilon": private_lasso_group_epsilon(k, epsilon, delta), "delta": delta}
+    if policy in SLATE_GROUP_CALIBRATED:  # pure ε: k rows cost exactly k·ε′
+        return {**params, "epsilon": epsilon / k, "delta": 0.0}
     raise KeyError(f"no group calibration for {policy!r} (have: {', '.join(GROUP_CALIBRATED)})")
 
 
@@ -269,9 +284,11 @@ class UserLevel:
         if not mask.any():
             return
         sub_ids = None if ids is None else np.asarray(ids)[mask]
+        r = np.asarray(rewards)
         self.policy.learn(
             np.asarray(contexts)[mask],
-            np.asarray(rewards).reshape(-1)[mask],
+            # a slate's per-item rewards (B, K) stay rows; a single arm's reward is a scalar
+            r[mask] if getattr(self.policy, "slates", False) else r.reshape(-1)[mask],
             np.asarray(rounds).reshape(-1)[mask],
             sub_ids,
         )

@@ -127,7 +127,8 @@ class UserLevelSpend:
         e_txt = (
             f"at most {e} releases"
             if e is not None
-            else f"{self.releases_per_user} releases so far (no cap)"
+            else f"{self.releases_per_user} release{'s' if self.releases_per_user != 1 else ''} "
+            "so far (no cap)"
         )
         return (
             f"per user: at most {self.max_contributions_per_user} "

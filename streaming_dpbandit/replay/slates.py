@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
+from ..privacy.user_bound import UserContributionBound
+from ..privacy.user_level import user_level_of_records
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .errors import LogFormatError, show
 from .ledger import InMemoryLedger
@@ -157,7 +159,11 @@ class SlateLog:
 
 
 def _service_jsonl(
-    path: Path, bandit_id: str | None, feedback_window: float, default_reward: float
+    path: Path,
+    bandit_id: str | None,
+    feedback_window: float,
+    default_reward: float,
+    bound: UserContributionBound | None = None,
 ) -> _Read:
     from ..stream.schemas import (
         ContextEvent,
@@ -169,6 +175,7 @@ def _service_jsonl(
     )
 
     times: dict[str, float] = {}  # event_id -> context event time
+    users: dict[str, Any] = {}  # event_id -> user id (user level only; never output)
     decisions: list[tuple[str, list[int]]] = []  # (event_id, item indices), decision order
     seen_decision: dict[str, list[int]] = {}
     catalogue: dict[int, str] = {}
@@ -213,6 +220,8 @@ def _service_jsonl(
                 continue
             if isinstance(ev, ContextEvent):
                 times.setdefault(ev.event_id, ev.event_time)
+                if bound is not None and ev.user_id is not None:
+                    users.setdefault(ev.event_id, ev.user_id)
             elif isinstance(ev, SlateDecision):
                 items = [it.item_index for it in ev.slate]
                 for it in ev.slate:
@@ -248,11 +257,24 @@ def _service_jsonl(
                     values[(ev.event_id, e)] = float(r)
     if not decisions:
         raise LogFormatError(f"{path}: no slate decisions in the log")
+    bounded = 0
+    kept = [True] * len(decisions)
+    if bound is not None:  # user level: each user's first k decisions (decision order) only
+        if any(eid not in users for eid, _ in decisions):
+            raise LogFormatError(
+                "--max-contributions-per-user needs user ids in the log (the contexts' user_id "
+                "field of a service-jsonl slate log)"
+            )
+        hashes = bound.hash_users([users[eid] for eid, _ in decisions])
+        keep = bound.admit(hashes, np.zeros(len(decisions), dtype=np.int64))
+        bounded = int((~keep).sum())
+        kept = keep.tolist()
+        users.clear()
     items = []
     rewards: list[float] = []
     per_decision: list[float] = []
     defaulted = 0
-    for eid, slate in decisions:
+    for (eid, slate), on_tape in zip(decisions, kept):
         total = 0.0
         for e in slate:
             logged = values.get((eid, e))
@@ -261,8 +283,9 @@ def _service_jsonl(
                 defaulted += 1
             else:
                 r = logged
-            items.append(e)
-            rewards.append(r)
+            if on_tape:
+                items.append(e)
+                rewards.append(r)
             total += r
         per_decision.append(total)
     L = max(catalogue) + 1
@@ -275,6 +298,8 @@ def _service_jsonl(
         "unknown_or_unserved": unknown,
         "other_bandits": foreign,
     }
+    if bound is not None:
+        info["bounded"] = bounded  # decisions beyond their user's k: not on the tapes
     return items, rewards, per_decision, ids, info
 
 
@@ -343,6 +368,7 @@ def read_slate_log(
     bandit_id: str | None = None,
     feedback_window: float = 60.0,
     default_reward: float = 0.0,
+    user_bound: UserContributionBound | None = None,
 ) -> SlateLog:
     """Read per-item reward tapes from a slate log.
 
@@ -353,16 +379,27 @@ def read_slate_log(
     columns ``item`` (an index, or an id of ``item_ids``) and ``reward`` (empty: default), and
     optionally ``event_id`` (rows of one decision are consecutive; used for the log's own
     per-decision return).
+
+    ``user_bound`` (user level, service-jsonl only): only each user's first k decisions, in
+    decision order, give values to the tapes (``UserContributionBound.admit``, one window: the
+    slate policies' one guarantee covers the run); the rest are counted in ``info["bounded"]``.
+    The logged slates are the logging service's published decisions; a user's data in the log
+    are the rewards of their decisions (docs/privacy/user-level-slates.md, replay).
     """
     path = require_file(Path(path), "--log")
     fmt = fmt or ("csv" if path.name.endswith((".csv", ".csv.gz")) else "service-jsonl")
     if fmt == "service-jsonl":
         items, rewards, per, ids, info = _service_jsonl(
-            path, bandit_id, float(feedback_window), default_reward
+            path, bandit_id, float(feedback_window), default_reward, user_bound
         )
         if item_ids is not None:
             ids = list(item_ids)
     elif fmt == "csv":
+        if user_bound is not None:
+            raise LogFormatError(
+                "--max-contributions-per-user with slate policies reads service-jsonl logs "
+                "(the contexts' user_id), not csv"
+            )
         items, rewards, per, ids, info = _csv(path, mapping or {}, item_ids, default_reward)
     else:
         raise LogFormatError(f"slate replay reads service-jsonl or csv logs, not {fmt!r}")
@@ -482,6 +519,12 @@ def queue_replay(
         private = cast(_PrivateSlatePolicy, policy)  # private slate policies report these
         privacy["calibration"] = private.calibration
         privacy["epsilon_certified"] = private.epsilon_certified
+        recs = ledger.records
+        ul = user_level_of_records(recs, recs[0].bandit_id) if recs else None
+        if ul is not None:  # behind a user bound: the guarantee of record is per user
+            privacy["of_record"] = ul.of_record()
+            privacy["user_level"] = ul.to_dict()
+            privacy["epsilon_certified"] = ul.of_record()["epsilon"]
     return SlateReplayResult(
         label or policy.name,
         n,

@@ -19,6 +19,7 @@ from streaming_dpbandit.stream.service import Service
 from .stream_helpers import (
     BANDIT,
     bandit_config,
+    kafka_topics,
 )
 
 PARTITIONS = 3
@@ -129,3 +130,26 @@ def scrape(port: int) -> dict:
 
 def sample(metrics: dict, name: str, **labels) -> float | None:
     return metrics.get((name, tuple(sorted(labels.items()))))
+
+
+def serve_file_over_kafka(broker, path: Path, state_dir, name: str, bandits: dict):
+    """Produce a recorded stream to fresh topics ``name``, run the single service on them until
+    every context and feedback message is read and no decision is pending (bandit ``BANDIT``);
+    returns (service, summary, topics)."""
+    topics = kafka_topics(name)
+    create_topics(broker, topics)
+    counts = produce_file(broker.bootstrap, path, topics)
+    st = ServiceSettings.model_validate(
+        kafka_settings(state_dir, broker.bootstrap, topics, name, bandits=bandits)
+    )
+
+    def done(svc) -> bool:  # every context and every feedback message read
+        read = {t: 0 for t in ("contexts", "feedback")}
+        for (topic, _p), off in svc.offsets.items():
+            read[topic.rsplit(".", 1)[1]] += off
+        return read == counts and not svc.bandits[BANDIT].join.pending
+
+    svc, th, result = run_in_thread(st, done)
+    th.join(timeout=120)
+    assert not th.is_alive() and result, "the service did not finish"
+    return svc, result[0], topics

@@ -13,6 +13,12 @@ from streaming_dpbandit.stream.transport import InProcessTransport
 from .stream_helpers import BANDIT, settings
 
 SYNTHETIC = MatroidSyntheticEnv().matroid.describe()
+#: 40 items in 4 categories, capacities 2, 1, 1, 1 (K = 5): :class:`PartitionEnv`'s matroid
+PARTITION40 = {
+    "type": "partition",
+    "categories": [i % 4 for i in range(40)],
+    "capacities": [2, 1, 1, 1],
+}
 
 
 class PartitionEnv(MatroidEnvironment):
@@ -58,3 +64,17 @@ def record_slate_stream(path, events, env, bandit, seed=0, state_dir=None, p=0.8
     svc.open()
     svc.run()
     return src.summary()
+
+
+def slate_decision_value(event_id: str, bandit_id: str, round: int, items) -> dict:
+    """The decisions-topic value of a non-private slate logger's decision (items ``sku-<i>``)."""
+    return {
+        "event_id": event_id,
+        "bandit_id": bandit_id,
+        "model_version": 0,
+        "round": round,
+        "calibration": "non-private",
+        "policy": "random",
+        "decided_at": float(round - 1),
+        "slate": [{"item_id": f"sku-{e}", "item_index": int(e), "key": None} for e in items],
+    }

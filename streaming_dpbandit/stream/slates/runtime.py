@@ -12,7 +12,11 @@ the snapshot, the ledger and the release-before-use sequence are the same. What 
   ``default_reward`` at expiry;
 * rows (slate, K rewards) reach the policy exactly once per update, sorted by round, for the
   rounds ≤ (update round − ``feedback_lag_rounds``): the rounds whose rewards form the private
-  batches are fixed by the schedule, never by which feedback happened to arrive.
+  batches are fixed by the schedule, never by which feedback happened to arrive;
+* user level (a ``user_level:`` section): each decided batch is admitted in round order at
+  decision time (:meth:`~.bandit.BanditRuntime.admit_users`, at most k slates of one user per
+  window); a slate beyond the bound is decided and answered, counted as bounded, and its row
+  (all K item rewards) is dropped when it resolves (docs/privacy/user-level-slates.md).
 """
 
 from __future__ import annotations
@@ -113,9 +117,13 @@ class SlateArms(ActionKind):
     def decide(self, rt: BanditRuntime, batch: list[Pending]) -> list[SlateDecision]:
         """The slate decisions of a batch (joined as pending), in batch order."""
         ids = [p.event.event_id for p in batch]
-        policy = rt.policy
-        assert isinstance(policy, SlatePolicy)  # a slate runtime serves a slate policy
+        # a slate runtime serves a slate policy (user level: behind ``UserLevel``, which
+        # forwards deciding to it)
+        policy = getattr(rt.policy, "policy", rt.policy)
+        assert isinstance(policy, SlatePolicy)
         dec = policy.decide_slates(event_ids=ids)
+        if rt.user_level:  # before any slate of the batch can resolve (held-early feedback)
+            rt.admit_users(batch, dec.rounds)
         now = time.time()
         calibration = getattr(rt.policy, "calibration", "non-private")
         out = []

@@ -9,15 +9,8 @@ import os
 
 import pytest
 
-from streaming_dpbandit.config import ServiceSettings
-from streaming_dpbandit.testing.kafka_helpers import (
-    create_topics,
-    kafka_settings,
-    produce_file,
-    read_topic,
-    run_in_thread,
-)
-from streaming_dpbandit.testing.stream_helpers import BANDIT, kafka_topics, run_file
+from streaming_dpbandit.testing.kafka_helpers import read_topic, serve_file_over_kafka
+from streaming_dpbandit.testing.stream_helpers import BANDIT, run_file
 from streaming_dpbandit.testing.user_level_helpers import (
     raw_ids_in,
     user_bandit,
@@ -31,28 +24,13 @@ def test_user_level_over_kafka_matches_the_in_process_run(kafka_broker, tmp_path
     path = write_user_stream(tmp_path, events=800)
     bandits = {BANDIT: user_bandit(max_releases_per_user=2)}
     ref, _t, ref_summary = run_file(tmp_path / "ref", path, bandits=bandits)
-    topics = kafka_topics(f"users{os.getpid()}")
-    create_topics(kafka_broker, topics)
-    counts = produce_file(kafka_broker.bootstrap, path, topics)
-    st = ServiceSettings.model_validate(
-        kafka_settings(tmp_path / "kafka", kafka_broker.bootstrap, topics, "users", bandits=bandits)
+    svc, summary, topics = serve_file_over_kafka(
+        kafka_broker, path, tmp_path / "kafka", f"users{os.getpid()}", bandits
     )
-
-    def done(svc) -> bool:  # every context and every feedback message read
-        read = {t: 0 for t in ("contexts", "feedback")}
-        for (topic, _p), off in svc.offsets.items():
-            read[topic.rsplit(".", 1)[1]] += off
-        return read == counts and not svc.bandits[BANDIT].join.pending
-
-    svc, th, result = run_in_thread(st, done)
-    th.join(timeout=120)
-    assert not th.is_alive() and result, "the service did not finish"
     assert svc.state_bytes() == ref.state_bytes()
     c = svc.bandits[BANDIT].policy.user_counters()
     assert c == ref.bandits[BANDIT].policy.user_counters() and c["bounded"] > 0
-    assert (
-        result[0]["bandits"][BANDIT]["user_level"] == ref_summary["bandits"][BANDIT]["user_level"]
-    )
+    assert summary["bandits"][BANDIT]["user_level"] == ref_summary["bandits"][BANDIT]["user_level"]
     for topic in ("decisions", "dead_letter"):
         blob = json.dumps(
             [m.value.decode() for m in read_topic(kafka_broker.bootstrap, topics[topic])]
