@@ -428,12 +428,15 @@ class ServiceSettings(BaseSettings):
                 raise ValueError(
                     f"bandit {name}: reward_bounds must be (low, high) with low < high"
                 )
-        user_level = [name for name, b in self.bandits.items() if b.user_level is not None]
-        if user_level and (self.scaling.mode == "group" or self.broadcast is not None):
-            shape = "scaling.mode 'group'" if self.scaling.mode == "group" else "broadcast"
+        unkeyed = [
+            name
+            for name, b in self.bandits.items()
+            if b.user_level is not None and b.user_level.key_file is None and b.seed is None
+        ]
+        if unkeyed and self.broadcast is not None:  # replicas hash, the learner admits
             raise ValueError(
-                f"bandit {user_level[0]}: user_level runs in scaling.mode 'single' only ({shape} "
-                "does not bound users yet; docs/privacy/user-level.md)"
+                f"bandit {unkeyed[0]}: user_level in a broadcast needs user_level.key_file (a "
+                "secret shared by the learner and every decision replica; docs/scaling.md)"
             )
         topics = self.kafka.topics if self.kafka else None
         if (

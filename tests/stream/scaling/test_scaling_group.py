@@ -37,6 +37,8 @@ from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
 from streaming_dpbandit.stream.transport import InProcessTransport
 from streaming_dpbandit.testing.stream_helpers import D, bandit_config, kafka_topics
+from streaming_dpbandit.testing.user_level_helpers import K_USER, raw_ids_in, with_user_ids
+from streaming_dpbandit.utils.serialization import dumps
 
 pytestmark = pytest.mark.kafka
 
@@ -45,23 +47,32 @@ ENV = FliphatPaperEnv(d=D, K=K, s_star=3)
 
 
 # -- the stream ---------------------------------------------------------------------------------
-def bandits_config(names: list[str], first_episode_len: int = 256) -> dict:
+def bandits_config(
+    names: list[str], first_episode_len: int = 256, user_level: dict | None = None
+) -> dict:
     """The bandits' configuration; the big test's short first episode (64) makes every bandit
     release twice within its 500 events (episodes doubling; each release 250 rounds after its
     episode, longer than the 2 s feedback window, 200 rounds of one bandit, so that no bandit
-    waits for its feedback)."""
+    waits for its feedback). ``user_level``: every bandit's user-level section."""
+    ul = {} if user_level is None else {"user_level": user_level}
     return {
-        name: bandit_config(first_episode_len=first_episode_len) | {"seed": 1000 + i}
+        name: bandit_config(first_episode_len=first_episode_len) | {"seed": 1000 + i} | ul
         for i, name in enumerate(names)
     }
 
 
-def reference(tmp: Path, path: Path, names: list[str], first_episode_len: int = 256) -> dict:
+def reference(
+    tmp: Path,
+    path: Path,
+    names: list[str],
+    first_episode_len: int = 256,
+    user_level: dict | None = None,
+) -> dict:
     """The single-process run over the same stream (in-process, one partition per topic)."""
     st = ServiceSettings.model_validate(
         {
             "mode": "service",
-            "bandits": bandits_config(names, first_episode_len),
+            "bandits": bandits_config(names, first_episode_len, user_level),
             "snapshots": {"directory": str(tmp / "ref"), "interval_s": 3600},
             "metrics": {"enabled": False},
             "progress": False,
@@ -128,6 +139,7 @@ def write_config(
     group: str,
     names,
     first_episode_len: int = 256,
+    user_level: dict | None = None,
     **scaling,
 ):
     cfg = {
@@ -143,7 +155,7 @@ def write_config(
             "session_timeout_ms": 10_000,
         },
         "scaling": {"mode": "group", **scaling},
-        "bandits": bandits_config(names, first_episode_len),
+        "bandits": bandits_config(names, first_episode_len, user_level),
         "metrics": {"enabled": False},
         "progress": False,
         "max_batch": 256,
@@ -256,6 +268,31 @@ def check_against_reference(bootstrap, topics, group, ref, partitions):
     return seen
 
 
+USER_LEVEL = {"max_contributions_per_user": K_USER}
+
+
+def check_users(bootstrap, topics, group, partitions, names, ref, replicas) -> None:
+    """User level: every bandit's counters are the single process's (admitted + bounded =
+    its decisions, many bounded), and no raw user id is on any topic or in any log."""
+    states = final_states(bootstrap, f"{group}.state", partitions)
+    for name in names:
+        got = states[name]["policy"]["user_bound"]["counters"]
+        assert got == ref["states"][name]["policy"]["user_bound"]["counters"], name
+        assert got["admitted"] + got["bounded"] == 1500 and got["bounded"] > 300, got
+    for topic in (
+        topics["decisions"],
+        topics["dead_letter"],
+        f"{group}.state",
+        f"{group}.ledger",
+    ):
+        msgs = read_committed(bootstrap, topic)
+        blob = "".join(m.value.decode("latin-1") for m in msgs if m.value)
+        assert raw_ids_in(blob) == [], f"user ids on {topic}"
+    assert raw_ids_in(dumps(states).decode()) == []  # the snapshots whole, however chunked
+    for r in replicas:
+        assert raw_ids_in(r.text()) == [], f"user ids in the log of {r.name}"
+
+
 # -- tests ----------------------------------------------------------------------------------------
 BANDITS = [f"b{i:03d}" for i in range(100)]
 PARTITIONS = 12
@@ -323,27 +360,36 @@ def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
     assert "assigned tasks" in late.text()
 
 
-def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
+@pytest.mark.parametrize("user_level", [None, USER_LEVEL], ids=["event-level", "user-level"])
+def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path, user_level):
+    """User level: the per-user counters are task state (in the task's snapshot, committed
+    with its offsets): they move with the task, and the paused replica's uncommitted
+    admissions are redone by the new owner exactly once, as the single process made them."""
     names = [f"p{i:02d}" for i in range(8)]
     parts = 4
     path = tmp_path / "stream.jsonl"
     write_multi_bandit_stream(path, names, 1500, ENV, seed=3)
-    ref = reference(tmp_path, path, names)
-    group = f"pause{os.getpid()}"
+    if user_level is not None:
+        path = with_user_ids(path, tmp_path / "users.jsonl")
+    ref = reference(tmp_path, path, names, user_level=user_level)
+    group = f"pause{os.getpid()}{'u' if user_level else ''}"
     topics = kafka_topics(group)
     for t in (topics["contexts"], topics["feedback"]):
         kafka_broker.create_topic(t, parts)
     boot = kafka_broker.bootstrap
     # the sleeper commits rarely: when paused it certainly holds uncommitted work
+    cfg = {"user_level": user_level}
     a = Replica(
-        tmp_path, "a", write_config(tmp_path, "a", boot, topics, group, names, commit_interval_s=30)
+        tmp_path,
+        "a",
+        write_config(tmp_path, "a", boot, topics, group, names, commit_interval_s=30, **cfg),
     )
     wait_for(lambda: "assigned tasks [0, 1, 2, 3]" in a.text(), 120, "a owns every task", [a])
     publish_jsonl(boot, path, topics)
     wait_for(lambda: "release" in a.text(), 300, "a's first releases", [a])
     a.signal(signal.SIGSTOP)
     paused_at = time.time()
-    b = Replica(tmp_path, "b", write_config(tmp_path, "b", boot, topics, group, names))
+    b = Replica(tmp_path, "b", write_config(tmp_path, "b", boot, topics, group, names, **cfg))
     try:
         wait_for(lambda: group_lag(boot, group, topics) == 0, 600, "b to finish the stream", [b])
         pre = committed_decisions(boot, topics["decisions"])
@@ -357,6 +403,8 @@ def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
     seen = check_against_reference(boot, topics, group, ref, parts)
     assert seen == pre  # nothing a wrote after it resumed became visible
     assert resumed_at - paused_at > 10  # longer than the session: its tasks had moved
+    if user_level is not None:
+        check_users(boot, topics, group, parts, names, ref, [a, b])
     # the group's privacy spend, from the ledger topic
     cli = [sys.executable, "-m", "streaming_dpbandit.cli", "budget", "--kafka", boot]
     out = subprocess.run(
