@@ -48,15 +48,20 @@ ENV = FliphatPaperEnv(d=D, K=K, s_star=3)
 
 # -- the stream ---------------------------------------------------------------------------------
 def bandits_config(
-    names: list[str], first_episode_len: int = 256, user_level: dict | None = None
+    names: list[str],
+    first_episode_len: int = 256,
+    user_level: dict | None = None,
+    seed_base: int = 1000,
 ) -> dict:
     """The bandits' configuration; the big test's short first episode (64) makes every bandit
     release twice within its 500 events (episodes doubling; each release 250 rounds after its
     episode, longer than the 2 s feedback window, 200 rounds of one bandit, so that no bandit
-    waits for its feedback). ``user_level``: every bandit's user-level section."""
+    waits for its feedback). ``user_level``: every bandit's user-level section; ``seed_base``:
+    the bandits' seeds (a replica whose seeds differ must still resume every task with the keys
+    of the task's snapshot)."""
     ul = {} if user_level is None else {"user_level": user_level}
     return {
-        name: bandit_config(first_episode_len=first_episode_len) | {"seed": 1000 + i} | ul
+        name: bandit_config(first_episode_len=first_episode_len) | {"seed": seed_base + i} | ul
         for i, name in enumerate(names)
     }
 
@@ -140,6 +145,7 @@ def write_config(
     names,
     first_episode_len: int = 256,
     user_level: dict | None = None,
+    seed_base: int = 1000,
     **scaling,
 ):
     cfg = {
@@ -155,7 +161,7 @@ def write_config(
             "session_timeout_ms": 10_000,
         },
         "scaling": {"mode": "group", **scaling},
-        "bandits": bandits_config(names, first_episode_len, user_level),
+        "bandits": bandits_config(names, first_episode_len, user_level, seed_base),
         "metrics": {"enabled": False},
         "progress": False,
         "max_batch": 256,
@@ -389,6 +395,8 @@ def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path, user
     wait_for(lambda: "release" in a.text(), 300, "a's first releases", [a])
     a.signal(signal.SIGSTOP)
     paused_at = time.time()
+    if user_level is not None:  # b's own seeds: every key (user-id hash, noise) must come
+        cfg["seed_base"] = 2000  # from the tasks' snapshots, or b's state would differ
     b = Replica(tmp_path, "b", write_config(tmp_path, "b", boot, topics, group, names, **cfg))
     try:
         wait_for(lambda: group_lag(boot, group, topics) == 0, 600, "b to finish the stream", [b])
