@@ -319,28 +319,19 @@ def test_learner_dead_letters_decisions_without_its_users_hash_key(tmp_path):
     other = b.user_level.build(b.policy, seed=b.seed + 1)
     assert user_key_id(own) != user_key_id(other)
 
+    first = BroadcastDecision.model_validate_json(
+        f'{{"event_id": "e0", "bandit_id": "{BANDIT}", "arm_id": "a0", "arm_index": 0, '
+        '"propensity": 1.0, "model_version": 0, "episode": 0, "round": 0, "calibration": '
+        '"certified", "policy": "fliphat", "decided_at": 1.7e9, "event_time": 1.7e9, '
+        f'"features": {[0.0] * D}, "replica": "r0"}}'
+    )
+
     def decision(i: int, pol) -> str:
-        fields = {}
+        update: dict = {"event_id": f"e{i}", "event_time": 1.7e9 + i}
         if pol is not None:
             (h,), key = user_hashes(pol, ["person-001@example.org"])
-            fields = {"user_hash": h, "user_key": key}
-        return BroadcastDecision(
-            event_id=f"e{i}",
-            bandit_id=BANDIT,
-            arm_id="a0",
-            arm_index=0,
-            propensity=1.0,
-            model_version=0,
-            episode=0,
-            round=0,
-            calibration="certified",
-            policy="fliphat",
-            decided_at=1.7e9,
-            event_time=1.7e9 + i,
-            features=[0.0] * D,
-            replica="r0",
-            **fields,
-        ).model_dump_json(exclude_none=True)
+            update |= {"user_hash": h, "user_key": key}
+        return first.model_copy(update=update).model_dump_json(exclude_none=True)
 
     path = tmp_path / "decisions.jsonl"
     lines = [decision(0, own), decision(1, other), decision(2, None), decision(3, own)]
