@@ -272,11 +272,13 @@ class BanditSettings(_Section):
 
     def fingerprint(self) -> str:
         """What a snapshot records of this bandit's configuration: its policy configuration
-        (and its user-level bound, when it has one)."""
+        (and its user-level bound, when it has one; not its key file's path: the key itself
+        is in the snapshot)."""
         if self.user_level is None:
             return str(self.policy.model_dump_json())
         policy = json.loads(self.policy.model_dump_json())
-        return json.dumps({**policy, "user_level": self.user_level.model_dump()})
+        bound = self.user_level.model_dump(exclude={"key_file"})
+        return json.dumps({**policy, "user_level": bound})
 
     def changes_since(self, fingerprint: str) -> list[str]:
         """What changed since a snapshot's :meth:`fingerprint` (a new or dropped user-level
@@ -284,7 +286,7 @@ class BanditSettings(_Section):
         then = json.loads(fingerprint)
         bound = then.pop("user_level", None)
         changed: list[str] = list(self.policy.changes_since(json.dumps(then)))
-        now = None if self.user_level is None else self.user_level.model_dump()
+        now = None if self.user_level is None else self.user_level.model_dump(exclude={"key_file"})
         return changed + (["user_level"] if bound != now else [])
 
     @model_validator(mode="after")
