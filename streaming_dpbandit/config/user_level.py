@@ -11,9 +11,10 @@ calibration (:func:`~streaming_dpbandit.policies.user_level.group_params`) and w
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .base import PolicyConfigBase
 
@@ -46,6 +47,26 @@ class UserLevelConfig(BaseModel):
         description="cap on each per-user counter table (about 100 bytes per entry); a new "
         "user beyond it is decided but not learned from",
     )
+    key_file: Path | None = Field(
+        None,
+        description="file holding the secret key of the user-id hash (at least 16 bytes), "
+        "shared by every process that hashes ids (a broadcast's learner and decision "
+        "replicas); null: drawn once from the OS and kept in the bandit's snapshot",
+    )
+
+    @field_validator("key_file")
+    @classmethod
+    def _key_readable(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            _read_key(path)  # refused at start with one line, never later
+        return path
+
+    def key_seed(self, seed: int | None) -> int | None:
+        """The ``UserLevel`` hash-key seed: derived from ``key_file`` when set (a secret, never
+        logged), else from the bandit's ``seed`` (tests), else None (OS entropy)."""
+        if self.key_file is not None:
+            return int.from_bytes(_read_key(self.key_file) + b"\x01", "little")  # injective
+        return None if seed is None else int(seed) ^ 0x5EED
 
     def refusal(self, policy: PolicyConfigBase) -> str | None:
         """Why this bound cannot apply to ``policy`` (one line), or None."""
@@ -94,7 +115,7 @@ class UserLevelConfig(BaseModel):
             k,
             self.max_releases_per_user,
             self.max_users,
-            seed=None if seed is None else int(seed) ^ 0x5EED,
+            seed=self.key_seed(seed),
             delta_per_release=delta,
             epsilon_per_release=eps,
         )
@@ -105,3 +126,15 @@ class UserLevelConfig(BaseModel):
         return f"k = {self.max_contributions_per_user} events per user per release, " + (
             f"E = {e} releases" if e is not None else "no cap on releases"
         )
+
+
+def _read_key(path: Path) -> bytes:
+    """The key file's bytes (surrounding whitespace stripped); ValueError (one line, never the
+    content) when unreadable or shorter than 16 bytes."""
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as err:
+        raise ValueError(f"user_level.key_file {str(path)!r}: {err.strerror or err}") from None
+    if len(key) < 16:
+        raise ValueError(f"user_level.key_file {str(path)!r}: the key needs at least 16 bytes")
+    return key

@@ -3,7 +3,8 @@
 Events may carry a ``user_id``. The id is hashed on arrival with a keyed hash (BLAKE2b with a
 secret 128-bit key, a pseudo-random function): only the 64-bit keyed hash is ever stored —
 in memory and in the owner-only snapshot —, never the id in clear, and neither the key nor a
-hash appears in logs, metrics, decisions or the ledger.
+hash appears in logs, metrics, decisions or the ledger (a broadcast's decision replicas send
+the hash to the learner in their decisions: ``docs/scaling.md``).
 
 Per *window* (the policy's data slice: a FLIPHAT episode, or the whole run for a policy whose
 releases all read one growing data set) at most ``max_contributions_per_user`` = k events of one

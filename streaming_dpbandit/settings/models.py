@@ -272,11 +272,13 @@ class BanditSettings(_Section):
 
     def fingerprint(self) -> str:
         """What a snapshot records of this bandit's configuration: its policy configuration
-        (and its user-level bound, when it has one)."""
+        (and its user-level bound, when it has one; not its key file's path: the key itself
+        is in the snapshot)."""
         if self.user_level is None:
             return str(self.policy.model_dump_json())
         policy = json.loads(self.policy.model_dump_json())
-        return json.dumps({**policy, "user_level": self.user_level.model_dump()})
+        bound = self.user_level.model_dump(exclude={"key_file"})
+        return json.dumps({**policy, "user_level": bound})
 
     def changes_since(self, fingerprint: str) -> list[str]:
         """What changed since a snapshot's :meth:`fingerprint` (a new or dropped user-level
@@ -284,7 +286,7 @@ class BanditSettings(_Section):
         then = json.loads(fingerprint)
         bound = then.pop("user_level", None)
         changed: list[str] = list(self.policy.changes_since(json.dumps(then)))
-        now = None if self.user_level is None else self.user_level.model_dump()
+        now = None if self.user_level is None else self.user_level.model_dump(exclude={"key_file"})
         return changed + (["user_level"] if bound != now else [])
 
     @model_validator(mode="after")
@@ -428,12 +430,15 @@ class ServiceSettings(BaseSettings):
                 raise ValueError(
                     f"bandit {name}: reward_bounds must be (low, high) with low < high"
                 )
-        user_level = [name for name, b in self.bandits.items() if b.user_level is not None]
-        if user_level and (self.scaling.mode == "group" or self.broadcast is not None):
-            shape = "scaling.mode 'group'" if self.scaling.mode == "group" else "broadcast"
+        unkeyed = [
+            name
+            for name, b in self.bandits.items()
+            if b.user_level is not None and b.user_level.key_file is None and b.seed is None
+        ]
+        if unkeyed and self.broadcast is not None:  # replicas hash, the learner admits
             raise ValueError(
-                f"bandit {user_level[0]}: user_level runs in scaling.mode 'single' only ({shape} "
-                "does not bound users yet; docs/privacy/user-level.md)"
+                f"bandit {unkeyed[0]}: user_level in a broadcast needs user_level.key_file (a "
+                "secret shared by the learner and every decision replica; docs/scaling.md)"
             )
         topics = self.kafka.topics if self.kafka else None
         if (

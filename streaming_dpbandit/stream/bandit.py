@@ -86,7 +86,7 @@ class BanditRuntime:
             )
         return self.kind.encode(self, ev)
 
-    def admit_users(self, batch: list[Pending], rounds) -> None:
+    def admit_users(self, batch: list[Pending], rounds, user_hashes=None) -> None:
         """User level: decide, at decision time and in round order, which of a decided batch's
         rows may enter the private statistics (``UserLevel.admit``: ids hashed with the keyed
         hash now, only counts of hashes kept). Rows beyond the bound are still decided and
@@ -94,9 +94,13 @@ class BanditRuntime:
 
         Deciding at the decision — not when a reward arrives — makes the admitted set a
         function of the contexts partition's order only, so reprocessing after a crash (from
-        the snapshot holding the counters) admits exactly the same rows."""
+        the snapshot holding the counters) admits exactly the same rows. A broadcast learner
+        passes ``user_hashes``: its decision replicas hashed the ids."""
         policy = cast("UserLevel", self.policy)
-        mask = policy.admit(rounds, user_ids=[p.event.user_id for p in batch])
+        if user_hashes is not None:
+            mask = policy.admit(rounds, user_hashes=user_hashes)
+        else:
+            mask = policy.admit(rounds, user_ids=[p.event.user_id for p in batch])
         if mask.all():
             return
         out = np.asarray(rounds, dtype=np.int64)[~mask].tolist()

@@ -6,7 +6,11 @@ import json
 from pathlib import Path
 
 from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.scaling.broadcast import BroadcastDecision, learner_service
+from streaming_dpbandit.stream.scaling.broadcast import (
+    BroadcastDecision,
+    learner_service,
+    user_hashes,
+)
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport
@@ -41,31 +45,41 @@ def leaked_numbers(message: dict, released: dict) -> list[float]:
     return [x for x in numbers(message) if x not in allowed]
 
 
-def as_broadcast_decision(decision: dict, context: dict, replica: str = "r0") -> dict:
-    """The decision replica's message for a service decision of ``context``."""
+def as_broadcast_decision(decision: dict, context: dict, replica: str = "r0", users=None) -> dict:
+    """The decision replica's message for a service decision of ``context``; ``users``: the
+    ``UserLevel`` policy whose key hashes the context's user id (a user-level bandit)."""
     a = decision["arm_index"]
+    extra = {}
+    if users is not None:
+        (h,), key = user_hashes(users, [context["user_id"]])
+        extra = {"user_hash": h, "user_key": key}
     return BroadcastDecision(
         **{k: v for k, v in decision.items() if k != "round"},
         round=0,
         event_time=context["event_time"],
         features=context["arms"][a]["features"],
         replica=replica,
-    ).model_dump()
+        **extra,
+    ).model_dump(exclude_none=True)
 
 
-def broadcast_stream(stream: Path, decisions: list[dict], out: Path) -> None:
+def broadcast_stream(stream: Path, decisions: list[dict], out: Path, users=None) -> None:
     """Replace each context line of a recorded stream by its decision, in place (as the
-    learner reads them: decisions and feedback)."""
+    learner reads them: decisions and feedback); ``users``: see :func:`as_broadcast_decision`."""
     by_id = {d["event_id"]: d for d in decisions}
     lines = []
     for line in stream.read_text().splitlines():
         rec = json.loads(line)
         if rec["topic"] == "contexts":
-            ctx = json.loads(rec["value"]) if isinstance(rec["value"], str) else rec["value"]
+            try:
+                ctx = json.loads(rec["value"]) if isinstance(rec["value"], str) else rec["value"]
+            except ValueError:  # a malformed context: dead-lettered, never decided
+                continue
             dec = by_id.get(ctx.get("event_id"))
             if dec is None:
                 continue
-            rec = {"topic": "contexts", "value": json.dumps(as_broadcast_decision(dec, ctx))}
+            msg = as_broadcast_decision(dec, ctx, users=users)
+            rec = {"topic": "contexts", "value": json.dumps(msg)}
         lines.append(json.dumps(rec))
     out.write_text("".join(x + "\n" for x in lines))
 

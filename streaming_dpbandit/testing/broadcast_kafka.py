@@ -14,6 +14,7 @@ from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 
 from .stream_helpers import BANDIT, D, K, bandit_config
+from .user_level_helpers import user_for
 
 EVENTS = 6000
 RATE = 600.0  # contexts per second (wall clock)
@@ -26,8 +27,10 @@ POLICY = {"first_episode_len": 150, "swap_delay": 100}
 
 
 def settings_for(
-    role: str, topics: dict, bootstrap: str, state_dir, replica=None
+    role: str, topics: dict, bootstrap: str, state_dir, replica=None, user_level=None
 ) -> ServiceSettings:
+    """A role's settings; ``user_level``: the bandit's user-level section (optional)."""
+    bandit = bandit_config(**POLICY) | ({"user_level": user_level} if user_level else {})
     return ServiceSettings.model_validate(
         {
             "mode": "service",
@@ -39,7 +42,7 @@ def settings_for(
                 "max_poll_records": 500,
                 "poll_timeout_ms": POLL_MS,
             },
-            "bandits": {BANDIT: bandit_config(**POLICY)},
+            "bandits": {BANDIT: bandit},
             "broadcast": {
                 "role": role,
                 "models_topic": topics["models"],
@@ -71,9 +74,18 @@ def read_partition(bootstrap: str, topic: str) -> list:
 
 
 class Client:
-    """Produces paced contexts (keyed by event id) and answers each decision with feedback."""
+    """Produces paced contexts (keyed by event id) and answers each decision with feedback;
+    ``users``: context i carries the user id ``user_for(i)`` (user-level tests)."""
 
-    def __init__(self, bootstrap: str, topics: dict, events: int = EVENTS, rate: float = RATE):
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: dict,
+        events: int = EVENTS,
+        rate: float = RATE,
+        users: bool = False,
+    ):
+        self.users = users
         self.bootstrap = bootstrap
         self.topics = topics
         self.events = events
@@ -100,6 +112,8 @@ class Client:
                 "event_time": self.t0 + i / self.rate,
                 "arms": [{"arm_id": f"a{k}", "features": X[i, k].tolist()} for k in range(K)],
             }
+            if self.users:
+                ctx["user_id"] = user_for(i)
             p.send(self.topics["contexts"], key=f"e{i}".encode(), value=json.dumps(ctx).encode())
         p.flush()
         p.close()

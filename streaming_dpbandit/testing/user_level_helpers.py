@@ -1,9 +1,12 @@
 """A recorded stream whose contexts carry user ids, and the user-level bandit it feeds
-(``tests/stream/test_service_user_level.py``, ``tests/stream/kafka/test_user_level_kafka.py``)."""
+(``tests/stream/test_service_user_level.py``, ``tests/stream/kafka/test_user_level_kafka.py``,
+the scaling modes' tests in ``tests/stream/scaling/``)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -48,3 +51,41 @@ def write_user_stream(d, events: int = 1200):
 
 def raw_ids_in(blob: str) -> list[str]:
     return [u for u in (user_name(i) for i in [*range(N_USERS), 999]) if u in blob]
+
+
+#: Zipf popularity of the users (exponent 1): the most popular exceed k in every episode
+_WEIGHTS = 1.0 / np.arange(1, N_USERS + 1)
+
+
+def user_for(i: int, seed: int = 3) -> str:
+    """The (Zipf-popular) user of event ``i``: a function of ``i`` only, however a stream is
+    split or interleaved."""
+    rng = np.random.default_rng([seed, i])
+    return user_name(int(rng.choice(N_USERS, p=_WEIGHTS / _WEIGHTS.sum())))
+
+
+def with_user_ids(src: Path, dst: Path) -> Path:
+    """Copy a recorded JSONL stream, giving the n-th context the user :func:`user_for` (n)."""
+    out = []
+    n = 0
+    for line in Path(src).read_text().splitlines():
+        rec = json.loads(line)
+        if rec["topic"] == "contexts":
+            raw = isinstance(rec["value"], str)
+            ev = json.loads(rec["value"]) if raw else dict(rec["value"])
+            ev["user_id"] = user_for(n)
+            n += 1
+            rec["value"] = json.dumps(ev) if raw else ev
+        out.append(json.dumps(rec))
+    Path(dst).write_text("".join(x + "\n" for x in out))
+    return Path(dst)
+
+
+def expected_counts(users: list[str], windows, k: int) -> dict[str, int]:
+    """Admitted and bounded events of a stream bounded at k per user per window (no cap on
+    releases, no window closed early): the closed form, independent of the bounder."""
+    n = Counter(zip(users, np.asarray(windows).tolist()))
+    return {
+        "admitted": sum(min(c, k) for c in n.values()),
+        "bounded": sum(max(0, c - k) for c in n.values()),
+    }

@@ -50,20 +50,16 @@ FLIPHAT = {"policy": "fliphat", "d": 10, "s": 2}
         ({"bandits": {"b": _bandit({"policy": "linucb", "d": 3})}}, "is not private"),
         ({"bandits": {"b": _bandit({"policy": "ldp-ucb", "d": 3})}}, "no group calibration"),
         (
-            {
-                "kafka": {"bootstrap_servers": "127.0.0.1:1"},
-                "scaling": {"mode": "group"},
-                "bandits": {"b": _bandit(FLIPHAT)},
-            },
-            "scaling.mode 'single' only",
+            {"bandits": {"b": _bandit(FLIPHAT, key_file="/nonexistent/dpbandit-user-key")}},
+            "user_level.key_file '/nonexistent/dpbandit-user-key'",
         ),
-        (
+        (  # replicas and the learner must hash ids with one key: a seed (tests) or a key file
             {
                 "kafka": {"bootstrap_servers": "127.0.0.1:1"},
                 "broadcast": {"role": "learner"},
                 "bandits": {"b": _bandit(FLIPHAT)},
             },
-            "broadcast",
+            "user_level in a broadcast needs user_level.key_file",
         ),
     ],
 )
@@ -74,6 +70,36 @@ def test_serve_refuses_a_bad_user_level_section_with_one_line(tmp_path, settings
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and message in err, err
     assert "Traceback" not in err
+
+
+def test_user_level_key_file_keys_the_hash_and_is_checked_at_start(tmp_path):
+    """``user_level.key_file``: every process that reads the file hashes ids with one key (not
+    the seed's, never the OS's); a key shorter than 16 bytes is refused with one line."""
+    from streaming_dpbandit.config import UserLevelConfig, policy_config
+
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef0123456789abcdef\n")
+    pol = policy_config("fliphat", {"d": 10, "s": 2})
+    ul = UserLevelConfig(max_contributions_per_user=2, key_file=key)
+    a, b = ul.build(pol, seed=1), ul.build(pol, seed=None)
+    by_seed = UserLevelConfig(max_contributions_per_user=2).build(pol, seed=1)
+    assert a.hash_users(["u"]) == b.hash_users(["u"]) != by_seed.hash_users(["u"])
+    from streaming_dpbandit.config import BanditSettings
+
+    def fingerprint(**section) -> str:
+        return BanditSettings.model_validate(_bandit(FLIPHAT, **section)).fingerprint()
+
+    assert fingerprint(key_file=str(key)) == fingerprint()  # the key is in the snapshot
+    key.write_text("short")
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {"bandits": {"b": _bandit(FLIPHAT, key_file=str(key))}, "metrics": {"enabled": False}}
+        )
+    )
+    code, _out, err = _run(["serve", "--config", str(cfg), "--no-progress"])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the key needs at least 16 bytes" in err and "short" not in err.replace(str(key), "")
 
 
 # -- explain ---------------------------------------------------------------------------------

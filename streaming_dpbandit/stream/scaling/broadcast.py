@@ -24,8 +24,10 @@ a pickup delay (docs/scaling.md).
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import numpy as np
+from pydantic import Field
 
 from ...config import ConfigError, ServiceSettings, TopicsSettings
 from ..bandit import BanditRuntime
@@ -45,6 +47,8 @@ __all__ = [
     "ensure_broadcast_topics",
     "learner_kafka_settings",
     "learner_service",
+    "user_hashes",
+    "user_key_id",
 ]
 
 log = logging.getLogger("streaming_dpbandit.broadcast")
@@ -62,6 +66,10 @@ class BroadcastDecision(Decision):
     event_time: float
     features: list[float]
     replica: str
+    #: user level (a bandit with a ``user_level`` section): the keyed hash of the context's
+    #: ``user_id`` (16 hex digits) and the hash key's fingerprint, never the id itself
+    user_hash: str | None = Field(None, pattern=r"^[0-9a-f]{16}$")
+    user_key: str | None = Field(None, pattern=r"^[0-9a-f]{16}$")
 
 
 def check_broadcast(settings: ServiceSettings) -> None:
@@ -139,6 +147,11 @@ class LearnerRuntime(BanditRuntime):
         ``batch`` must not cross a model update (``policy.max_decide_batch()``).
         """
         rounds = self.policy.record_rounds(len(batch))
+        if self.user_level:  # admitted here, in the decisions partition's round order
+            decs = cast("list[BroadcastDecision]", [p.event for p in batch])
+            # (DecisionRows refused decisions without a hash by the learner's key)
+            hashes = np.array([int(str(d.user_hash), 16) for d in decs], dtype=np.uint64)
+            self.admit_users(batch, rounds, hashes)
         for p, t in zip(batch, rounds.tolist()):
             for early in self.join.add(p.event.event_id, t, p.event.event_time, p.X[0]):
                 self.resolved(early, forced=False)
@@ -146,14 +159,47 @@ class LearnerRuntime(BanditRuntime):
 
 
 class DecisionRows:
-    """The feature row of a broadcast decision: the chosen arm's, of the bandit's dimension."""
+    """The feature row of a broadcast decision: the chosen arm's, of the bandit's dimension.
+
+    For a user-level bandit the decision must carry its user's keyed hash, made with the
+    learner's own key (the fingerprint ``user_key`` says which): a replica with another key
+    would split a user's counts, so its decisions are dead-lettered, never learned from."""
 
     def __call__(self, rt: BanditRuntime, dec: BroadcastDecision):
         if len(dec.features) != rt.d:
             raise BadInput(
                 "wrong_dimension", f"{len(dec.features)} features, bandit expects {rt.d}"
             )
+        if rt.user_level:
+            if dec.user_hash is None:
+                raise BadInput(
+                    "missing_user_id",
+                    f"bandit {rt.bandit_id!r} bounds each user's contributions: decisions "
+                    "need the user's hash",
+                )
+            if dec.user_key != user_key_id(rt.policy):
+                raise BadInput(
+                    "user_key_mismatch",
+                    f"decision by replica {dec.replica!r} hashed its user with another key "
+                    "than the learner's (user_level.key_file)",
+                )
         return np.asarray(dec.features, dtype=np.float64)[None, :], [dec.arm_id]
+
+
+#: what the key fingerprint hashes: a keyed hash of a constant reveals nothing of the key
+_KEY_PROBE = "\x00dpbandit user-key fingerprint"
+
+
+def user_key_id(policy) -> str:
+    """Fingerprint of a ``UserLevel`` policy's user-id hash key (16 hex digits): the keyed hash
+    of a fixed string, a pseudo-random value that tells two keys apart and reveals neither."""
+    return format(int(policy.hash_users([_KEY_PROBE])[0]), "016x")
+
+
+def user_hashes(policy, user_ids: list) -> tuple[list[str], str]:
+    """A decision replica's user fields: the keyed hashes of ``user_ids`` (16 hex digits each)
+    and the key's fingerprint (:func:`user_key_id`)."""
+    return [format(int(h), "016x") for h in policy.hash_users(user_ids)], user_key_id(policy)
 
 
 #: What a learner reads on its decisions topic.

@@ -29,7 +29,12 @@ from ..dead_letters import DeadLetters
 from ..errors import ServiceStartError, out_of_memory_is_a_start_error
 from ..parsing import BadInput, Pending, event_time_limit, parse_context
 from ..signals import StopSwitch
-from .broadcast import BroadcastDecision, check_broadcast, ensure_broadcast_topics
+from .broadcast import (
+    BroadcastDecision,
+    check_broadcast,
+    ensure_broadcast_topics,
+    user_hashes,
+)
 from .models_topic import ModelMessage, ModelsReader
 
 __all__ = ["REFRESH_CHUNK", "DecisionReplica"]
@@ -76,7 +81,10 @@ class DecisionReplica:
         for name, bs in s.bandits.items():
             overrides = {"bandit_id": name} if "bandit_id" in type(bs.policy).model_fields else {}
             with out_of_memory_is_a_start_error(f"bandit {name!r}"):
-                policy = bs.policy.build(seed=bs.seed, **overrides)
+                if bs.user_level is not None:  # the learner's policy, and its user-id hash key
+                    policy = bs.user_level.build(bs.policy, seed=bs.seed, **overrides)
+                else:
+                    policy = bs.policy.build(seed=bs.seed, **overrides)
                 self.bandits[name] = BanditRuntime(name, bs, policy, None)
         self.pickups: list[tuple[str, int, float, float]] = []
         self.decided = 0
@@ -319,9 +327,15 @@ class DecisionReplica:
         now = time.time()
         calibration = getattr(pol, "calibration", "non-private")
         key = rt.bandit_id.encode()
+        users: dict[str, object] = {}
+        if rt.user_level:  # the learner admits by the keyed hash; the id goes no further
+            hashes, key_id = user_hashes(pol, [p.event.user_id for p in batch])
+            users = {"user_key": key_id}
         done = time.perf_counter()
         for i, p in enumerate(batch):
             a = int(dec.arms[i])
+            if users:
+                users["user_hash"] = hashes[i]
             out = BroadcastDecision(
                 event_id=p.event.event_id,
                 bandit_id=rt.bandit_id,
@@ -337,8 +351,10 @@ class DecisionReplica:
                 event_time=p.event.event_time,
                 features=p.X[a].tolist(),
                 replica=self.replica,
+                **users,
             )
-            self.producer.send(self.topics.decisions, key=key, value=out.model_dump_json().encode())
+            value = out.model_dump_json(exclude_none=True).encode()
+            self.producer.send(self.topics.decisions, key=key, value=value)
             self.metrics.decision_latency.labels(rt.bandit_id).observe(done - p.received)
         self.metrics.events.labels(rt.bandit_id, "decided").inc(B)
         self.decided += B

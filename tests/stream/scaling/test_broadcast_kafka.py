@@ -15,10 +15,13 @@ contexts keyed by event id over three partitions and answers every decision with
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from streaming_dpbandit.privacy.ledger import read_ledger
@@ -39,12 +42,26 @@ from streaming_dpbandit.testing.broadcast_kafka import (
     settings_for,
 )
 from streaming_dpbandit.testing.stream_helpers import BANDIT, bandit_config, ledger_digests
+from streaming_dpbandit.testing.user_level_helpers import (
+    K_USER,
+    expected_counts,
+    raw_ids_in,
+    user_for,
+)
 
 pytestmark = pytest.mark.kafka
 
 
-def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(kafka_broker, tmp_path):
-    name = f"bc{os.getpid()}"
+@pytest.mark.parametrize("user_level", [False, True], ids=["event-level", "user-level"])
+def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(
+    kafka_broker, tmp_path, caplog, user_level
+):
+    """User level: the replicas send the keyed hash of each context's user (the key from a
+    key file every role reads), the learner admits in the decisions partition's round order:
+    its counters are the closed form of the raw users' stream, and no user id is on any topic,
+    in the ledger, the snapshots or the logs."""
+    caplog.set_level(logging.INFO)
+    name = f"bc{os.getpid()}{'u' if user_level else ''}"
     topics = {
         "contexts": f"{name}.contexts",
         "feedback": f"{name}.feedback",
@@ -57,13 +74,20 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(kafka_brok
         kafka_broker.create_topic(t, PARTITIONS, configs=configs)
     boot = kafka_broker.bootstrap
 
-    lst = settings_for("learner", topics, boot, tmp_path / "learner")
+    ul = None
+    if user_level:
+        key = tmp_path / "user-hash.key"
+        key.write_text(secrets.token_hex(32))
+        ul = {"max_contributions_per_user": K_USER, "key_file": str(key)}
+    lst = settings_for("learner", topics, boot, tmp_path / "learner", user_level=ul)
     learner = learner_service(lst, KafkaTransport(learner_kafka_settings(lst)))
     replicas = [
-        DecisionReplica(settings_for("decider", topics, boot, tmp_path / "r", f"r{i}"))
+        DecisionReplica(
+            settings_for("decider", topics, boot, tmp_path / "r", f"r{i}", user_level=ul)
+        )
         for i in range(2)
     ]
-    client = Client(boot, topics)
+    client = Client(boot, topics, users=user_level)
     stop_all = threading.Event()
     threads = []
 
@@ -164,11 +188,30 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(kafka_brok
             fh.write(json.dumps({"topic": "contexts", "value": m.value.decode()}) + "\n")
         for m in read_partition(boot, topics["feedback"]):
             fh.write(json.dumps({"topic": "feedback", "value": m.value.decode()}) + "\n")
-    again, _, _ = run_learner_file(
-        tmp_path / "again", path, bandits={BANDIT: bandit_config(**POLICY)}
-    )
+    bandit = bandit_config(**POLICY) | ({"user_level": ul} if ul else {})
+    again, _, _ = run_learner_file(tmp_path / "again", path, bandits={BANDIT: bandit})
     stats = (dict(rt.stats), dict(again.bandits[BANDIT].stats))
     assert learned_state_bytes({BANDIT: again.bandits[BANDIT].state_dict()}) == (
         learned_state_bytes({BANDIT: rt.state_dict()})
     ), stats
     assert ledger_digests(tmp_path / "again") == ledger_digests(tmp_path / "learner")
+    if user_level:
+        check_users(boot, topics, decs, rt, tmp_path, caplog.text)
+
+
+def check_users(boot, topics, decs, rt, tmp_path, logs: str) -> None:
+    """The learner's admissions are the closed form over the raw users in its round order
+    (the decisions partition's: one bandit, one partition), and no raw id went anywhere."""
+    rounds = np.arange(1, len(decs) + 1)
+    users = [user_for(int(d["event_id"][1:])) for d in decs]
+    want = expected_counts(users, rt.policy.contribution_windows(rounds), K_USER)
+    got = rt.policy.user_counters()
+    assert {k: got[k] for k in want} == want and want["bounded"] > 1000, (got, want)
+    assert rt.stats["bounded"] == got["bounded"]
+    assert all(len(d["user_hash"]) == 16 for d in decs)
+    assert len({d["user_key"] for d in decs}) == 1  # one key, however many replicas
+    blobs = [logs]
+    for topic in ("decisions", "dead_letter", "models"):
+        blobs += [m.value.decode() for m in read_partition(boot, topics[topic]) if m.value]
+    blobs += [p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()]
+    assert raw_ids_in("".join(blobs)) == []

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from streaming_dpbandit.config import ConfigError, ServiceSettings
 from streaming_dpbandit.policies import FLIPHAT, RandomPolicy
-from streaming_dpbandit.stream.scaling.broadcast import check_broadcast
+from streaming_dpbandit.stream.scaling.broadcast import check_broadcast, user_hashes
 from streaming_dpbandit.stream.scaling.models_topic import ModelMessage, model_message
 from streaming_dpbandit.testing.broadcast_helpers import (
     broadcast_stream,
@@ -20,11 +20,13 @@ from streaming_dpbandit.testing.broadcast_helpers import (
 )
 from streaming_dpbandit.testing.stream_helpers import (
     BANDIT,
+    dead_letters,
     decisions,
     ledger_digests,
     record_stream,
     run_file,
 )
+from streaming_dpbandit.testing.user_level_helpers import raw_ids_in, user_bandit, write_user_stream
 from streaming_dpbandit.utils.serialization import dumps
 
 D = 20
@@ -259,16 +261,28 @@ def test_cli_refuses_a_decider_for_an_unsupported_policy(tmp_path, capsys):
 
 
 # -- the learner on a service's own decisions equals the service --------------------------------
-def test_learner_on_the_single_services_decisions_learns_exactly_what_it_learned(tmp_path):
+@pytest.mark.parametrize("user_level", [False, True], ids=["event-level", "user-level"])
+def test_learner_on_the_single_services_decisions_learns_exactly_what_it_learned(
+    tmp_path, user_level
+):
     """Fed the decisions a single service made (with their rows), the learner numbers them by
-    arrival, joins the same rewards, makes the same releases and publishes each model."""
-    stream = tmp_path / "stream.jsonl"
-    record_stream(stream, 3000, seed=11, state_dir=tmp_path / "rec")
-    ref, ref_transport, _ = run_file(tmp_path / "ref", stream)
+    arrival, joins the same rewards, makes the same releases and publishes each model.
+
+    User level: the decisions carry the keyed hash of their user (as a decision replica writes
+    them), and the learner admits exactly the rows the single service admitted."""
+    over = {}
+    if user_level:
+        stream = write_user_stream(tmp_path, events=1500)
+        over = {"bandits": {BANDIT: user_bandit(max_releases_per_user=2)}}
+    else:
+        stream = tmp_path / "stream.jsonl"
+        record_stream(stream, 3000, seed=11, state_dir=tmp_path / "rec")
+    ref, ref_transport, _ = run_file(tmp_path / "ref", stream, **over)
     decs = decisions(ref_transport)
     path = tmp_path / "broadcast.jsonl"
-    broadcast_stream(stream, decs, path)
-    learner, transport, summary = run_learner_file(tmp_path / "learner", path)
+    users = ref.bandits[BANDIT].policy if user_level else None
+    broadcast_stream(stream, decs, path, users=users)
+    learner, transport, summary = run_learner_file(tmp_path / "learner", path, **over)
     mine, theirs = learner.bandits[BANDIT].state_dict(), ref.bandits[BANDIT].state_dict()
     # the policy (statistics, releases, noise state), held rows and join outcomes are equal;
     # the join's id memory is not: the learner's contexts clock trails by one window, so it
@@ -281,5 +295,52 @@ def test_learner_on_the_single_services_decisions_learns_exactly_what_it_learned
     models = [json.loads(v) for v in transport.outputs["dpbandit.models"]]
     versions = [m["model_version"] for m in models]
     assert versions == list(range(1, summary["bandits"][BANDIT]["model_version"] + 1))
-    assert len(versions) >= 3
-    assert summary["bandits"][BANDIT]["stats"]["decided"] == len(decs) == 3000
+    assert len(versions) >= 3 - user_level
+    assert summary["bandits"][BANDIT]["stats"]["decided"] == len(decs) == 3000 // (1 + user_level)
+    if user_level:  # the same admissions (in the policy state above), and users were bounded
+        c = learner.bandits[BANDIT].policy.user_counters()
+        assert c == ref.bandits[BANDIT].policy.user_counters() and c["bounded"] > 100
+        assert summary["bandits"][BANDIT]["stats"]["bounded"] == c["bounded"]
+        outputs = [v.decode() for vs in transport.outputs.values() for v in vs]
+        assert raw_ids_in(path.read_text() + json.dumps(outputs)) == []
+
+
+def test_learner_dead_letters_decisions_without_its_users_hash_key(tmp_path):
+    """A user-level learner learns only from decisions hashed with its own key: a decision
+    hashed with another key (a replica with another ``key_file``) or without a user hash is
+    dead-lettered, never counted, so no user's count is ever split between two keys."""
+    from streaming_dpbandit.stream.scaling.broadcast import BroadcastDecision, user_key_id
+    from streaming_dpbandit.testing.stream_helpers import D, settings
+
+    bandit = user_bandit()
+    st = settings(tmp_path / "cfg", bandit=bandit, broadcast={"role": "learner"})
+    b = st.bandits[BANDIT]
+    own = b.user_level.build(b.policy, seed=b.seed)  # the learner's key (from the seed here)
+    other = b.user_level.build(b.policy, seed=b.seed + 1)
+    assert user_key_id(own) != user_key_id(other)
+
+    first = BroadcastDecision.model_validate_json(
+        f'{{"event_id": "e0", "bandit_id": "{BANDIT}", "arm_id": "a0", "arm_index": 0, '
+        '"propensity": 1.0, "model_version": 0, "episode": 0, "round": 0, "calibration": '
+        '"certified", "policy": "fliphat", "decided_at": 1.7e9, "event_time": 1.7e9, '
+        f'"features": {[0.0] * D}, "replica": "r0"}}'
+    )
+
+    def decision(i: int, pol) -> str:
+        update: dict = {"event_id": f"e{i}", "event_time": 1.7e9 + i}
+        if pol is not None:
+            (h,), key = user_hashes(pol, ["person-001@example.org"])
+            update |= {"user_hash": h, "user_key": key}
+        return first.model_copy(update=update).model_dump_json(exclude_none=True)
+
+    path = tmp_path / "decisions.jsonl"
+    lines = [decision(0, own), decision(1, other), decision(2, None), decision(3, own)]
+    path.write_text("".join(json.dumps({"topic": "contexts", "value": v}) + "\n" for v in lines))
+    learner, transport, summary = run_learner_file(
+        tmp_path / "learner", path, bandits={BANDIT: bandit}
+    )
+    reasons = sorted(x["reason"] for x in dead_letters(transport))
+    assert reasons == ["missing_user_id", "user_key_mismatch"]
+    assert summary["bandits"][BANDIT]["stats"]["decided"] == 2
+    c = learner.bandits[BANDIT].policy.user_counters()
+    assert c["admitted"] + c["bounded"] == 2

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -37,6 +38,8 @@ from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
 from streaming_dpbandit.stream.transport import InProcessTransport
 from streaming_dpbandit.testing.stream_helpers import D, bandit_config, kafka_topics
+from streaming_dpbandit.testing.user_level_helpers import K_USER, raw_ids_in, with_user_ids
+from streaming_dpbandit.utils.serialization import dumps
 
 pytestmark = pytest.mark.kafka
 
@@ -45,23 +48,37 @@ ENV = FliphatPaperEnv(d=D, K=K, s_star=3)
 
 
 # -- the stream ---------------------------------------------------------------------------------
-def bandits_config(names: list[str], first_episode_len: int = 256) -> dict:
+def bandits_config(
+    names: list[str],
+    first_episode_len: int = 256,
+    user_level: dict | None = None,
+    seed_base: int = 1000,
+) -> dict:
     """The bandits' configuration; the big test's short first episode (64) makes every bandit
     release twice within its 500 events (episodes doubling; each release 250 rounds after its
     episode, longer than the 2 s feedback window, 200 rounds of one bandit, so that no bandit
-    waits for its feedback)."""
+    waits for its feedback). ``user_level``: every bandit's user-level section; ``seed_base``:
+    the bandits' seeds (a replica whose seeds differ must still resume every task with the keys
+    of the task's snapshot)."""
+    ul = {} if user_level is None else {"user_level": user_level}
     return {
-        name: bandit_config(first_episode_len=first_episode_len) | {"seed": 1000 + i}
+        name: bandit_config(first_episode_len=first_episode_len) | {"seed": seed_base + i} | ul
         for i, name in enumerate(names)
     }
 
 
-def reference(tmp: Path, path: Path, names: list[str], first_episode_len: int = 256) -> dict:
+def reference(
+    tmp: Path,
+    path: Path,
+    names: list[str],
+    first_episode_len: int = 256,
+    user_level: dict | None = None,
+) -> dict:
     """The single-process run over the same stream (in-process, one partition per topic)."""
     st = ServiceSettings.model_validate(
         {
             "mode": "service",
-            "bandits": bandits_config(names, first_episode_len),
+            "bandits": bandits_config(names, first_episode_len, user_level),
             "snapshots": {"directory": str(tmp / "ref"), "interval_s": 3600},
             "metrics": {"enabled": False},
             "progress": False,
@@ -128,6 +145,8 @@ def write_config(
     group: str,
     names,
     first_episode_len: int = 256,
+    user_level: dict | None = None,
+    seed_base: int = 1000,
     **scaling,
 ):
     cfg = {
@@ -143,7 +162,7 @@ def write_config(
             "session_timeout_ms": 10_000,
         },
         "scaling": {"mode": "group", **scaling},
-        "bandits": bandits_config(names, first_episode_len),
+        "bandits": bandits_config(names, first_episode_len, user_level, seed_base),
         "metrics": {"enabled": False},
         "progress": False,
         "max_batch": 256,
@@ -235,13 +254,20 @@ def ledger_records(bootstrap: str, topic: str) -> list[ReleaseRecord]:
     return [ReleaseRecord.from_dict(json.loads(m.value)) for m in read_committed(bootstrap, topic)]
 
 
-def check_against_reference(bootstrap, topics, group, ref, partitions):
+def check_against_reference(bootstrap, topics, group, ref, partitions, own_seeds=False):
+    """``own_seeds``: the replicas were configured with other seeds than the reference (the
+    policies record their configured ``seed`` parameter; every key must be the snapshot's)."""
     states = final_states(bootstrap, f"{group}.state", partitions)
     assert set(states) == set(ref["states"])
+
+    def learned(name, st) -> bytes:
+        if own_seeds:  # (a user-level bandit: its policy's state is under "policy")
+            st = copy.deepcopy(st)
+            st["policy"]["policy"]["params"].pop("seed")
+        return learned_state_bytes({name: st})
+
     for name, st in states.items():  # nothing lost or counted twice, bandit by bandit
-        assert learned_state_bytes({name: st}) == learned_state_bytes(
-            {name: ref["states"][name]}
-        ), name
+        assert learned(name, st) == learned(name, ref["states"][name]), name
     seen = committed_decisions(bootstrap, topics["decisions"])
     assert set(seen) == set(ref["decisions"])  # no event without a decision
     dup = {k: v for k, v in seen.items() if len(v) != 1}
@@ -254,6 +280,31 @@ def check_against_reference(bootstrap, topics, group, ref, partitions):
     assert len(ids) == len(set(ids)), "a release was recorded twice"
     assert {r.release_id: r.content_digest() for r in recs} == ref["ledger"]
     return seen
+
+
+USER_LEVEL = {"max_contributions_per_user": K_USER}
+
+
+def check_users(bootstrap, topics, group, partitions, names, ref, replicas) -> None:
+    """User level: every bandit's counters are the single process's (admitted + bounded =
+    its decisions, many bounded), and no raw user id is on any topic or in any log."""
+    states = final_states(bootstrap, f"{group}.state", partitions)
+    for name in names:
+        got = states[name]["policy"]["user_bound"]["counters"]
+        assert got == ref["states"][name]["policy"]["user_bound"]["counters"], name
+        assert got["admitted"] + got["bounded"] == 1500 and got["bounded"] > 300, got
+    for topic in (
+        topics["decisions"],
+        topics["dead_letter"],
+        f"{group}.state",
+        f"{group}.ledger",
+    ):
+        msgs = read_committed(bootstrap, topic)
+        blob = "".join(m.value.decode("latin-1") for m in msgs if m.value)
+        assert raw_ids_in(blob) == [], f"user ids on {topic}"
+    assert raw_ids_in(dumps(states).decode()) == []  # the snapshots whole, however chunked
+    for r in replicas:
+        assert raw_ids_in(r.text()) == [], f"user ids in the log of {r.name}"
 
 
 # -- tests ----------------------------------------------------------------------------------------
@@ -323,27 +374,38 @@ def test_three_replicas_kill_9_and_a_late_joiner_equal_the_single_process_run(
     assert "assigned tasks" in late.text()
 
 
-def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
+@pytest.mark.parametrize("user_level", [None, USER_LEVEL], ids=["event-level", "user-level"])
+def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path, user_level):
+    """User level: the per-user counters are task state (in the task's snapshot, committed
+    with its offsets): they move with the task, and the paused replica's uncommitted
+    admissions are redone by the new owner exactly once, as the single process made them."""
     names = [f"p{i:02d}" for i in range(8)]
     parts = 4
     path = tmp_path / "stream.jsonl"
     write_multi_bandit_stream(path, names, 1500, ENV, seed=3)
-    ref = reference(tmp_path, path, names)
-    group = f"pause{os.getpid()}"
+    if user_level is not None:
+        path = with_user_ids(path, tmp_path / "users.jsonl")
+    ref = reference(tmp_path, path, names, user_level=user_level)
+    group = f"pause{os.getpid()}{'u' if user_level else ''}"
     topics = kafka_topics(group)
     for t in (topics["contexts"], topics["feedback"]):
         kafka_broker.create_topic(t, parts)
     boot = kafka_broker.bootstrap
     # the sleeper commits rarely: when paused it certainly holds uncommitted work
+    cfg = {"user_level": user_level}
     a = Replica(
-        tmp_path, "a", write_config(tmp_path, "a", boot, topics, group, names, commit_interval_s=30)
+        tmp_path,
+        "a",
+        write_config(tmp_path, "a", boot, topics, group, names, commit_interval_s=30, **cfg),
     )
     wait_for(lambda: "assigned tasks [0, 1, 2, 3]" in a.text(), 120, "a owns every task", [a])
     publish_jsonl(boot, path, topics)
     wait_for(lambda: "release" in a.text(), 300, "a's first releases", [a])
     a.signal(signal.SIGSTOP)
     paused_at = time.time()
-    b = Replica(tmp_path, "b", write_config(tmp_path, "b", boot, topics, group, names))
+    if user_level is not None:  # b's own seeds: every key (user-id hash, noise) must come
+        cfg["seed_base"] = 2000  # from the tasks' snapshots, or b's state would differ
+    b = Replica(tmp_path, "b", write_config(tmp_path, "b", boot, topics, group, names, **cfg))
     try:
         wait_for(lambda: group_lag(boot, group, topics) == 0, 600, "b to finish the stream", [b])
         pre = committed_decisions(boot, topics["decisions"])
@@ -354,9 +416,11 @@ def test_a_paused_replica_is_fenced_when_it_resumes(kafka_broker, tmp_path):
     wait_for(lambda: "fenced" in a.text().lower() or "lost" in a.text(), 120, "a to notice", [a, b])
     time.sleep(5)  # a rejoins the group; anything it still tried to write stays aborted
     assert b.stop() == 0 and a.stop() == 0
-    seen = check_against_reference(boot, topics, group, ref, parts)
+    seen = check_against_reference(boot, topics, group, ref, parts, own_seeds=bool(user_level))
     assert seen == pre  # nothing a wrote after it resumed became visible
     assert resumed_at - paused_at > 10  # longer than the session: its tasks had moved
+    if user_level is not None:
+        check_users(boot, topics, group, parts, names, ref, [a, b])
     # the group's privacy spend, from the ledger topic
     cli = [sys.executable, "-m", "streaming_dpbandit.cli", "budget", "--kafka", boot]
     out = subprocess.run(
