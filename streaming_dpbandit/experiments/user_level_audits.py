@@ -13,7 +13,10 @@ mutant) and the Laplace one also ``bound=False`` (the mutant without contributio
 * :func:`audit_user_lasso_gram` — PrivateLASSO-R's Gaussian Gram release of a real forgetful
   block, the rows fed through :class:`UserLevel`, at the ε′ of
   :func:`~streaming_dpbandit.policies.user_level.private_lasso_group_epsilon`; the claim is the
-  Gaussian profile of the ledger's component grouped by k (ρ → k²ρ).
+  Gaussian profile of the ledger's component grouped by k (ρ → k²ρ);
+* :func:`audit_user_niht` — one N-IHT fit of FLIPHAT at its group calibration
+  (ε/k, δ/(k·e^{(k−1)ε/k})), the rows fed through :class:`UserLevel`; the claim is the sharp
+  per-release (values) part k·s·λ/ξ′ for the user's k admitted rows.
 """
 
 from __future__ import annotations
@@ -23,21 +26,24 @@ import math
 import numpy as np
 
 from ..policies.dp_linucb import DPLinUCB
+from ..policies.fliphat import FLIPHAT
 from ..policies.private_lasso import PrivateLASSO
 from ..policies.user_level import UserLevel, group_params
 from ..privacy.audit import AuditResult, audit
 from ..privacy.gaussian import analytic_gaussian_sigma, gaussian_delta
 from ..privacy.gram import sym_gauss, u_vector
 from ..privacy.laplace import LaplaceMechanism
+from ..privacy.noise import NoiseSource
 from ..privacy.user_bound import UserContributionBound
 from ..privacy.user_level import calibrate_for_group, group_component
 from ..privacy.zcdp import epsilon_from_rho
-from .audits import _rescaled_weights, gram_pair, node_loss_sampler
+from .audits import _rescaled_weights, _values_llr, gram_pair, niht_pair, node_loss_sampler
 
 __all__ = [
     "LASSO_AUDIT_DELTA",
     "audit_user_laplace",
     "audit_user_lasso_gram",
+    "audit_user_niht",
     "audit_user_tree",
     "lasso_user_policy",
     "lasso_user_target",
@@ -242,5 +248,94 @@ def audit_user_lasso_gram(
         np.random.default_rng(seed),
         name=f"user-level private-lasso gram k={k} ε=1 δ={claim_delta:.3g} "
         f"(‖Δu‖/L̃² = {dist / pol.gram_l2sq:.4g}, noise ×{multiplier:g}, "
+        f"{'bounded' if bound else 'unbounded'})",
+    )
+
+
+def audit_user_niht(
+    multiplier: float = 1.0,
+    k: int = 2,
+    bound: bool = True,
+    s: int = 2,
+    epsilon: float = 5.0,
+    delta: float = 0.01,
+    d: int = 20,
+    n: int = 5_000,
+    seed: int = 16,
+) -> AuditResult:
+    """One N-IHT fit (M = 1, θ⁰ = 0) of FLIPHAT at its group calibration for k, on the
+    event-level worst-case pair (:func:`~streaming_dpbandit.experiments.audits.niht_pair`)
+    with u's k + 1 events first: each is x = +10·x_max·1 in D and −10·x_max·1 in D′ (y = 10R),
+    distinct other users send the n − k − 1 base rows; every row goes through :class:`UserLevel`
+    and FLIPHAT's own clipping and accumulation, so u's k admitted rows move every coordinate
+    of (2η/n)·h by exactly k·λ.
+
+    Claim (docs/privacy/user-level.md §6): given the support, the s released values are a
+    Laplace mechanism of scale ξ′ (the policy's, at (ε/k, δ′)) whose ℓ1 sensitivity for k rows
+    is k·s·λ: pure (k·s·λ/ξ′)-DP, tight. ``bound=False`` learns every row (u's k + 1 rows move
+    each coordinate by (k + 1)·λ: the mutant without bounding).
+    """
+    x_max, b_max, eta, n_rows = 1.0, 1.0, 0.1, 1024
+
+    def policy(mult: float) -> FLIPHAT:
+        params: dict[str, object] = dict(
+            d=d,
+            s=s,
+            eta=eta,
+            b_max=b_max,
+            x_max=x_max,
+            l1_radius=1e9,
+            sigma_prior=0.1,
+            seed=0,
+            first_episode_len=n_rows,
+            clip_contexts=True,
+            noise_scale_multiplier=mult,  # grad_clip and accountant: the product's "auto"
+        )
+        return FLIPHAT(**group_params("fliphat", params, k, epsilon, delta))
+
+    users = user_stream(k, 1, n_rows - (k + 1))
+    is_u = np.array([x == "u" for x in users])
+    accs, pol = [], policy(multiplier)
+    R = pol.reward_clip_for(n_rows)
+    X0, X1, y = niht_pair(d, s, n_rows, x_max, R)
+    for X_odd in (X0[-1], X1[-1]):  # the changed row of the event-level pair is u's row here
+        pol = policy(multiplier)
+        X = np.where(is_u[:, None], X_odd, X0[0])
+        pol.decide(np.zeros((n_rows, 2, d)))
+        rounds = np.arange(1, n_rows + 1)
+        if bound:
+            UserLevel(pol, k, seed=seed).learn(X, y, rounds, user_ids=users)
+        else:
+            pol.learn(X, y, rounds)
+        accs.append(pol._acc[0])
+    est = pol._estimator()
+    nominal = policy(1.0)._estimator().calibrate(n_rows, R, 1)[0]
+    lam, xi = nominal["sensitivity"], nominal["scale"]
+    m0, m1 = ((2 * eta / n_rows) * a.h for a in accs)
+    rows_u = k if bound else k + 1
+    shift = np.abs(m1 - m0)
+    # u's admitted rows attain rows_u·λ up to the 2⁻¹⁶ grid of the clipped bounds, never more
+    assert np.all(shift <= rows_u * lam * (1 + 1e-12)), shift
+    assert np.all(shift >= rows_u * lam * (1 - 1e-4)), shift
+
+    def sampler(which, m, rng):
+        src = NoiseSource(seed=int(rng.integers(1 << 62)))
+        out = np.empty(m)
+        for i in range(m):
+            fit = est.fit(
+                accs[which], n=n_rows, reward_clip=R, iterations=1, noise=src, label=("audit", i)
+            )
+            out[i] = _values_llr(fit.values, m0[fit.indices], m1[fit.indices], xi)
+        return out
+
+    claim = k * s * lam / xi
+    return audit(
+        sampler,
+        claim,
+        0.0,
+        n,
+        np.random.default_rng(seed),
+        name=f"user-level n-iht fit values k={k} s={s} ε={epsilon:g} δ={delta:g} "
+        f"ε′={pol.epsilon:g} δ′={pol.delta:.3g} (noise ×{multiplier:g}, "
         f"{'bounded' if bound else 'unbounded'})",
     )
