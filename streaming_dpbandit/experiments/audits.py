@@ -212,6 +212,25 @@ def niht_pair(d: int, s: int, n_rows: int, x_max: float, R: float):
     return X0, X1, y
 
 
+def niht_values_sampler(est, accs, n_rows: int, R: float, m0, m1, xi: float):
+    """The audit's sampler for N-IHT fits (one iteration) of the accumulators ``accs`` (D, D′):
+    each sample is a full ``est.fit`` with fresh noise, scored by the exact privacy-loss
+    statistic of its s released values (Laplace of scale ``xi`` around ``m0`` / ``m1`` on the
+    selected support)."""
+
+    def sampler(which, k, rng):
+        src = NoiseSource(seed=int(rng.integers(1 << 62)))
+        out = np.empty(k)
+        for i in range(k):
+            fit = est.fit(
+                accs[which], n=n_rows, reward_clip=R, iterations=1, noise=src, label=("audit", i)
+            )
+            out[i] = _values_llr(fit.values, m0[fit.indices], m1[fit.indices], xi)
+        return out
+
+    return sampler
+
+
 def audit_niht(
     claim: str = "values",
     calibration: str = "certified",
@@ -304,17 +323,7 @@ def audit_niht(
     # the pair attains λ₀ up to the 2⁻¹⁶ grid of the clipped bounds, and never exceeds it
     assert np.all(shift <= lam0 * (1 + 1e-12)) and np.all(shift >= lam0 * (1 - 1e-4)), shift
 
-    def sampler(which, k, rng):
-        src = NoiseSource(seed=int(rng.integers(1 << 62)))
-        out = np.empty(k)
-        for i in range(k):
-            fit = est.fit(
-                accs[which], n=n_rows, reward_clip=R, iterations=1, noise=src, label=("audit", i)
-            )
-            sel = fit.indices
-            out[i] = _values_llr(fit.values, m0[sel], m1[sel], nominal["scale"])
-        return out
-
+    sampler = niht_values_sampler(est, accs, n_rows, R, m0, m1, nominal["scale"])
     if claim == "values":
         eps, dl = s * nominal["sensitivity"] / nominal["scale"], 0.0
     else:

@@ -33,11 +33,16 @@ from ..privacy.audit import AuditResult, audit
 from ..privacy.gaussian import analytic_gaussian_sigma, gaussian_delta
 from ..privacy.gram import sym_gauss, u_vector
 from ..privacy.laplace import LaplaceMechanism
-from ..privacy.noise import NoiseSource
 from ..privacy.user_bound import UserContributionBound
 from ..privacy.user_level import calibrate_for_group, group_component
 from ..privacy.zcdp import epsilon_from_rho
-from .audits import _rescaled_weights, _values_llr, gram_pair, niht_pair, node_loss_sampler
+from .audits import (
+    _rescaled_weights,
+    gram_pair,
+    niht_pair,
+    niht_values_sampler,
+    node_loss_sampler,
+)
 
 __all__ = [
     "LASSO_AUDIT_DELTA",
@@ -318,16 +323,7 @@ def audit_user_niht(
     assert np.all(shift <= rows_u * lam * (1 + 1e-12)), shift
     assert np.all(shift >= rows_u * lam * (1 - 1e-4)), shift
 
-    def sampler(which, m, rng):
-        src = NoiseSource(seed=int(rng.integers(1 << 62)))
-        out = np.empty(m)
-        for i in range(m):
-            fit = est.fit(
-                accs[which], n=n_rows, reward_clip=R, iterations=1, noise=src, label=("audit", i)
-            )
-            out[i] = _values_llr(fit.values, m0[fit.indices], m1[fit.indices], xi)
-        return out
-
+    sampler = niht_values_sampler(est, accs, n_rows, R, m0, m1, xi)
     claim = k * s * lam / xi
     return audit(
         sampler,
