@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["EarlyFeedback", "JoinStore", "Pending", "Resolution"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Pending:
     """A decision waiting for its reward."""
 
@@ -253,6 +253,29 @@ class JoinStore:
         (7, [1.0, 2.0], 'joined')
         """
         return self._take(event_id, "joined")
+
+    def take_joined_many(self, event_ids: list[str]) -> tuple[list[int], np.ndarray]:
+        """:meth:`take_joined` for several pending decisions, in order: their rounds and their
+        chosen contexts as one ``(n, d)`` array (one copy for all). Held rewards of a decided
+        batch are joined this way (``BanditRuntime.after_decisions``).
+
+        >>> js = JoinStore(d=2, window=10.0, capacity=4, retention=60.0)
+        >>> js.add_many(["a", "b"], [1, 2], [5.0, 6.0], np.array([[1.0, 2.0], [3.0, 4.0]]))
+        []
+        >>> rounds, ctx = js.take_joined_many(["b", "a"])
+        >>> rounds, ctx.tolist(), js.status("a"), js.status("b")
+        ([2, 1], [[3.0, 4.0], [1.0, 2.0]], 'joined', 'joined')
+        """
+        pop = self.pending.pop
+        taken = [pop(e) for e in event_ids]
+        slots = [p.slot for p in taken]
+        contexts = self._contexts[slots]
+        self._free.extend(slots)
+        resolved, heap, push = self.resolved, self._resolved_heap, heapq.heappush
+        for e, p in zip(event_ids, taken):  # (what _remember does)
+            resolved[e] = ("joined", p.event_time)
+            push(heap, (p.event_time, e))
+        return [p.round for p in taken], contexts
 
     # -- feedback ---------------------------------------------------------------------------
     def match(self, event_id: str, reward: float, event_time: float) -> Resolution:
