@@ -337,17 +337,22 @@ class JoinStore:
         if t <= self.feedback_watermark:
             return []
         self.feedback_watermark = t
-        out = []
-        cutoff = t - self.window
         heap = self._by_time
-        while heap and heap[0][0] < cutoff:
-            _, _, eid = heapq.heappop(heap)
-            if eid in self.pending:  # else: already resolved (lazy deletion)
-                out.append(self.resolve(eid, "expired", None))
+        if heap and heap[0][0] < t - self.window:
+            out = []
+            cutoff = t - self.window
+            while heap and heap[0][0] < cutoff:
+                _, _, eid = heapq.heappop(heap)
+                if eid in self.pending:  # else: already resolved (lazy deletion)
+                    out.append(self.resolve(eid, "expired", None))
+        else:  # (every feedback message advances the watermark: the common case, cheaply)
+            out = []
         if len(heap) > 2 * len(self.pending) + 64:  # drop stale heap entries
             self._by_time = [x for x in heap if x[2] in self.pending]
             heapq.heapify(self._by_time)
-        self._prune(t)
+        resolved = self._resolved_heap
+        if resolved and resolved[0][0] < min(t, self.context_watermark) - self.retention:
+            self._prune(t)
         return out
 
     def expire_all(self) -> list[Resolution]:
