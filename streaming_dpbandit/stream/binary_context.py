@@ -76,7 +76,8 @@ _F8, _F4 = np.dtype("<f8"), np.dtype("<f4")  # (a dtype object: parsing "<f8" co
 #: that header, (bandit id, arm ids)
 _LAYOUTS: dict[bytes, tuple] = {}
 _TAILS_CACHED = 0  # entries in the layouts' id caches
-_CACHED = 1024
+_CACHED = 256
+_CACHED_KEY_BYTES = 1024  # ids after the event id longer than this are not remembered
 
 
 class BadBinaryContext(ValueError):
@@ -292,13 +293,16 @@ def _remember(raw: bytes, layout: tuple, ids: list[str]) -> None:
     keyed by their bytes: the next message with the same header and the same ids is read
     without checking them again (a bounded cache; a message that misses it is read in full)."""
     global _TAILS_CACHED
+    start, ids_at = layout[2], layout[3]
+    m = raw[start] | raw[start + 1] << 8
+    key = raw[start + 2 : ids_at] + raw[ids_at + m :]
+    if len(key) > _CACHED_KEY_BYTES:  # (memory stays bounded: a few MB at most)
+        return
     lay = _LAYOUTS.get(raw[4:16])
     if lay is None or _TAILS_CACHED >= _CACHED:
         if len(_LAYOUTS) >= _CACHED or _TAILS_CACHED >= _CACHED:
             _LAYOUTS.clear()
             _TAILS_CACHED = 0
         lay = _LAYOUTS[raw[4:16]] = (*layout, {})
-    start, ids_at = layout[2], layout[3]
-    m = raw[start] | raw[start + 1] << 8
-    lay[-1][raw[start + 2 : ids_at] + raw[ids_at + m :]] = (ids[1], ids[2:])
+    lay[-1][key] = (ids[1], ids[2:])
     _TAILS_CACHED += 1

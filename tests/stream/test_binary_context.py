@@ -238,3 +238,16 @@ def test_a_message_like_one_read_before_is_read_exactly_as_on_its_own(
             full = _read(bc._decode, message)
             assert _read(decode_binary_context, message) == full
             assert _read(decode_binary_context, message) == full  # remembered now, if valid
+
+
+def test_the_remembered_ids_stay_bounded():
+    # a stream of valid messages with ever new ids (or very many arms) cannot grow the cache
+    from streaming_dpbandit.stream import binary_context as bc
+
+    for i in range(3 * bc._CACHED):
+        bc.decode_binary_context(encode_binary_context("e", f"b{i}", 1.0, [[1.0]], ["a"]))
+    assert sum(len(lay[-1]) for lay in bc._LAYOUTS.values()) <= bc._CACHED
+    many = [f"arm-{k}" for k in range(400)]
+    raw = encode_binary_context("e", "b", 1.0, np.zeros((400, 1)), many)
+    assert bc.decode_binary_context(raw).arm_ids == many
+    assert all(many not in [v[1] for v in lay[-1].values()] for lay in bc._LAYOUTS.values())
