@@ -30,7 +30,7 @@ def record(k: int, components: list[dict]) -> ReleaseRecord:
                          data_slice=f"episode:{k}", composition="parallel")  # fmt: skip
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(EPSILONS, DELTAS, st.integers(0, 3), st.integers(0, 3), st.booleans())
 def test_one_eps_delta_component_gives_the_library_value_to_the_last_bit(
     eps, delta, zeros_before, zeros_after, split
