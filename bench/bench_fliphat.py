@@ -218,8 +218,8 @@ def _run_timed(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[floa
 
 def _ours(seed: int, horizon: int, epsilon: float, m0: float, write_json: bool) -> dict:
     """``dpbandit simulate`` of one repetition; ``write_json`` adds ``--json`` (whose privacy
-    block carries the PLD accountant's ε at δ: dp-accounting is imported); else the regret is
-    read from the printed table."""
+    block carries the PLD accountant's ε at δ, as the table does); else the regret is read
+    from the printed table."""
     params = PAPER_AS_AUTHORS | {"m0": str(m0)}
     with tempfile.TemporaryDirectory() as tmp:
         out_json = Path(tmp) / "sim.json"
@@ -288,7 +288,8 @@ def bench_end_to_end(reps, authors_dir, jax_python, horizon=10_000, epsilon=1.0,
             "(fresh process: start-up, simulation, regret table; the regret is read from the "
             "table, the authors' output is a regret too)",
             "ours_json": "the same with --json FILE: the JSON's privacy block adds the PLD "
-            "accountant's ε at δ (dp-accounting, with scipy.stats, is imported)",
+            "accountant's ε at δ (the table shows it too; for FLIPHAT's ledger, one (ε, δ) "
+            "component per episode, it is computed without importing dp-accounting)",
             "authors": "bench/fliphat_authors_run.py: their SLCB.play() of simulation.py's "
             "setting 2, one ε, data drawn up front (fresh process, their JAX 0.4.23)",
             "repetitions": reps,

@@ -30,9 +30,15 @@ and the compact binary context message with raw float64 or float32 features (``r
 
 The service runs as ``dpbandit serve`` runs it (``service_gc``).
 
+* ``versions`` (``--old-tree DIR``, alone): the service loop's CPU per context in process,
+  this tree against another checkout, alternated, replaying the recorded stream in its
+  recorded order and with the feedback read far ahead of the contexts (as a Kafka catch-up
+  reads it: most rewards held until their context is decided).
+
 Usage: python bench/bench_service.py [--quick] [--kafka HOST:PORT] [--skip-kafka] [--skip-memory]
-       [--skip-latency] [--encodings E,...] [--repeats N] [--latency-max-poll-records N]
-       [--live-only RATES] [--live-encoding E] [--clients-only] [--clients-live-rate R]
+       [--skip-latency] [--skip-clients] [--encodings E,...] [--repeats N]
+       [--latency-max-poll-records N] [--live-only RATES] [--live-encoding E] [--clients-only]
+       [--clients-live-rate R] [--old-tree DIR [--versions-rounds N]]
 (without --kafka a broker is started with scripts/kafka.sh).
 """
 
@@ -164,6 +170,84 @@ def replay_rate(path: Path, events: int, cpu_out: list | None = None) -> float:
     if cpu_out is not None:
         cpu_out.append(best_cpu)
     return best
+
+
+class AheadSource(MemorySource):
+    """The recorded stream with the feedback read ahead of the contexts, as a consumer
+    catching up on two full topics reads it (kafka-python fetches the small feedback messages
+    far ahead of the large contexts): feedback up to ``lead`` messages ahead, then 400
+    contexts, and so on. Most rewards are held until their context is decided."""
+
+    def __init__(self, path: Path, lead: int = 8000):
+        super().__init__(path)
+        ctx = [x for x in self.items if x[0] == TOPICS[0]]
+        fb = [x for x in self.items if x[0] == TOPICS[1]]
+        out, i, j = [], 0, 0
+        while i < len(ctx) or j < len(fb):
+            while j < len(fb) and j < i + lead:
+                out.append(fb[j])
+                j += 1
+            out.extend(ctx[i : i + 400])
+            i += 400
+        self.items = out
+
+
+ORDERS = {"recorded": MemorySource, "feedback_ahead": AheadSource}
+
+
+def replay_cpu_main(path: str, order: str, events: int) -> None:
+    """Child of ``--old-tree``: CPU µs per context of two replays (after importing the
+    accountant, which the service loads when it starts), as one JSON line."""
+    from streaming_dpbandit.privacy.accountant import load_pld
+
+    load_pld()
+    out = []
+    for _ in range(2):
+        svc = Service(settings(tempfile.mkdtemp()), InProcessTransport(ORDERS[order](Path(path))))
+        svc.open()
+        cpu0 = time.process_time()
+        with service_gc():
+            svc.run()
+        out.append((time.process_time() - cpu0) / events * 1e6)
+    print(json.dumps(out))
+
+
+def bench_versions(paths: dict[str, Path], events: int, old_tree: Path, rounds: int) -> dict:
+    """In-process CPU per context of this tree and ``old_tree`` (the service loop replaying
+    the recorded stream, in fresh processes), alternated ``rounds`` times per encoding and
+    arrival order; each sample is the better of two replays in its process."""
+    trees = {"new": ROOT, "old": old_tree}
+    out: dict = {
+        "protocol": f"{events} contexts per replay; per encoding and arrival order, {rounds} "
+        "rounds alternating the trees (the first tree alternates too), each a fresh process "
+        "replaying twice (best of 2, process CPU time ÷ contexts); medians",
+        "old_tree": str(old_tree),
+        "load_average_at_start": os.getloadavg(),
+    }
+    for encoding, path in paths.items():
+        for order in ORDERS:
+            samples: dict[str, list[float]] = {k: [] for k in trees}
+            for i in range(rounds):
+                for k in list(trees) if i % 2 == 0 else list(trees)[::-1]:
+                    res = subprocess.run(
+                        [sys.executable, __file__, "--replay-cpu", str(path), order, str(events)],
+                        env={**os.environ, "PYTHONPATH": str(trees[k])},
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
+                    samples[k].append(min(json.loads(res.stdout.strip().splitlines()[-1])))
+            new, old = (float(np.median(samples[k])) for k in ("new", "old"))
+            out[f"{encoding}/{order}"] = {
+                "new_cpu_us_per_context": samples["new"],
+                "old_cpu_us_per_context": samples["old"],
+                "median_new": new,
+                "median_old": old,
+                "old_over_new": old / new,
+                "per_round_old_over_new": [o / n for o, n in zip(samples["old"], samples["new"])],
+            }
+    out["load_average_at_end"] = os.getloadavg()
+    return out
 
 
 def bench_inprocess(paths: dict[str, Path], events: int) -> dict:
@@ -1114,6 +1198,9 @@ def main() -> None:
     if sys.argv[1:2] == ["--echo"]:
         echo_main(*sys.argv[2:5])
         return
+    if sys.argv[1:2] == ["--replay-cpu"]:
+        replay_cpu_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     if sys.argv[1:2] == ["--memory"]:
         print(json.dumps(bench_memory(int(sys.argv[2]))))
         return
@@ -1154,6 +1241,19 @@ def main() -> None:
     )
     ap.add_argument("--clients-live-rate", type=float, default=500.0, help="0: no live part")
     ap.add_argument(
+        "--skip-clients",
+        action="store_true",
+        help="through Kafka, leave out the two clients side by side (kafka_clients)",
+    )
+    ap.add_argument(
+        "--old-tree",
+        type=Path,
+        help="only the in-process CPU per context of this tree against another checkout "
+        "(e.g. git archive COMMIT | tar -x -C DIR), alternated --versions-rounds times per "
+        "encoding, with the recorded arrival order and with the feedback read ahead",
+    )
+    ap.add_argument("--versions-rounds", type=int, default=5)
+    ap.add_argument(
         "--latency-max-poll-records",
         type=int,
         default=20,
@@ -1176,6 +1276,10 @@ def main() -> None:
     for encoding in args.encodings.split(","):  # the same stream, features as JSON or binary
         paths[encoding] = tmp / f"stream-{encoding}.jsonl"
         record(paths[encoding], events, encoding)
+    if args.old_tree:
+        print(json.dumps({"versions": bench_versions(paths, events, args.old_tree,
+                                                     args.versions_rounds)}, indent=1))  # fmt: skip
+        return
     if args.clients_only:
         env = None
         bootstrap = args.kafka
@@ -1202,9 +1306,10 @@ def main() -> None:
                 args.latency_max_poll_records,
                 latency_part=not args.skip_latency,
             )
-            out["kafka_clients"] = bench_clients(
-                bootstrap, paths, args.repeats, args.clients_live_rate
-            )
+            if not args.skip_clients:
+                out["kafka_clients"] = bench_clients(
+                    bootstrap, paths, args.repeats, args.clients_live_rate
+                )
         finally:
             if env is not None:
                 stop_broker(env)

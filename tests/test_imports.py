@@ -75,18 +75,50 @@ def test_river_registration_when_river_bandit_is_imported_later_or_first():
         assert out.returncode == 0, out.stderr
 
 
-def test_simulate_reports_the_pld_accountant_when_it_is_the_tightest(tmp_path):
-    """The table and the JSON report the accountant of record, so simulate of a private policy
-    loads dp-accounting (the PLD accountant may be the tightest valid guarantee)."""
+def simulate_modules(tmp_path, *args: str) -> tuple[set[str], dict]:
+    """The modules a ``dpbandit simulate`` loads (fresh process) and its JSON's run."""
     out = tmp_path / "sim.json"
-    code = (
-        "from streaming_dpbandit.cli import main\n"
-        "main(['simulate', '--policy', 'fliphat', '--seeds', '1', '--jobs', '1',\n"
-        "      '--no-progress', '--horizon', '300', '--env-param', 'd=20',\n"
-        f"      '--json', {str(out)!r}])\n"
+    argv = ["simulate", "--seeds", "1", "--jobs", "1", "--no-progress", *args]
+    code = f"from streaming_dpbandit.cli import main\nmain({[*argv, '--json', str(out)]!r})\n"
+    return loaded_after(code), json.loads(out.read_text())["runs"][0]
+
+
+@pytest.mark.parametrize("calibration", ["certified", "paper"])
+def test_simulate_of_fliphat_reports_the_pld_accountant_without_dp_accounting(
+    tmp_path, calibration
+):
+    """The table and the JSON report the accountant of record, which may be the PLD
+    accountant. FLIPHAT's ledger (one (ε, δ) component per episode) needs no convolution:
+    its PLD ε is dp-accounting's value computed without importing the library (≈ 1 CPU s,
+    with scipy.signal and scipy.stats), so a FLIPHAT repetition with the paper's calibration
+    (P5's profile, issue 24) loads no SciPy. (The certified calibration calibrates its peeling
+    noise with the PLD accountant: it needs the library.)"""
+    mods, run = simulate_modules(
+        tmp_path, "--policy", "fliphat", "--horizon", "600", "--env-param", "d=20",
+        "--calibration", calibration,
+    )  # fmt: skip
+    never = ("matplotlib", "kafka", "river.bandit", "pydantic_settings", "prometheus_client")
+    assert heavy(mods, never) == []
+    if calibration == "paper":
+        assert heavy(mods, ("dp_accounting", "scipy")) == []
+    from streaming_dpbandit.privacy.accountant import Accountant
+    from streaming_dpbandit.privacy.ledger import ReleaseRecord
+
+    pr = run["privacy"]
+    one = ReleaseRecord("b/fit/1", "b", "n-iht+peeling", calibration, "v", True,
+                        epsilon=pr["epsilon"], delta=pr["delta"], data_slice="episode:1",
+                        accounting=[{"type": "eps_delta", "epsilon": pr["epsilon"],
+                                     "delta": pr["delta"]}])  # fmt: skip
+    assert pr["epsilon_at_delta_pld"] == Accountant._pld([one]).get_epsilon_for_delta(pr["delta"])
+    assert pr["of_record"]["accountant"] == "pld"
+
+
+def test_simulate_loads_dp_accounting_when_the_pld_needs_a_convolution(tmp_path):
+    """A ledger of composed mechanisms (DP-LinUCB's tree aggregation) asks dp-accounting."""
+    mods, run = simulate_modules(
+        tmp_path, "--policy", "dp-linucb", "--horizon", "300", "--env-param", "d=20"
     )
-    assert "dp_accounting" in loaded_after(code)
-    run = json.loads(out.read_text())["runs"][0]
+    assert "dp_accounting" in mods
     assert run["privacy"]["epsilon_at_delta_pld"] <= run["privacy"]["epsilon"] + 1e-9
     assert run["privacy"]["of_record"]["epsilon"] <= run["privacy"]["epsilon"] + 1e-9
 

@@ -122,6 +122,10 @@ class BanditRuntime:
         """Join early feedback of the just-decided events; advance the contexts watermark."""
         js = self.join
         early, pending, window = js.early, js.pending, js.window
+        plain = self.kind.plain_rewards
+        # the common case's rewards, joined together (in order) before anything else resolves
+        ids: list[str] = []
+        rewards: list[float] = []
         for p in batch:
             eid = p.event.event_id
             t = p.event.event_time
@@ -134,16 +138,21 @@ class BanditRuntime:
                 and held[0].watermark <= closes
             ):
                 fb = held[0]
-                if self.kind.plain_rewards:  # (what on_pending does here, inline)
-                    rnd, ctx = js.take_joined(eid)
+                if plain:  # (what on_pending does here, for many at once)
                     assert not isinstance(fb.reward, dict)  # single-arm rewards are numbers
-                    self.learn_joined(rnd, fb.reward, ctx)
-                else:
-                    self.kind.on_pending(self, eid, fb.reward, fb.event_time, fb.source, dead)
+                    ids.append(eid)
+                    rewards.append(fb.reward)
+                    continue
+                self.kind.on_pending(self, eid, fb.reward, fb.event_time, fb.source, dead)
             else:
+                if ids and (held or (eid in pending and js.feedback_watermark > closes)):
+                    self.learn_joined_many(*js.take_joined_many(ids), rewards)
+                    ids, rewards = [], []
                 self._judge_held(eid, t, closes, held, dead)
             if eid in pending and js.feedback_watermark > closes:
                 self.resolved(js.resolve(eid, "expired", None), forced=False)
+        if ids:
+            self.learn_joined_many(*js.take_joined_many(ids), rewards)
         t = max(p.event.event_time for p in batch)
         for orphan in self.join.advance_context_watermark(t):
             self.stats["fb_orphan"] += 1
@@ -274,6 +283,26 @@ class BanditRuntime:
         self.window.append(reward)
         self.reward_sum += reward
         self.queue_row(context, reward, round)
+
+    def learn_joined_many(
+        self, rounds: list[int], contexts: np.ndarray, rewards: list[float]
+    ) -> None:
+        """:meth:`learn_joined` for several joined rewards, in order (their rows queued as
+        one block)."""
+        if self._bounded_rounds:  # user level: some rows may be dropped, row by row
+            for rnd, reward, ctx in zip(rounds, rewards, contexts):
+                self.learn_joined(rnd, reward, ctx)
+            return
+        self.stats["joined"] += len(rounds)
+        rewards = [float(r) for r in rewards]
+        self.window.extend(rewards)
+        total = self.reward_sum
+        for r in rewards:  # one at a time, as learn_joined adds them
+            total += r
+        self.reward_sum = total
+        self._learn_X.append(contexts)
+        self._learn_y.extend(rewards)
+        self._learn_r.extend(rounds)
 
     def queue_row(self, context: np.ndarray, reward: float, round: int) -> None:
         """Queue a resolved decision's row for the policy (:meth:`flush_learning`); a row

@@ -69,6 +69,15 @@ MAX_ID_CHARS = 200
 BINARY_ENCODINGS: dict[str, np.dtype] = {"raw-f64": np.dtype("<f8"), "raw-f32": np.dtype("<f4")}
 
 _LENGTHS = [struct.Struct(f"<{n}H") for n in range(64)]
+_TIME = struct.Struct("<d")
+_F8, _F4 = np.dtype("<f8"), np.dtype("<f4")  # (a dtype object: parsing "<f8" costs 1 µs)
+#: valid headers (bytes 4–16: version, flags, K, d, reserved) without a user id: their
+#: layout, and by the ids after the event id (their lengths and bytes) of valid messages with
+#: that header, (bandit id, arm ids)
+_LAYOUTS: dict[bytes, tuple] = {}
+_TAILS_CACHED = 0  # entries in the layouts' id caches
+_CACHED = 256
+_CACHED_KEY_BYTES = 1024  # ids after the event id longer than this are not remembered
 
 
 class BadBinaryContext(ValueError):
@@ -200,6 +209,29 @@ def decode_binary_context(raw: bytes) -> BinaryContext:
     ...     print(err.reason)
     non_finite_number
     """
+    lay = _LAYOUTS.get(raw[4:16]) if raw[:4] == MAGIC else None
+    if lay is not None:  # a header seen before: the per-message part only
+        shape, width, start, ids_at, dtype, f32, tails = lay
+        n = len(raw)
+        m = raw[start] | raw[start + 1] << 8 if n > ids_at else 0  # the event id's bytes
+        end = ids_at + m
+        tail = tails.get(raw[start + 2 : ids_at] + raw[end:]) if 0 < m <= MAX_ID_CHARS else None
+        if tail is not None and end < n:
+            event_id = raw[ids_at:end]
+            if event_id.isascii():
+                t = _TIME.unpack_from(raw, 16)[0]
+                top = raw[23 + width : start : width]
+                if math.isfinite(t) and b"\x7f" not in top and b"\xff" not in top:
+                    X = np.ndarray(shape, dtype, raw, 24)  # a read-only view
+                    if f32:
+                        X = X.astype(np.float64)
+                    return BinaryContext(event_id.decode(), tail[0], t, tail[1], X)
+    return _decode(raw)
+
+
+def _decode(raw: bytes) -> BinaryContext:
+    """:func:`decode_binary_context` of any message (every check on its own), remembering
+    the header and the ids after the event id of a valid message without a user id."""
     n = len(raw)
     if n < 24:
         raise _invalid(f"{n} bytes, shorter than its 24-byte header")
@@ -238,7 +270,7 @@ def decode_binary_context(raw: bytes) -> BinaryContext:
     arm_ids = ids[-K:]
     if len(set(arm_ids)) != K:
         raise _invalid("arm ids must be unique within an event")
-    X = np.frombuffer(raw, "<f4" if f32 else "<f8", K * d, 24)
+    X = np.frombuffer(raw, _F4 if f32 else _F8, K * d, 24)
     # NaN and ±∞ have every exponent bit set, so the last byte of such a value (its sign and
     # highest exponent bits) is 0x7f or 0xff; when no value's last byte is, all are finite
     # (the common case, without a numpy call), else each value is checked
@@ -249,6 +281,28 @@ def decode_binary_context(raw: bytes) -> BinaryContext:
         )
     if f32:
         X = X.astype(np.float64)
+    if not flags & USER:
+        _remember(raw, ((K, d), width, start, ids_at, _F4 if f32 else _F8, f32), ids)
     return BinaryContext(
         ids[0], ids[1], t, arm_ids, X.reshape(K, d), ids[2] if flags & USER else None
     )
+
+
+def _remember(raw: bytes, layout: tuple, ids: list[str]) -> None:
+    """Remember a valid message's header and its ids after the event id (bandit id, arm ids),
+    keyed by their bytes: the next message with the same header and the same ids is read
+    without checking them again (a bounded cache; a message that misses it is read in full)."""
+    global _TAILS_CACHED
+    start, ids_at = layout[2], layout[3]
+    m = raw[start] | raw[start + 1] << 8
+    key = raw[start + 2 : ids_at] + raw[ids_at + m :]
+    if len(key) > _CACHED_KEY_BYTES:  # (memory stays bounded: a few MB at most)
+        return
+    lay = _LAYOUTS.get(raw[4:16])
+    if lay is None or _TAILS_CACHED >= _CACHED:
+        if len(_LAYOUTS) >= _CACHED or _TAILS_CACHED >= _CACHED:
+            _LAYOUTS.clear()
+            _TAILS_CACHED = 0
+        lay = _LAYOUTS[raw[4:16]] = (*layout, {})
+    lay[-1][key] = (ids[1], ids[2:])
+    _TAILS_CACHED += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import functools
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -49,21 +50,27 @@ class FeedbackStage:
 
     def __init__(self, service: Service) -> None:
         self.svc = service
+        self._dead: dict[str, functools.partial[None]] = {}
+        self._dead_of: object = None  # the dead letters those write to
 
     def __call__(self, tp: TP, q: collections.deque) -> None:
         svc = self.svc
         # outcome counters per batch, as differences of the bandits' statistics
         before = {name: rt.stats.copy() for name, rt in svc.bandits.items()}
         popleft, offsets = q.popleft, svc.offsets
+        if self._dead_of is not svc.dead_letters:  # (made anew when the bandits are built)
+            self._dead, self._dead_of = {}, svc.dead_letters
+        local = svc.local if svc.local else None  # privacy=local bandits read LDP reports
+        one = self.one
         while q:
             r, _ = q[0]
             if r.value is None:  # a tombstone
                 svc.dead(r, "malformed_json", "the message has no value")
                 svc.metrics.feedback.labels("unknown", "malformed_json").inc()
-            elif svc.local.claims(r):  # an LDP report (privacy=local bandits)
-                svc.local.on_record(r, svc.dead)
+            elif local is not None and local.claims(r):  # an LDP report
+                local.on_record(r, svc.dead)
             else:
-                self.one(r)
+                one(r)
             popleft()  # (Service.pop without its context-cache lookup: feedback is not cached)
             offsets[tp] = r.offset + 1
         self.count(before)
@@ -118,11 +125,16 @@ class FeedbackStage:
             svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
             fb.labels(rt.bandit_id, bad.reason).inc()
             return
-        rt.on_feedback(
-            msg,
-            (r.topic, r.partition, r.offset),
-            functools.partial(svc.dead_letters.source, bandit=rt.bandit_id),
-        )
+        rt.on_feedback(msg, (r.topic, r.partition, r.offset), self.dead_letter(rt.bandit_id))
+
+    def dead_letter(self, bandit_id: str) -> Callable[..., None]:
+        """``dead(source, reason, detail)`` of a bandit's feedback (one per bandit)."""
+        dead = self._dead.get(bandit_id)
+        if dead is None:
+            dead = self._dead[bandit_id] = functools.partial(
+                self.svc.dead_letters.source, bandit=bandit_id
+            )
+        return dead
 
     def pace(self) -> None:
         """Stop reading feedback that runs far ahead of the contexts.

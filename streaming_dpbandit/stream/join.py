@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["EarlyFeedback", "JoinStore", "Pending", "Resolution"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Pending:
     """A decision waiting for its reward."""
 
@@ -254,6 +254,29 @@ class JoinStore:
         """
         return self._take(event_id, "joined")
 
+    def take_joined_many(self, event_ids: list[str]) -> tuple[list[int], np.ndarray]:
+        """:meth:`take_joined` for several pending decisions, in order: their rounds and their
+        chosen contexts as one ``(n, d)`` array (one copy for all). Held rewards of a decided
+        batch are joined this way (``BanditRuntime.after_decisions``).
+
+        >>> js = JoinStore(d=2, window=10.0, capacity=4, retention=60.0)
+        >>> js.add_many(["a", "b"], [1, 2], [5.0, 6.0], np.array([[1.0, 2.0], [3.0, 4.0]]))
+        []
+        >>> rounds, ctx = js.take_joined_many(["b", "a"])
+        >>> rounds, ctx.tolist(), js.status("a"), js.status("b")
+        ([2, 1], [[3.0, 4.0], [1.0, 2.0]], 'joined', 'joined')
+        """
+        pop = self.pending.pop
+        taken = [pop(e) for e in event_ids]
+        slots = [p.slot for p in taken]
+        contexts = self._contexts[slots]
+        self._free.extend(slots)
+        resolved, heap, push = self.resolved, self._resolved_heap, heapq.heappush
+        for e, p in zip(event_ids, taken):  # (what _remember does)
+            resolved[e] = ("joined", p.event_time)
+            push(heap, (p.event_time, e))
+        return [p.round for p in taken], contexts
+
     # -- feedback ---------------------------------------------------------------------------
     def match(self, event_id: str, reward: float, event_time: float) -> Resolution:
         """Join a reward to a pending decision (caller checked the window)."""
@@ -314,17 +337,22 @@ class JoinStore:
         if t <= self.feedback_watermark:
             return []
         self.feedback_watermark = t
-        out = []
-        cutoff = t - self.window
         heap = self._by_time
-        while heap and heap[0][0] < cutoff:
-            _, _, eid = heapq.heappop(heap)
-            if eid in self.pending:  # else: already resolved (lazy deletion)
-                out.append(self.resolve(eid, "expired", None))
+        if heap and heap[0][0] < t - self.window:
+            out = []
+            cutoff = t - self.window
+            while heap and heap[0][0] < cutoff:
+                _, _, eid = heapq.heappop(heap)
+                if eid in self.pending:  # else: already resolved (lazy deletion)
+                    out.append(self.resolve(eid, "expired", None))
+        else:  # (every feedback message advances the watermark: the common case, cheaply)
+            out = []
         if len(heap) > 2 * len(self.pending) + 64:  # drop stale heap entries
             self._by_time = [x for x in heap if x[2] in self.pending]
             heapq.heapify(self._by_time)
-        self._prune(t)
+        resolved = self._resolved_heap
+        if resolved and resolved[0][0] < min(t, self.context_watermark) - self.retention:
+            self._prune(t)
         return out
 
     def expire_all(self) -> list[Resolution]:

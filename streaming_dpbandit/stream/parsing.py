@@ -62,7 +62,7 @@ def unreadable(err: BaseException) -> BadInput:
 AnyContext = ContextEvent | BinaryContext
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Pending:
     """A validated context event waiting in a partition queue for its decision."""
 

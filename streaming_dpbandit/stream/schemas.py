@@ -384,6 +384,9 @@ class Watermark(_Event):
     event_time: EventTime
 
 
+_validate_feedback = Feedback.__pydantic_validator__.validate_json
+
+
 def parse_feedback(raw: bytes) -> Feedback | SlateFeedback | Watermark:
     """Parse a feedback-topic message (a reward, per-item slate rewards, or a heartbeat).
 
@@ -408,7 +411,8 @@ def parse_feedback(raw: bytes) -> Feedback | SlateFeedback | Watermark:
                 return Feedback.model_validate_json(raw)
             except ValueError:
                 raise slate_err from None
-    return Feedback.model_validate_json(raw)
+    fb: Feedback = _validate_feedback(raw)  # (model_validate_json without its argument checks)
+    return fb
 
 
 def parse_decision(raw: bytes) -> Decision | SlateDecision:

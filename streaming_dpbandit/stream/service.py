@@ -28,7 +28,9 @@ the group task and the broadcast learner from them; ``runner.py`` builds every s
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
+import operator
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,6 +58,7 @@ __all__ = ["Service", "ServiceStartError", "build_runtime", "learned_state_bytes
 log = logging.getLogger("streaming_dpbandit.service")
 
 QUEUE_PAUSE = 50_000
+_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 #: Gauges (spend, pending joins, lag, ...) are refreshed at most this often from the loop, and
 #: at the end; Prometheus scrapes every few seconds.
 METRICS_EXPORT_INTERVAL_S = 0.5
@@ -276,8 +279,9 @@ class Service:
         while not self.stop.requested:
             records = self.transport.poll(max_records, timeout)
             now = time.perf_counter()
-            for r in records:
-                self.queues[(r.topic, r.partition)].append((r, now))
+            # a poll holds runs of one partition's records: queued a run at a time
+            for tp, run in itertools.groupby(records, _TOPIC_PARTITION):
+                self.queues[tp].extend(zip(run, itertools.repeat(now)))
             self.process()
             if progress is not None:
                 progress(self)

@@ -1,6 +1,7 @@
 """Readers of logged streams: table-driven invalid inputs (one clear error each), join rules,
 formats that must agree, bounded chunks."""
 
+import base64
 import copy
 import gzip
 import json
@@ -16,6 +17,7 @@ from streaming_dpbandit.replay.readers.kafka_log import KafkaLogReader, parse_bo
 from streaming_dpbandit.replay.readers.obd import ObdReader
 from streaming_dpbandit.replay.readers.service_jsonl import ServiceJsonlReader
 from streaming_dpbandit.replay.readers.tabular import ColumnMapping, CsvReader, ParquetReader
+from streaming_dpbandit.stream.messages import context_value
 from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
 
@@ -320,6 +322,43 @@ def test_service_jsonl_reads_what_was_logged(tmp_path):
         assert b.rewards.tolist() == [f["reward"] for f in fb[:16]]
         assert np.allclose(b.propensities, 1 / 3)
         assert b.contexts.dense()[3].tolist() == [a["features"] for a in ctx[3]["arms"]]
+
+
+def _binary_contexts(lines, encoding):
+    """The log with every context as a binary context message (``value_b64``)."""
+    out = []
+    for x in lines:
+        if x["topic"] == "contexts":
+            ev = x["value"]
+            X = np.array([a["features"] for a in ev["arms"]], dtype=np.float64)
+            ids = [a["arm_id"] for a in ev["arms"]]
+            raw = context_value(ev["event_id"], ev["bandit_id"], ev["event_time"], X, ids, encoding)
+            x = {"topic": x["topic"], "value_b64": base64.b64encode(raw).decode("ascii")}
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("encoding", ["raw-f64", "raw-f32"])
+def test_service_jsonl_reads_binary_context_messages(tmp_path, encoding):
+    # a recorded stream of binary contexts (DPBC, as `serve --file` reads it) replays as its
+    # JSON form does: float64 bit for bit, float32 as the nearest float32 of each value
+    lines = service_log_lines(20, K=3, d=2, seed=1)
+    p, pb = tmp_path / "log.jsonl", tmp_path / "binary.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    pb.write_text("".join(json.dumps(x) + "\n" for x in _binary_contexts(lines, encoding)))
+    want, got = read_all(ServiceJsonlReader(p), 8), read_all(ServiceJsonlReader(pb), 8)
+    assert [len(b) for b in got] == [len(b) for b in want] == [8, 8, 4]
+    for a, b in zip(want, got):
+        assert b.event_ids.tolist() == a.event_ids.tolist()
+        assert b.actions.tolist() == a.actions.tolist() and b.rewards.tolist() == a.rewards.tolist()
+        X = a.contexts.dense()
+        X = X if encoding == "raw-f64" else X.astype(np.float32).astype(np.float64)
+        assert b.contexts.dense().tobytes() == X.tobytes()
+    bad = _binary_contexts(lines, encoding)
+    bad[0]["value_b64"] = base64.b64encode(base64.b64decode(bad[0]["value_b64"])[:-1]).decode()
+    pb.write_text("".join(json.dumps(x) + "\n" for x in bad))
+    with pytest.raises(LogFormatError, match="line 1: invalid contexts message: invalid_event"):
+        read_all(ServiceJsonlReader(pb))
 
 
 def _events(n=6):

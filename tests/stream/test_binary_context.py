@@ -198,3 +198,56 @@ def test_a_recorded_stream_keeps_binary_contexts_and_replays_them_byte_for_byte(
     got: list[tuple[str, bytes]] = []
     FileSource(path).generate(lambda topic, key, value: got.append((topic, value)), 10)
     assert got == values
+
+
+def _read(fn, raw: bytes):
+    """Everything a reader gets from a message, or its dead-letter reason and detail."""
+    try:
+        ev = fn(raw)
+    except BadBinaryContext as err:
+        return ("bad", err.reason, err.detail)
+    X = ev.arm_features()
+    return (ev.event_id, ev.bandit_id, ev.user_id, ev.event_time, ev.arm_ids, X.dtype.str,
+            X.shape, X.tobytes(), X.flags.writeable)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(["e-1", "e-22", "é", "x" * 200, "y" * 201]), min_size=1, max_size=4),
+    st.sampled_from([["a0", "a1", "a2"], ["a0", "a1"], ["a0", "ü"], ["a0", "a0"]]),
+    st.sampled_from(["<f8", "<f4"]),
+    st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3),
+    st.sampled_from([1.0, 2.0, np.inf]),
+)
+def test_a_message_like_one_read_before_is_read_exactly_as_on_its_own(
+    event_ids, arms, dtype, flips, value
+):
+    # the reader remembers the header and the ids after the event id of a valid message
+    # without a user id, and reads the next such message's event id, time and features only:
+    # every message (the remembered ones, and mutations of them) must read as the full check
+    # of that message alone reads it, or be rejected with the same reason and detail
+    from streaming_dpbandit.stream import binary_context as bc
+
+    X = np.full((len(arms), 2), value)
+    for eid in event_ids:
+        raw = bytearray(encode_binary_context(eid, "shop", 5.0, X, arms, dtype=dtype))
+        for at, byte in flips:
+            if at < len(raw):
+                raw[at] = byte
+        for message in (bytes(raw), bytes(encode_binary_context(eid, "shop", 6.0, X, arms))):
+            full = _read(bc._decode, message)
+            assert _read(decode_binary_context, message) == full
+            assert _read(decode_binary_context, message) == full  # remembered now, if valid
+
+
+def test_the_remembered_ids_stay_bounded():
+    # a stream of valid messages with ever new ids (or very many arms) cannot grow the cache
+    from streaming_dpbandit.stream import binary_context as bc
+
+    for i in range(3 * bc._CACHED):
+        bc.decode_binary_context(encode_binary_context("e", f"b{i}", 1.0, [[1.0]], ["a"]))
+    assert sum(len(lay[-1]) for lay in bc._LAYOUTS.values()) <= bc._CACHED
+    many = [f"arm-{k}" for k in range(400)]
+    raw = encode_binary_context("e", "b", 1.0, np.zeros((400, 1)), many)
+    assert bc.decode_binary_context(raw).arm_ids == many
+    assert all(many not in [v[1] for v in lay[-1].values()] for lay in bc._LAYOUTS.values())

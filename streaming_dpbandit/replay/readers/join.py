@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
+from ...stream.binary_context import MAGIC, BinaryContext, decode_binary_context
 from ...stream.schemas import ContextEvent, Decision, Feedback, Watermark
 from ...utils.arrays import FloatArray
 from ..errors import LogFormatError
@@ -127,9 +128,11 @@ class EventJoin:
         """Add one message of topic ``kind`` (``contexts``, ``decisions`` or ``feedback``);
         ``value`` is the JSON object (dict) or its raw text/bytes."""
         self._where = where
-        msg: ContextEvent | Decision | Watermark | Feedback
+        msg: ContextEvent | BinaryContext | Decision | Watermark | Feedback
         try:
-            if kind == "contexts":
+            if kind == "contexts" and isinstance(value, bytes) and value.startswith(MAGIC):
+                msg = decode_binary_context(value)  # the binary form (docs/events.md)
+            elif kind == "contexts":
                 msg = _parse(ContextEvent, value)
             elif kind == "decisions":
                 msg = _parse(Decision, value)
@@ -146,7 +149,7 @@ class EventJoin:
             raise LogFormatError(f"{where}: invalid {kind} message: {_first_error(err)}") from None
         if not self._mine(msg.bandit_id, where):
             return
-        if isinstance(msg, ContextEvent):
+        if isinstance(msg, ContextEvent | BinaryContext):
             self._context(msg, where)
         elif isinstance(msg, Decision):
             self._decision(msg, where)
@@ -169,9 +172,10 @@ class EventJoin:
             return False
         return True
 
-    def _encode(self, ev: ContextEvent, where: str) -> FloatArray:
+    def _encode(self, ev: ContextEvent | BinaryContext, where: str) -> FloatArray:
         X = ev.arm_features()
         if X is None:
+            assert isinstance(ev, ContextEvent)  # (the binary form has per-arm features)
             shared = ev.shared_features()
             if shared is None or ev.arm_ids is None:  # a slate request: no candidates to join
                 raise LogFormatError(
@@ -199,7 +203,7 @@ class EventJoin:
             )
         return X
 
-    def _context(self, ev: ContextEvent, where: str) -> None:
+    def _context(self, ev: ContextEvent | BinaryContext, where: str) -> None:
         eid = ev.event_id
         if eid in self._ctx or eid in self._queue or eid in self._done:
             self.counters["duplicate_contexts"] += 1

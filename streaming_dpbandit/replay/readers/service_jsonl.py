@@ -3,12 +3,15 @@
 Each line is ``{"topic": "contexts" | "decisions" | "feedback", "value": {...}}`` — the format
 of ``dpbandit serve --file`` (``stream/sim/sources.py``) plus the service's ``decisions`` — where
 ``topic`` may also be a full topic name ending in ``contexts``, ``decisions`` or ``feedback``
-(e.g. ``dpbandit.decisions``) and ``value`` a JSON object or its text. Messages are validated
+(e.g. ``dpbandit.decisions``) and ``value`` a JSON object or its text; ``"value_b64"`` instead
+of ``value`` carries a binary message value as base64 (a binary context, ``DPBC``, as
+``dpbandit serve --file`` reads it and a recorded stream writes it). Messages are validated
 with the service's schemas and joined by event id (:class:`~.join.EventJoin`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,7 +116,16 @@ class ServiceJsonlReader(LogReader):
                     obj = json.loads(line)
                 except ValueError:
                     raise LogFormatError(f"{where}: not JSON") from None
-                if not isinstance(obj, dict) or "topic" not in obj or "value" not in obj:
+                if not isinstance(obj, dict) or "topic" not in obj:
+                    raise LogFormatError(f'{where}: expected {{"topic": ..., "value": ...}}')
+                if "value" in obj:
+                    value = obj["value"]
+                elif isinstance(obj.get("value_b64"), str):  # a binary message value
+                    try:
+                        value = base64.b64decode(obj["value_b64"], validate=True)
+                    except ValueError:
+                        raise LogFormatError(f"{where}: value_b64 is not base64") from None
+                else:
                     raise LogFormatError(f'{where}: expected {{"topic": ..., "value": ...}}')
                 kind = topic_kind(obj["topic"])
                 if kind is None:
@@ -127,7 +139,7 @@ class ServiceJsonlReader(LogReader):
                         self._done = min(total, pos)
                     except (OSError, ValueError, AttributeError):
                         pass
-                yield kind, obj["value"], where
+                yield kind, value, where
         self._done = total
 
     def _open(self) -> None:
