@@ -58,7 +58,6 @@ __all__ = ["Service", "ServiceStartError", "build_runtime", "learned_state_bytes
 log = logging.getLogger("streaming_dpbandit.service")
 
 QUEUE_PAUSE = 50_000
-_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 #: Gauges (spend, pending joins, lag, ...) are refreshed at most this often from the loop, and
 #: at the end; Prometheus scrapes every few seconds.
 METRICS_EXPORT_INTERVAL_S = 0.5
@@ -280,7 +279,7 @@ class Service:
             records = self.transport.poll(max_records, timeout)
             now = time.perf_counter()
             # a poll holds runs of one partition's records: queued a run at a time
-            for tp, run in itertools.groupby(records, _TOPIC_PARTITION):
+            for tp, run in itertools.groupby(records, operator.attrgetter("topic", "partition")):
                 self.queues[tp].extend(zip(run, itertools.repeat(now)))
             self.process()
             if progress is not None:
