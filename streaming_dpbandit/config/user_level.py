@@ -30,7 +30,7 @@ class UserLevelConfig(BaseModel):
     (0.5, 2)
     >>> print(ul.refusal(policy_config("linucb", {"d": 3})))  # doctest: +NORMALIZE_WHITESPACE
     user_level: policy linucb is not private
-    (user-level privacy applies to fliphat, dp-linucb, private-lasso)
+    (user-level privacy applies to fliphat, dp-linucb, private-lasso, ldp-glb)
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
@@ -62,6 +62,10 @@ class UserLevelConfig(BaseModel):
             return f"user_level: no group calibration for policy {name} yet (supported: {have})"
         if name == "private-lasso" and getattr(policy, "calibration", None) == "paper":
             return "user_level: private-lasso calibration=paper is not a valid DP guarantee"
+        if name == "ldp-glb":
+            from ..policies.ldp_user_level import ldp_glb_refusal
+
+            return ldp_glb_refusal(policy.params())
         return None
 
     def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:
@@ -76,10 +80,12 @@ class UserLevelConfig(BaseModel):
         k = self.max_contributions_per_user
         params: dict[str, Any] = {}
         if k > 1:  # (DP-LinUCB's ε′ depends on every parameter; FLIPHAT's on ε, δ, k only)
-            base = policy.params() if policy.policy == "dp-linucb" else {}
+            base = policy.params() if policy.policy in ("dp-linucb", "ldp-glb") else {}
             g = group_params(policy.policy, base, k, eps, delta)
             params = {"epsilon": g["epsilon"], "delta": g["delta"]}
         inner = policy.build(seed=seed, **{**overrides, **params})
+        if policy.policy == "ldp-glb":  # local: the δ its reports use (0 for the pure ℓ2 ball)
+            delta = float(inner.model_spec().report_guarantee()[1])
         return UserLevel(
             inner,
             k,

@@ -43,7 +43,7 @@ from .base import DecisionBatch, Policy
 __all__ = ["GROUP_CALIBRATED", "UserLevel", "group_params", "private_lasso_group_epsilon"]
 
 #: Policies with a group calibration (:func:`group_params`): what ``user_level`` accepts.
-GROUP_CALIBRATED = ("fliphat", "dp-linucb", "private-lasso")
+GROUP_CALIBRATED = ("fliphat", "dp-linucb", "private-lasso", "ldp-glb")
 
 
 def group_params(
@@ -77,6 +77,10 @@ def group_params(
         return {**params, "epsilon": eps, "delta": delta}
     if policy == "private-lasso":
         return {**params, "epsilon": private_lasso_group_epsilon(k, epsilon, delta), "delta": delta}
+    if policy == "ldp-glb":  # local DP: k reports compose (docs/privacy/user-level-ldp.md)
+        from .ldp_user_level import ldp_glb_report_epsilon
+
+        return {**params, "epsilon": ldp_glb_report_epsilon(params, k, epsilon, delta)}
     raise KeyError(f"no group calibration for {policy!r} (have: {', '.join(GROUP_CALIBRATED)})")
 
 

@@ -95,7 +95,11 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     if local is not None and local.privacy == "local":  # devices with the SDK send reports
         from .local.clients import SimulatedLDPClients
 
-        source = SimulatedLDPClients(env, sim.events, models_topic=t.models, **stream)
+        ul = local.user_level  # user level: every simulated device bounds its own reports
+        k = None if ul is None else ul.max_contributions_per_user
+        source = SimulatedLDPClients(
+            env, sim.events, models_topic=t.models, max_reports_per_user=k, **stream
+        )
     else:
         source = SimulatedSource(
             env, sim.events, feature_encoding=sim.feature_encoding, **stream, **timing
