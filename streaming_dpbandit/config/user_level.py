@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from .base import PolicyConfigBase
 
@@ -41,12 +47,28 @@ class UserLevelConfig(BaseModel):
     max_releases_per_user: int | None = Field(
         None, ge=1, description="E: releases (windows) a user is learned from; null: no cap"
     )
+    window_rounds: int | None = Field(
+        None,
+        ge=1,
+        description="local-DP bandits (ldp-glb) only: rounds per bounding window (a device "
+        "sends at most k reports per window, in at most E windows; needs "
+        "max_releases_per_user); null: one window for the run",
+    )
     max_users: int = Field(
         1_000_000,
         ge=1,
         description="cap on each per-user counter table (about 100 bytes per entry); a new "
         "user beyond it is decided but not learned from",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_window(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``window_rounds`` appears only when set: snapshots' fingerprints of bounds written
+        before the field existed stay valid."""
+        out: dict[str, Any] = handler(self)
+        if out.get("window_rounds", 0) is None:
+            del out["window_rounds"]
+        return out
 
     def refusal(self, policy: PolicyConfigBase) -> str | None:
         """Why this bound cannot apply to ``policy`` (one line), or None."""
@@ -65,7 +87,14 @@ class UserLevelConfig(BaseModel):
         if name == "ldp-glb":
             from ..policies.ldp_user_level import ldp_glb_refusal
 
+            if self.window_rounds is not None and self.max_releases_per_user is None:
+                return "user_level: window_rounds needs max_releases_per_user (E)"
             return ldp_glb_refusal(policy.params())
+        if self.window_rounds is not None:
+            return (
+                f"user_level: window_rounds is for local-DP bandits (ldp-glb); policy {name}'s "
+                "windows are its releases"
+            )
         return None
 
     def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:
@@ -94,6 +123,7 @@ class UserLevelConfig(BaseModel):
             seed=None if seed is None else int(seed) ^ 0x5EED,
             delta_per_release=delta,
             epsilon_per_release=eps,
+            window_rounds=self.window_rounds,
         )
 
     def describe(self) -> str:

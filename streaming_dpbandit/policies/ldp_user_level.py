@@ -74,9 +74,15 @@ def local_user_statement(st: PrivacyStatement, bound: dict[str, Any]) -> Privacy
     the per-user (ε, δ) the per-report calibration meets).
     """
     k = int(bound["max_contributions_per_user"])
+    w, e = bound.get("window_rounds"), bound.get("max_releases_per_user")
+    most = (
+        f"at most {k} over the run"
+        if w is None
+        else f"at most {k} per window of {w} rounds, in at most {e} windows; (ε, δ) per window"
+    )
     return dataclasses.replace(
         st,
-        unit=f"one user: every report their device sends (at most {k} over the run)",
+        unit=f"one user: every report their device sends ({most})",
         neighbouring="any two inputs of all of one user's rounds (local model)",
         epsilon=bound["epsilon_per_release"],
         delta=bound["delta_per_release"],

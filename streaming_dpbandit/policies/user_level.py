@@ -156,6 +156,10 @@ class UserLevel:
         (ε, δ) of one release for k rows of one user: the group calibration's target
         (:func:`group_params`); the whole-run statement's δ is δ times the releases a user
         reaches. ``None``: derived from the policy's own (ε, δ) by group privacy.
+    window_rounds
+        Local-DP policies only (``docs/privacy/user-level-ldp.md``): rounds per bounding
+        window — a user's rounds in (wW, (w+1)W] form window w — instead of the policy's own
+        windows (its releases). ``None``: the policy's.
 
     Examples
     --------
@@ -205,6 +209,7 @@ class UserLevel:
         seed: int | None = None,
         delta_per_release: float | None = None,
         epsilon_per_release: float | None = None,
+        window_rounds: int | None = None,
     ) -> None:
         self.policy = policy
         self.max_contributions_per_user = max_contributions_per_user
@@ -213,6 +218,7 @@ class UserLevel:
         self.seed = seed
         self.delta_per_release = delta_per_release
         self.epsilon_per_release = epsilon_per_release
+        self.window_rounds = window_rounds
 
     def _bound(self) -> UserContributionBound:
         b = self.__dict__.get("_bounder")
@@ -241,8 +247,14 @@ class UserLevel:
         """Mask of the rows (of ``rounds``) that enter the statistics; users given as ids or
         as keyed hashes from :meth:`hash_users`."""
         b = self._bound()
-        b.close_below(self.policy.open_windows_from())
         rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        w = self.window_rounds
+        if w is not None:  # fixed windows of w rounds; the current and the previous stay open
+            b.close_below(max(0, (self.policy.t - 1) // w - 1))
+            windows = (rnd - 1) // w
+        else:
+            b.close_below(self.policy.open_windows_from())
+            windows = self.policy.contribution_windows(rnd)
         if user_hashes is not None:
             h = np.asarray(user_hashes, np.uint64)
         elif user_ids is not None:
@@ -251,7 +263,7 @@ class UserLevel:
             raise ValueError("user ids must have one entry per row")
         if h.shape != rnd.shape:
             raise ValueError("user ids must have one entry per row")
-        return b.admit(h, self.policy.contribution_windows(rnd))
+        return b.admit(h, windows)
 
     def learn(
         self,
@@ -295,6 +307,7 @@ class UserLevel:
             else int(self.max_releases_per_user),
             "delta_per_release": self.delta_per_release,
             "epsilon_per_release": self.epsilon_per_release,
+            **({} if self.window_rounds is None else {"window_rounds": int(self.window_rounds)}),
         }
 
     # -- what a caller reads ------------------------------------------------------------------

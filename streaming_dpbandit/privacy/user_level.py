@@ -129,8 +129,10 @@ class UserLevelSpend:
     slices: int
     spend: Spend
     pld_exact: bool
-    #: local DP: the counts are reports a user's device sends, in one window (the run)
+    #: local DP: the counts are reports a user's device sends, per window of
+    #: ``window_rounds`` rounds (at most E windows), or in one window (the run)
     local: bool = False
+    window_rounds: int | None = None
 
     def of_record(self) -> dict[str, Any]:
         return self.spend.of_record()
@@ -149,9 +151,16 @@ class UserLevelSpend:
         """
         if self.local:
             k = self.max_contributions_per_user
+            sent = f"at most {k} report{'s' if k != 1 else ''} sent by their device"
+            where = (
+                "over the run"
+                if self.window_rounds is None
+                else f"per window of {self.window_rounds} rounds, at most "
+                f"{self.max_releases_per_user} windows"
+            )
             return (
-                f"per user: at most {k} report{'s' if k != 1 else ''} sent by their device over "
-                f"the run (local DP), ({format_of_record(self.of_record())}) in total"
+                f"per user: {sent} {where} (local DP), "
+                f"({format_of_record(self.of_record())}) in total"
             )
         e = self.max_releases_per_user
         e_txt = (
@@ -174,6 +183,7 @@ class UserLevelSpend:
             "slices": self.slices,
             "pld_exact": self.pld_exact,
             **({"privacy_model": "local"} if self.local else {}),
+            **({"window_rounds": self.window_rounds} if self.window_rounds is not None else {}),
             "of_record": self.of_record(),
             "statement": self.statement(),
             "spend": self.spend.to_dict(),
@@ -287,25 +297,32 @@ def user_level_spend(
 def _local_user_level_spend(
     recs: list[ReleaseRecord], bandit_id: str, k: int, max_releases: int | None, delta: float | None
 ) -> UserLevelSpend:
-    """Local-DP bandits: the user's device sends at most k reports in its window, which is the
-    whole run (the records' report ranges are not windows: a user's k reports may fall in any of
-    them), so a user's whole-run loss is k reports composed, of the costliest report any record
-    describes (records differ only after a configuration change)."""
+    """Local-DP bandits: the user's device sends at most k reports per window — the whole run,
+    or windows of ``window_rounds`` rounds (then at most E of them; the bound the records carry)
+    — so a user's whole-run loss is k·R reports composed (R = 1, or E), of the costliest report
+    any record describes (records differ only after a configuration change). The records'
+    report ranges are not windows: a user's reports may fall in any of them."""
     worst = max(
         recs, key=lambda r: (Accountant([r]).spend(bandit_id).basic_epsilon, float(r.delta))
     )
-    grouped = _local_group_record(dataclasses.replace(worst, data_slice="run"), int(k))
+    bounds = [r.user_level for r in recs if r.user_level]
+    window = bounds[-1].get("window_rounds") if bounds else None
+    if window is not None and max_releases is None:
+        raise ValueError("windowed local user-level bounds need max_releases_per_user")
+    reach = 1 if window is None else int(max_releases or 1)
+    grouped = _local_group_record(dataclasses.replace(worst, data_slice="run"), int(k) * reach)
     sp = Accountant([grouped]).spend(bandit_id, delta=delta)
     sp.releases = len(recs)
     return UserLevelSpend(
         bandit_id=bandit_id,
         max_contributions_per_user=int(k),
         max_releases_per_user=None if max_releases is None else int(max_releases),
-        releases_per_user=1,
-        slices=1,
+        releases_per_user=reach,
+        slices=reach,
         spend=sp,
         pld_exact=True,
         local=True,
+        window_rounds=None if window is None else int(window),
     )
 
 

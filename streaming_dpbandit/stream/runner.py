@@ -96,10 +96,16 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
         from .local.clients import SimulatedLDPClients
 
         ul = local.user_level  # user level: every simulated device bounds its own reports
-        k = None if ul is None else ul.max_contributions_per_user
-        source = SimulatedLDPClients(
-            env, sim.events, models_topic=t.models, max_reports_per_user=k, **stream
+        bound = (
+            {}
+            if ul is None
+            else {
+                "max_reports_per_user": ul.max_contributions_per_user,
+                "window_rounds": ul.window_rounds,
+                "max_windows_per_user": ul.max_releases_per_user,
+            }
         )
+        source = SimulatedLDPClients(env, sim.events, models_topic=t.models, **bound, **stream)
     else:
         source = SimulatedSource(
             env, sim.events, feature_encoding=sim.feature_encoding, **stream, **timing

@@ -192,3 +192,34 @@ def test_the_sdk_client_sends_at_most_max_reports_and_keeps_its_count():
     again = LDPClient(snap, max_epsilon=0.5, max_reports=2, reports_sent=client.reports_sent)
     with pytest.raises(BudgetExceeded):  # a restarted app restores the device's count
         again.report(again.decide(X), 1.0)
+
+
+def test_windowed_bound_k_per_window_e_windows_composed(tmp_path):
+    """k reports per window of W rounds, at most E windows: the whole run is k·E reports."""
+    from streaming_dpbandit.cli import main
+
+    out = tmp_path / "w.json"
+    argv = ["simulate", "--env", "ldp-glb-single", "--policy", "ldp-glb", "--epsilon", "1"]
+    argv += ["--horizon", "900", "--seeds", "1", "--users", "30", "--no-progress"]
+    argv += ["--max-contributions-per-user", "2", "--max-releases-per-user", "2"]
+    argv += ["--user-window-rounds", "300", "--json", str(out)]
+    assert main(argv) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    ul = run["privacy"]["user_level"]
+    assert ul["window_rounds"] == 300 and ul["releases_per_user"] == 2
+    assert ul["of_record"]["epsilon"] == pytest.approx(2.0)  # 2 windows of ε = 1 (pure)
+    assert "per window of 300 rounds, at most 2 windows" in ul["statement"]
+    c = run["counters"]
+    assert c["reports"] == c["user_admitted"] <= 2 * 2 * 30
+    assert c["user_admitted"] > 2 * 30  # returning users report again in a later window
+    assert c["user_bounded_releases"] > 0  # and stop after their E windows
+
+
+def test_window_rounds_is_refused_without_e_and_for_central_policies():
+    ul = UserLevelConfig(max_contributions_per_user=2, window_rounds=100)
+    assert "needs max_releases_per_user" in ul.refusal(policy_config("ldp-glb", {"d": 2}))
+    ul = UserLevelConfig(max_contributions_per_user=2, window_rounds=100, max_releases_per_user=2)
+    assert ul.refusal(policy_config("ldp-glb", {"d": 2})) is None
+    assert "local-DP" in ul.refusal(policy_config("dp-linucb", {"d": 2}))
+    # unset, the field is not in the fingerprint (states written before it existed resume)
+    assert "window_rounds" not in UserLevelConfig(max_contributions_per_user=2).model_dump()

@@ -109,3 +109,23 @@ def test_changing_the_bound_on_a_state_directory_is_refused(served, tmp_path):
     other["user_level"] = {"max_contributions_per_user": 3}
     with pytest.raises(RuntimeError, match="changed since the snapshot"):
         run_file(state, d / "reports.jsonl", bandits={BANDIT: other})
+
+
+def test_windowed_devices_report_again_in_later_windows_and_the_ledger_composes_e(tmp_path):
+    bandit = _bandit()
+    bandit["user_level"] |= {"window_rounds": 300, "max_releases_per_user": 2}
+    src = SimulatedLDPClients(
+        env_for(bandit), 900, BANDIT, topics=TOPICS, models_topic=MODELS, seed=4,
+        max_reports_per_user=K_USER, users=USERS, window_rounds=300, max_windows_per_user=2,
+    )  # fmt: skip
+    svc = Service(local_settings(tmp_path, bandit), InProcessTransport(src, keep_outputs=True))
+    svc.open()
+    summary = svc.run()
+    sent = svc.local.runtimes[BANDIT].server.reports
+    assert K_USER * USERS < sent <= 2 * K_USER * USERS and src.bounded == 900 - sent
+    recs, _ = read_ledger(tmp_path / "ledger.jsonl")
+    ul = user_level_of_records(recs, BANDIT)
+    assert ul.window_rounds == 300 and ul.of_record()["epsilon"] == pytest.approx(2.0)
+    assert summary["local_bandits"][BANDIT]["privacy"]["user_level"]["statement"] == (
+        ul.statement()
+    )

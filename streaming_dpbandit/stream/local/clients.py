@@ -53,6 +53,9 @@ class SimulatedLDPClients(Source):
     users, zipf_exponent
         With ``max_reports_per_user``: the number of distinct simulated users and their Zipf
         popularity (user i ∝ (i + 1)^−a), who return; each device keeps its own counter.
+    window_rounds, max_windows_per_user
+        Windowed bound: at most k reports per window of ``window_rounds`` rounds of the
+        population (round i in window (i − 1) // W), in at most E windows per device.
     """
 
     def __init__(
@@ -71,6 +74,8 @@ class SimulatedLDPClients(Source):
         max_reports_per_user: int | None = None,
         users: int = 2000,
         zipf_exponent: float = 1.1,
+        window_rounds: int | None = None,
+        max_windows_per_user: int | None = None,
     ):
         self.env = env
         self.reports = reports
@@ -95,8 +100,9 @@ class SimulatedLDPClients(Source):
         self._bound = (
             None
             if max_reports_per_user is None
-            else UserContributionBound(max_reports_per_user, seed=seed)
+            else UserContributionBound(max_reports_per_user, max_windows_per_user, seed=seed)
         )
+        self.window_rounds = window_rounds
         self._user_rng = np.random.default_rng([seed, 13])
         self.bounded = 0
         self.bounded_by_bandit: dict[str, int] = {}
@@ -135,7 +141,11 @@ class SimulatedLDPClients(Source):
         if self._bound is not None:  # each device's own counter (the devices, not the server)
             w = (np.arange(self.users) + 1.0) ** (-self.zipf_exponent)
             who = self._user_rng.choice(self.users, size=n, p=w / w.sum())
-            send = self._bound.admit(self._bound.hash_users(who), np.zeros(n, dtype=np.int64))
+            win = np.zeros(n, dtype=np.int64)
+            if self.window_rounds is not None:
+                win = (self._i + np.arange(n, dtype=np.int64)) // self.window_rounds
+                self._bound.close_below(max(0, int(win[0]) - 1))
+            send = self._bound.admit(self._bound.hash_users(who), win)
         for j in range(n):
             choice = self.client.decide(X[j, 0] if multi else X[j])
             a = choice.arm
