@@ -19,6 +19,7 @@ reports are sent).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -73,23 +74,14 @@ def audit_user_ldp_l2_ball(
     x = np.zeros(d)
     x[0] = 10.0
 
-    def sampler(which: int, size: int, rng: np.random.Generator) -> np.ndarray:
-        rows = size * m
-        y = np.full(rows, 10.0 if which == 0 else -10.0)
-        X, r = _client_inputs(spec, np.tile(x, (rows, 1)), y)
+    def scores(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        X, r = _client_inputs(spec, np.tile(x, (y.size, 1)), y)
         Z = build_payloads(spec, "main", np.zeros(d), None, X, r, rng, mechs)
-        out: np.ndarray = np.sign(Z[:, 0]).reshape(size, m).sum(axis=1)
+        out: np.ndarray = np.sign(Z[:, 0])
         return out
 
-    return audit(
-        sampler,
-        epsilon,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"user-level ldp l2-ball k={k} sent={m} ε={epsilon:g} per report ε/k "
-        f"(noise ×{multiplier:g})",
-    )
+    name = f"user-level ldp l2-ball k={k} sent={m} ε={epsilon:g} per report ε/k"
+    return _audit_sent(scores, m, epsilon, 0.0, n, seed, f"{name} (noise ×{multiplier:g})")
 
 
 def audit_user_ldp_gaussian(
@@ -124,20 +116,32 @@ def audit_user_ldp_gaussian(
     diff = (m0 - m1) / base.vector_std**2
     p = spec.p
 
-    def sampler(which: int, size: int, rng: np.random.Generator) -> np.ndarray:
-        rows = size * m
-        y = np.full(rows, 10.0 if which == 0 else -10.0)
-        X, r = _client_inputs(spec, np.tile(x, (rows, 1)), y)
+    def scores(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        X, r = _client_inputs(spec, np.tile(x, (y.size, 1)), y)
         P = build_payloads(spec, "main", np.zeros(d), None, X, r, rng, mechs)
-        out: np.ndarray = ((P[:, p:] - (m0 + m1) / 2) @ diff).reshape(size, m).sum(axis=1)
+        out: np.ndarray = (P[:, p:] - (m0 + m1) / 2) @ diff
         return out
 
-    return audit(
-        sampler,
-        epsilon,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"user-level ldp gaussian {gaussian} k={k} sent={m} ε={epsilon:g} δ={delta:g} "
-        f"(noise ×{multiplier:g})",
-    )
+    name = f"user-level ldp gaussian {gaussian} k={k} sent={m} ε={epsilon:g} δ={delta:g}"
+    return _audit_sent(scores, m, epsilon, delta, n, seed, f"{name} (noise ×{multiplier:g})")
+
+
+def _audit_sent(
+    scores: Callable[[np.ndarray, np.random.Generator], np.ndarray],
+    m: int,
+    epsilon: float,
+    delta: float,
+    n: int,
+    seed: int,
+    name: str,
+) -> AuditResult:
+    """Audit u's m sent reports: ``scores(rewards, rng)`` runs the device's production path on
+    one report per reward (+10 on D, −10 on D′) and returns each report's loss statistic; a
+    run's score is the sum over its m reports."""
+
+    def sampler(which: int, size: int, rng: np.random.Generator) -> np.ndarray:
+        y = np.full(size * m, 10.0 if which == 0 else -10.0)
+        out: np.ndarray = scores(y, rng).reshape(size, m).sum(axis=1)
+        return out
+
+    return audit(sampler, epsilon, delta, n, np.random.default_rng(seed), name=name)
