@@ -351,6 +351,10 @@ class UserLevel:
         k². The whole-run figure composes a user's releases: :meth:`user_level_spend`.
         """
         st = self.policy.privacy
+        if st.model == "local":  # the device's reports compose (docs/privacy/user-level-ldp.md)
+            from .ldp_user_level import local_user_statement
+
+            return local_user_statement(st, self.bound_dict())
         k = int(self.max_contributions_per_user)
         e = self.max_releases_per_user
         e_txt = f", and at most {e} releases" if e is not None else ""
@@ -406,9 +410,12 @@ class UserLevel:
         k = int(self.max_contributions_per_user)
         total = {"accountant": "basic", "epsilon": e * ep, "delta": min(1.0, e * dp)}
         events = "events" if k != 1 else "event"
+        release = "release"
+        if self.policy.privacy.model == "local":  # a device's reports, per window
+            events, release = ("reports" if k != 1 else "report"), "window"
         return {
             **total,
-            "statement": f"per user: at most {k} {events} per release, at most {e} releases, "
+            "statement": f"per user: at most {k} {events} per {release}, at most {e} {release}s, "
             f"({format_of_record(total)}) in total",
         }
 

@@ -223,3 +223,11 @@ def test_window_rounds_is_refused_without_e_and_for_central_policies():
     assert "local-DP" in ul.refusal(policy_config("dp-linucb", {"d": 2}))
     # unset, the field is not in the fingerprint (states written before it existed resume)
     assert "window_rounds" not in UserLevelConfig(max_contributions_per_user=2).model_dump()
+
+
+def test_the_wrapped_local_policy_states_the_device_as_the_unit():
+    cfg = policy_config("ldp-glb", {"d": 2, "n_arms": 3, "epsilon": 1.0})
+    st = UserLevelConfig(max_contributions_per_user=4).build(cfg, seed=0).privacy
+    assert st.model == "local" and st.epsilon == 1.0 and st.delta == 0.0
+    assert "every report their device sends (at most 4 over the run)" in st.unit
+    assert any("cannot enforce" in c for c in st.caveats)
