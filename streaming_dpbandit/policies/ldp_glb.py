@@ -569,6 +569,17 @@ class LDPGLB(Policy):
             start = end
         self._counters["reports"] += n
 
+    def forget_rounds(self, rounds: ArrayLike) -> None:
+        """Rounds that will never report (user level: their device's bound was reached): free
+        their decision info and the snapshots only they referred to. Nothing is learned."""
+        self._state()
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        slots = rounds % self.pending_capacity
+        known = self._ring_round[slots] == rounds
+        for v in self._ring_version[slots][known].tolist():
+            self._refs[v] -= 1
+        self._ring_round[slots[known]] = -1
+
     def _client_rng(self) -> NoiseGenerator:
         """The simulated devices' noise: the fast stream, or a fresh secure stream per batch
         (labelled by a persisted batch counter: a restored policy continues, never repeats)."""

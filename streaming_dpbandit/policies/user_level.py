@@ -279,6 +279,9 @@ class UserLevel:
             self.policy.learn(contexts, rewards, rounds, ids)
             return
         mask = self.admit(rounds, user_ids, user_hashes)
+        forget = getattr(self.policy, "forget_rounds", None)
+        if forget is not None and not mask.all():  # e.g. LDP-GLB: bounded rounds never report
+            forget(np.asarray(rounds).reshape(-1)[~mask])
         if mask.all():
             self.policy.learn(contexts, rewards, rounds, ids)
             return

@@ -231,3 +231,12 @@ def test_the_wrapped_local_policy_states_the_device_as_the_unit():
     assert st.model == "local" and st.epsilon == 1.0 and st.delta == 0.0
     assert "every report their device sends (at most 4 over the run)" in st.unit
     assert any("cannot enforce" in c for c in st.caveats)
+
+
+def test_bounded_rounds_free_their_pending_decision_and_snapshot():
+    cfg = policy_config("ldp-glb", {"d": 2, "n_arms": 3, "epsilon": 1.0})
+    pol = UserLevelConfig(max_contributions_per_user=1).build(cfg, seed=3)
+    _run(pol, rounds=60)  # per-round snapshots; 3 users: 57 rounds bounded
+    inner = pol.policy
+    assert (inner._ring_round >= 0).sum() == 0  # no round waits for a report that never comes
+    assert len(inner._snaps) <= 2  # the bounded rounds' snapshots are not kept
