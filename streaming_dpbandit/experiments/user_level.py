@@ -166,7 +166,7 @@ def _specs(setting: str, env, epsilon: float, horizon: int, ks, policies) -> lis
 
 
 def _one_rep(args) -> dict:
-    ru, specs, rep, base_seed, horizon, max_releases = args
+    ru, specs, rep, base_seed, horizon, max_releases, window = args
     env = ru.env
     prof_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "user-profiles")))
     ctx_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "user-contexts")))
@@ -179,7 +179,9 @@ def _one_rep(args) -> dict:
         if s["k"] is None:
             pols.append(inner)
         else:
-            pols.append(UserLevel(inner, s["k"], max_releases, seed=pseed ^ 0x5EED))
+            pols.append(
+                UserLevel(inner, s["k"], max_releases, seed=pseed ^ 0x5EED, window_rounds=window)
+            )
     regret = dict.fromkeys((s["key"] for s in specs), 0.0)
     records: dict[str, list[ReleaseRecord]] = {s["key"]: [] for s in specs}
     t0, chunk = 0, chunk_rows(env)
@@ -226,6 +228,7 @@ def run_user_level(
     policies=("fliphat", "dp-linucb"),
     epsilon: float = 1.0,
     max_releases: int | None = None,
+    window_rounds: int | None = None,
     n_users: int = 2000,
     zipf_exponent: float = 1.1,
     repeat: float = 0.5,
@@ -242,7 +245,9 @@ def run_user_level(
         env = _env(setting)
     ru = ReturningUsers(env, n_users, zipf_exponent, repeat)
     specs = _specs(setting, env, epsilon, horizon, ks, policies)
-    args = [(ru, specs, rep, base_seed, horizon, max_releases) for rep in range(seeds)]
+    args = [
+        (ru, specs, rep, base_seed, horizon, max_releases, window_rounds) for rep in range(seeds)
+    ]
     if jobs > 1:
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as ex:
             reps = list(ex.map(_one_rep, args))
@@ -263,6 +268,7 @@ def run_user_level(
             "inner_epsilon": s["params"]["epsilon"],
             "inner_delta": s["params"]["delta"],
             "max_releases_per_user": max_releases,
+            **({} if window_rounds is None else {"window_rounds": window_rounds}),
             "n_users": n_users,
             "zipf_exponent": zipf_exponent,
         }
