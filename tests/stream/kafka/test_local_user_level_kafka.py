@@ -9,6 +9,7 @@ import os
 import pytest
 
 from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.privacy.ledger import read_ledger
 from streaming_dpbandit.privacy.user_level import user_level_of_records
 from streaming_dpbandit.stream.local.clients import SimulatedLDPClients
 from streaming_dpbandit.stream.local.runtime import learned_local_bytes
@@ -71,7 +72,7 @@ def test_local_user_level_over_kafka_matches_the_in_process_run(kafka_broker, tm
     assert learned_local_bytes({BANDIT: svc.local.runtimes[BANDIT].state_dict()}) == (
         learned_local_bytes({BANDIT: ref.local.runtimes[BANDIT].state_dict()})
     )
-    recs = svc.ledger.records()
+    recs, _ = read_ledger(tmp_path / "kafka" / "ledger.jsonl")
     assert recs and all(r.user_level["max_contributions_per_user"] == 2 for r in recs)
     ul = user_level_of_records(recs, BANDIT)
     assert ul.local and ul.of_record()["epsilon"] == pytest.approx(1.0)
