@@ -18,7 +18,13 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from .ldp_glb import LDPGLB
 
-__all__ = ["ldp_glb_refusal", "ldp_glb_report_epsilon", "local_user_statement"]
+__all__ = [
+    "LOCAL_USER_NEIGHBOURING",
+    "ldp_glb_refusal",
+    "ldp_glb_report_epsilon",
+    "local_user_statement",
+    "local_user_unit",
+]
 
 
 def _ldp_glb_spec(params: dict[str, Any], epsilon: float, delta: float) -> ModelSpec:
@@ -67,6 +73,24 @@ def _user_cost(spec: ModelSpec, k: int, delta: float) -> float:
     return min(c["epsilon"] for c in ok) if ok else math.inf
 
 
+#: The neighbouring relation of user-level local DP (docs/privacy/user-level-ldp.md §1).
+LOCAL_USER_NEIGHBOURING = "any two inputs of all of one user's rounds (local model)"
+
+
+def local_user_unit(k: int, window: int | None, windows: int | None) -> str:
+    """The privacy unit of user-level local DP: the reports of one device.
+
+    >>> local_user_unit(2, None, None)
+    'one user: every report their device sends (at most 2 over the run)'
+    """
+    most = (
+        f"at most {k} over the run"
+        if window is None
+        else f"at most {k} per window of {window} rounds, in at most {windows} windows"
+    )
+    return f"one user: every report their device sends ({most})"
+
+
 def local_user_statement(st: PrivacyStatement, bound: dict[str, Any]) -> PrivacyStatement:
     """An LDP model's statement with the user as the unit: k reports of one user's device.
 
@@ -75,15 +99,10 @@ def local_user_statement(st: PrivacyStatement, bound: dict[str, Any]) -> Privacy
     """
     k = int(bound["max_contributions_per_user"])
     w, e = bound.get("window_rounds"), bound.get("max_releases_per_user")
-    most = (
-        f"at most {k} over the run"
-        if w is None
-        else f"at most {k} per window of {w} rounds, in at most {e} windows; (ε, δ) per window"
-    )
     return dataclasses.replace(
         st,
-        unit=f"one user: every report their device sends ({most})",
-        neighbouring="any two inputs of all of one user's rounds (local model)",
+        unit=local_user_unit(k, w, e) + ("" if w is None else "; (ε, δ) per window"),
+        neighbouring=LOCAL_USER_NEIGHBOURING,
         epsilon=bound["epsilon_per_release"],
         delta=bound["delta_per_release"],
         scope=st.scope

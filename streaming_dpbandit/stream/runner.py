@@ -372,6 +372,8 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
             f"({pr['calibration']})",
             file=out,
         )
+        if pr.get("user_level"):  # docs/privacy/user-level-ldp.md
+            print(f"local bandit {name}: {pr['user_level']['statement']}", file=out)
     if summary["dead_letters"]:
         dl = ", ".join(f"{k}: {v}" for k, v in sorted(summary["dead_letters"].items()))
         print(f"dead letters: {dl}", file=out)
@@ -379,9 +381,11 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     if src and "uniform_pseudo_regret" in src:
         print_comparison(summary, out)
     elif src and "pseudo_regret" in src:
+        bounded = src.get("bounded")
         print(
             f"simulated stream: {src['decisions']:,} decisions, pseudo-regret "
-            f"{src['pseudo_regret']:,.1f}, mean reward {src['mean_reward']:.3f}",
+            f"{src['pseudo_regret']:,.1f}, mean reward {src['mean_reward']:.3f}"
+            + ("" if bounded is None else f", {bounded:,} not reported (user-level bound)"),
             file=out,
         )
 

@@ -98,6 +98,7 @@ def test_file_transport_ledger_and_budget_state_the_per_user_guarantee(served, t
     assert main(["budget", str(state / "ledger.jsonl"), "--json"]) == 0
     out = capsys.readouterr().out
     assert "at most 2 reports sent by their device over the run (local DP)" in out
+    assert "every report their device sends (at most 2 over the run)" in out  # the unit
     json.loads(out)
 
 
@@ -129,3 +130,34 @@ def test_windowed_devices_report_again_in_later_windows_and_the_ledger_composes_
     assert summary["local_bandits"][BANDIT]["privacy"]["user_level"]["statement"] == (
         ul.statement()
     )
+
+
+def test_serve_with_embedded_devices_bounds_them_and_says_so(tmp_path, capsys):
+    import yaml
+
+    cfg = {
+        "mode": "service",
+        "simulation": {"env": "ldp-glb-single", "env_params": {"d": 2, "K": 10}, "events": 500},
+        "bandits": {
+            "default": {
+                "privacy": "local",
+                "policy": {"policy": "ldp-glb", "d": 2, "n_arms": 10, "refresh_every": 100},
+                "user_level": {
+                    "max_contributions_per_user": 3,
+                    "max_releases_per_user": 2,
+                    "window_rounds": 250,
+                },
+            }
+        },
+        "snapshots": {"directory": str(tmp_path / "state"), "interval_s": 3600},
+        "metrics": {"enabled": False},
+        "model_server": {"enabled": False},
+    }
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["serve", "--config", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "per window of 250 rounds, at most 2 windows (local DP), (ε=2, δ=0" in out
+    assert "not reported (user-level bound)" in out
+    recs, _ = read_ledger(tmp_path / "state" / "ledger.jsonl")
+    assert recs and all(r.user_level["window_rounds"] == 250 for r in recs)
