@@ -58,7 +58,11 @@ def test_local_user_level_over_kafka_matches_the_in_process_run(kafka_broker, tm
     counts = produce_file(kafka_broker.bootstrap, path, topics)
     st = ServiceSettings.model_validate(
         kafka_settings(
-            tmp_path / "kafka", kafka_broker.bootstrap, topics, "ldpusers", bandits={BANDIT: bandit}
+            tmp_path / "kafka",
+            kafka_broker.bootstrap,
+            topics,
+            f"ldpusers{os.getpid()}",
+            bandits={BANDIT: bandit},
         )
     )
 
