@@ -96,6 +96,13 @@ def _add_user_level_options(p: argparse.ArgumentParser, users: str) -> None:
         metavar="N",
         help="cap on the per-user counter tables (default 1,000,000)",
     )
+    p.add_argument(
+        "--user-window-rounds",
+        type=positive_int,
+        metavar="W",
+        help="local-DP policies (ldp-glb): a device sends at most K reports per window of W "
+        "rounds, in at most E windows (needs --max-releases-per-user); default: one window",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -73,6 +73,11 @@ def run(args) -> int:
             k, e = ul.max_contributions_per_user, ul.max_releases_per_user
             unit = USER_UNIT.format(k=k, e="" if e is None else f", and at most {e} releases")
             neighbouring, scope = USER_NEIGHBOURING, ul.statement() + "."
+            if ul.local:  # a device's reports (docs/privacy/user-level-ldp.md)
+                from ..policies.ldp_user_level import LOCAL_USER_NEIGHBOURING, local_user_unit
+
+                unit = local_user_unit(k, ul.window_rounds, e)
+                neighbouring = LOCAL_USER_NEIGHBOURING
         rec = sp.of_record()
         st = PrivacyStatement(
             model=last.privacy_model,

@@ -205,6 +205,8 @@ def user_level_config(args, policy_cfg=None):
     given = {"max_contributions_per_user": k, "max_releases_per_user": e}
     if getattr(args, "max_users", None) is not None:
         given["max_users"] = args.max_users
+    if getattr(args, "user_window_rounds", None) is not None:  # local DP (ldp-glb) only
+        given["window_rounds"] = args.user_window_rounds
     cfg = UserLevelConfig(**given)
     if policy_cfg is not None:
         why = cfg.refusal(policy_cfg)

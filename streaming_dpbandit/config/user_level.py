@@ -14,7 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from .base import PolicyConfigBase
 
@@ -40,6 +47,13 @@ class UserLevelConfig(BaseModel):
     )
     max_releases_per_user: int | None = Field(
         None, ge=1, description="E: releases (windows) a user is learned from; null: no cap"
+    )
+    window_rounds: int | None = Field(
+        None,
+        ge=1,
+        description="local-DP bandits (ldp-glb) only: rounds per bounding window (a device "
+        "sends at most k reports per window, in at most E windows; needs "
+        "max_releases_per_user); null: one window for the run",
     )
     max_users: int = Field(
         1_000_000,
@@ -68,6 +82,15 @@ class UserLevelConfig(BaseModel):
             return int.from_bytes(_read_key(self.key_file) + b"\x01", "little")  # injective
         return None if seed is None else int(seed) ^ 0x5EED
 
+    @model_serializer(mode="wrap")
+    def _without_unset_window(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``window_rounds`` appears only when set: snapshots' fingerprints of bounds written
+        before the field existed stay valid."""
+        out: dict[str, Any] = handler(self)
+        if out.get("window_rounds", 0) is None:
+            del out["window_rounds"]
+        return out
+
     def refusal(self, policy: PolicyConfigBase) -> str | None:
         """Why this bound cannot apply to ``policy`` (one line), or None."""
         from ..policies.user_level import GROUP_CALIBRATED, SLATE_GROUP_CALIBRATED
@@ -90,6 +113,17 @@ class UserLevelConfig(BaseModel):
                 f"user_level: max_releases_per_user does not apply to {name}: its one guarantee "
                 "covers the whole run, so k already bounds a user's slates over the run"
             )
+        if name == "ldp-glb":
+            from ..policies.ldp_user_level import ldp_glb_refusal
+
+            if self.window_rounds is not None and self.max_releases_per_user is None:
+                return "user_level: window_rounds needs max_releases_per_user (E)"
+            return ldp_glb_refusal(policy.params())
+        if self.window_rounds is not None:
+            return (
+                f"user_level: window_rounds is for local-DP bandits (ldp-glb); policy {name}'s "
+                "windows are its releases"
+            )
         return None
 
     def build(self, policy: PolicyConfigBase, seed: int | None = None, **overrides: Any) -> Any:
@@ -104,12 +138,14 @@ class UserLevelConfig(BaseModel):
         k = self.max_contributions_per_user
         params: dict[str, Any] = {}
         if k > 1:  # (DP-LinUCB's ε′ depends on every parameter; FLIPHAT's on ε, δ, k only)
-            base = policy.params() if policy.policy == "dp-linucb" else {}
+            base = policy.params() if policy.policy in ("dp-linucb", "ldp-glb") else {}
             g = group_params(policy.policy, base, k, eps, delta)
             params = {"epsilon": g["epsilon"]}
             if "delta" in given:
                 params["delta"] = g["delta"]
         inner = policy.build(seed=seed, **{**overrides, **params})
+        if policy.policy == "ldp-glb":  # local: the δ its reports use (0 for the pure ℓ2 ball)
+            delta = float(inner.model_spec().report_guarantee()[1])
         return UserLevel(
             inner,
             k,
@@ -118,6 +154,7 @@ class UserLevelConfig(BaseModel):
             seed=self.key_seed(seed),
             delta_per_release=delta,
             epsilon_per_release=eps,
+            window_rounds=self.window_rounds,
         )
 
     def describe(self) -> str:

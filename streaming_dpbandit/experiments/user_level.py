@@ -113,12 +113,44 @@ def _k_label(k) -> str:
     return "event" if k is None else f"k={k}"
 
 
+def _extra_params(setting: str, env, epsilon: float, horizon: int) -> dict[str, dict]:
+    """Policies the frontier's linear specs do not cover: PrivateLASSO-R on the sparse setting
+    (the public sparsity s0 = 10 and bounds as FLIPHAT's and DP-LinUCB's: ‖x‖₂ ≤ √d + 3,
+    coordinates clipped at 3, ‖θ‖₂ ≤ b_max, rewards at 2·b_max) and LDP-GLB (LDP-SGD as E1:
+    d = 2, K = 10, per-round refresh) on ``ldp-single``."""
+    out: dict[str, dict] = {}
+    if setting == "sparse":
+        out["private-lasso"] = {
+            "d": env.d,
+            "s0": 10,
+            "horizon": int(horizon),
+            "epsilon": float(epsilon),
+            "delta": DELTA,
+            "clip_coord": 3.0,
+            "clip_l2": math.sqrt(env.d) + 3.0,
+            "reward_bound": 2.0 * env.b_max,
+            "theta_bound": float(env.b_max),
+        }
+    if setting == "ldp-single":
+        out["ldp-glb"] = {
+            "d": env.d,
+            "n_arms": env.K,
+            "variant": "sgd",
+            "epsilon": float(epsilon),
+            "c0": 5.0,
+            "n0": 1.0,
+            "horizon": int(horizon),
+            "delta": DELTA,  # unused by the pure ℓ2 ball; the table's δ column
+        }
+    return out
+
+
 def _specs(setting: str, env, epsilon: float, horizon: int, ks, policies) -> list[dict]:
-    base = {
-        s.policy: s.params
-        for s in _linear_specs(setting, env, (epsilon,), horizon)
-        if s.policy in policies
-    }
+    linear = [] if setting == "ldp-single" else _linear_specs(setting, env, (epsilon,), horizon)
+    base = {s.policy: s.params for s in linear if s.policy in policies}
+    base.update(
+        {p: v for p, v in _extra_params(setting, env, epsilon, horizon).items() if p in policies}
+    )
     out = []
     for pol in policies:
         for k in ks:
@@ -134,7 +166,7 @@ def _specs(setting: str, env, epsilon: float, horizon: int, ks, policies) -> lis
 
 
 def _one_rep(args) -> dict:
-    ru, specs, rep, base_seed, horizon, max_releases = args
+    ru, specs, rep, base_seed, horizon, max_releases, window = args
     env = ru.env
     prof_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "user-profiles")))
     ctx_rng = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "user-contexts")))
@@ -147,7 +179,9 @@ def _one_rep(args) -> dict:
         if s["k"] is None:
             pols.append(inner)
         else:
-            pols.append(UserLevel(inner, s["k"], max_releases, seed=pseed ^ 0x5EED))
+            pols.append(
+                UserLevel(inner, s["k"], max_releases, seed=pseed ^ 0x5EED, window_rounds=window)
+            )
     regret = dict.fromkeys((s["key"] for s in specs), 0.0)
     records: dict[str, list[ReleaseRecord]] = {s["key"]: [] for s in specs}
     t0, chunk = 0, chunk_rows(env)
@@ -194,6 +228,7 @@ def run_user_level(
     policies=("fliphat", "dp-linucb"),
     epsilon: float = 1.0,
     max_releases: int | None = None,
+    window_rounds: int | None = None,
     n_users: int = 2000,
     zipf_exponent: float = 1.1,
     repeat: float = 0.5,
@@ -202,10 +237,17 @@ def run_user_level(
 ) -> list[dict]:
     """Final regret (mean ± s.e. over ``seeds``) of every (policy, k), with the admitted share
     and the whole-run user-level guarantee of repetition 0's ledger."""
-    env = _env(setting)
+    if setting == "ldp-single":  # the LDP-GLB E1 environment (d = 2, K = 10)
+        from ..envs import LDPSingleParamEnv
+
+        env: Environment = LDPSingleParamEnv(d=2, K=10)
+    else:
+        env = _env(setting)
     ru = ReturningUsers(env, n_users, zipf_exponent, repeat)
     specs = _specs(setting, env, epsilon, horizon, ks, policies)
-    args = [(ru, specs, rep, base_seed, horizon, max_releases) for rep in range(seeds)]
+    args = [
+        (ru, specs, rep, base_seed, horizon, max_releases, window_rounds) for rep in range(seeds)
+    ]
     if jobs > 1:
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as ex:
             reps = list(ex.map(_one_rep, args))
@@ -226,6 +268,7 @@ def run_user_level(
             "inner_epsilon": s["params"]["epsilon"],
             "inner_delta": s["params"]["delta"],
             "max_releases_per_user": max_releases,
+            **({} if window_rounds is None else {"window_rounds": window_rounds}),
             "n_users": n_users,
             "zipf_exponent": zipf_exponent,
         }

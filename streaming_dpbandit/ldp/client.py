@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from ..privacy.noise import NoiseGenerator, NoiseSource
 from ..utils.arrays import ArrayLike, BoolArray, FloatArray
-from .budget import ClientBudget
+from .budget import BudgetExceeded, ClientBudget
 from .links import get_link
 from .model import AUTHORS_CODE_LABEL, ModelSnapshot, SnapshotError
 from .preprocess import clip_rewards, normalise_contexts
@@ -114,6 +114,12 @@ class LDPClient:
     noise_key
         Secure backend: the device's secret key (``None``: 128 bits from the OS, per client).
         A report is reproducible from the key and its ``msg_id``.
+    max_reports
+        User level (docs/privacy/user-level-ldp.md): this device (one user) sends at most this
+        many reports (k) to the bandit; :meth:`report` then raises
+        :class:`~.budget.BudgetExceeded` and sends nothing. The model must be calibrated for k
+        reports per user (its per-report ε is then the user-level target's split). The count
+        (:attr:`reports_sent`) is the device's to persist; the server cannot enforce it.
 
     Examples
     --------
@@ -146,6 +152,8 @@ class LDPClient:
         allow_authors_code: bool = False,
         noise_backend: str = "fast",
         noise_key: int | None = None,
+        max_reports: int | None = None,
+        reports_sent: int = 0,
     ):
         if noise_backend not in ("fast", "secure"):
             raise ValueError("noise_backend must be 'fast' or 'secure'")
@@ -157,6 +165,10 @@ class LDPClient:
         self.rng = rng
         self.budget = budget
         self.allow_authors_code = allow_authors_code
+        if max_reports is not None and max_reports < 1:
+            raise ValueError("max_reports must be >= 1 (or None)")
+        self.max_reports = max_reports
+        self.reports_sent = int(reports_sent)
         self._mechs: dict[tuple[str, str], Mechanism] = {}
         self.snapshot: ModelSnapshot | None = None
         self.update(snapshot)
@@ -251,8 +263,13 @@ class LDPClient:
         r = 0.0 if reward is None else float(reward)
         if spec.clip_reward:
             r = float(clip_rewards([r], get_link(spec.link), spec.c_r)[0])
+        if self.max_reports is not None and self.reports_sent >= self.max_reports:
+            raise BudgetExceeded(
+                f"this device has sent its {self.max_reports} reports (user-level bound)"
+            )
         if self.budget is not None:
             self.budget.charge(*spec.report_guarantee())
+        self.reports_sent += 1
         msg_id = new_msg_id()
         rng: NoiseGenerator = (
             self._gen()

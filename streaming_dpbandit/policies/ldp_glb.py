@@ -29,6 +29,7 @@ from ..ldp.links import get_link
 from ..ldp.model import AUTHORS_CODE_LABEL, ModelSpec
 from ..ldp.preprocess import clip_rewards, normalise_contexts
 from ..ldp.randomizers import build_payloads
+from ..ldp.user_level import report_components
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseGenerator, NoiseSource
 from ..privacy.statement import PrivacyStatement
@@ -106,6 +107,11 @@ def local_release_record(
         accounting = [{"type": "eps_delta", "epsilon": eps, "delta": delta}]
         mechanism = "ldp/gaussian(xx^T, r x)"
     eps_b, delta_b = spec.block_privacy("main")
+    extra: dict[str, Any] = {}
+    if spec.profile == "paper" and (
+        (spec.variant == "sgd" and spec.warmup_variant == "same") or spec.gaussian != "discrete"
+    ):  # one report's exact accounting, for the user-level composition of a user's reports
+        extra["report_accounting"] = report_components(spec, 1)
     return ReleaseRecord(
         release_id=release_id,
         bandit_id=bandit_id,
@@ -130,6 +136,7 @@ def local_release_record(
             "block_epsilon": eps_b,
             "block_delta": delta_b,
             "per_report": True,
+            **extra,
             **(params or {}),
         },
         note=None if spec.profile == "paper" else AUTHORS_CODE_LABEL,
@@ -561,6 +568,17 @@ class LDPGLB(Policy):
                 self._switch_due = True
             start = end
         self._counters["reports"] += n
+
+    def forget_rounds(self, rounds: ArrayLike) -> None:
+        """Rounds that will never report (user level: their device's bound was reached): free
+        their decision info and the snapshots only they referred to. Nothing is learned."""
+        self._state()
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        slots = rounds % self.pending_capacity
+        known = self._ring_round[slots] == rounds
+        for v in self._ring_version[slots][known].tolist():
+            self._refs[v] -= 1
+        self._ring_round[slots[known]] = -1
 
     def _client_rng(self) -> NoiseGenerator:
         """The simulated devices' noise: the fast stream, or a fresh secure stream per batch

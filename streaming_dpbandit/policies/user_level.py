@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Policies with a group calibration (:func:`group_params`): what ``user_level`` accepts.
-GROUP_CALIBRATED = ("fliphat", "dp-linucb", "private-lasso", "dpucb-mat", "dpts-mat")
+GROUP_CALIBRATED = ("fliphat", "dp-linucb", "private-lasso", "dpucb-mat", "dpts-mat", "ldp-glb")
 
 #: The slate policies among them: pure ε-DP batch means, calibrated at ε/k
 #: (docs/privacy/user-level-slates.md)
@@ -92,6 +92,10 @@ def group_params(
         return {**params, "epsilon": private_lasso_group_epsilon(k, epsilon, delta), "delta": delta}
     if policy in SLATE_GROUP_CALIBRATED:  # pure ε: k rows cost exactly k·ε′
         return {**params, "epsilon": epsilon / k, "delta": 0.0}
+    if policy == "ldp-glb":  # local DP: k reports compose (docs/privacy/user-level-ldp.md)
+        from .ldp_user_level import ldp_glb_report_epsilon
+
+        return {**params, "epsilon": ldp_glb_report_epsilon(params, k, epsilon, delta)}
     raise KeyError(f"no group calibration for {policy!r} (have: {', '.join(GROUP_CALIBRATED)})")
 
 
@@ -167,6 +171,10 @@ class UserLevel:
         (ε, δ) of one release for k rows of one user: the group calibration's target
         (:func:`group_params`); the whole-run statement's δ is δ times the releases a user
         reaches. ``None``: derived from the policy's own (ε, δ) by group privacy.
+    window_rounds
+        Local-DP policies only (``docs/privacy/user-level-ldp.md``): rounds per bounding
+        window — a user's rounds in (wW, (w+1)W] form window w — instead of the policy's own
+        windows (its releases). ``None``: the policy's.
 
     Examples
     --------
@@ -216,6 +224,7 @@ class UserLevel:
         seed: int | None = None,
         delta_per_release: float | None = None,
         epsilon_per_release: float | None = None,
+        window_rounds: int | None = None,
     ) -> None:
         self.policy = policy
         self.max_contributions_per_user = max_contributions_per_user
@@ -224,6 +233,7 @@ class UserLevel:
         self.seed = seed
         self.delta_per_release = delta_per_release
         self.epsilon_per_release = epsilon_per_release
+        self.window_rounds = window_rounds
 
     def _bound(self) -> UserContributionBound:
         b = self.__dict__.get("_bounder")
@@ -252,8 +262,14 @@ class UserLevel:
         """Mask of the rows (of ``rounds``) that enter the statistics; users given as ids or
         as keyed hashes from :meth:`hash_users`."""
         b = self._bound()
-        b.close_below(self.policy.open_windows_from())
         rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        w = self.window_rounds
+        if w is not None:  # fixed windows of w rounds; the current and the previous stay open
+            b.close_below(max(0, (self.policy.t - 1) // w - 1))
+            windows = (rnd - 1) // w
+        else:
+            b.close_below(self.policy.open_windows_from())
+            windows = self.policy.contribution_windows(rnd)
         if user_hashes is not None:
             h = np.asarray(user_hashes, np.uint64)
         elif user_ids is not None:
@@ -262,7 +278,7 @@ class UserLevel:
             raise ValueError("user ids must have one entry per row")
         if h.shape != rnd.shape:
             raise ValueError("user ids must have one entry per row")
-        return b.admit(h, self.policy.contribution_windows(rnd))
+        return b.admit(h, windows)
 
     def learn(
         self,
@@ -278,6 +294,9 @@ class UserLevel:
             self.policy.learn(contexts, rewards, rounds, ids)
             return
         mask = self.admit(rounds, user_ids, user_hashes)
+        forget = getattr(self.policy, "forget_rounds", None)
+        if forget is not None and not mask.all():  # e.g. LDP-GLB: bounded rounds never report
+            forget(np.asarray(rounds).reshape(-1)[~mask])
         if mask.all():
             self.policy.learn(contexts, rewards, rounds, ids)
             return
@@ -308,6 +327,7 @@ class UserLevel:
             else int(self.max_releases_per_user),
             "delta_per_release": self.delta_per_release,
             "epsilon_per_release": self.epsilon_per_release,
+            **({} if self.window_rounds is None else {"window_rounds": int(self.window_rounds)}),
         }
 
     # -- what a caller reads ------------------------------------------------------------------
@@ -351,6 +371,10 @@ class UserLevel:
         k². The whole-run figure composes a user's releases: :meth:`user_level_spend`.
         """
         st = self.policy.privacy
+        if st.model == "local":  # the device's reports compose (docs/privacy/user-level-ldp.md)
+            from .ldp_user_level import local_user_statement
+
+            return local_user_statement(st, self.bound_dict())
         k = int(self.max_contributions_per_user)
         e = self.max_releases_per_user
         e_txt = f", and at most {e} releases" if e is not None else ""
@@ -406,9 +430,12 @@ class UserLevel:
         k = int(self.max_contributions_per_user)
         total = {"accountant": "basic", "epsilon": e * ep, "delta": min(1.0, e * dp)}
         events = "events" if k != 1 else "event"
+        release = "release"
+        if self.policy.privacy.model == "local":  # a device's reports, per window
+            events, release = ("reports" if k != 1 else "report"), "window"
         return {
             **total,
-            "statement": f"per user: at most {k} {events} per release, at most {e} releases, "
+            "statement": f"per user: at most {k} {events} per {release}, at most {e} {release}s, "
             f"({format_of_record(total)}) in total",
         }
 

@@ -79,6 +79,8 @@ def group_record(rec: ReleaseRecord, k: int) -> ReleaseRecord:
     Its ``epsilon``/``delta`` are the basic (group-privacy) conversion of the record's own
     (ε, δ); ``rho`` scales by k².
     """
+    if rec.privacy_model == "local":
+        return _local_group_record(rec, k)
     comps = [group_component(c, k) for c in rec.accounting]
     eps, dl = float(rec.epsilon), float(rec.delta)
     g_delta = 0.0 if dl == 0 else min(1.0, k * math.exp((k - 1) * eps) * dl)
@@ -88,6 +90,26 @@ def group_record(rec: ReleaseRecord, k: int) -> ReleaseRecord:
         epsilon=k * eps,
         delta=g_delta,
         rho=None if rec.rho is None else k * k * float(rec.rho),
+        composition="sequential",
+    )
+
+
+def _local_group_record(rec: ReleaseRecord, n: int) -> ReleaseRecord:
+    """A local-DP record's guarantee for n reports of one user (docs/privacy/user-level-ldp.md).
+
+    Each report is randomized independently on the device, so a user's n reports *compose*
+    (the report mechanism n times: ``count`` × n), they are not n rows of one release (no
+    k-fold sensitivity). The exact per-report accounting (``params["report_accounting"]``: pure
+    ε for the ℓ2 ball, the whitened Gaussian for OLS reports) is used when the record has it;
+    the record's own (ε, δ) composes by basic composition (nε, nδ).
+    """
+    comps = rec.params.get("report_accounting") or rec.accounting
+    return dataclasses.replace(
+        rec,
+        accounting=[{**c, "count": int(c.get("count", 1)) * int(n), "reports": n} for c in comps],
+        epsilon=n * float(rec.epsilon),
+        delta=min(1.0, n * float(rec.delta)),
+        rho=None if rec.rho is None else n * float(rec.rho),
         composition="sequential",
     )
 
@@ -107,6 +129,10 @@ class UserLevelSpend:
     slices: int
     spend: Spend
     pld_exact: bool
+    #: local DP: the counts are reports a user's device sends, per window of
+    #: ``window_rounds`` rounds (at most E windows), or in one window (the run)
+    local: bool = False
+    window_rounds: int | None = None
 
     def of_record(self) -> dict[str, Any]:
         return self.spend.of_record()
@@ -123,6 +149,19 @@ class UserLevelSpend:
         per user: at most 2 events per release, at most 3 releases,
         (ε=3, δ=0 (pure ε, exact sum)) in total
         """
+        if self.local:
+            k = self.max_contributions_per_user
+            sent = f"at most {k} report{'s' if k != 1 else ''} sent by their device"
+            where = (
+                "over the run"
+                if self.window_rounds is None
+                else f"per window of {self.window_rounds} rounds, at most "
+                f"{self.max_releases_per_user} windows"
+            )
+            return (
+                f"per user: {sent} {where} (local DP), "
+                f"({format_of_record(self.of_record())}) in total"
+            )
         e = self.max_releases_per_user
         e_txt = (
             f"at most {e} releases"
@@ -144,6 +183,8 @@ class UserLevelSpend:
             "releases_per_user": self.releases_per_user,
             "slices": self.slices,
             "pld_exact": self.pld_exact,
+            **({"privacy_model": "local"} if self.local else {}),
+            **({"window_rounds": self.window_rounds} if self.window_rounds is not None else {}),
             "of_record": self.of_record(),
             "statement": self.statement(),
             "spend": self.spend.to_dict(),
@@ -192,6 +233,8 @@ def user_level_spend(
     (3, 6.0)
     """
     recs = [r for r in records if r.bandit_id == bandit_id]
+    if recs and all(r.privacy_model == "local" for r in recs):
+        return _local_user_level_spend(recs, bandit_id, k, max_releases, delta)
     seq = [r for r in recs if r.composition != "parallel"]
     slices: dict[str, list[ReleaseRecord]] = {}
     for r in recs:
@@ -249,6 +292,38 @@ def user_level_spend(
         slices=n_slices,
         spend=sp,
         pld_exact=pld_exact,
+    )
+
+
+def _local_user_level_spend(
+    recs: list[ReleaseRecord], bandit_id: str, k: int, max_releases: int | None, delta: float | None
+) -> UserLevelSpend:
+    """Local-DP bandits: the user's device sends at most k reports per window — the whole run,
+    or windows of ``window_rounds`` rounds (then at most E of them; the bound the records carry)
+    — so a user's whole-run loss is k·R reports composed (R = 1, or E), of the costliest report
+    any record describes (records differ only after a configuration change). The records'
+    report ranges are not windows: a user's reports may fall in any of them."""
+    worst = max(
+        recs, key=lambda r: (Accountant([r]).spend(bandit_id).basic_epsilon, float(r.delta))
+    )
+    bounds = [r.user_level for r in recs if r.user_level]
+    window = bounds[-1].get("window_rounds") if bounds else None
+    if window is not None and max_releases is None:
+        raise ValueError("windowed local user-level bounds need max_releases_per_user")
+    reach = 1 if window is None else int(max_releases or 1)
+    grouped = _local_group_record(dataclasses.replace(worst, data_slice="run"), int(k) * reach)
+    sp = Accountant([grouped]).spend(bandit_id, delta=delta)
+    sp.releases = len(recs)
+    return UserLevelSpend(
+        bandit_id=bandit_id,
+        max_contributions_per_user=int(k),
+        max_releases_per_user=None if max_releases is None else int(max_releases),
+        releases_per_user=reach,
+        slices=reach,
+        spend=sp,
+        pld_exact=True,
+        local=True,
+        window_rounds=None if window is None else int(window),
     )
 
 

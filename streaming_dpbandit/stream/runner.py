@@ -95,7 +95,17 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     if local is not None and local.privacy == "local":  # devices with the SDK send reports
         from .local.clients import SimulatedLDPClients
 
-        source = SimulatedLDPClients(env, sim.events, models_topic=t.models, **stream)
+        ul = local.user_level  # user level: every simulated device bounds its own reports
+        bound = (
+            {}
+            if ul is None
+            else {
+                "max_reports_per_user": ul.max_contributions_per_user,
+                "window_rounds": ul.window_rounds,
+                "max_windows_per_user": ul.max_releases_per_user,
+            }
+        )
+        source = SimulatedLDPClients(env, sim.events, models_topic=t.models, **bound, **stream)
     else:
         source = SimulatedSource(
             env, sim.events, feature_encoding=sim.feature_encoding, **stream, **timing
@@ -362,6 +372,8 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
             f"({pr['calibration']})",
             file=out,
         )
+        if pr.get("user_level"):  # docs/privacy/user-level-ldp.md
+            print(f"local bandit {name}: {pr['user_level']['statement']}", file=out)
     if summary["dead_letters"]:
         dl = ", ".join(f"{k}: {v}" for k, v in sorted(summary["dead_letters"].items()))
         print(f"dead letters: {dl}", file=out)
@@ -369,9 +381,11 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     if src and "uniform_pseudo_regret" in src:
         print_comparison(summary, out)
     elif src and "pseudo_regret" in src:
+        bounded = src.get("bounded")
         print(
             f"simulated stream: {src['decisions']:,} decisions, pseudo-regret "
-            f"{src['pseudo_regret']:,.1f}, mean reward {src['mean_reward']:.3f}",
+            f"{src['pseudo_regret']:,.1f}, mean reward {src['mean_reward']:.3f}"
+            + ("" if bounded is None else f", {bounded:,} not reported (user-level bound)"),
             file=out,
         )
 

@@ -66,6 +66,7 @@ class LocalBandits:
         self.ledger: ReleaseLedger | None = None
         self._ledger_count: dict[str, int] = {}
         self._children: dict[tuple[str, str], Any] = {}  # prometheus Counter children
+        self._bounded_seen: dict[str, int] = {}
         for name, b in settings.bandits.items():
             if b.privacy != "local":
                 continue
@@ -83,7 +84,8 @@ class LocalBandits:
 
     @staticmethod
     def fingerprint(b) -> str:
-        return b.policy.model_dump_json() + "|" + b.local.model_dump_json()
+        ul = "" if b.user_level is None else "|user_level=" + b.user_level.model_dump_json()
+        return b.policy.model_dump_json() + "|" + b.local.model_dump_json() + ul
 
     def __bool__(self) -> bool:
         return bool(self.runtimes)
@@ -229,6 +231,12 @@ class LocalBandits:
         m.eps_spent.labels(rt.bandit_id, cal, "basic").set(sp["epsilon_per_report"])
         m.delta_spent.labels(rt.bandit_id, cal).set(sp["delta_per_report"])
         # the per-report guarantee is the only accountant of a local bandit: its record
+        ul = sp.get("user_level")
+        if ul is not None:  # per user: the k reports of one device composed
+            rec = ul["of_record"]
+            m.eps_of_record.labels(rt.bandit_id, cal, rec["accountant"]).set(rec["epsilon"])
+            m.delta_of_record.labels(rt.bandit_id, cal, rec["accountant"]).set(rec["delta"])
+            return
         m.eps_of_record.labels(rt.bandit_id, cal, "basic").set(sp["epsilon_per_report"])
         m.delta_of_record.labels(rt.bandit_id, cal, "basic").set(sp["delta_per_report"])
 
@@ -244,6 +252,17 @@ class LocalBandits:
     def export_metrics(self) -> None:
         for rt in self.runtimes.values():
             rt.export_metrics()
+        # user level: reports the (simulated) devices decided but did not send. Only devices
+        # know them — a real device's bounded reports never reach the server.
+        src = getattr(self.transport, "source", None)
+        src = getattr(src, "inner", src)  # a recording wrapper
+        bounded = getattr(src, "bounded_by_bandit", None)
+        if bounded:
+            for name, n in bounded.items():
+                done = self._bounded_seen.get(name, 0)
+                if n > done:
+                    self.metrics.bounded_events.labels(name).inc(n - done)
+                    self._bounded_seen[name] = n
 
     def summary(self) -> dict:
         out = {}

@@ -27,6 +27,7 @@ statistics, and nothing raw, which the server does not have.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import logging
 import math
@@ -40,7 +41,9 @@ from ...estimators.ldp_ols import MAX_ABS
 from ...estimators.ldp_server import LDPServer
 from ...ldp.model import ModelSnapshot
 from ...policies.ldp_glb import local_release_record
+from ...policies.ldp_user_level import local_user_statement
 from ...privacy.ledger import ReleaseRecord
+from ...privacy.user_level import user_level_of_records
 from ...utils.serialization import dumps
 from .schemas import LDPReportMessage
 
@@ -186,9 +189,19 @@ class LocalBanditRuntime:
         self.bandit_id = bandit_id
         self.settings = settings
         cfg = settings.policy
-        policy = cfg.build(seed=settings.seed, bandit_id=bandit_id)
+        #: user level (docs/privacy/user-level-ldp.md): the model at the per-report calibration
+        #: of k reports per user; the devices bound themselves, records carry the bound
+        self.user_bound: dict | None = None
+        if settings.user_level is not None:
+            wrapped = settings.user_level.build(cfg, seed=settings.seed, bandit_id=bandit_id)
+            policy = wrapped.policy
+            self.user_bound = wrapped.bound_dict()
+        else:
+            policy = cfg.build(seed=settings.seed, bandit_id=bandit_id)
         self.spec = policy.model_spec()
         self.statement = policy.privacy
+        if self.user_bound is not None:
+            self.statement = local_user_statement(self.statement, self.user_bound)
         self.model_id = model_id(bandit_id, fingerprint, settings.local.model_epoch)
         self.server = LDPServer(
             self.spec,
@@ -299,17 +312,18 @@ class LocalBanditRuntime:
         last = self.server.reports
         first = min(self.first_report, last) if last else 1
         digest = hashlib.sha256(snap.to_json()).hexdigest()[:32]
-        self.unledgered.append(
-            local_release_record(
-                self.spec,
-                f"{self.bandit_id}/ldp-glb/{self.model_id}/version={snap.model_version}",
-                self.bandit_id,
-                first,
-                max(first, last),
-                snap.model_version,
-                params={"model_id": self.model_id, "phase": snap.phase, "model_digest": digest},
-            )
+        rec = local_release_record(
+            self.spec,
+            f"{self.bandit_id}/ldp-glb/{self.model_id}/version={snap.model_version}",
+            self.bandit_id,
+            first,
+            max(first, last),
+            snap.model_version,
+            params={"model_id": self.model_id, "phase": snap.phase, "model_digest": digest},
         )
+        if self.user_bound is not None:
+            rec = dataclasses.replace(rec, user_level=self.user_bound)
+        self.unledgered.append(rec)
         self.first_report = last + 1
         self.since = 0
         self.outbox.append(snap)
@@ -347,12 +361,19 @@ class LocalBanditRuntime:
         """Per-report guarantee: every record composes in parallel, so the spend is the
         guarantee of one report."""
         eps, delta = self.spec.report_guarantee()
-        return {
+        out = {
             "privacy_model": "local",
             "epsilon_per_report": eps,
             "delta_per_report": delta,
             "calibration": self.statement.calibration,
         }
+        if self.user_bound is not None:  # the whole-run guarantee per user (k reports composed)
+            rec = local_release_record(self.spec, "user", self.bandit_id, 1, 1)
+            rec = dataclasses.replace(rec, user_level=self.user_bound)
+            ul = user_level_of_records([rec], self.bandit_id)
+            assert ul is not None  # the record carries the bound
+            out["user_level"] = ul.to_dict()
+        return out
 
     # -- persistence ------------------------------------------------------------------------
     def state_dict(self) -> dict:
