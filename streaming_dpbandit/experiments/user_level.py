@@ -36,9 +36,25 @@ from .frontier import DELTA, _env, _linear_specs
 from .report import format_table
 from .runner import _seed, chunk_rows
 
-__all__ = ["ReturningUsers", "group_params", "run_user_level", "user_level_table"]
+__all__ = [
+    "ReturningUsers",
+    "group_params",
+    "run_user_level",
+    "user_level_table",
+    "zipf_popularity",
+]
 
 KS = (1, 2, 5, 10, None)
+
+
+def zipf_popularity(n_users: int, exponent: float = 1.1) -> np.ndarray:
+    """P(user i) ∝ (i + 1)^(−exponent), i = 0 … n_users − 1.
+
+    >>> zipf_popularity(3, 1.0).round(3).tolist()
+    [0.545, 0.273, 0.182]
+    """
+    w = (np.arange(n_users) + 1.0) ** (-exponent)
+    return w / w.sum()
 
 
 @dataclasses.dataclass
@@ -93,8 +109,7 @@ class ReturningUsers:
         }
 
     def popularity(self) -> np.ndarray:
-        w = (np.arange(self.n_users) + 1.0) ** (-self.zipf_exponent)
-        return w / w.sum()
+        return zipf_popularity(self.n_users, self.zipf_exponent)
 
     def profiles(self, rng: np.random.Generator) -> np.ndarray:
         """Each user's own action set, (n_users, K, d)."""

@@ -34,6 +34,7 @@ from ..policies.user_level import UserLevel, group_params
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.user_level import user_level_of_records
 from .matroid_runner import _seed
+from .user_level import zipf_popularity
 
 __all__ = ["SlateRun", "run", "run_slates", "table"]
 
@@ -57,9 +58,8 @@ def _one(args) -> dict:
     env_name, runs, horizon, n_users, rep, base_seed = args
     env = MATROID_REGISTRY[env_name]()
     opt = env.optimal_return()
-    w = (np.arange(n_users) + 1.0) ** -1.1
     users = np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "users"))).choice(
-        n_users, size=horizon, p=w / w.sum()
+        n_users, size=horizon, p=zipf_popularity(n_users, 1.1)
     )
     W = env.draw(np.random.Generator(np.random.PCG64(_seed(base_seed, rep, "env"))), horizon)
     out = {}
