@@ -69,15 +69,12 @@ def run_in(tree: Path, kind: str, **kw) -> dict:
 
 
 def alternate(trees: dict[str, Path], pairs: int, kind: str, **kw) -> dict:
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
-    for i in range(pairs):
-        order = ("old", "new") if i % 2 == 0 else ("new", "old")
-        for side in order:
-            runs[side].append(run_in(trees[side], kind, **kw))
-            print(
-                f"  {kind} pair {i + 1}/{pairs} {side}: {runs[side][-1]['rate']:,.0f}/s",
-                file=sys.stderr,
-            )
+    def one(side: str) -> dict:
+        got = run_in(trees[side], kind, **kw)
+        print(f"  {kind} {side}: {got['rate']:,.0f}/s", file=sys.stderr)
+        return got
+
+    runs = bs.alternated(["old", "new"], pairs, one)
     old = [r["rate"] for r in runs["old"]]
     new = [r["rate"] for r in runs["new"]]
     ratios = [n / o for n, o in zip(new, old)]

@@ -53,7 +53,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -79,6 +81,7 @@ from streaming_dpbandit.testing.stream_helpers import kafka_topics  # noqa: E402
 
 D, K = 100, 3
 TOPICS = ("dpbandit.contexts", "dpbandit.feedback")
+T = TypeVar("T")
 
 
 def settings_data(state_dir, **over) -> dict:
@@ -212,6 +215,20 @@ def replay_cpu_main(path: str, order: str, events: int) -> None:
     print(json.dumps(out))
 
 
+def alternated(sides: list[str], rounds: int, run: Callable[[str], T]) -> dict[str, list[T]]:
+    """``run(side)`` for every side, ``rounds`` times, the order reversed every other round
+    (this machine drifts 30 % between runs: old/new, new/old, ...).
+
+    >>> alternated(["old", "new"], 2, lambda s: s.upper())
+    {'old': ['OLD', 'OLD'], 'new': ['NEW', 'NEW']}
+    """
+    out: dict[str, list[T]] = {k: [] for k in sides}
+    for i in range(rounds):
+        for k in sides if i % 2 == 0 else sides[::-1]:
+            out[k].append(run(k))
+    return out
+
+
 def bench_versions(paths: dict[str, Path], events: int, old_tree: Path, rounds: int) -> dict:
     """In-process CPU per context of this tree and ``old_tree`` (the service loop replaying
     the recorded stream, in fresh processes), alternated ``rounds`` times per encoding and
@@ -226,17 +243,18 @@ def bench_versions(paths: dict[str, Path], events: int, old_tree: Path, rounds: 
     }
     for encoding, path in paths.items():
         for order in ORDERS:
-            samples: dict[str, list[float]] = {k: [] for k in trees}
-            for i in range(rounds):
-                for k in list(trees) if i % 2 == 0 else list(trees)[::-1]:
-                    res = subprocess.run(
-                        [sys.executable, __file__, "--replay-cpu", str(path), order, str(events)],
-                        env={**os.environ, "PYTHONPATH": str(trees[k])},
-                        capture_output=True,
-                        text=True,
-                        check=True,
-                    )
-                    samples[k].append(min(json.loads(res.stdout.strip().splitlines()[-1])))
+
+            def one(k: str, path=path, order=order) -> float:
+                res = subprocess.run(
+                    [sys.executable, __file__, "--replay-cpu", str(path), order, str(events)],
+                    env={**os.environ, "PYTHONPATH": str(trees[k])},
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                return min(json.loads(res.stdout.strip().splitlines()[-1]))
+
+            samples = alternated(list(trees), rounds, one)
             new, old = (float(np.median(samples[k])) for k in ("new", "old"))
             out[f"{encoding}/{order}"] = {
                 "new_cpu_us_per_context": samples["new"],
