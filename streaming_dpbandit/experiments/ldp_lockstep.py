@@ -44,7 +44,8 @@ from ..policies._ldp_baseline import upsilon
 from ..policies.ldp_gloc import MU_MIN
 from ..policies.ldp_ucb import ucb_beta
 from ..privacy.noise import NoiseSource
-from ..utils.hashing import uniform_coins
+from ..utils.hashing import splitmix64, uniform_coins
+from . import _ldp_kernels
 from .runner import RunSpec, SimulationResult, _seed, build_policy, chunk_rows
 
 __all__ = ["ReplicaNoise", "run_lockstep", "supports"]
@@ -242,6 +243,27 @@ class _Group:
     def counters(self, i: int) -> dict:
         return {}
 
+    #: The attributes that a chunk of rounds changes (saved before a compiled chunk).
+    _STATE: tuple[str, ...] = ()
+
+    def snapshot(self) -> list:
+        return [np.copy(getattr(self, a)) for a in self._STATE]
+
+    def restore(self, saved: list) -> None:
+        for a, v in zip(self._STATE, saved):
+            cur = getattr(self, a)
+            if isinstance(cur, np.ndarray):
+                cur[...] = v  # in place: the index groups' scoring state is a view
+            else:
+                setattr(self, a, v.item())
+
+    def kernel(self, common: tuple, n: int) -> int:
+        """Run the drawn chunk of n rounds with the compiled kernel (:mod:`._ldp_kernels`);
+        ``common`` = (XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret) of this group's
+        rows. Non-zero: a case the kernel leaves to the numpy path (the state is then partly
+        updated: restore a snapshot)."""
+        raise NotImplementedError
+
     # what every method's group implements
     def draw(self, n: int, d: int) -> None:
         raise NotImplementedError
@@ -306,6 +328,35 @@ class _SGDGroup(_LDPGLBGroup):
         self.S = np.array([np.inf if g.S is None else g.S for g in sgds])
         self.n = 0
 
+    _STATE = ("theta", "clipped", "n")
+
+    def kernel(self, common: tuple, n: int) -> int:
+        sc = self.score_clip
+        code = _ldp_kernels.sgd_chunk(
+            *common,
+            self.theta,
+            self.c_r,
+            self.clipped,
+            np.zeros(self.R) if sc is None else sc,
+            sc is not None,
+            self.R_clip,
+            self.two_R,
+            self.radius,
+            self.two_radius,
+            self.flip,
+            self.c0,
+            self.n0,
+            np.ascontiguousarray(self.lam[:, 0]),
+            bool(self.lam.any()),
+            self.S,
+            self.n,
+            self.U,
+            self.Z,
+        )
+        if code == 0:
+            self.n += n
+        return int(code)
+
     def draw(self, n: int, d: int) -> None:
         self.U = np.stack([z.random((n, 2)) for z in self.noises], axis=1)  # (n, R, 2) coins
         self.Z = self._noise_block(n, d)  # (n, R, d) directions
@@ -367,6 +418,27 @@ class _OLSGroup(_LDPGLBGroup):
         self.P = np.empty((self.R, 5))
         self.count = 0
         self.fallbacks = np.zeros(self.R, dtype=np.int64)
+
+    _STATE = ("theta", "clipped", "Q", "count", "fallbacks")
+
+    def kernel(self, common: tuple, n: int) -> int:
+        code = _ldp_kernels.ols_chunk(
+            *common,
+            self.theta,
+            self.c_r,
+            self.clipped,
+            self.Q,
+            self.std,
+            self.N,
+            self.c_tilde,
+            self.shifted,
+            self.t_offset,
+            self.S,
+            self.count,
+        )
+        if code == 0:
+            self.count += n
+        return int(code)
 
     def draw(self, n: int, d: int) -> None:
         self.N = self._noise_block(n, 5)
@@ -432,6 +504,11 @@ class _IndexGroup(_Group):
         self.P = np.empty((self.R, 3))
         self._tab_start = 1
         self._tab = np.empty((0, 2, self.R))
+        self._table: Any = None  # the compiled tabulation of _pair (compile_constants)
+
+    def compile_constants(self) -> None:
+        """Tabulate (c_t, β_t) with the product's functions compiled (:mod:`._ldp_kernels`)."""
+        self._table = _compiled_table(type(self))
 
     _keys: list  # the distinct constant sets (set by each method's constructor)
     _idx: np.ndarray  # each row's index into _keys
@@ -455,10 +532,27 @@ class _IndexGroup(_Group):
         i = t - self._tab_start
         if not 0 <= i < self._tab.shape[0]:
             self._tab_start, i = t, 0
-            ts = range(t, t + 4096)
-            per_key = np.array([[self._pair(k, u) for u in ts] for k in self._keys])
+            if self._table is not None:
+                per_key = np.array([self._table(k, t, 4096) for k in self._keys])
+            else:
+                per_key = np.array(
+                    [[self._pair(k, u) for u in range(t, t + 4096)] for k in self._keys]
+                )
             self._tab = np.ascontiguousarray(per_key[self._idx].transpose(1, 2, 0))  # (n, 2, R)
         return self._tab[i, 0], self._tab[i, 1]
+
+    def _constants_block(self, t: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(c_u, β_u) for u = t, …, t + n − 1 as (n, R) arrays: what n calls of
+        :meth:`_constants` return, copied from its table."""
+        out = np.empty((2, n, self.R))
+        j = 0
+        while j < n:
+            self._constants(t + j)  # tabulates from t + j when the table does not cover it
+            i = t + j - self._tab_start
+            m = min(n - j, self._tab.shape[0] - i)
+            out[:, j : j + m] = self._tab[i : i + m].transpose(1, 0, 2)
+            j += m
+        return out[0], out[1]
 
     def _gram(self, x, noise, sigma) -> None:
         P = self.P
@@ -505,6 +599,18 @@ class _UCBGroup(_IndexGroup):
         self._keys, self._idx = self._distinct(lambda p: (p._sigma, p.d, p.horizon, p.alpha))
         self.U = np.zeros((self.R, 2))
 
+    _STATE = ("V", "U", "reports", "inv", "centre", "beta")
+
+    def kernel(self, common: tuple, n: int) -> int:
+        ct, bt = self._constants_block(self.reports + 2, n)  # refresh after round j's report
+        code = _ldp_kernels.ucb_chunk(
+            *common, self.inv[:, :, 0], self.centre, self.beta, self.V, self.U,
+            np.ascontiguousarray(self.sigma[:, 0]), self.N, ct, bt,
+        )  # fmt: skip
+        if code == 0:
+            self.reports += n
+        return int(code)
+
     @staticmethod
     def _pair(key, t):
         sigma, d, horizon, alpha = key
@@ -541,6 +647,19 @@ class _GLOCGroup(_IndexGroup):
         self.u = np.zeros((self.R, 2))
         self.theta_h = np.vstack([p._theta_h for p in policies])
 
+    _STATE = ("V", "u", "theta_h", "reports", "inv", "centre", "beta")
+
+    def kernel(self, common: tuple, n: int) -> int:
+        ct, bt = self._constants_block(self.reports + 2, n)
+        code = _ldp_kernels.gloc_chunk(
+            *common, self.inv[:, :, 0], self.centre, self.beta, self.V, self.u, self.theta_h,
+            np.ascontiguousarray(self.sigma[:, 0]), np.ascontiguousarray(self.grad_sigma[:, 0]),
+            np.ascontiguousarray(self.sqrt_T[:, 0]), self.N, ct, bt,
+        )  # fmt: skip
+        if code == 0:
+            self.reports += n
+        return int(code)
+
     @staticmethod
     def _pair(key, t):
         ss, d, T, a, mu_min = key
@@ -570,6 +689,20 @@ class _GLOCGroup(_IndexGroup):
             _apply(inv, self.u, self.centre)
 
 
+_TABLES: dict = {}
+
+
+def _compiled_table(cls: type) -> Any:
+    """The compiled ``table(key, t, n)`` of ``cls._pair`` (once per process): the product's
+    ``upsilon`` and ``ucb_beta`` compiled from their own code."""
+    if cls not in _TABLES:
+        ups = _ldp_kernels.compile_pure(upsilon)
+        glob = {"upsilon": ups, "ucb_beta": _ldp_kernels.compile_pure(ucb_beta, upsilon=ups)}
+        pair = _ldp_kernels.compile_pure(cls._pair, **glob)  # type: ignore[attr-defined]
+        _TABLES[cls] = _ldp_kernels.table_kernel(pair)
+    return _TABLES[cls]
+
+
 def _group_kind(spec: RunSpec) -> str:
     if spec.policy == "ldp-glb":
         return spec.params.get("variant", "sgd")
@@ -597,6 +730,23 @@ def _first_round_records(env, spec: RunSpec, pseed: int, X0: np.ndarray, mu0, ep
 
 
 # -- the driver ------------------------------------------------------------------------------------
+def _run_kernels(groups: list[_Group], slices: list[slice], common: tuple, n: int) -> bool:
+    """Run a drawn chunk of n rounds of every group with the compiled kernels.
+
+    ``common`` = (XC, src, MS, ES, noisy, best, seed_rows, t0, kmix, regret) of all rows. False
+    (with every group's state as before) when a kernel met a case left to the numpy path.
+    """
+    saved = [g.snapshot() for g in groups]
+    XC, src, MS, ES, noisy, best, seed_rows, t0, kmix, regret = common
+    for g, sl in zip(groups, slices):
+        rows = (XC, src[sl], MS, ES, noisy, best, seed_rows[sl], t0, kmix[sl], regret[:, sl])
+        if g.kernel(rows, n) != 0:
+            for h, v in zip(groups, saved):
+                h.restore(v)
+            return False
+    return True
+
+
 _COUNTER: Any = None  # a multiprocessing.Value shared with the workers
 
 
@@ -615,7 +765,7 @@ _ORDER = ("sgd", "ols", "ucb", "gloc")
 
 
 def _run_reps(args) -> dict:
-    env_factory, cells, reps, base_seed, grid, horizon, progress, classes = args
+    env_factory, cells, reps, base_seed, grid, horizon, progress, classes, kernels = args
     if progress == "shared":
         progress = _tick
     try:
@@ -659,6 +809,9 @@ def _run_reps(args) -> dict:
     index = [(g, sl) for g, sl in zip(groups, slices) if isinstance(g, _IndexGroup)]
     plain = [(g, sl) for g, sl in zip(groups, slices) if not isinstance(g, _IndexGroup)]
     if index:
+        if kernels:
+            for ig, _sl in index:
+                ig.compile_constants()
         idx_sl = slice(index[0][1].start, index[-1][1].stop)
         shared = _IndexScores(idx_sl.stop - idx_sl.start)
         for ig, sl in index:
@@ -666,6 +819,7 @@ def _run_reps(args) -> dict:
     seed_rows = np.array([m[2] for mem in mems for m in mem], dtype=np.int64)
     normalise = np.concatenate([g.normalise for g in groups])
     keys = [p._coin_key() for g in groups for p in g.policies]
+    kmix = splitmix64(np.array([k & 0xFFFFFFFFFFFFFFFF for k in keys], dtype=np.uint64))
     ldp = [isinstance(g, _LDPGLBGroup) for g in groups]
     K, d = envs[0].K, envs[0].d
     chunk = chunk_rows(envs[0])
@@ -702,8 +856,10 @@ def _run_reps(args) -> dict:
         for g in groups:
             g.draw(n, d)
         regret = np.empty((n, R))
+        common = (XC, src, MS, ES, E is not None, best, seed_rows, t0, kmix, regret)
+        compiled = kernels and _run_kernels(groups, slices, common, n)
         t = t0
-        for j in range(n):
+        for j in range(0 if compiled else n):  # the numpy path
             t += 1
             Xj = XC[j].take(src, axis=0)  # (R, K, d)
             for g, sl in plain:
@@ -750,13 +906,21 @@ def run_lockstep(
     grid: np.ndarray,
     jobs: int = 1,
     progress: Callable[[float], object] | None = None,
+    kernels: bool | None = None,
 ) -> dict[str, SimulationResult]:
     """Run E1 cells (name → specs, one horizon) on ``seeds`` repetitions, in lock-step.
 
     Repetition r uses ``env_factory(base_seed + r)`` and the reference path's streams and
-    policy seeds. ``jobs`` > 1 runs the methods in up to ``jobs`` processes (each simulates
-    every repetition's environment for its methods); results do not depend on ``jobs``.
+    policy seeds. ``jobs`` > 1 runs up to ``jobs`` processes: the compiled path splits the
+    repetitions, the numpy path (whose cost is per round, not per replica) the methods, each
+    process then simulating every repetition's environment; results do not depend on ``jobs``.
+    ``kernels``: run the rounds with the compiled kernels of :mod:`._ldp_kernels` (default:
+    when numba is installed) or on the numpy path (False); the results are bit-identical.
     """
+    if kernels is None:
+        kernels = _ldp_kernels.AVAILABLE
+    elif kernels and not _ldp_kernels.AVAILABLE:
+        raise ValueError("kernels=True needs numba (pip install 'streaming_dpbandit[reproduce]')")
     start = time.perf_counter()
     horizon = max(s.horizon for specs in cells.values() for s in specs)
     if any(s.horizon != horizon for specs in cells.values() for s in specs):
@@ -766,14 +930,21 @@ def run_lockstep(
         if not supports(env0, specs):
             raise ValueError("the lock-step path supports E1's single-parameter linear cells only")
     kinds = [k for k in _ORDER if any(_group_kind(s) == k for v in cells.values() for s in v)]
-    parts = _partition(kinds, max(1, jobs))
-    results: dict = {}
     reps = list(range(seeds))
+    if kernels:  # compiled, the cost is per replica and round: split the repetitions
+        n_parts = min(max(1, jobs), seeds)
+        parts = [(reps[i::n_parts], kinds) for i in range(n_parts)]
+    else:  # the numpy loop's cost is per round, not per row: split by method, not by seed
+        parts = [(reps, part) for part in _partition(kinds, max(1, jobs))]
+    share = sum(len(r) for r, _k in parts) / seeds  # progress counted per part and repetition
+    results: dict = {}
     if len(parts) == 1:
         results.update(
-            _run_reps((env_factory, cells, reps, base_seed, grid, horizon, progress, kinds))
+            _run_reps(
+                (env_factory, cells, reps, base_seed, grid, horizon, progress, kinds, kernels)
+            )
         )
-    else:  # the loop's cost is per round, not per row: split by method, not by seed
+    else:
         ctx = mp.get_context("fork")
         counter = ctx.Value("d", 0.0)
         with cf.ProcessPoolExecutor(
@@ -782,16 +953,16 @@ def run_lockstep(
             futs = [
                 ex.submit(
                     _run_reps,
-                    (env_factory, cells, reps, base_seed, grid, horizon, "shared", part),
+                    (env_factory, cells, r, base_seed, grid, horizon, "shared", part, kernels),
                 )
-                for part in parts
+                for r, part in parts
             ]
             seen = 0.0
             pending = set(futs)
             while pending:
                 done, pending = cf.wait(pending, timeout=0.5)
                 if progress is not None:
-                    v = counter.value / len(parts)
+                    v = counter.value / share
                     progress(v - seen)
                     seen = v
                 for f in done:
