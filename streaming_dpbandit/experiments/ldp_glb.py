@@ -754,9 +754,12 @@ def run_reproduction(
                 progress=None if tick is None else (lambda x: tick(x * len(lockstep))),
             )
         )
+        from ._ldp_kernels import AVAILABLE as compiled
+
         notes.append(
             "E1 ran on the lock-step engine (all seeds, ε and profiles of a method advance "
-            "together; checked round for round against the reference path, docs/ldp-glb.md)"
+            "together; checked round for round against the reference path, docs/ldp-glb.md), "
+            + ("with its compiled kernels (numba)" if compiled else "on its numpy path (no numba)")
         )
         plan = [x for x in plan if x[0] not in lockstep]
     for name, factory, specs, T, n_seeds, warm in plan:

@@ -15,6 +15,7 @@ import json
 import pytest
 
 from streaming_dpbandit.cli import main
+from streaming_dpbandit.experiments._ldp_kernels import AVAILABLE as COMPILED
 
 
 def test_spec_size_e1_shows_the_gates_and_tier1_claims(tmp_path, capsys):
@@ -41,6 +42,9 @@ def test_spec_size_e1_shows_the_gates_and_tier1_claims(tmp_path, capsys):
     assert all(c["note"].startswith(("holds;", "does not hold;")) for c in q4)
     assert all("SGD/OLS" in c["note"] and "ε=0.5" in c["measured"] for c in q4)
     assert "lock-step engine" in text
+    # with numba (the dev extra: CI) the compiled kernels ran, else the numpy path
+    assert ("with its compiled kernels" in text) == COMPILED
+    assert ("on its numpy path" in text) != COMPILED
     assert rc == 0
 
 
