@@ -63,6 +63,14 @@ def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
     return numba.njit(cache=_cache_ok(), nogil=True)(fn)
 
 
+def _inline(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A per-round helper, inlined into the kernels (a call would pass and reference-count
+    every array it takes, each round and row)."""
+    if numba is None:
+        return fn
+    return numba.njit(inline="always")(fn)
+
+
 def compile_pure(fn: Callable[..., Any], **compiled: Any) -> Any:
     """numba-compile a pure scalar function of the package from its own code object (one
     source of truth), with the global names in ``compiled`` bound to compiled functions.
@@ -103,7 +111,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 
 
-@_jit
+@_inline
 def _splitmix(x):
     z = x + _GOLDEN
     z = (z ^ (z >> _S30)) * _M1
@@ -111,7 +119,7 @@ def _splitmix(x):
     return z ^ (z >> _S31)
 
 
-@_jit
+@_inline
 def _argmax_coin(sc, t, kmix):
     """``_argmax_ties`` of one row: the first maximum, or among exact ties the one chosen by
     ``uniform_coins(key, [t])`` (``kmix`` = SplitMix64(key)); -1 for a NaN score."""
@@ -142,11 +150,11 @@ def _argmax_coin(sc, t, kmix):
     return first  # not reached
 
 
-@_jit
-def _play(sc, i, j, common):
+@_inline
+def _play(sc, i, j, game):
     """Round t0 + j + 1 of row i given its arm scores ``sc``: the chosen arm (-1: NaN score),
     its regret into ``regret[j, i]``, and the observed reward."""
-    _xc, _src, MS, ES, noisy, best, seeds, t0, kmix, regret = common
+    MS, ES, noisy, best, seeds, t0, kmix, regret = game
     a = _argmax_coin(sc, t0 + j + 1, kmix[i])
     if a < 0:
         return a, 0.0
@@ -155,24 +163,22 @@ def _play(sc, i, j, common):
     return a, (mu + ES[j, seeds[i], a] if noisy else mu)
 
 
-@_jit
-def _linear_play(th0, th1, i, j, common, sc, c_r, clipped):
+@_inline
+def _linear_play(X, th0, th1, i, j, game, sc, c_r, clipped):
     """``_play`` for LDP-SGD/OLS rows (scores xᵀθ̂); the reward clipped to ±c_r (counted)."""
-    X = common[0][j, common[1][i]]
     for k in range(X.shape[0]):
         sc[k] = X[k, 0] * th0 + X[k, 1] * th1
-    a, r = _play(sc, i, j, common)
+    a, r = _play(sc, i, j, game)
     rc = min(max(r, -c_r[i]), c_r[i])
     if rc != r:
         clipped[i] += 1
-    return a, rc, X
+    return a, rc
 
 
-@_jit
-def _index_play(i, j, common, sc, inv, centre, beta):
+@_inline
+def _index_play(X, i, j, game, sc, inv, centre, beta):
     """``_play`` for LDP-UCB/GLOC rows: ``_IndexScores.scores`` (centre score plus β times the
     clipped width), summed in its order."""
-    X = common[0][j, common[1][i]]
     p, q, r, s = inv[0, i], inv[1, i], inv[2, i], inv[3, i]
     c0, c1, b = centre[i, 0], centre[i, 1], beta[i]
     for k in range(X.shape[0]):
@@ -180,11 +186,10 @@ def _index_play(i, j, common, sc, inv, centre, beta):
         quad = x0 * p * x0 + x0 * q * x1 + x1 * r * x0 + x1 * s * x1
         quad = np.sqrt(max(quad, 0.0)) * b
         sc[k] = (x0 * c0 + x1 * c1) + quad
-    a, rew = _play(sc, i, j, common)
-    return a, rew, X
+    return _play(sc, i, j, game)
 
 
-@_jit
+@_inline
 def _project(th0, th1, S):
     """Π_S of one row (``_project``)."""
     nrm = np.sqrt(th0 * th0 + th1 * th1)
@@ -194,7 +199,7 @@ def _project(th0, th1, S):
     return th0, th1
 
 
-@_jit
+@_inline
 def _gram_refresh(i, x0, x1, sg, Nj, V, c, beta_t, u, inv, centre, beta):
     """``_IndexGroup._gram`` then the refresh: inverse of V + cI, β, centre = inverse × u.
     False where V + cI is not positive definite (the numpy path floors its eigenvalues)."""
@@ -230,11 +235,13 @@ def sgd_chunk(
 ):  # fmt: skip
     """A chunk of LDP-SGD rounds (``_SGDGroup.learn``) for every row of the group; ``common``
     = (XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret)."""
-    sc = np.empty(common[0].shape[2])
-    for j in range(common[0].shape[0]):  # round-major: a round's contexts stay in cache
+    XC, src, game = common[0], common[1], common[2:]
+    sc = np.empty(XC.shape[2])
+    for j in range(XC.shape[0]):  # round-major: a round's contexts stay in cache
         for i in range(theta.shape[0]):
             th0, th1 = theta[i, 0], theta[i, 1]
-            a, r, X = _linear_play(th0, th1, i, j, common, sc, c_r, clipped)
+            X = XC[j, src[i]]
+            a, r = _linear_play(X, th0, th1, i, j, game, sc, c_r, clipped)
             if a < 0:
                 return BAIL
             x0, x1 = X[a, 0], X[a, 1]
@@ -272,11 +279,13 @@ def ols_chunk(
     common, theta, c_r, clipped, Q, std, N, c_tilde, shifted, t_offset, S, count_start,
 ):  # fmt: skip
     """A chunk of LDP-OLS rounds (``_OLSGroup.learn`` and ``refresh``) for every row."""
-    sc = np.empty(common[0].shape[2])
+    XC, src, game = common[0], common[1], common[2:]
+    sc = np.empty(XC.shape[2])
     P = np.empty(5)
-    for j in range(common[0].shape[0]):
+    for j in range(XC.shape[0]):
         for i in range(theta.shape[0]):
-            a, r, X = _linear_play(theta[i, 0], theta[i, 1], i, j, common, sc, c_r, clipped)
+            X = XC[j, src[i]]
+            a, r = _linear_play(X, theta[i, 0], theta[i, 1], i, j, game, sc, c_r, clipped)
             if a < 0:
                 return BAIL
             x0, x1 = X[a, 0], X[a, 1]
@@ -307,10 +316,12 @@ def index_chunk(
     learn and refresh; CT, BT: (c_t, β_t) of each round's refresh. UCB's vector sums r·x,
     GLOC's xᵀθ̂_h·x (then its gradient step on θ̂_h; ``theta_h``, ``grad_sigma``, ``sqrt_T``
     unused by UCB)."""
-    sc = np.empty(common[0].shape[2])
-    for j in range(common[0].shape[0]):
+    XC, src, game = common[0], common[1], common[2:]
+    sc = np.empty(XC.shape[2])
+    for j in range(XC.shape[0]):
         for i in range(V.shape[0]):
-            a, r, X = _index_play(i, j, common, sc, inv, centre, beta)
+            X = XC[j, src[i]]
+            a, r = _index_play(X, i, j, game, sc, inv, centre, beta)
             if a < 0:
                 return BAIL
             x0, x1 = X[a, 0], X[a, 1]
