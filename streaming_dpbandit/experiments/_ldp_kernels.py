@@ -29,10 +29,11 @@ __all__ = [
     "AVAILABLE",
     "BAIL",
     "compile_pure",
-    "index_chunk",
+    "gloc_chunk",
     "ols_chunk",
     "sgd_chunk",
     "table_kernel",
+    "ucb_chunk",
 ]
 
 #: The return code of a kernel that met a case it leaves to the numpy path.
@@ -61,14 +62,6 @@ def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
     if numba is None:
         return fn
     return numba.njit(cache=_cache_ok(), nogil=True)(fn)
-
-
-def _inline(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A per-round helper, inlined into the kernels (a call would pass and reference-count
-    every array it takes, each round and row)."""
-    if numba is None:
-        return fn
-    return numba.njit(inline="always")(fn)
 
 
 def compile_pure(fn: Callable[..., Any], **compiled: Any) -> Any:
@@ -111,7 +104,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 
 
-@_inline
+@_jit
 def _splitmix(x):
     z = x + _GOLDEN
     z = (z ^ (z >> _S30)) * _M1
@@ -119,7 +112,7 @@ def _splitmix(x):
     return z ^ (z >> _S31)
 
 
-@_inline
+@_jit
 def _argmax_coin(sc, t, kmix):
     """``_argmax_ties`` of one row: the first maximum, or among exact ties the one chosen by
     ``uniform_coins(key, [t])`` (``kmix`` = SplitMix64(key)); -1 for a NaN score."""
@@ -150,35 +143,9 @@ def _argmax_coin(sc, t, kmix):
     return first  # not reached
 
 
-@_inline
-def _play(sc, i, j, game):
-    """Round t0 + j + 1 of row i given its arm scores ``sc``: the chosen arm (-1: NaN score),
-    its regret into ``regret[j, i]``, and the observed reward."""
-    MS, ES, noisy, best, seeds, t0, kmix, regret = game
-    a = _argmax_coin(sc, t0 + j + 1, kmix[i])
-    if a < 0:
-        return a, 0.0
-    mu = MS[j, seeds[i], a]
-    regret[j, i] = best[j, seeds[i]] - mu
-    return a, (mu + ES[j, seeds[i], a] if noisy else mu)
-
-
-@_inline
-def _linear_play(X, th0, th1, i, j, game, sc, c_r, clipped):
-    """``_play`` for LDP-SGD/OLS rows (scores xᵀθ̂); the reward clipped to ±c_r (counted)."""
-    for k in range(X.shape[0]):
-        sc[k] = X[k, 0] * th0 + X[k, 1] * th1
-    a, r = _play(sc, i, j, game)
-    rc = min(max(r, -c_r[i]), c_r[i])
-    if rc != r:
-        clipped[i] += 1
-    return a, rc
-
-
-@_inline
-def _index_play(X, i, j, game, sc, inv, centre, beta):
-    """``_play`` for LDP-UCB/GLOC rows: ``_IndexScores.scores`` (centre score plus β times the
-    clipped width), summed in its order."""
+@_jit
+def _index_scores(X, inv, centre, beta, i, sc):
+    """``_IndexScores.scores`` of row i: centre score plus β times the clipped width."""
     p, q, r, s = inv[0, i], inv[1, i], inv[2, i], inv[3, i]
     c0, c1, b = centre[i, 0], centre[i, 1], beta[i]
     for k in range(X.shape[0]):
@@ -186,64 +153,54 @@ def _index_play(X, i, j, game, sc, inv, centre, beta):
         quad = x0 * p * x0 + x0 * q * x1 + x1 * r * x0 + x1 * s * x1
         quad = np.sqrt(max(quad, 0.0)) * b
         sc[k] = (x0 * c0 + x1 * c1) + quad
-    return _play(sc, i, j, game)
+    return 0
 
 
-@_inline
-def _project(th0, th1, S):
-    """Π_S of one row (``_project``)."""
-    nrm = np.sqrt(th0 * th0 + th1 * th1)
-    if nrm > S:
-        f = S / nrm
-        return th0 * f, th1 * f
-    return th0, th1
-
-
-@_inline
-def _gram_refresh(i, x0, x1, sg, Nj, V, c, beta_t, u, inv, centre, beta):
-    """``_IndexGroup._gram`` then the refresh: inverse of V + cI, β, centre = inverse × u.
-    False where V + cI is not positive definite (the numpy path floors its eigenvalues)."""
-    V[i, 0] += x0 * x0 + sg * Nj[0]
-    V[i, 1] += x0 * x1 + sg * Nj[1]
-    V[i, 2] += x1 * x1 + sg * Nj[2]
-    # _sym_inverse's Cholesky path
-    a, b, cc = V[i, 0] + c, V[i, 1], V[i, 2] + c
+@_jit
+def _invert_pd(a, b, c):
+    """``_sym_inverse``'s Cholesky path for one row; ok = False where it is not positive
+    definite (the numpy path floors the eigenvalues there)."""
     if not a > 0.0:
-        return False
+        return False, 0.0, 0.0, 0.0, 0.0
     u11 = np.sqrt(a)
     i11 = 1.0 / u11
     u12 = b * i11
-    piv = cc - u12 * u12
+    piv = c - u12 * u12
     if not piv > 0.0:
-        return False
+        return False, 0.0, 0.0, 0.0, 0.0
     i22 = 1.0 / np.sqrt(piv)
     s = i22 * i22
     r = (-(u12 * i11) * i22) * i22
     q = (-u12 * s) * i11
     p = (i11 - u12 * r) * i11
-    inv[0, i], inv[1, i], inv[2, i], inv[3, i] = p, q, r, s
-    beta[i] = beta_t
-    centre[i, 0] = p * u[i, 0] + q * u[i, 1]
-    centre[i, 1] = r * u[i, 0] + s * u[i, 1]
-    return True
+    return True, p, q, r, s
 
 
 @_jit
 def sgd_chunk(
-    common, theta, c_r, clipped, score_clip, has_score_clip, R_clip, two_R, radius, two_radius,
-    flip, c0, n0, lam, has_lam, S, n_start, U, Z,
+    XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
+    theta, c_r, clipped, score_clip, has_score_clip, R_clip, two_R, radius, two_radius, flip,
+    c0, n0, lam, has_lam, S, n_start, U, Z,
 ):  # fmt: skip
-    """A chunk of LDP-SGD rounds (``_SGDGroup.learn``) for every row of the group; ``common``
-    = (XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret)."""
-    XC, src, game = common[0], common[1], common[2:]
-    sc = np.empty(XC.shape[2])
-    for j in range(XC.shape[0]):  # round-major: a round's contexts stay in cache
+    """A chunk of LDP-SGD rounds (``_SGDGroup.learn``) for every row of the group."""
+    n, K = XC.shape[0], XC.shape[2]
+    sc = np.empty(K)
+    for j in range(n):  # round-major: a round's contexts and noise stay in cache
         for i in range(theta.shape[0]):
             th0, th1 = theta[i, 0], theta[i, 1]
             X = XC[j, src[i]]
-            a, r = _linear_play(X, th0, th1, i, j, game, sc, c_r, clipped)
+            for k in range(K):
+                sc[k] = X[k, 0] * th0 + X[k, 1] * th1
+            a = _argmax_coin(sc, t0 + j + 1, kmix[i])
             if a < 0:
                 return BAIL
+            mu = MS[j, seeds[i], a]
+            regret[j, i] = best[j, seeds[i]] - mu
+            r = mu + ES[j, seeds[i], a] if noisy else mu
+            rc = min(max(r, -c_r[i]), c_r[i])
+            if rc != r:
+                clipped[i] += 1
+            r = rc
             x0, x1 = X[a, 0], X[a, 1]
             s = x0 * th0 + x1 * th1
             if has_score_clip:
@@ -270,24 +227,39 @@ def sgd_chunk(
                 th0, th1 = th0 - eta * (z0 + lam[i] * th0), th1 - eta * (z1 + lam[i] * th1)
             else:
                 th0, th1 = th0 - eta * z0, th1 - eta * z1
-            theta[i, 0], theta[i, 1] = _project(th0, th1, S[i])
+            nrm = np.sqrt(th0 * th0 + th1 * th1)
+            if nrm > S[i]:
+                f = S[i] / nrm
+                th0, th1 = th0 * f, th1 * f
+            theta[i, 0], theta[i, 1] = th0, th1
     return 0
 
 
 @_jit
 def ols_chunk(
-    common, theta, c_r, clipped, Q, std, N, c_tilde, shifted, t_offset, S, count_start,
+    XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
+    theta, c_r, clipped, Q, std, N, c_tilde, shifted, t_offset, S, count_start,
 ):  # fmt: skip
     """A chunk of LDP-OLS rounds (``_OLSGroup.learn`` and ``refresh``) for every row."""
-    XC, src, game = common[0], common[1], common[2:]
-    sc = np.empty(XC.shape[2])
+    n, K = XC.shape[0], XC.shape[2]
+    sc = np.empty(K)
     P = np.empty(5)
-    for j in range(XC.shape[0]):
+    for j in range(n):  # round-major: a round's contexts and noise stay in cache
         for i in range(theta.shape[0]):
+            th0, th1 = theta[i, 0], theta[i, 1]
             X = XC[j, src[i]]
-            a, r = _linear_play(X, theta[i, 0], theta[i, 1], i, j, game, sc, c_r, clipped)
+            for k in range(K):
+                sc[k] = X[k, 0] * th0 + X[k, 1] * th1
+            a = _argmax_coin(sc, t0 + j + 1, kmix[i])
             if a < 0:
                 return BAIL
+            mu = MS[j, seeds[i], a]
+            regret[j, i] = best[j, seeds[i]] - mu
+            r = mu + ES[j, seeds[i], a] if noisy else mu
+            rc = min(max(r, -c_r[i]), c_r[i])
+            if rc != r:
+                clipped[i] += 1
+            r = rc
             x0, x1 = X[a, 0], X[a, 1]
             P[0], P[1], P[2], P[3], P[4] = x0 * x0, x0 * x1, x1 * x1, x0 * r, x1 * r
             for k in range(5):
@@ -304,37 +276,86 @@ def ols_chunk(
                 return BAIL
             th0 = (c_ * v0 - b_ * v1) / det
             th1 = (a_ * v1 - b_ * v0) / det
-            theta[i, 0], theta[i, 1] = _project(th0, th1, S[i])
+            nrm = np.sqrt(th0 * th0 + th1 * th1)
+            if nrm > S[i]:
+                f = S[i] / nrm
+                th0, th1 = th0 * f, th1 * f
+            theta[i, 0], theta[i, 1] = th0, th1
     return 0
 
 
 @_jit
-def index_chunk(
-    common, inv, centre, beta, V, u, sigma, N, CT, BT, gloc, theta_h, grad_sigma, sqrt_T,
+def ucb_chunk(
+    XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
+    inv, centre, beta, V, Uv, sigma, N, CT, BT,
 ):  # fmt: skip
-    """A chunk of LDP-UCB (``_UCBGroup``) or, with ``gloc``, LDP-GLOC (``_GLOCGroup``) rounds:
-    learn and refresh; CT, BT: (c_t, β_t) of each round's refresh. UCB's vector sums r·x,
-    GLOC's xᵀθ̂_h·x (then its gradient step on θ̂_h; ``theta_h``, ``grad_sigma``, ``sqrt_T``
-    unused by UCB)."""
-    XC, src, game = common[0], common[1], common[2:]
-    sc = np.empty(XC.shape[2])
-    for j in range(XC.shape[0]):
+    """A chunk of LDP-UCB rounds (``_UCBGroup.learn`` and ``refresh``); CT, BT: (c_t, β_t)
+    of each round's refresh."""
+    n, K = XC.shape[0], XC.shape[2]
+    sc = np.empty(K)
+    for j in range(n):
         for i in range(V.shape[0]):
+            sg = sigma[i]
             X = XC[j, src[i]]
-            a, r = _index_play(X, i, j, game, sc, inv, centre, beta)
+            _index_scores(X, inv, centre, beta, i, sc)
+            a = _argmax_coin(sc, t0 + j + 1, kmix[i])
             if a < 0:
                 return BAIL
+            mu = MS[j, seeds[i], a]
+            regret[j, i] = best[j, seeds[i]] - mu
+            r = mu + ES[j, seeds[i], a] if noisy else mu
             x0, x1 = X[a, 0], X[a, 1]
-            sg = sigma[i]
-            w = x0 * theta_h[i, 0] + x1 * theta_h[i, 1] if gloc else r
-            u[i, 0] += w * x0 + sg * N[j, i, 3]
-            u[i, 1] += w * x1 + sg * N[j, i, 4]
-            if gloc:
-                e = min(max(w, -5.0), 5.0) - r
-                theta_h[i, 0] -= (e * x0 + grad_sigma[i] * N[j, i, 5]) / sqrt_T[i]
-                theta_h[i, 1] -= (e * x1 + grad_sigma[i] * N[j, i, 6]) / sqrt_T[i]
-            if not _gram_refresh(
-                i, x0, x1, sg, N[j, i], V, CT[j, i], BT[j, i], u, inv, centre, beta
-            ):
+            V[i, 0] += x0 * x0 + sg * N[j, i, 0]
+            V[i, 1] += x0 * x1 + sg * N[j, i, 1]
+            V[i, 2] += x1 * x1 + sg * N[j, i, 2]
+            Uv[i, 0] += x0 * r + sg * N[j, i, 3]
+            Uv[i, 1] += x1 * r + sg * N[j, i, 4]
+            c = CT[j, i]
+            ok, p, q, rr, s = _invert_pd(V[i, 0] + c, V[i, 1], V[i, 2] + c)
+            if not ok:
                 return BAIL
+            inv[0, i], inv[1, i], inv[2, i], inv[3, i] = p, q, rr, s
+            beta[i] = BT[j, i]
+            centre[i, 0] = p * Uv[i, 0] + q * Uv[i, 1]
+            centre[i, 1] = rr * Uv[i, 0] + s * Uv[i, 1]
+    return 0
+
+
+@_jit
+def gloc_chunk(
+    XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
+    inv, centre, beta, V, u, theta_h, sigma, grad_sigma, sqrt_T, N, CT, BT,
+):  # fmt: skip
+    """A chunk of LDP-GLOC rounds (``_GLOCGroup.learn`` and ``refresh``)."""
+    n, K = XC.shape[0], XC.shape[2]
+    sc = np.empty(K)
+    for j in range(n):
+        for i in range(V.shape[0]):
+            sg, gs = sigma[i], grad_sigma[i]
+            X = XC[j, src[i]]
+            _index_scores(X, inv, centre, beta, i, sc)
+            a = _argmax_coin(sc, t0 + j + 1, kmix[i])
+            if a < 0:
+                return BAIL
+            mu = MS[j, seeds[i], a]
+            regret[j, i] = best[j, seeds[i]] - mu
+            r = mu + ES[j, seeds[i], a] if noisy else mu
+            x0, x1 = X[a, 0], X[a, 1]
+            V[i, 0] += x0 * x0 + sg * N[j, i, 0]
+            V[i, 1] += x0 * x1 + sg * N[j, i, 1]
+            V[i, 2] += x1 * x1 + sg * N[j, i, 2]
+            s = x0 * theta_h[i, 0] + x1 * theta_h[i, 1]
+            u[i, 0] += s * x0 + sg * N[j, i, 3]
+            u[i, 1] += s * x1 + sg * N[j, i, 4]
+            e = min(max(s, -5.0), 5.0) - r
+            theta_h[i, 0] -= (e * x0 + gs * N[j, i, 5]) / sqrt_T[i]
+            theta_h[i, 1] -= (e * x1 + gs * N[j, i, 6]) / sqrt_T[i]
+            c = CT[j, i]
+            ok, p, q, rr, s2 = _invert_pd(V[i, 0] + c, V[i, 1], V[i, 2] + c)
+            if not ok:
+                return BAIL
+            inv[0, i], inv[1, i], inv[2, i], inv[3, i] = p, q, rr, s2
+            beta[i] = BT[j, i]
+            centre[i, 0] = p * u[i, 0] + q * u[i, 1]
+            centre[i, 1] = rr * u[i, 0] + s2 * u[i, 1]
     return 0

@@ -20,10 +20,6 @@ uniforms and one for normals (:class:`ReplicaNoise`), drawn a chunk at a time.
 policies of the reference path and checks that both paths choose the same arm in every round and
 end with the same regret and estimates (to rounding).
 
-**Compiled kernels.** With numba installed, :mod:`._ldp_kernels` runs each method's replicas
-through a whole chunk of rounds in compiled code, bit-identical to the numpy path here (which
-runs without numba, and reruns any chunk a kernel hands back).
-
 Scope: the single-parameter linear setting of E1 (``ldp-glb`` SGD/OLS in either profile,
 ``ldp-ucb``, ``ldp-gloc``; per-round model refresh); :func:`supports` says whether a cell
 qualifies. Simulation only: nothing here touches a real report.
@@ -337,7 +333,7 @@ class _SGDGroup(_LDPGLBGroup):
     def kernel(self, common: tuple, n: int) -> int:
         sc = self.score_clip
         code = _ldp_kernels.sgd_chunk(
-            common,
+            *common,
             self.theta,
             self.c_r,
             self.clipped,
@@ -427,7 +423,7 @@ class _OLSGroup(_LDPGLBGroup):
 
     def kernel(self, common: tuple, n: int) -> int:
         code = _ldp_kernels.ols_chunk(
-            common,
+            *common,
             self.theta,
             self.c_r,
             self.clipped,
@@ -607,10 +603,9 @@ class _UCBGroup(_IndexGroup):
 
     def kernel(self, common: tuple, n: int) -> int:
         ct, bt = self._constants_block(self.reports + 2, n)  # refresh after round j's report
-        code = _ldp_kernels.index_chunk(
-            common, self.inv[:, :, 0], self.centre, self.beta, self.V, self.U,
+        code = _ldp_kernels.ucb_chunk(
+            *common, self.inv[:, :, 0], self.centre, self.beta, self.V, self.U,
             np.ascontiguousarray(self.sigma[:, 0]), self.N, ct, bt,
-            False, np.zeros((self.R, 2)), np.zeros(self.R), np.ones(self.R),
         )  # fmt: skip
         if code == 0:
             self.reports += n
@@ -656,11 +651,10 @@ class _GLOCGroup(_IndexGroup):
 
     def kernel(self, common: tuple, n: int) -> int:
         ct, bt = self._constants_block(self.reports + 2, n)
-        code = _ldp_kernels.index_chunk(
-            common, self.inv[:, :, 0], self.centre, self.beta, self.V, self.u,
-            np.ascontiguousarray(self.sigma[:, 0]), self.N, ct, bt,
-            True, self.theta_h, np.ascontiguousarray(self.grad_sigma[:, 0]),
-            np.ascontiguousarray(self.sqrt_T[:, 0]),
+        code = _ldp_kernels.gloc_chunk(
+            *common, self.inv[:, :, 0], self.centre, self.beta, self.V, self.u, self.theta_h,
+            np.ascontiguousarray(self.sigma[:, 0]), np.ascontiguousarray(self.grad_sigma[:, 0]),
+            np.ascontiguousarray(self.sqrt_T[:, 0]), self.N, ct, bt,
         )  # fmt: skip
         if code == 0:
             self.reports += n
