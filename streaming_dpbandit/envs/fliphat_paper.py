@@ -14,6 +14,7 @@ x_j = ρ·x_{j−1} + √(1−ρ²)·z_j, which equals L·z for the lower Choles
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -70,17 +71,20 @@ def ar_filter(z: np.ndarray, rho: float, out: np.ndarray | None = None) -> np.nd
     x = _transpose(z, out)  # (d, rows): one coordinate of every row per line
     x *= c
     tmp = np.empty(x.shape[1])
-    for j in range(1, x.shape[0]):
-        np.multiply(x[j - 1], rho, out=tmp)
-        x[j] += tmp  # c z_j + ρ x_{j−1}
+    lines = list(x)  # the views once, not two indexings per coordinate
+    for prev, line in itertools.pairwise(lines):
+        np.multiply(prev, rho, out=tmp)
+        np.add(line, tmp, out=line)  # c z_j + ρ x_{j−1}
     return x.T
 
 
 #: Rows per tile of :func:`_transpose` (a tile of 400 coordinates stays in the L2 cache).
 TRANSPOSE_TILE = 256
-#: Rows per block of :func:`ar_draw`: a block's normals are drawn, transposed and filtered while
-#: they are in the cache (a block of 1,024 rows of d = 400 is 3.3 MB).
-DRAW_ROWS = 1024
+#: Rows per block of :func:`ar_draw`: a block's normals are drawn, transposed and filtered before
+#: the next block is drawn (3,072 rows of d = 400, 9.8 MB: a chunk of 2,048 rounds with K = 3 in
+#: two blocks; 10% faster than one block of 6,144 rows on the benchmark machine, 25 alternated
+#: runs, and than blocks of 1,024 rows).
+DRAW_ROWS = 3072
 
 
 def _transpose(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -106,8 +110,8 @@ def ar_draw(rng: np.random.Generator, rows: int, d: int, rho: float) -> np.ndarr
     filtered in blocks of about :data:`DRAW_ROWS` rows that stay in the cache, instead of three
     passes over the whole (rows, d) array in memory. Returns an F-ordered (rows, d) array.
 
-    >>> a = ar_draw(np.random.default_rng(1), 3000, 7, 0.1)
-    >>> b = ar_filter(np.random.default_rng(1).standard_normal((3000, 7)), 0.1)
+    >>> a = ar_draw(np.random.default_rng(1), 7000, 7, 0.1)  # three blocks
+    >>> b = ar_filter(np.random.default_rng(1).standard_normal((7000, 7)), 0.1)
     >>> bool(np.array_equal(a, b))
     True
     """
