@@ -53,11 +53,12 @@ def quantize(a: ArrayLike, out: FloatArray | None = None) -> FloatArray:
     >>> quantize([0.1, -1.0, 3.0]).tolist() == [6554 / 65536, -1.0, 3.0]
     True
     """
-    if out is None:
-        out = np.array(a, dtype=np.float64)
-    elif out is not a:
-        np.copyto(out, a)
-    out += _MAGIC
+    if out is None:  # the copy and the first addition in one pass
+        out = np.add(np.asarray(a, dtype=np.float64), _MAGIC)
+    else:
+        if out is not a:
+            np.copyto(out, a)
+        out += _MAGIC
     out -= _MAGIC
     return out
 
