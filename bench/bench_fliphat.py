@@ -12,8 +12,10 @@
    the same algorithm settings (profile ``paper-as-authors``: the paper calibration, no context
    clipping, ⌊0.15·ln(1 + n·b_max²)⌋ N-IHT iterations per fit, s = 10, η = 1e-4, δ = 0.01,
    b_max = C = ‖β*‖₁). Wall and CPU (user + sys) seconds of each process, the regret at T of
-   each repetition, and the ratios. The authors' side needs two things this repository does not
-   ship (their code stays theirs):
+   each repetition, and the ratios. Both sides' own code is byte-compiled (``compileall``, each
+   with its own interpreter) before the first timed process, so that no timed process compiles
+   what it imports (the machine sets PYTHONDONTWRITEBYTECODE). The authors' side needs two
+   things this repository does not ship (their code stays theirs):
 
    - their repository: ``git clone https://github.com/sunritc/FLIPHAT .cache/fliphat-authors``
      (commit 4b696b7; only ``SparseBandit/`` is used), or ``--authors-dir``;
@@ -256,6 +258,23 @@ def _authors(seed, horizon, epsilon, m0, authors_dir: Path, jax_python: str) -> 
     return {"wall_s": wall, "cpu_s": cpu} | res
 
 
+def _byte_compile(python: str, source: Path) -> dict:
+    """Byte-compile ``source`` with ``python`` before anything is timed, so that neither side
+    compiles its own code inside the timed processes (with PYTHONDONTWRITEBYTECODE set, as on
+    the benchmark machine, a fresh process would otherwise compile every module it imports, every
+    time); and count the modules of ``python``'s site-packages that have no bytecode."""
+    subprocess.run([python, "-m", "compileall", "-q", str(source)], check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    probe = (
+        "import sysconfig, pathlib, sys; p = pathlib.Path(sysconfig.get_paths()['purelib']); "
+        "tag = sys.implementation.cache_tag; "
+        "print(sum(not (f.parent / '__pycache__' / f'{f.stem}.{tag}.pyc').exists() "
+        "for f in p.rglob('*.py')))"
+    )
+    missing = subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True)
+    return {"compiled": str(source), "site_packages_modules_without_bytecode": int(missing.stdout)}
+
+
 def _mean_se(xs: list[float]) -> dict:
     se = statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else None
     return {"mean": statistics.fmean(xs), "se": se, "n": len(xs)}
@@ -266,17 +285,21 @@ def bench_end_to_end(reps, authors_dir, jax_python, horizon=10_000, epsilon=1.0,
     have_authors = (authors_dir / "SparseBandit" / "fliphat_simulation_utils.py").exists() and (
         Path(jax_python).exists()
     )
+    compiled = {"ours": _byte_compile(sys.executable, ROOT / "streaming_dpbandit")}
+    if have_authors:
+        compiled["authors"] = _byte_compile(jax_python, authors_dir / "SparseBandit")
     ours, ours_json, theirs = [], [], []
     for i in range(reps):
         # alternate who goes first, so that drift of the machine hits both sides alike
         order = ("ours", "ours_json", "authors")
         for side in order if i % 2 == 0 else order[::-1]:
+            load = {"load_1min_before": os.getloadavg()[0]}
             if side == "ours":
-                ours.append(_ours(i, horizon, epsilon, m0, write_json=False))
+                ours.append(_ours(i, horizon, epsilon, m0, write_json=False) | load)
             elif side == "ours_json":
-                ours_json.append(_ours(i, horizon, epsilon, m0, write_json=True))
+                ours_json.append(_ours(i, horizon, epsilon, m0, write_json=True) | load)
             elif have_authors:
-                theirs.append(_authors(i, horizon, epsilon, m0, authors_dir, jax_python))
+                theirs.append(_authors(i, horizon, epsilon, m0, authors_dir, jax_python) | load)
     out = {
         "protocol": {
             "setting": f"FLIPHAT paper env: d = 400, K = 3, s* = 5, AR(0.1) contexts, "
@@ -296,6 +319,12 @@ def bench_end_to_end(reps, authors_dir, jax_python, horizon=10_000, epsilon=1.0,
             "order": "alternated pairs (ours first in even pairs, authors first in odd ones)",
             "timing": "wall and CPU (user + sys, from getrusage of the child) per process; "
             "medians; the machine is shared, so CPU seconds are the steadier figure",
+            "bytecode": "before the first timed process, each side's own code is byte-compiled "
+            "with its own interpreter (python -m compileall: streaming_dpbandit/ and the "
+            "authors' SparseBandit/), so that no timed process compiles the modules it imports "
+            "(PYTHONDONTWRITEBYTECODE=1 on the benchmark machine would make every process "
+            "compile them again); both venvs' site-packages were byte-compiled by pip",
+            "compiled": compiled,
             "caveat": "the authors' play() runs its last episode to full length (2^13 − 1 "
             "rounds from t = 8,191; JAX clamps the indices past T), so it decides 16,370 "
             "rounds for T = 10⁴; its regret is read at T",

@@ -99,8 +99,16 @@ def test_simulate_of_fliphat_reports_the_pld_accountant_without_dp_accounting(
     )  # fmt: skip
     never = ("matplotlib", "kafka", "river.bandit", "pydantic_settings", "prometheus_client")
     assert heavy(mods, never) == []
+    # one pydantic model (FLIPHAT's), not those of the other policies and of serve
+    others = [
+        f"streaming_dpbandit.config.{m}" for m in ("policies", "ldp", "matroid", "user_level")
+    ]
+    assert heavy(mods, (*others, "streaming_dpbandit.settings")) == []
+    assert {"streaming_dpbandit.config.fliphat", "pydantic"} <= mods
     if calibration == "paper":
         assert heavy(mods, ("dp_accounting", "scipy")) == []
+        # nor, for one job, a process pool; nor numpy.ma (which np.unique imports)
+        assert heavy(mods, ("multiprocessing", "concurrent.futures", "numpy.ma")) == []
     from streaming_dpbandit.privacy.accountant import Accountant
     from streaming_dpbandit.privacy.ledger import ReleaseRecord
 

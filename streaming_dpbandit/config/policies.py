@@ -2,7 +2,9 @@
 
 Each class declares its policy's parameters with their types and ranges; building, the
 cross-field rules (the policy's own ``validate``) and the refusals outside ``mode: simulation``
-come from :class:`~.base.PolicyConfigBase`. ``validate_for_mode`` enforces the spec's
+come from :class:`~.base.PolicyConfigBase`. FLIPHAT's class lives in :mod:`.fliphat`, the local
+DP and slate ones in :mod:`.ldp` and :mod:`.matroid`; :mod:`.registry` names them all (``CONFIGS``,
+imported on first use) and its ``validate_for_mode`` enforces the spec's
 deployment rules: FLIPHAT's ``paper`` calibration and M > 1 with η < 1e-2 are refused outside
 ``mode="simulation"`` (FLIPHAT spec §5.3, §6); so are DP-LinUCB's ``zcdp`` (pending review,
 DP-LinUCB spec §3.2) and ``authors_code_2018`` (reproduction only, §3.4) calibrations and its
@@ -13,17 +15,16 @@ calibration and its ``support="oracle"`` diagnostic (PrivateLASSO spec §4, §10
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field
 
-from ..errors import ConfigError
-from .base import PolicyConfigBase, format_validation_error
+from .base import PolicyConfigBase
+from .fliphat import FliphatConfig
 from .ldp import LDPGLBConfig, LDPGLOCConfig, LDPUCBConfig
 from .matroid import DPTSMatConfig, DPUCBMatConfig
 
 __all__ = [
-    "CONFIGS",
     "DPLinUCBConfig",
     "FliphatConfig",
     "GreedyConfig",
@@ -36,51 +37,7 @@ __all__ = [
     "SALassoConfig",
     "THLassoConfig",
     "TableConfig",
-    "policy_config",
-    "validate_for_mode",
 ]
-
-
-class FliphatConfig(PolicyConfigBase):
-    """FLIPHAT (see :class:`streaming_dpbandit.policies.FLIPHAT` for every parameter)."""
-
-    policy: Literal["fliphat"] = "fliphat"
-    private: bool = True
-    d: int = Field(gt=0)
-    s: int = Field(10, gt=0)
-    epsilon: float = Field(1.0, gt=0)
-    delta: float = Field(1e-6, gt=0, lt=1)
-    eta: float = Field(1e-4, gt=0)
-    b_max: float = Field(1.0, gt=0)
-    l1_radius: float | None = Field(None, gt=0)
-    x_max: float | None = Field(None, gt=0)
-    sigma_prior: float = Field(0.1, ge=0)
-    reward_clip: float | None = Field(None, gt=0)
-    calibration: Literal["certified", "paper"] = "certified"
-    grad_clip: float | Literal["auto", "off"] = "auto"
-    accountant: Literal["auto", "pld", "closed_form"] = "auto"
-    m_schedule: Literal["fixed", "log"] = "fixed"
-    iterations: int = Field(1, ge=1)
-    m0: float = Field(0.16, gt=0)
-    m_guard: Literal["min_one", "allow_zero"] = "min_one"
-    first_episode_len: int = Field(1, ge=1)
-    max_episode_len: int | None = Field(None, ge=1)
-    swap_delay: int = Field(0, ge=0)
-    clip_contexts: bool = True
-    feature_mean: list[float] | None = None
-    feature_scale: list[float] | None = None
-    form: Literal["auto", "h", "gram", "rows"] = "auto"
-    bandit_id: str = "default"
-    noise_backend: Literal["fast", "secure"] = "fast"
-
-    def simulation_only(self) -> str | None:
-        if self.m_schedule == "fixed" and self.iterations > 1 and self.eta < 1e-2:
-            reason = "iterations > 1 with eta < 1e-2 adds noise without progress; refused"
-        elif self.m_schedule == "log" and self.eta < 1e-2:
-            reason = "m_schedule=log with eta < 1e-2 is refused outside mode=simulation"
-        else:
-            reason = None
-        return super().simulation_only() or reason
 
 
 class RandomConfig(PolicyConfigBase):
@@ -307,28 +264,3 @@ PolicyConfig = Annotated[
     | TableConfig,
     Field(discriminator="policy"),
 ]
-
-#: Configuration class by policy registry name (the names of ``PolicyConfig``'s members).
-CONFIGS: dict[str, type[PolicyConfigBase]] = {
-    c.model_fields["policy"].default: c for c in get_args(get_args(PolicyConfig)[0])
-}
-
-
-def policy_config(name: str, params: dict) -> PolicyConfigBase:
-    """Validate ``params`` for policy ``name``; raise :class:`ConfigError` with one line."""
-    cls = CONFIGS.get(name)
-    if cls is None:
-        raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(sorted(CONFIGS))}")
-    try:
-        return cls(**params)
-    except ValidationError as err:
-        raise ConfigError(
-            format_validation_error(err, f"invalid parameters for {name}: ")
-        ) from None
-
-
-def validate_for_mode(cfg: PolicyConfigBase, mode: str) -> None:
-    """Refuse settings that are only acceptable in simulation (FLIPHAT spec §5.3, §6)."""
-    reason = None if mode == "simulation" else cfg.simulation_only()
-    if reason:
-        raise ConfigError(reason)

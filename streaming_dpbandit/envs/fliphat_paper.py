@@ -14,6 +14,7 @@ x_j = ρ·x_{j−1} + √(1−ρ²)·z_j, which equals L·z for the lower Choles
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -46,12 +47,14 @@ def expected_max_normal(k: int) -> float:
 LFILTER_MAX_ROWS = 512
 
 
-def ar_filter(z: np.ndarray, rho: float) -> np.ndarray:
+def ar_filter(z: np.ndarray, rho: float, out: np.ndarray | None = None) -> np.ndarray:
     """AR(ρ) rows from i.i.d. N(0, 1) rows ``z`` (overwritten): x_1 = z_1, x_j = c z_j + ρ x_{j−1}.
 
     c = √(1 − ρ²), so that every coordinate has unit variance. Computes
     ``scipy.signal.lfilter([c], [1, −ρ], z, axis=-1)`` with z_1 divided by c first, with the same
-    floating-point operations in the same order: both paths give bit-identical results.
+    floating-point operations in the same order: both paths give bit-identical results. With
+    ``out`` (a (d, rows) array or view), the rows' transpose is written there (column recurrence
+    at any number of rows) and ``out.T`` returned.
 
     >>> rng = np.random.default_rng(0)
     >>> z = rng.standard_normal((600, 4))
@@ -61,16 +64,62 @@ def ar_filter(z: np.ndarray, rho: float) -> np.ndarray:
     """
     c = math.sqrt(1.0 - rho**2)
     z[:, 0] /= c  # so that x_1 = z_1 exactly
-    if z.shape[0] < LFILTER_MAX_ROWS:
+    if z.shape[0] < LFILTER_MAX_ROWS and out is None:
         from scipy.signal import lfilter
 
         return lfilter([c], [1.0, -rho], z, axis=-1)
-    x = np.ascontiguousarray(z.T)  # (d, rows): one coordinate of every row per line
+    x = _transpose(z, out)  # (d, rows): one coordinate of every row per line
     x *= c
     tmp = np.empty(x.shape[1])
-    for j in range(1, x.shape[0]):
-        np.multiply(x[j - 1], rho, out=tmp)
-        x[j] += tmp  # c z_j + ρ x_{j−1}
+    lines = list(x)  # the views once, not two indexings per coordinate
+    for prev, line in itertools.pairwise(lines):
+        np.multiply(prev, rho, out=tmp)
+        np.add(line, tmp, out=line)  # c z_j + ρ x_{j−1}
+    return x.T
+
+
+#: Rows per tile of :func:`_transpose` (a tile of 400 coordinates stays in the L2 cache).
+TRANSPOSE_TILE = 256
+#: Rows per block of :func:`ar_draw`: a block's normals are drawn, transposed and filtered before
+#: the next block is drawn (3,072 rows of d = 400, 9.8 MB: a chunk of 2,048 rounds with K = 3 in
+#: two blocks; 10% faster than one block of 6,144 rows on the benchmark machine, 25 alternated
+#: runs, and than blocks of 1,024 rows).
+DRAW_ROWS = 3072
+
+
+def _transpose(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A copy of ``z.T`` (into ``out`` if given, else a new C-contiguous array), copied in tiles
+    of rows: the same values as ``np.ascontiguousarray(z.T)``, about 3× faster on a (6144, 400)
+    chunk, whose one-shot transposition reads ``z`` column by column, a cache line per value.
+
+    >>> z = np.arange(12.0).reshape(6, 2)
+    >>> bool(np.array_equal(_transpose(z), z.T))
+    True
+    """
+    rows = z.shape[0]
+    if out is None:
+        out = np.empty((z.shape[1], rows))
+    for r0 in range(0, rows, TRANSPOSE_TILE):
+        out[:, r0 : r0 + TRANSPOSE_TILE] = z[r0 : r0 + TRANSPOSE_TILE].T
+    return out
+
+
+def ar_draw(rng: np.random.Generator, rows: int, d: int, rho: float) -> np.ndarray:
+    """``rows`` AR(ρ) rows of dimension d: exactly ``ar_filter(rng.standard_normal((rows, d)),
+    rho)`` (the same normals from ``rng``, in the same order, and the same values), drawn and
+    filtered in blocks of about :data:`DRAW_ROWS` rows that stay in the cache, instead of three
+    passes over the whole (rows, d) array in memory. Returns an F-ordered (rows, d) array.
+
+    >>> a = ar_draw(np.random.default_rng(1), 7000, 7, 0.1)  # three blocks
+    >>> b = ar_filter(np.random.default_rng(1).standard_normal((7000, 7)), 0.1)
+    >>> bool(np.array_equal(a, b))
+    True
+    """
+    x = np.empty((d, rows))
+    blocks = max(1, -(-rows // DRAW_ROWS))  # of equal sizes, up to a row
+    for i in range(blocks):
+        r0, r1 = rows * i // blocks, rows * (i + 1) // blocks
+        ar_filter(rng.standard_normal((r1 - r0, d)), rho, out=x[:, r0:r1])
     return x.T
 
 
@@ -160,10 +209,12 @@ class FliphatPaperEnv(Environment):
         return float(np.abs(self.beta).sum())
 
     def contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        z = rng.standard_normal((n * self.K, self.d))
+        rows = n * self.K
         if self.rho == 0:
-            return z.reshape(n, self.K, self.d)
-        return ar_filter(z, self.rho).reshape(n, self.K, self.d)
+            return rng.standard_normal((rows, self.d)).reshape(n, self.K, self.d)
+        if rows < LFILTER_MAX_ROWS:
+            return ar_filter(rng.standard_normal((rows, self.d)), self.rho).reshape(n, self.K, -1)
+        return ar_draw(rng, rows, self.d, self.rho).reshape(n, self.K, self.d)
 
     def mean_rewards(self, X: np.ndarray) -> np.ndarray:
         beta = self.beta

@@ -15,8 +15,10 @@ sums are kept as integers in units of 2⁻³², so h and G are *exact* sums of t
 the same rows give bit-identical statistics in any order and any micro-batching. This is what
 lets a service that crashed and re-consumed its input recompute a sealed episode's release
 bit for bit (and recognise it in the ledger) instead of producing a near-copy. Products are
-formed by BLAS on chunks small enough that every partial sum is exactly representable in
-float64 (|partial sum| < 2²¹ in units of 2⁻³² resolution), then added as Python integers.
+formed on chunks small enough that every partial sum is exactly representable in float64
+(|partial sum| < 2²¹ in units of 2⁻³² resolution), then added as Python integers; being exact,
+they do not depend on the order of the additions: h = Xᵀy by ``np.einsum`` (no BLAS call, so no
+BLAS worker thread spinning on a second core after it), G = XᵀX by BLAS.
 Callers that need a bound B on a value must clip to ``grid_floor(B)`` so rounding cannot cross it.
 
 Spec: docs/specs/fliphat.md.
@@ -51,11 +53,12 @@ def quantize(a: ArrayLike, out: FloatArray | None = None) -> FloatArray:
     >>> quantize([0.1, -1.0, 3.0]).tolist() == [6554 / 65536, -1.0, 3.0]
     True
     """
-    if out is None:
-        out = np.array(a, dtype=np.float64)
-    elif out is not a:
-        np.copyto(out, a)
-    out += _MAGIC
+    if out is None:  # the copy and the first addition in one pass
+        out = np.add(np.asarray(a, dtype=np.float64), _MAGIC)
+    else:
+        if out is not a:
+            np.copyto(out, a)
+        out += _MAGIC
     out -= _MAGIC
     return out
 
@@ -76,7 +79,11 @@ def _exact_matmul(A: FloatArray, B: FloatArray, amax: float, bmax: float) -> Int
     chunk = max(1, int(_EXACT // per_row))
     out: IntArray | None = None
     for i in range(0, n, chunk):
-        part = ((A[i : i + chunk].T @ B[i : i + chunk]) * _UNIT).astype(np.int64)
+        if B.ndim == 1:  # h = Xᵀy: numpy's own loop, no BLAS call (no BLAS thread to wake)
+            prod = np.einsum("ij,i->j", A[i : i + chunk], B[i : i + chunk])
+        else:
+            prod = A[i : i + chunk].T @ B[i : i + chunk]
+        part = (prod * _UNIT).astype(np.int64)
         out = part if out is None else out + part
     if out is None:  # callers return before multiplying zero rows
         raise ValueError("no rows to multiply")

@@ -9,12 +9,9 @@ operations on top of drawing the contexts.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import dataclasses
 import hashlib
-import multiprocessing as mp
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,6 +24,7 @@ from ..policies.base import Policy
 from ..privacy.accountant import Accountant
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.user_level import user_level_of_records
+from ..utils.arrays import sorted_distinct
 
 if TYPE_CHECKING:
     from ..config.base import PolicyConfigBase
@@ -88,7 +86,8 @@ def make_grid(horizon: int, points: int = 400) -> np.ndarray:
     """Rounds at which cumulative regret is recorded: a regular grid plus every 2^k − 1."""
     step = max(1, horizon // points)
     pow2 = [(1 << k) - 1 for k in range(1, horizon.bit_length() + 1) if (1 << k) - 1 <= horizon]
-    return np.unique(np.r_[np.arange(step, horizon + 1, step), pow2, horizon]).astype(np.int64)
+    points_ = np.r_[np.arange(step, horizon + 1, step), pow2, horizon].astype(np.int64)
+    return sorted_distinct(points_)
 
 
 def _seed(base_seed: int, rep: int, *labels: str | int) -> np.random.SeedSequence:
@@ -384,7 +383,11 @@ def simulate(
                 bar.update if bar is not None else None,
                 keep_records=rep == 0,
             )
-    else:
+    else:  # the parallel driver's modules are imported only when it runs (start-up, issue 24)
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        import threading
+
         ctx = mp.get_context("fork")
         counter = ctx.Value("q", 0)
         stop = threading.Event()

@@ -34,7 +34,7 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.peeling_accounting import accountant_record, peeling_pld_epsilon
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, FloatArray, IntArray, sorted_distinct
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
 
@@ -465,7 +465,7 @@ class FLIPHAT(Policy):
             raise ValueError("contexts and rewards must be finite")
         episodes = self.schedule.episode_of(rounds)
         ids_arr = None if ids is None else np.asarray(ids)
-        for k in np.unique(episodes).tolist():
+        for k in sorted_distinct(episodes).tolist():
             sel = episodes == k
             if k < self._model_episode:  # its fit was already released: the row is too late
                 self._counters["late_rows"] += int(sel.sum())

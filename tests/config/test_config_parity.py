@@ -45,6 +45,28 @@ def test_one_registry_names_every_policy_and_its_kind(name):
     assert set(CONFIGS) <= set(REGISTRY)
 
 
+def test_the_lazy_registry_and_the_union_name_the_same_classes():
+    """``CONFIGS`` (imported on first use) and ``PolicyConfig`` (the union that ``serve``'s
+    ``policy:`` sections are) list the same classes in the same order."""
+    from typing import get_args
+
+    from streaming_dpbandit.config import PolicyConfig
+
+    members = get_args(get_args(PolicyConfig)[0])
+    assert [c.model_fields["policy"].default for c in members] == list(CONFIGS)
+    assert [CONFIGS[name] for name in CONFIGS] == list(members)
+
+
+def test_the_lazy_registry_refuses_a_class_of_another_name():
+    """The check that a registered class's ``policy`` is its registry name can fail."""
+    from streaming_dpbandit.config.registry import ConfigRegistry
+
+    wrong = ConfigRegistry({"random": ("policies", "GreedyConfig")})
+    assert "random" in wrong
+    with pytest.raises(RuntimeError, match=r"GreedyConfig\.policy"):
+        wrong["random"]
+
+
 def test_slate_policies_have_no_single_arm_interface():
     pol = REGISTRY["dpts-mat"]({"type": "uniform", "n_items": 4, "k": 2}, epsilon=1.0, seed=0)
     assert not isinstance(pol, Policy)

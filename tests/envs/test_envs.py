@@ -32,6 +32,20 @@ def test_ar_filter_paths_equal_lfilter_bit_for_bit(rows):
     assert np.array_equal(ar_filter(z.copy(), 0.1), expected)
 
 
+@pytest.mark.parametrize("n", [171, 1000, 2048])
+def test_contexts_are_one_draw_filtered_whatever_the_blocks(n):
+    """``contexts`` draws and filters in cache-sized blocks (``ar_draw``): the same normals in
+    the same order and the same values as filtering one draw of all rows, so a simulation's
+    numbers do not depend on the block size either."""
+    from streaming_dpbandit.envs.fliphat_paper import DRAW_ROWS, ar_filter
+
+    assert 3 * 2048 > DRAW_ROWS  # the largest case is drawn in several blocks
+    env = FliphatPaperEnv()
+    got = env.contexts(np.random.default_rng(n), n)
+    z = np.random.default_rng(n).standard_normal((3 * n, 400))
+    assert np.array_equal(got, ar_filter(z, 0.1).reshape(n, 3, 400))
+
+
 def test_moments_of_contexts():
     env = FliphatPaperEnv(d=20, K=3)
     X = env.contexts(np.random.default_rng(0), 40_000).reshape(-1, 20)
