@@ -248,19 +248,16 @@ class LinUCBDisjoint(Policy):
         _, P, blocks, wid, at, pos = cat
         d = self.d
         K = wid.size
-        if idx.size <= 2:  # e.g. per event: the refitted arm's block by slicing
+        if 2 * idx.size < K:  # a few arms (per event: one): their blocks by slicing
             for s in idx.tolist():
                 for k in pos.get(s, ()):
                     P[:, k * d : (k + 1) * d] = self._proj[s]
                     P[:, K * d + k] = self._theta[s]
                     wid[k] = self._wid[s]
-            return
-        ks = np.flatnonzero(np.isin(at, idx))
-        if ks.size:
-            s = at[ks]
-            blocks[:, ks, :] = self._proj[s].transpose(1, 0, 2)
-            P[:, K * d + ks] = self._theta[s].T
-            wid[ks] = self._wid[s]
+        else:  # many: every block afresh (unchanged arms get their same values) in 3 copies
+            blocks[:] = self._proj[at].transpose(1, 0, 2)
+            P[:, K * d :] = self._theta[at].T
+            wid[:] = self._wid[at]
 
     @property
     def model_version(self) -> int:
@@ -558,9 +555,11 @@ def _stacked_sums(
     U = uniq.size
     # row i of the sorted rows goes to row (its arm's index)·longest + (its rank in the arm)
     dest = np.arange(order.size) + np.repeat(np.arange(0, U * longest, longest) - starts, counts)
+    to = np.empty_like(dest)
+    to[order] = dest  # where each row (unsorted) goes
     Z = np.zeros((U * longest, d + 1))
-    Z[dest, :d] = X[order]
-    Z[dest, d] = y[order]
+    Z[to, :d] = X
+    Z[to, d] = y
     Z3 = Z.reshape(U, longest, d + 1)
     M = np.matmul(Z3[:, :, :d].transpose(0, 2, 1), Z3)  # (U, d, d + 1): [Σ x xᵀ | Σ y x]
     return G[uniq] + M[:, :, :d], u[uniq] + M[:, :, d]
