@@ -460,7 +460,9 @@ class LinUCBDisjoint(Policy):
             np.not_equal(sa[1:], sa[:-1], out=first[1:])
             starts = np.flatnonzero(first)
             uniq = sa[starts]
-            counts = np.diff(starts, append=sa.size)
+            counts = np.empty_like(starts)  # rows per arm (np.diff(append=) costs ≈ 10 µs)
+            np.subtract(starts[1:], starts[:-1], out=counts[:-1])
+            counts[-1] = sa.size - starts[-1]
             longest = int(counts.max())
             if uniq.size > 64 and y.size * self.d * self.d <= _OUTER_MAX:
                 # many arms: every row's x xᵀ at once, summed by arm (a loop costs per arm)
