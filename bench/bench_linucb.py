@@ -697,6 +697,9 @@ def bench_versions(old_tree: str, rounds: int, quick: bool) -> dict:
             "median_old": round(med["old"]),
             "new_over_old": round(med["new"] / med["old"], 3),
             "per_round_new_over_old": [round(n / o, 3) for n, o in zip(best["new"], best["old"])],
+            "median_per_round_new_over_old": round(
+                statistics.median(n / o for n, o in zip(best["new"], best["old"])), 3
+            ),
             "same_decisions": len({r["decisions_sha256"] for k in runs for r in runs[k]}) == 1,
             "packages": sorted({r["package"] for k in runs for r in runs[k]}),
         }
