@@ -7,8 +7,9 @@
      implementation warms up on the first ``warmup`` rounds with its own decide/learn loop
      (MABWiser's first call is ``fit`` with round-robin arms: it cannot predict before a fit)
      and is timed on the next ``events`` rounds;
-   * the same repeats: ``repeats`` rounds, the implementations interleaved in each; every
-     repeat builds a fresh instance;
+   * the same repeats: ``repeats`` rounds, the implementations interleaved in each and their
+     order reversed every other round (the machine drifts; no one always runs first or after
+     the same neighbour); every repeat builds a fresh instance;
    * set-up outside the timed region for all: construction, the warm-up, and input formatting
      (River's dict contexts, VW's text lines, our arm-id list) happen before the clock starts;
    * timer: CPU time of the process (``time.process_time``; BLAS pinned to one thread, so it is
@@ -39,7 +40,17 @@
 4. ``noise``: per-entry noise standard deviation of the tree and the factorisation at equal
    (ε, δ), for several horizons (closed forms).
 
-Usage: python bench/bench_linucb.py [--quick] [--only throughput,memory,...] [--profile]
+5. ``floor`` (also inside ``throughput``'s per-arm table): the scoring work alone — every
+   arm's θ_aᵀx + α·sqrt(xᵀA_a⁻¹x) for each batch of 256 shared contexts, float64 numpy, no
+   argmax, learning or refit — beside MABWiser and our disjoint LinUCB on the same events under
+   the same protocol: floor ÷ MABWiser bounds the ratio any per-arm LinUCB doing at least that
+   work can reach against MABWiser.
+6. ``versions`` (``--old-tree DIR``, alone): our disjoint LinUCB of this tree against another
+   checkout, fresh processes alternated (``bench_service.alternated``), same harness, with a
+   hash of every decision of both.
+
+Usage: python bench/bench_linucb.py [--quick] [--only throughput,floor,memory,...] [--profile]
+       python bench/bench_linucb.py --old-tree DIR [--versions-rounds N] [--quick]
 """
 
 from __future__ import annotations
@@ -75,7 +86,8 @@ PROTOCOL = {
     "repeats": 5,
     "timer": "time.process_time (CPU of this process; BLAS one thread) and wall",
     "setup_in_timed_region": False,
-    "order": "interleaved per repeat, fresh instance per repeat",
+    "order": "interleaved per repeat, the order reversed every other repeat, fresh instance per "
+    "repeat",
     "per_event_apis": ["river", "vw"],
 }
 
@@ -160,7 +172,7 @@ def ours_dp(noise: str, batch: int = BATCH):
 ARM_IDS = [f"arm-{k}" for k in range(K)]
 
 
-def _disjoint_loop(pol, s: Stream, lo: int, hi: int) -> None:
+def _disjoint_loop(pol, s: Stream, lo: int, hi: int, record: list | None = None) -> None:
     t = lo
     d = s.d
     while t < hi:
@@ -170,6 +182,8 @@ def _disjoint_loop(pol, s: Stream, lo: int, hi: int) -> None:
         ctx = s.ctx[t : t + m]
         dec = pol.decide(np.broadcast_to(ctx[:, None, :], (m, K, d)), arm_ids=ARM_IDS)
         pol.learn(ctx, s.reward(t, dec.arms, per_arm=True), dec.rounds)
+        if record is not None:
+            record.append(dec.arms)
         t += m
 
 
@@ -177,6 +191,63 @@ def ours_linucb_disjoint(batch: int = BATCH):
     return _prepared(
         lambda s: LinUCBDisjoint(d=s.d, beta=1.0, batch_size=batch, seed=0), _disjoint_loop
     )
+
+
+# -- the scoring floor ---------------------------------------------------------------------------
+def _floor_model(s: Stream, lo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-arm ridge models (reg = 1) of the warm-up rounds with arms round-robin: A_a⁻¹, θ_a
+    and C_a⁻ᵀ (A_a = C_a C_aᵀ). Their values do not change the cost of scoring."""
+    d = s.d
+    A = np.broadcast_to(np.eye(d), (K, d, d)).copy()
+    b = np.zeros((K, d))
+    arms = np.arange(lo) % K
+    for a in range(K):
+        xa = s.ctx[:lo][arms == a]
+        A[a] += xa.T @ xa
+        b[a] += xa.T @ s.mu_arm[:lo][arms == a, a]
+    Ainv = np.linalg.inv(A)
+    theta = np.einsum("kij,kj->ki", Ainv, b)
+    CinvT = np.linalg.inv(np.linalg.cholesky(A)).transpose(0, 2, 1)
+    return Ainv, theta, CinvT
+
+
+def floor_factor_gemm(s: Stream, lo: int, hi: int, alpha: float = 1.0):
+    """Scoring alone, the cheapest way we know: per batch of ``BATCH`` contexts, one GEMM with
+    every arm's C_a⁻ᵀ and θ_a side by side, the squared norms, √, × α, + θ_aᵀx. No argmax, no
+    learning, no refit: the work no per-arm LinUCB in float64 numpy can skip."""
+    _, theta, CinvT = _floor_model(s, lo)
+    d = s.d
+    P = np.empty((d, K * d + K))
+    P[:, : K * d] = CinvT.transpose(1, 0, 2).reshape(d, K * d)
+    P[:, K * d :] = theta.T
+    ctx = s.ctx
+
+    def go() -> None:
+        for t in range(lo, hi, BATCH):
+            Y = ctx[t : min(t + BATCH, hi)] @ P
+            Yk = Y[:, : K * d].reshape(Y.shape[0], K, d)
+            sq = np.einsum("bkd,bkd->bk", Yk, Yk)
+            width = np.sqrt(sq, out=sq)
+            width *= alpha
+            width += Y[:, K * d :]
+
+    return go
+
+
+def floor_inverse_per_arm(s: Stream, lo: int, hi: int, alpha: float = 1.0):
+    """Scoring alone with the explicit A_a⁻¹, as the textbook writes it: per batch and arm,
+    θ_aᵀx + α·sqrt(xᵀA_a⁻¹x) (one GEMM per arm for the quadratic forms, one for the means)."""
+    Ainv, theta, _ = _floor_model(s, lo)
+    ctx = s.ctx
+
+    def go() -> None:
+        for t in range(lo, hi, BATCH):
+            x = ctx[t : min(t + BATCH, hi)]
+            sc = x @ theta.T
+            for a in range(K):
+                sc[:, a] += alpha * np.sqrt(np.einsum("ij,ij->i", x @ Ainv[a], x))
+
+    return go
 
 
 # -- plain numpy ceilings ------------------------------------------------------------------------
@@ -347,13 +418,16 @@ def _median_best(xs):
 
 
 def run_group(impls: dict, s: Stream, lo: int, hi: int, repeats: int) -> dict:
-    """Interleaved repeats of every implementation on rounds [lo, hi) after a warm-up."""
+    """Interleaved repeats of every implementation on rounds [lo, hi) after a warm-up, the
+    order reversed every other repeat."""
     cpu: dict[str, list] = {k: [] for k in impls}
     wall: dict[str, list] = {k: [] for k in impls}
     errors = {}
     n = hi - lo
-    for _ in range(repeats):
-        for name, prepare in impls.items():
+    names = list(impls)
+    for i in range(repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            prepare = impls[name]
             if name in errors:
                 continue
             try:
@@ -401,6 +475,7 @@ def bench_throughput(quick: bool) -> dict:
                 "river_linucb_disjoint": river_linucb,
                 "mabwiser_linucb": mabwiser_linucb,
                 "numpy_per_arm_inverse_per_batch": numpy_per_arm,
+                **FLOORS,
             },
             s,
             lo,
@@ -457,6 +532,7 @@ def bench_throughput(quick: bool) -> dict:
                 "ours_disjoint_over_mabwiser_wall_median": _ratio(
                     per_arm, "ours_linucb_disjoint", "mabwiser_linucb", "events_per_wall_s_median"
                 ),
+                **_floor_ratios(per_arm),
             },
             "shared_theta": shared,
             "shared_theta_ratios_cpu_median": {
@@ -480,6 +556,155 @@ def bench_throughput(quick: bool) -> dict:
                 ),
             },
         }
+    return out
+
+
+FLOORS = {
+    "floor_scoring_factor_gemm": floor_factor_gemm,
+    "floor_scoring_inverse_per_arm": floor_inverse_per_arm,
+}
+
+
+def _floor_ratios(res: dict) -> dict:
+    """The best scoring floor against MABWiser (the most any per-arm LinUCB doing at least
+    that work could reach) and ours against the floor."""
+    best = max(FLOORS, key=lambda k: res.get(k, {}).get("events_per_cpu_s_median") or 0)
+    return {
+        "best_floor": best,
+        "floor_over_mabwiser": _ratio(res, best, "mabwiser_linucb"),
+        "ours_disjoint_over_floor": _ratio(res, "ours_linucb_disjoint", best),
+        "floor_over_mabwiser_wall_median": _ratio(
+            res, best, "mabwiser_linucb", "events_per_wall_s_median"
+        ),
+    }
+
+
+def bench_floor(quick: bool) -> dict:
+    """``floor``: the scoring floor, our disjoint LinUCB and MABWiser on the same events under
+    the throughput protocol, for the reachable ratio."""
+    proto = dict(PROTOCOL)
+    if quick:
+        proto.update(events=2048, repeats=3)
+    lo, hi, repeats = proto["warmup"], proto["warmup"] + proto["events"], proto["repeats"]
+    out: dict = {
+        "protocol": proto,
+        "floor": "per batch of 256 shared contexts, every arm's θ_aᵀx + α·sqrt(xᵀA_a⁻¹x) "
+        "(float64 numpy; scoring only: no argmax, no learning, no refit); factor_gemm: one "
+        "GEMM with every C_a⁻ᵀ and θ_a side by side; inverse_per_arm: one GEMM per arm with A_a⁻¹",
+        "load_average_at_start": os.getloadavg(),
+    }
+    for d in (20, 100):
+        s = Stream(d, hi)
+        res = run_group(
+            {
+                "ours_linucb_disjoint": ours_linucb_disjoint(),
+                "mabwiser_linucb": mabwiser_linucb,
+                **FLOORS,
+            },
+            s,
+            lo,
+            hi,
+            repeats,
+        )
+        out[f"d={d}"] = {
+            "per_arm": res,
+            "ratios_cpu_median": {
+                "ours_disjoint_over_mabwiser": _ratio(
+                    res, "ours_linucb_disjoint", "mabwiser_linucb"
+                ),
+                **_floor_ratios(res),
+            },
+        }
+    out["load_average_at_end"] = os.getloadavg()
+    return out
+
+
+# -- this tree against another checkout ---------------------------------------------------------
+#: (d, batch size, timed events): the batched cases over 16× and 2× the throughput events (a
+#: batch of 256 takes ≈ 0.3 ms at d = 20: shorter timings differ by ±50 % between processes on
+#: this shared machine), the per-event case over the throughput's own 8,192
+VERSION_CASES = ((20, BATCH, 131072), (100, BATCH, 16384), (20, 1, 8192))
+
+
+def child_disjoint(d: int, batch: int, events: int, repeats: int) -> None:
+    """Child of ``--old-tree``: our disjoint LinUCB of whichever package is on PYTHONPATH,
+    timed as in ``throughput`` (``repeats`` fresh instances), then one untimed pass recording
+    every decision; one JSON line."""
+    import hashlib
+
+    import streaming_dpbandit
+
+    lo, hi = PROTOCOL["warmup"], PROTOCOL["warmup"] + events
+    s = Stream(d, hi)
+    rates = []
+    for _ in range(repeats):
+        c, _w = timed(ours_linucb_disjoint(batch)(s, lo, hi))
+        rates.append((hi - lo) / c)
+    arms: list = []
+    pol = LinUCBDisjoint(d=d, beta=1.0, batch_size=batch, seed=0)
+    _disjoint_loop(pol, s, 0, hi, arms)
+    digest = hashlib.sha256(np.concatenate(arms).astype(np.int64).tobytes()).hexdigest()
+    print(
+        json.dumps(
+            {"rates": rates, "decisions_sha256": digest, "package": streaming_dpbandit.__file__}
+        )
+    )
+
+
+def bench_versions(old_tree: str, rounds: int, quick: bool) -> dict:
+    """Our disjoint LinUCB of this tree against ``old_tree`` (same harness: this file; only
+    the package differs), each sample a fresh process, the trees alternated ``rounds`` times
+    with the order reversed every other round (``bench_service.alternated``)."""
+    import subprocess
+    from pathlib import Path
+
+    from bench_service import alternated
+
+    root = Path(__file__).resolve().parents[1]
+    trees = {"new": root, "old": Path(old_tree).resolve()}
+    out: dict = {
+        "protocol": f"per case, {rounds} rounds alternating the trees (order reversed every "
+        f"other round), each a fresh process warming up on {PROTOCOL['warmup']} rounds and "
+        "timing the case's events 3 times (CPU time, fresh instance each, best of 3 per "
+        "process); medians over rounds; then one untimed pass hashing every decision",
+        "old_tree": str(trees["old"]),
+        "load_average_at_start": os.getloadavg(),
+    }
+    for d, batch, events in VERSION_CASES:
+        if quick:
+            events = 2048
+
+        def one(side: str, d: int = d, batch: int = batch, events: int = events) -> dict:
+            res = subprocess.run(
+                [sys.executable, __file__, "--child-disjoint", str(d), str(batch), str(events)],
+                env={**os.environ, "PYTHONPATH": str(trees[side])},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            got = json.loads(res.stdout.strip().splitlines()[-1])
+            print(f"  versions d={d} b={batch} {side}: {max(got['rates']):,.0f}/cpu-s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return got
+
+        runs = alternated(["old", "new"], rounds, one)
+        best = {k: [max(r["rates"]) for r in runs[k]] for k in runs}
+        med = {k: statistics.median(v) for k, v in best.items()}
+        out[f"d={d},batch={batch}"] = {
+            "events": events,
+            "new_events_per_cpu_s": [round(x) for x in best["new"]],
+            "old_events_per_cpu_s": [round(x) for x in best["old"]],
+            "median_new": round(med["new"]),
+            "median_old": round(med["old"]),
+            "new_over_old": round(med["new"] / med["old"], 3),
+            "per_round_new_over_old": [round(n / o, 3) for n, o in zip(best["new"], best["old"])],
+            "median_per_round_new_over_old": round(
+                statistics.median(n / o for n, o in zip(best["new"], best["old"])), 3
+            ),
+            "same_decisions": len({r["decisions_sha256"] for k in runs for r in runs[k]}) == 1,
+            "packages": sorted({r["package"] for k in runs for r in runs[k]}),
+        }
+    out["load_average_at_end"] = os.getloadavg()
     return out
 
 
@@ -658,7 +883,17 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="throughput,memory,batching,noise")
     ap.add_argument("--profile", action="store_true", help="pyinstrument profiles on stderr")
+    ap.add_argument(
+        "--old-tree",
+        help="only our disjoint LinUCB of this tree against another checkout (e.g. git archive "
+        "COMMIT | tar -x -C DIR), alternated --versions-rounds times, fresh processes",
+    )
+    ap.add_argument("--versions-rounds", type=int, default=6)
+    ap.add_argument("--child-disjoint", nargs=3, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_disjoint:
+        child_disjoint(*args.child_disjoint, repeats=3)
+        return
     only = set(args.only.split(","))
     result = {
         "machine": {
@@ -670,8 +905,14 @@ def main():
             "load_average": os.getloadavg(),
         }
     }
+    if args.old_tree:
+        result["versions"] = bench_versions(args.old_tree, args.versions_rounds, args.quick)
+        print(json.dumps(result, indent=1, default=float))
+        return
     if "throughput" in only:
         result["throughput"] = bench_throughput(args.quick)
+    if "floor" in only:
+        result["floor"] = bench_floor(args.quick)
     if "memory" in only:
         result["memory"] = bench_memory()
         result["disjoint_memory"] = bench_disjoint_memory()

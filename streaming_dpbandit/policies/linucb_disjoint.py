@@ -41,6 +41,9 @@ __all__ = ["LinUCBDisjoint"]
 
 #: Largest B·d² (floats) for which ``learn`` forms every row's outer product at once.
 _OUTER_MAX = 1 << 18
+#: Largest d for which ``learn`` stacks the arms' rows into one zero-padded batched product
+#: (beyond it one product per arm is as fast: the per-call overhead is small against the flops).
+_STACK_MAX_D = 48
 
 
 class LinUCBDisjoint(Policy):
@@ -91,9 +94,13 @@ class LinUCBDisjoint(Policy):
     _proj: FloatArray
     _wid: FloatArray
     _epoch: int
-    #: cached side-by-side matrix of the last decision set: ((epoch, slot bytes), P, widths,
-    #: slot → positions), see _concat
-    _cat: tuple[tuple[int, bytes], FloatArray, FloatArray, dict[int, list[int]]] | None
+    #: cached side-by-side matrix of the last decision set: ((epoch, slot bytes), P, its
+    #: (d, K, d) view of the projection blocks, widths, slot of each position, slot →
+    #: positions), see _concat
+    _cat: (
+        tuple[tuple[int, bytes], FloatArray, FloatArray, FloatArray, IntArray, dict[int, list[int]]]
+        | None
+    )
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -203,27 +210,31 @@ class LinUCBDisjoint(Policy):
         """Refactor the models of slots ``idx`` from their statistics.
 
         Per arm: Cholesky V = C·Cᵀ (LAPACK ``potrf``) and the triangular inverse C⁻¹
-        (``trtri``) — 2d³/3 flops, a quarter of a general inverse; θ = C⁻ᵀ(C⁻¹u) batched.
+        (``trtri``) — 2d³/3 flops, a quarter of a general inverse; then, stacked over the arms,
+        θ = C⁻ᵀ(C⁻¹u), the log-determinants and the cached side-by-side matrix.
         """
         d = self.d
         G, u = self._G, self._u
-        Cinv = np.empty((idx.size, d, d))
-        logdet = np.empty(idx.size)
+        n = idx.size
+        Cinv = np.empty((n, d, d))
+        diag = np.empty((n, d)) if self.beta is None else None
+        potrf, trtri = lapack.dpotrf, lapack.dtrtri
         for j, s in enumerate(idx.tolist()):
-            C, info = lapack.dpotrf(G[s].T, lower=1)  # G symmetric: its F-order view, no copy
+            C, info = potrf(G[s].T, lower=1)  # G symmetric: its F-order view, no copy
             if info != 0:  # pragma: no cover - reg·I + Σ x xᵀ with reg > 0 is SPD
                 raise np.linalg.LinAlgError(f"arm {self._slots.ids[s]!r}: V is not SPD")
-            Cinv[j], info = lapack.dtrtri(C, lower=1)
-            if self.beta is None:
-                logdet[j] = 2.0 * np.log(np.diagonal(C)).sum()
-        if idx.size == 1:
+            Cinv[j], info = trtri(C, lower=1)
+            if diag is not None:
+                diag[j] = np.diagonal(C)
+        if n == 1:
             s0 = int(idx[0])
             self._theta[s0] = (Cinv[0] @ u[s0]) @ Cinv[0]  # V⁻¹u = C⁻ᵀ C⁻¹ u
         else:
-            z = np.einsum("kij,kj->ki", Cinv, u[idx])
-            self._theta[idx] = np.einsum("kji,kj->ki", Cinv, z)
+            z = np.matmul(Cinv, u[idx][:, :, None])  # C⁻¹u
+            self._theta[idx] = np.matmul(Cinv.transpose(0, 2, 1), z)[:, :, 0]
         self._proj[idx] = Cinv.transpose(0, 2, 1)  # x @ proj[s] = C_s⁻¹ x
-        if self.beta is None:
+        if diag is not None:
+            logdet = 2.0 * np.log(diag).sum(axis=1)
             self._wid[idx] = [
                 oful_beta(float(ld), d, self.reg, self.alpha, self.sigma, self.S) for ld in logdet
             ]
@@ -234,14 +245,19 @@ class LinUCBDisjoint(Policy):
         cat = self._cat
         if cat is None:
             return
-        (_, _), P, wid, pos = cat
+        _, P, blocks, wid, at, pos = cat
         d = self.d
         K = wid.size
-        for s in idx.tolist():
-            for k in pos.get(s, ()):
-                P[:, k * d : (k + 1) * d] = self._proj[s]
-                P[:, K * d + k] = self._theta[s]
-                wid[k] = self._wid[s]
+        if 2 * idx.size < K:  # a few arms (per event: one): their blocks by slicing
+            for s in idx.tolist():
+                for k in pos.get(s, ()):
+                    P[:, k * d : (k + 1) * d] = self._proj[s]
+                    P[:, K * d + k] = self._theta[s]
+                    wid[k] = self._wid[s]
+        else:  # many: every block afresh (unchanged arms get their same values) in 3 copies
+            blocks[:] = self._proj[at].transpose(1, 0, 2)
+            P[:, K * d :] = self._theta[at].T
+            wid[:] = self._wid[at]
 
     @property
     def model_version(self) -> int:
@@ -337,13 +353,14 @@ class LinUCBDisjoint(Policy):
         if self._cat is None or self._cat[0] != key:
             K, d = slots.size, self.d
             P = np.empty((d, K * d + K))
-            P[:, : K * d] = self._proj[slots].transpose(1, 0, 2).reshape(d, K * d)
+            blocks = P[:, : K * d].reshape(d, K, d)  # a view: splits the contiguous last axis
+            blocks[:] = self._proj[slots].transpose(1, 0, 2)
             P[:, K * d :] = self._theta[slots].T
             pos: dict[int, list[int]] = {}
             for k, s in enumerate(slots.tolist()):
                 pos.setdefault(s, []).append(k)
-            self._cat = (key, P, self._wid[slots].copy(), pos)
-        return self._cat[1], self._cat[2]
+            self._cat = (key, P, blocks, self._wid[slots].copy(), slots.copy(), pos)
+        return self._cat[1], self._cat[3]
 
     def _scores_shared_ids(self, X: FloatArray, slots: IntArray) -> FloatArray:
         B, K, d = X.shape
@@ -437,14 +454,25 @@ class LinUCBDisjoint(Policy):
             self._dirty.add(a)
         else:
             order = np.argsort(arms, kind="stable")
-            sa, Xs, ys = arms[order], X[order], y[order]
-            starts = np.flatnonzero(np.r_[True, sa[1:] != sa[:-1]])
+            sa = arms[order]
+            first = np.empty(sa.size, dtype=bool)
+            first[0] = True
+            np.not_equal(sa[1:], sa[:-1], out=first[1:])
+            starts = np.flatnonzero(first)
             uniq = sa[starts]
+            counts = np.empty_like(starts)  # rows per arm (np.diff(append=) costs ≈ 10 µs)
+            np.subtract(starts[1:], starts[:-1], out=counts[:-1])
+            counts[-1] = sa.size - starts[-1]
+            longest = int(counts.max())
             if uniq.size > 64 and y.size * self.d * self.d <= _OUTER_MAX:
                 # many arms: every row's x xᵀ at once, summed by arm (a loop costs per arm)
+                Xs, ys = X[order], y[order]
                 G[uniq] += np.add.reduceat(Xs[:, :, None] * Xs[:, None, :], starts, axis=0)
                 u[uniq] += np.add.reduceat(Xs * ys[:, None], starts, axis=0)
+            elif self.d <= _STACK_MAX_D and uniq.size * longest <= 2 * y.size:
+                G[uniq], u[uniq] = _stacked_sums(X, y, order, starts, counts, longest, G, u, uniq)
             else:  # one SYRK per arm
+                Xs, ys = X[order], y[order]
                 for i, j in itertools.pairwise([*starts.tolist(), sa.size]):
                     a = int(sa[i])
                     Xa = Xs[i:j]
@@ -508,6 +536,35 @@ class LinUCBDisjoint(Policy):
             self._river_features = dict(feats)
         self._tie_key = int(state["tie_key"])
         return self
+
+
+def _stacked_sums(
+    X: FloatArray,
+    y: FloatArray,
+    order: IntArray,
+    starts: IntArray,
+    counts: IntArray,
+    longest: int,
+    G: FloatArray,
+    u: FloatArray,
+    uniq: IntArray,
+) -> tuple[FloatArray, FloatArray]:
+    """G[uniq] + Σ x xᵀ and u[uniq] + Σ y x per arm, stacked: the rows of each arm (sorted by
+    ``order``, arm j's at ``starts[j]``, ``counts[j]`` of them) in a zero-padded
+    (arms, longest, d + 1) array of [x, y] and one batched product (arms, d, d + 1) for all
+    arms — one call instead of two per arm. Padding rows are zero and add exactly nothing."""
+    d = X.shape[1]
+    U = uniq.size
+    # row i of the sorted rows goes to row (its arm's index)·longest + (its rank in the arm)
+    dest = np.arange(order.size) + np.repeat(np.arange(0, U * longest, longest) - starts, counts)
+    to = np.empty_like(dest)
+    to[order] = dest  # where each row (unsorted) goes
+    Z = np.zeros((U * longest, d + 1))
+    Z[to, :d] = X
+    Z[to, d] = y
+    Z3 = Z.reshape(U, longest, d + 1)
+    M = np.matmul(Z3[:, :, :d].transpose(0, 2, 1), Z3)  # (U, d, d + 1): [Σ x xᵀ | Σ y x]
+    return G[uniq] + M[:, :, :d], u[uniq] + M[:, :, d]
 
 
 def _id_rows(

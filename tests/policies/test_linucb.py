@@ -337,3 +337,47 @@ def test_disjoint_cached_scores_follow_every_refit():
     cached = pol._scores_shared_ids(X, slots)
     pol._cat = None
     np.testing.assert_array_equal(cached, pol._scores_shared_ids(X, slots))
+
+
+@pytest.mark.parametrize(
+    ("d", "n_arms", "batch"),
+    [(3, 5, 1), (4, 6, 64), (20, 10, 256), (60, 4, 32)],  # per event, stacked, per-arm SYRK
+)
+def test_disjoint_decisions_equal_a_plain_per_arm_ridge_ucb(d, n_arms, batch):
+    """Every decision of ``LinUCBDisjoint`` (batched learning, cached side-by-side scores,
+    refits of the dirty arms only) equals that of a per-arm ridge UCB written plainly:
+    V_a = reg·I + Σ x xᵀ, θ_a = V_a⁻¹ u_a, score θ_aᵀx + β·sqrt(xᵀV_a⁻¹x), argmax, the model
+    refreshed every ``batch`` rounds. The arm ids are shuffled every round."""
+    rng = np.random.default_rng(7)
+    reg, beta, n = 2.0, 0.8, 2048
+    ids = [f"arm{k}" for k in range(n_arms)]
+    thetas = rng.normal(size=(n_arms, d)) / math.sqrt(d)
+    pol = LinUCBDisjoint(d=d, reg=reg, beta=beta, batch_size=batch, seed=0)
+    V = np.broadcast_to(reg * np.eye(d), (n_arms, d, d)).copy()
+    u = np.zeros((n_arms, d))
+    t = 0
+    while t < n:
+        if pol.refit_due():
+            pol.refit()
+        Vinv = np.linalg.inv(V)  # the plain model, frozen for this batch
+        theta = np.einsum("kij,kj->ki", Vinv, u)
+        m = min(pol.max_decide_batch(), n - t)
+        perm = rng.permutation(n_arms)  # the order of the decision set, shared by the batch
+        ctx = rng.normal(size=(m, d))
+        dec = pol.decide(
+            np.broadcast_to(ctx[:, None, :], (m, n_arms, d)), arm_ids=[ids[k] for k in perm]
+        )
+        scores = ctx @ theta[perm].T + beta * np.sqrt(
+            np.einsum("bi,kij,bj->bk", ctx, Vinv[perm], ctx)
+        )
+        assert np.array_equal(dec.arms, scores.argmax(axis=1)), f"round {t}"
+        chosen = perm[dec.arms]
+        y = np.einsum("bd,bd->b", ctx, thetas[chosen]) + 0.1 * rng.normal(size=m)
+        pol.learn(ctx, y, dec.rounds)
+        for b, a in enumerate(chosen):
+            V[a] += np.outer(ctx[b], ctx[b])
+            u[a] += y[b] * ctx[b]
+        t += m
+    pol.refit()
+    for k in range(n_arms):
+        np.testing.assert_allclose(pol.coefficients[ids[k]], np.linalg.solve(V[k], u[k]), rtol=1e-8)
