@@ -10,63 +10,25 @@ and this registry name the same classes.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..utils.lazy import LazyRegistry
 
 if TYPE_CHECKING:
     from .base import PolicyConfigBase
 
-__all__ = ["CONFIGS", "ConfigRegistry", "policy_config", "validate_for_mode"]
+__all__ = ["CONFIGS", "policy_config", "validate_for_mode"]
 
 
-class ConfigRegistry(Mapping[str, "type[PolicyConfigBase]"]):
-    """Read-only mapping ``policy registry name → configuration class``, imported on first use.
-
-    Parameters
-    ----------
-    entries
-        ``{registry name: (module of this package, class name)}``; each class's ``policy``
-        field must default to its registry name (checked when it is imported).
-
-    Examples
-    --------
-    >>> reg = ConfigRegistry({"random": ("policies", "RandomConfig")})
-    >>> sorted(reg), reg["random"].__name__, "fliphat" in reg
-    (['random'], 'RandomConfig', False)
-    """
-
-    def __init__(self, entries: Mapping[str, tuple[str, str]]):
-        self._entries = dict(entries)
-        self._loaded: dict[str, type[PolicyConfigBase]] = {}
-
-    def __getitem__(self, key: str) -> type[PolicyConfigBase]:
-        cls = self._loaded.get(key)
-        if cls is None:
-            module, attr = self._entries[key]
-            cls = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
-            if cls.model_fields["policy"].default != key:
-                raise RuntimeError(f"{attr}.policy defaults to another name than {key!r}")
-            self._loaded[key] = cls
-        return cls
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
-
-    def __repr__(self) -> str:
-        return f"ConfigRegistry({sorted(self._entries)})"
+def _policy_default(cls: type) -> object:
+    """The name a configuration class gives its policy: its ``policy`` field's default."""
+    return cls.model_fields["policy"].default  # type: ignore[attr-defined]
 
 
 #: Configuration class by policy registry name (the members of ``PolicyConfig``, in its order).
-CONFIGS: ConfigRegistry = ConfigRegistry(
+CONFIGS: LazyRegistry[PolicyConfigBase] = LazyRegistry(
+    "streaming_dpbandit.config",
     {
         "fliphat": ("fliphat", "FliphatConfig"),
         "random": ("policies", "RandomConfig"),
@@ -84,7 +46,8 @@ CONFIGS: ConfigRegistry = ConfigRegistry(
         "dpucb-mat": ("matroid", "DPUCBMatConfig"),
         "dpts-mat": ("matroid", "DPTSMatConfig"),
         "table": ("policies", "TableConfig"),
-    }
+    },
+    name_of=(_policy_default, "policy"),
 )
 
 

@@ -7,6 +7,8 @@ every environment's dependencies.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..utils.lazy import LazyRegistry, lazy_attribute
 from .base import Environment
 
@@ -25,7 +27,7 @@ _MODULES = {
 }
 
 #: Environments by registry name (the CLI's ``--env``).
-REGISTRY: LazyRegistry = LazyRegistry(
+REGISTRY: LazyRegistry[Any] = LazyRegistry(
     __name__,
     {
         "fliphat-paper": ("fliphat_paper", "FliphatPaperEnv"),
@@ -39,7 +41,7 @@ REGISTRY: LazyRegistry = LazyRegistry(
 
 #: Semi-bandit (slate) environments over a matroid; the MovieLens instance is built from
 #: user-supplied files (``MovieLensMatroidEnv``) and is not constructible by name.
-MATROID_REGISTRY: LazyRegistry = LazyRegistry(
+MATROID_REGISTRY: LazyRegistry[Any] = LazyRegistry(
     __name__, {"dp-matroid-synthetic": ("dp_matroid", "MatroidSyntheticEnv")}
 )
 

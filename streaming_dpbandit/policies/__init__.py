@@ -72,7 +72,7 @@ def _entries(names: dict[str, str]) -> dict[str, tuple[str, str]]:
 #: Every policy by registry name: the one registry that the CLI (``--policy``), the service,
 #: ``simulate``, ``replay``, ``explain`` and the tests read. The configurable ones have a
 #: configuration class of the same name in ``streaming_dpbandit.config.CONFIGS``.
-REGISTRY: LazyRegistry = LazyRegistry(
+REGISTRY: LazyRegistry[Any] = LazyRegistry(
     __name__,
     _entries(
         {

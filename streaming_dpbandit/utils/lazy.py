@@ -7,8 +7,10 @@ every module, and every heavy dependency of any of them, to use one.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["LazyRegistry", "lazy_attribute"]
 
@@ -25,7 +27,11 @@ def lazy_attribute(package: str, where: Mapping[str, str], name: str) -> Any:
     return getattr(importlib.import_module(f"{package}.{module}"), name)
 
 
-class LazyRegistry(Mapping[str, type]):
+def _name_attribute(cls: type) -> object:
+    return getattr(cls, "name", None)
+
+
+class LazyRegistry(Mapping[str, type[T]], Generic[T]):
     """Read-only mapping ``registry name → class``; a class is imported when first looked up.
 
     Parameters
@@ -33,8 +39,12 @@ class LazyRegistry(Mapping[str, type]):
     package
         The package holding the modules.
     entries
-        ``{registry name: (module, class name)}``; each class's own ``name`` attribute must
-        equal its registry name (checked when it is imported).
+        ``{registry name: (module, class name)}``; each class's own name (``name_of(cls)``)
+        must equal its registry name (checked when it is imported).
+    name_of
+        The name a class gives itself, and what ``name_of`` reads (for the error message):
+        ``(function, label)``. By default its ``name`` attribute (a class without one is not
+        checked).
 
     Examples
     --------
@@ -43,18 +53,26 @@ class LazyRegistry(Mapping[str, type]):
     (['random'], 'RandomPolicy', False)
     """
 
-    def __init__(self, package: str, entries: Mapping[str, tuple[str, str]]):
+    def __init__(
+        self,
+        package: str,
+        entries: Mapping[str, tuple[str, str]],
+        name_of: tuple[Callable[[type], object], str] = (_name_attribute, "name"),
+    ):
         self._package = package
         self._entries = dict(entries)
-        self._loaded: dict[str, type] = {}
+        self._name_of = name_of
+        self._loaded: dict[str, type[T]] = {}
 
-    def __getitem__(self, key: str) -> type:
+    def __getitem__(self, key: str) -> type[T]:
         cls = self._loaded.get(key)
         if cls is None:
             module, attr = self._entries[key]
             cls = getattr(importlib.import_module(f"{self._package}.{module}"), attr)
-            if getattr(cls, "name", key) != key:
-                raise RuntimeError(f"{attr}.name is {cls.name!r}, registered as {key!r}")
+            read, label = self._name_of
+            own = read(cls)
+            if own is not None and own != key:
+                raise RuntimeError(f"{attr}.{label} is {own!r}, registered as {key!r}")
             self._loaded[key] = cls
         return cls
 

@@ -59,9 +59,14 @@ def test_the_lazy_registry_and_the_union_name_the_same_classes():
 
 def test_the_lazy_registry_refuses_a_class_of_another_name():
     """The check that a registered class's ``policy`` is its registry name can fail."""
-    from streaming_dpbandit.config.registry import ConfigRegistry
+    from streaming_dpbandit.config.registry import _policy_default
+    from streaming_dpbandit.utils.lazy import LazyRegistry
 
-    wrong = ConfigRegistry({"random": ("policies", "GreedyConfig")})
+    wrong = LazyRegistry(
+        "streaming_dpbandit.config",
+        {"random": ("policies", "GreedyConfig")},
+        name_of=(_policy_default, "policy"),
+    )
     assert "random" in wrong
     with pytest.raises(RuntimeError, match=r"GreedyConfig\.policy"):
         wrong["random"]
