@@ -108,13 +108,16 @@ def ar_draw(rng: np.random.Generator, rows: int, d: int, rho: float) -> np.ndarr
     """``rows`` AR(ρ) rows of dimension d: exactly ``ar_filter(rng.standard_normal((rows, d)),
     rho)`` (the same normals from ``rng``, in the same order, and the same values), drawn and
     filtered in blocks of about :data:`DRAW_ROWS` rows that stay in the cache, instead of three
-    passes over the whole (rows, d) array in memory. Returns an F-ordered (rows, d) array.
+    passes over the whole (rows, d) array in memory. Returns a (rows, d) array (F-ordered from
+    :data:`LFILTER_MAX_ROWS` rows on).
 
     >>> a = ar_draw(np.random.default_rng(1), 7000, 7, 0.1)  # three blocks
     >>> b = ar_filter(np.random.default_rng(1).standard_normal((7000, 7)), 0.1)
     >>> bool(np.array_equal(a, b))
     True
     """
+    if rows < LFILTER_MAX_ROWS:  # one block, filtered by scipy's lfilter (same values)
+        return ar_filter(rng.standard_normal((rows, d)), rho)
     x = np.empty((d, rows))
     blocks = max(1, -(-rows // DRAW_ROWS))  # of equal sizes, up to a row
     for i in range(blocks):
@@ -212,8 +215,6 @@ class FliphatPaperEnv(Environment):
         rows = n * self.K
         if self.rho == 0:
             return rng.standard_normal((rows, self.d)).reshape(n, self.K, self.d)
-        if rows < LFILTER_MAX_ROWS:
-            return ar_filter(rng.standard_normal((rows, self.d)), self.rho).reshape(n, self.K, -1)
         return ar_draw(rng, rows, self.d, self.rho).reshape(n, self.K, self.d)
 
     def mean_rewards(self, X: np.ndarray) -> np.ndarray:
