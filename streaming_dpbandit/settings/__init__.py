@@ -11,6 +11,7 @@ from .loading import load_service_settings, validate_settings
 from .models import (
     BanditSettings,
     BroadcastSettings,
+    FeaturesSettings,
     FileSource,
     KafkaSettings,
     LocalBanditSettings,
@@ -26,6 +27,7 @@ from .models import (
 __all__ = [
     "BanditSettings",
     "BroadcastSettings",
+    "FeaturesSettings",
     "FileSource",
     "KafkaSettings",
     "LocalBanditSettings",

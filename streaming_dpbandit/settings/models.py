@@ -234,6 +234,37 @@ class LocalBanditSettings(_Section):
     )
 
 
+class FeaturesSettings(_Section):
+    """The featuriser of JSON feature objects (docs/features.md): VW-style feature hashing
+    into the bandit's dimension, shared by the gateway, the service and replay."""
+
+    dimension: int | None = Field(
+        None, ge=1, description="the hashed dimension; must equal the policy's d (default: it)"
+    )
+    namespaces: list[str] | None = Field(
+        None,
+        description="namespaces kept (context and action are the default ones); default: all",
+    )
+    interactions: list[tuple[str, str]] = Field(
+        default_factory=lambda: [("*", "*")],
+        description="(context namespace, action namespace) pairs crossed; * matches any",
+    )
+    seed: int = Field(0, ge=0, lt=1 << 32, description="seed of the namespace hashes")
+    max_features: int = Field(10_000, ge=1, description="features of one request, at most")
+
+    def build(self, d: int):
+        """The :class:`~streaming_dpbandit.features.FeatureHasher` of these settings."""
+        from ..features import FeatureHasher
+
+        return FeatureHasher(
+            d,
+            namespaces=self.namespaces,
+            interactions=self.interactions,
+            seed=self.seed,
+            max_features=self.max_features,
+        )
+
+
 class BanditSettings(_Section):
     """One bandit: its policy and how its rewards are joined."""
 
@@ -269,25 +300,50 @@ class BanditSettings(_Section):
         "releases per user; the policy's epsilon/delta are then one release's guarantee for "
         "the k events of one user (docs/privacy/user-level.md). Absent: event level",
     )
+    features: FeaturesSettings | None = Field(
+        None,
+        description="featuriser of JSON feature objects (the gateway's requests; "
+        "docs/features.md): feature hashing into the policy's d",
+    )
 
     def fingerprint(self) -> str:
         """What a snapshot records of this bandit's configuration: its policy configuration
-        (and its user-level bound, when it has one; not its key file's path: the key itself
-        is in the snapshot)."""
-        if self.user_level is None:
+        (and its user-level bound and featuriser, when it has them; not its key file's path:
+        the key itself is in the snapshot)."""
+        if self.user_level is None and self.features is None:
             return str(self.policy.model_dump_json())
         policy = json.loads(self.policy.model_dump_json())
-        bound = self.user_level.model_dump(exclude={"key_file"})
-        return json.dumps({**policy, "user_level": bound})
+        if self.user_level is not None:
+            policy["user_level"] = self.user_level.model_dump(exclude={"key_file"})
+        if self.features is not None:  # the learned coefficients live in its hashed space
+            policy["features"] = self.features.model_dump(mode="json")
+        return json.dumps(policy)
 
     def changes_since(self, fingerprint: str) -> list[str]:
         """What changed since a snapshot's :meth:`fingerprint` (a new or dropped user-level
-        bound, or a changed one, counts as ``user_level``)."""
+        bound or featuriser, or a changed one, counts as ``user_level`` or ``features``)."""
         then = json.loads(fingerprint)
         bound = then.pop("user_level", None)
+        feats = then.pop("features", None)
         changed: list[str] = list(self.policy.changes_since(json.dumps(then)))
         now = None if self.user_level is None else self.user_level.model_dump(exclude={"key_file"})
-        return changed + (["user_level"] if bound != now else [])
+        now_f = None if self.features is None else self.features.model_dump(mode="json")
+        return (
+            changed
+            + (["user_level"] if bound != now else [])
+            + (["features"] if feats != now_f else [])
+        )
+
+    @model_validator(mode="after")
+    def _features_fit_the_policy(self):
+        f = self.features
+        d = getattr(self.policy, "d", None)
+        if f is not None and f.dimension is not None and f.dimension != d:
+            raise ValueError(
+                f"features.dimension {f.dimension} differs from the policy's d = {d}: feature "
+                "hashing maps into the policy's dimension"
+            )
+        return self
 
     @model_validator(mode="after")
     def _user_level_applies(self):
