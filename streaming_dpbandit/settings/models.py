@@ -377,9 +377,23 @@ class SnapshotSettings(_Section):
 
 
 class MetricsSettings(_Section):
+    """The HTTP port of ``/metrics`` and of the probes ``/livez`` and ``/readyz``."""
+
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(9464, ge=0, le=65535)
+    broker_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="/readyz answers 503 once the Kafka bootstrap servers have been "
+        "unreachable this long",
+    )
+    stall_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="/livez answers 503 once the service loop has not turned this long (a "
+        "private release in progress counts as not turning: leave room for the longest)",
+    )
 
 
 class BroadcastSettings(_Section):

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TextIO
 
 from ..config import KafkaSettings, ServiceSettings
 from ..metrics import ServiceMetrics
+from ..probes import Readiness
 from .errors import ServiceStartError
 from .gc_tuning import service_gc
 from .service import Service
@@ -27,6 +28,7 @@ __all__ = [
     "kafka_transport",
     "run_broadcast",
     "run_service",
+    "service_readiness",
     "start_metrics_server",
 ]
 
@@ -113,17 +115,30 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     return InProcessTransport(source, keep_outputs)
 
 
+def service_readiness(settings: ServiceSettings) -> Readiness:
+    """The probes' state of a service process, before it opens: nothing restored, verified or
+    assigned yet; the Kafka bootstrap servers watched when there is a broker."""
+    m = settings.metrics
+    broker = settings.kafka.bootstrap_servers if settings.kafka is not None else None
+    readiness = Readiness(broker, m.broker_timeout_s, m.stall_timeout_s)
+    readiness.require("state", "restoring the snapshot")
+    readiness.require("ledger", "verifying the privacy ledger")
+    readiness.require("partitions", "no input partition assigned yet")
+    return readiness
+
+
 def start_metrics_server(
-    settings: ServiceSettings, metrics: ServiceMetrics
+    settings: ServiceSettings, metrics: ServiceMetrics, readiness: Readiness | None = None
 ) -> tuple[Any, int | None]:
-    """Serve ``/metrics`` in a daemon thread; returns (server, bound port) or (None, None)."""
+    """Serve ``/metrics``, ``/livez`` and ``/readyz`` in a daemon thread; returns (server,
+    bound port) or (None, None)."""
     if not settings.metrics.enabled:
         return None, None
-    from prometheus_client import start_http_server
+    from ..probes import serve_http
 
     host, port = settings.metrics.host, settings.metrics.port
     try:
-        server, _thread = start_http_server(port, host, registry=metrics.registry)
+        server = serve_http(host, port, metrics.registry, readiness or Readiness())
     except OSError as err:  # port in use, address not available, permission denied
         raise ServiceStartError(
             f"cannot serve /metrics on {host}:{port} ({err.strerror or err}): choose another "
@@ -132,14 +147,45 @@ def start_metrics_server(
     return server, server.server_port
 
 
-def serve_metrics(settings: ServiceSettings) -> tuple[ServiceMetrics, Any]:
-    """Fresh collectors and their ``/metrics`` endpoint (announced), if enabled."""
+def serve_metrics(
+    settings: ServiceSettings, readiness: Readiness | None = None
+) -> tuple[ServiceMetrics, Any]:
+    """Fresh collectors and their ``/metrics`` endpoint with the probes (announced), if
+    enabled."""
     metrics = ServiceMetrics()
-    server, port = start_metrics_server(settings, metrics)
+    server, port = start_metrics_server(settings, metrics, readiness)
     if port:
         url = f"http://{settings.metrics.host}:{port}/metrics"
-        log.info("metrics: %s", url, extra={"url": url})
+        log.info("metrics: %s (probes: /livez, /readyz)", url, extra={"url": url})
     return metrics, server
+
+
+def assigned_partitions(svc: Any) -> int:
+    """How many input partitions a running shape reads now."""
+    if hasattr(svc, "assigned"):  # a decision replica
+        return len(svc.assigned())
+    if hasattr(svc, "tasks"):  # a group replica: a task per partition index, opened (restored)
+        return 2 * len(svc.tasks)  # when assigned; each reads its contexts and feedback partition
+    return len(svc.transport.assigned())
+
+
+def opened(readiness: Readiness, service: Served) -> Callable[[Any], None]:
+    """Mark a just-opened service's state restored and ledger verified; returns the loop's
+    callback that beats the liveness and follows the partition assignment."""
+    readiness.set("state", True, "restored")
+    readiness.set("ledger", True, "verified against the snapshot")
+    last = [-float("inf")]
+
+    def turned(svc: Any) -> None:
+        readiness.beat()
+        now = time.monotonic()
+        if now - last[0] >= 0.5:  # an assignment is a set to build: twice a second is enough
+            last[0] = now
+            n = assigned_partitions(svc)
+            readiness.set("partitions", n > 0, f"{n} input partitions assigned")
+
+    turned(service)
+    return turned
 
 
 def run_service(
@@ -158,12 +204,14 @@ def run_service(
         return run_broadcast(settings, out)
     group = settings.scaling.mode == "group" and transport is None
     transport = None if group else (transport or build_transport(settings))
-    metrics, server = serve_metrics(settings)
+    readiness = service_readiness(settings)
+    metrics, server = serve_metrics(settings, readiness)
     try:
-        return _run(settings, transport, metrics, server, out, linger_s, group)
+        return _run(settings, transport, metrics, server, out, linger_s, group, readiness)
     finally:
         if server is not None:
             server.shutdown()
+            server.server_close()
 
 
 def run_broadcast(settings: ServiceSettings, out: TextIO | None = None) -> dict[str, Any]:
@@ -176,14 +224,16 @@ def run_broadcast(settings: ServiceSettings, out: TextIO | None = None) -> dict[
 
     out = sys.stdout if out is None else out
     check_broadcast(settings)
-    metrics, server = serve_metrics(settings)
+    readiness = service_readiness(settings)
+    metrics, server = serve_metrics(settings, readiness)
     try:
         if settings.broadcast.role == "decider":
             replica = DecisionReplica(settings, metrics)
             replica.open()
             replica.install_signal_handlers()
             with service_gc():
-                summary = replica.run()
+                summary = replica.run(opened(readiness, replica))
+            readiness.stopped("stopped")
             print(json.dumps(summary), file=out)
             return summary
         from .kafka.transport import KafkaTransport
@@ -196,7 +246,8 @@ def run_broadcast(settings: ServiceSettings, out: TextIO | None = None) -> dict[
         learner.open()
         learner.install_signal_handlers()
         with service_gc():
-            summary = learner.run()
+            summary = learner.run(opened(readiness, learner))
+        readiness.stopped("stopped")
         summary["role"] = "learner"
         summary["state_directory"] = str(settings.snapshots.directory)
         print_summary(summary, out)
@@ -204,6 +255,7 @@ def run_broadcast(settings: ServiceSettings, out: TextIO | None = None) -> dict[
     finally:
         if server is not None:
             server.shutdown()
+            server.server_close()
 
 
 def _run(
@@ -214,6 +266,7 @@ def _run(
     out: TextIO,
     linger_s: float,
     group: bool,
+    readiness: Readiness,
 ) -> dict[str, Any]:
     service: Served
     if group:
@@ -225,6 +278,7 @@ def _run(
         service = Service(settings, transport, metrics)
     service.open()
     service.install_signal_handlers()
+    turned = opened(readiness, service)
     model_server = None
     local = getattr(service, "local", None)
     if local and settings.model_server.enabled:  # local models
@@ -259,6 +313,7 @@ def _run(
         simulated = None
 
     def progress(svc: Any) -> None:  # a Service or a GroupService
+        turned(svc)
         if simulated is not None:  # the stream knows the true mean rewards
             metrics.simulated_regret.labels(simulated.bandit_id).set(simulated.regret)
         if bar is None:
@@ -275,6 +330,7 @@ def _run(
         with service_gc():  # started: what exists now lives as long as the process
             summary = service.run(progress)
     finally:
+        readiness.stopped("stopping" if service.stop.requested else "input finished")
         if bar is not None:
             bar.close()
         if model_server is not None:

@@ -22,6 +22,7 @@ from streaming_dpbandit.cli import build_parser
 from streaming_dpbandit.commands.serve import build_service_settings
 from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.probes import Readiness
 from streaming_dpbandit.stream.runner import start_metrics_server
 from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings
 from streaming_dpbandit.testing.deploy_helpers import (
@@ -77,7 +78,7 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_health_check_and_secure_no
     assert uid.isdigit() and int(uid) >= 1000  # numeric, so runAsNonRoot can check it
     assert instrs.index("USER") > max(i for i, x in enumerate(instrs) if x in ("RUN", "COPY"))
     health = [a for i, a in runtime if i == "HEALTHCHECK"]
-    assert len(health) == 1 and "/metrics" in health[0]
+    assert len(health) == 1 and "/readyz" in health[0]
     assert [a for i, a in runtime if i == "EXPOSE"] == [image_env()["DPBANDIT_METRICS__PORT"]]
     assert [a for i, a in runtime if i == "ENTRYPOINT"] == ['["dpbandit"]']
     cmd = json.loads(next(a for i, a in runtime if i == "CMD"))
@@ -121,26 +122,31 @@ def test_copied_sources_exist_and_pass_the_dockerignore():
     assert not ignored("streaming_dpbandit/stream/service.py")
 
 
-def test_image_health_check_command_works_against_a_real_metrics_endpoint():
+def test_image_health_check_asks_readyz_of_a_real_metrics_endpoint():
+    """Healthy when /readyz answers 200; unhealthy while not ready (503) or not listening."""
     runtime = stages()[-1]
     hc = next(a for i, a in runtime if i == "HEALTHCHECK")
     cmd = json.loads(hc[hc.index("CMD") + 3 :].strip())
     assert cmd[0] == "python"
     st = ServiceSettings.model_validate({"metrics": {"port": 0}})
-    server, port = start_metrics_server(st, ServiceMetrics())
-    try:
+    readiness = Readiness()
+    readiness.require("partitions", "none assigned yet")
+    server, port = start_metrics_server(st, ServiceMetrics(), readiness)
+
+    def check() -> int:
         env = {**os.environ, "DPBANDIT_METRICS__PORT": str(port)}
-        ok = subprocess.run([sys.executable, *cmd[1:]], env=env, capture_output=True, timeout=30)
-        assert ok.returncode == 0, ok.stderr
+        return subprocess.run(
+            [sys.executable, *cmd[1:]], env=env, capture_output=True, timeout=30
+        ).returncode
+
+    try:
+        assert check() != 0  # not ready yet: unhealthy
+        readiness.set("partitions", True)
+        assert check() == 0
     finally:
         server.shutdown()
-    down = subprocess.run(
-        [sys.executable, *cmd[1:]],
-        env={**os.environ, "DPBANDIT_METRICS__PORT": str(port)},
-        capture_output=True,
-        timeout=30,
-    )
-    assert down.returncode != 0  # nothing listens any more: unhealthy
+        server.server_close()
+    assert check() != 0  # nothing listens any more: unhealthy
 
 
 # -- compose ------------------------------------------------------------------------------------

@@ -129,9 +129,12 @@ def test_ports_probes_service_and_monitoring_agree(docs):
     c = container(docs)
     (port,) = c["ports"]
     assert str(port["containerPort"]) == image_env()["DPBANDIT_METRICS__PORT"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/metrics", "port": port["name"]}, probe
+    paths = {"startupProbe": "/livez", "readinessProbe": "/readyz", "livenessProbe": "/livez"}
+    for probe, path in paths.items():
+        assert c[probe]["httpGet"] == {"path": path, "port": port["name"]}, probe
     svc = docs["Service"]
+    # a pod that is not ready (broker away) is still scraped
+    assert svc["spec"]["publishNotReadyAddresses"] is True
     assert matches(svc["spec"]["selector"], pod(docs)["metadata"]["labels"])
     (sport,) = svc["spec"]["ports"]
     assert sport["targetPort"] == port["name"]

@@ -197,6 +197,10 @@ class DecisionReplica:
     def install_signal_handlers(self) -> None:
         self.stop.install()
 
+    def assigned(self) -> set[tuple[str, int]]:
+        """The contexts partitions this replica decides now (the probes' ``partitions``)."""
+        return {(p.topic, p.partition) for p in self.consumer.assignment()}
+
     # -- models -------------------------------------------------------------------------------
     def model_version(self, bandit: str) -> int:
         return self.bandits[bandit].policy.model_version
