@@ -1,8 +1,8 @@
 """The ``dpbandit`` command line.
 
 Subcommands: ``serve``, ``loadgen``, ``simulate``, ``replay``, ``reproduce``, ``budget``,
-``explain``. Bad options, configs and logs give one clear error line and exit status 2, never a
-traceback.
+``explain``, ``schema``. Bad options, configs and logs give one clear error line and exit
+status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -39,6 +39,22 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Names:
+    """A comma-separated list of names for a help text, looked up only when the help is shown
+    (``%(names)s`` in the option's help): ``dpbandit --help`` imports no registry."""
+
+    def __init__(self, module: str, attribute: str):
+        self.module, self.attribute = module, attribute
+
+    def __str__(self) -> str:
+        found = getattr(importlib.import_module(self.module, __package__), self.attribute)
+        return ", ".join(sorted(found))
+
+
+def _names(action: argparse.Action, module: str, attribute: str) -> None:
+    action.names = _Names(module, attribute)  # type: ignore[attr-defined]
 
 
 def _add_sim_options(p: argparse.ArgumentParser, reproduce: bool = False) -> None:
@@ -383,6 +399,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=1 << 20,
         help="list the releases up to this round (default 2^20)",
     )
+
+    p = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a message of the service's topics",
+        description="Print the JSON Schema (draft 2020-12) of one kind of message the service "
+        "reads or writes, generated from its pydantic model (docs/events.md; the files are also "
+        "in docs/schemas/ and in the package, streaming_dpbandit/data/schemas/).",
+    )
+    _names(
+        p.add_argument("name", nargs="?", help="the message: one of %(names)s (omit to list them)"),
+        ".stream.json_schemas",
+        "MESSAGES",
+    )
+    p.add_argument("--write", metavar="DIR", help="write every schema to DIR/NAME.schema.json")
     return parser
 
 
@@ -404,6 +434,7 @@ COMMANDS = {
     "budget": _command("budget"),
     "explain": _command("explain"),
     "serve": _command("serve"),
+    "schema": _command("schema"),
 }
 
 

@@ -12,7 +12,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 __all__ = [
@@ -103,8 +103,31 @@ def _to_epoch(v: object) -> float:
     raise ValueError("event_time must be epoch seconds or ISO-8601")
 
 
+#: Binary features: base64 text of little-endian float64 values (docs/events.md).
+F64Text = Annotated[
+    bytes,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "contentEncoding": "base64",
+            "description": "base64 (standard or URL-safe) of little-endian IEEE-754 float64 "
+            "values, row-major",
+        }
+    ),
+]
+
 #: An event time as epoch seconds (given as a number, or an ISO-8601 string).
-EventTime = Annotated[float, BeforeValidator(_to_epoch)]
+EventTime = Annotated[
+    float,
+    BeforeValidator(_to_epoch),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number"}, {"type": "string", "format": "date-time"}],
+            "description": "seconds since the Unix epoch, or an ISO-8601 time (UTC if it "
+            "names no zone)",
+        }
+    ),
+]
 
 
 class _Event(BaseModel):
@@ -152,9 +175,9 @@ class ContextEvent(_Event):
     bandit_id: Id
     event_time: EventTime
     arms: list[ArmFeatures] | None = Field(None, min_length=1, max_length=10_000)
-    arm_features_f64: bytes | None = None
+    arm_features_f64: F64Text | None = None
     shared: list[float] | None = Field(None, min_length=1)
-    shared_f64: bytes | None = None
+    shared_f64: F64Text | None = None
     arm_ids: list[Id] | None = Field(None, min_length=1, max_length=10_000)
     user_id: Id | None = None
     slate_size: int | None = Field(None, ge=1, le=10_000)

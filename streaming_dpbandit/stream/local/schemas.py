@@ -20,7 +20,9 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["LDPReportMessage", "is_ldp_report"]
+from ...ldp.model import ModelSpec
+
+__all__ = ["LDPModelMessage", "LDPReportMessage", "is_ldp_report"]
 
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -80,3 +82,39 @@ class LDPReportMessage(BaseModel):
             return np.asarray(self.payload, dtype=np.float64)
         raw = base64.b64decode(self.payload_b64 or "")
         return np.frombuffer(raw, dtype="<f4").astype(np.float64)
+
+
+class LDPModelMessage(BaseModel):
+    """A published model version of a local bandit (topic ``models``, key = bandit_id; also
+    ``GET /v1/models/{bandit_id}``): what :meth:`streaming_dpbandit.ldp.ModelSnapshot.to_dict`
+    writes and the client SDK reads (the SDK checks it again, recomputing ``constants`` from
+    ``spec``).
+
+    >>> from streaming_dpbandit.ldp.model import ModelSnapshot
+    >>> spec = ModelSpec(variant="sgd", setting="single", d=2, K=3, epsilon=1.0)
+    >>> snap = ModelSnapshot("shop", "shop-1a2b", 4, spec, theta=[0.5, -0.25])
+    >>> LDPModelMessage.model_validate_json(snap.to_json()).theta
+    [0.5, -0.25]
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    v: Literal[1] = 1
+    type: Literal["ldp_model"]
+    bandit_id: Id
+    model_id: Id
+    model_version: int = Field(ge=0)
+    reports: int = Field(ge=0, description="reports absorbed into this version")
+    phase: Literal["warmup", "main"]
+    theta: list[float] | list[list[float]] = Field(
+        description="d numbers (single-parameter), or K rows of d (multi-parameter)"
+    )
+    theta_warmup: list[list[float]] | None = Field(
+        description="the frozen warm-up estimates (multi-parameter main phase)"
+    )
+    h: float | None = Field(description="elimination threshold (null: none)")
+    ticket: int | None = Field(description="warm-up round-robin ticket")
+    spec: ModelSpec = Field(description="the public configuration")
+    constants: dict[str, dict[str, float | int]] = Field(
+        description="per phase, the mechanism constants derived from spec"
+    )
