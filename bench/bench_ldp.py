@@ -32,9 +32,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.estimators.ldp_server import LDPServer  # noqa: E402
 from streaming_dpbandit.ldp import LDPClient, ModelSnapshot, ModelSpec, build_payloads  # noqa: E402
+from streaming_dpbandit.settings import ServiceSettings  # noqa: E402
 from streaming_dpbandit.stream.service import Service  # noqa: E402
 from streaming_dpbandit.stream.transport import InProcessTransport, Source  # noqa: E402
 

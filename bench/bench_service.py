@@ -61,8 +61,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from streaming_dpbandit.config import ServiceSettings  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
+from streaming_dpbandit.settings import ServiceSettings  # noqa: E402
 from streaming_dpbandit.stream.binary_context import (  # noqa: E402
     BINARY_ENCODINGS,
     MAGIC,
@@ -399,7 +399,7 @@ def bare_loop(
     context (µs: this thread and kafka-python's I/O threads) to ``cpu_out``."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streaming_dpbandit.config import KafkaSettings
+    from streaming_dpbandit.settings import KafkaSettings
     from streaming_dpbandit.stream.kafka.transport import producer_options, wait_for_partitions
 
     ks = KafkaSettings(bootstrap_servers=bootstrap)
@@ -1025,7 +1025,7 @@ def bare_loop_confluent(
     ``max_poll_records``); partitions assigned, not joined as a group, as in :func:`bare_loop`."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-    from streaming_dpbandit.config import KafkaSettings
+    from streaming_dpbandit.settings import KafkaSettings
     from streaming_dpbandit.stream.kafka.confluent import confluent_producer_config
 
     ks = KafkaSettings(bootstrap_servers=bootstrap, client="confluent-kafka")

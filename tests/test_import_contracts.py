@@ -51,6 +51,19 @@ def test_a_broken_contract_fails_the_check(tmp_path):
     assert "BROKEN" in out.stdout and "streaming_dpbandit.policies" in out.stdout
 
 
+def test_every_package_has_a_layer():
+    """Each subpackage of ``streaming_dpbandit`` stands in the top layers contract, so that an
+    import between two of them is checked (``settings`` and ``commands`` once stood in none, and
+    ``config`` re-exported ``settings``, which imports ``config``, unchecked)."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    top = next(c for c in contracts["contracts"] if c["containers"] == ["streaming_dpbandit"])
+    layered = {name.strip() for layer in top["layers"] for name in layer.split("|")}
+    packages = {p.parent.name for p in (ROOT / "streaming_dpbandit").glob("*/__init__.py")}
+    assert packages | {"cli"} <= layered, sorted(packages - layered)
+
+
 def test_no_module_of_the_service_is_over_500_lines():
     """``stream/`` stays cut by concern (issue 23): no module over 500 lines."""
     long = {

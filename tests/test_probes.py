@@ -10,9 +10,9 @@ import json
 import urllib.error
 import urllib.request
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.probes import Readiness
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.runner import service_readiness, start_metrics_server
 
 

@@ -2,7 +2,7 @@
 
 ``policy_config(name, params)`` validates a policy's parameters (one clear error line);
 ``cfg.build(seed)`` constructs it. The service's settings live in
-:mod:`streaming_dpbandit.settings`; their names are still importable from here.
+:mod:`streaming_dpbandit.settings` (which imports this package, never the other way round).
 
 Every name is imported on first use (PEP 562): ``CONFIGS`` (:mod:`.registry`) names every
 policy without building a model, and validating FLIPHAT's parameters imports FLIPHAT's
@@ -70,17 +70,10 @@ _MODULES = {
 
 
 def __getattr__(name: str) -> Any:
-    """A configuration name (imported from its module on first use), or one of the service
-    settings' names (:mod:`streaming_dpbandit.settings`)."""
-    if name in _MODULES:
-        value = lazy_attribute(__name__, _MODULES, name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    from .. import settings
-
-    if name in settings.__all__:
-        return getattr(settings, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A configuration name, imported from its module on first use."""
+    value = lazy_attribute(__name__, _MODULES, name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -29,6 +29,9 @@ class PolicyConfigBase(BaseModel):
     private: bool = False
     if TYPE_CHECKING:  # each subclass declares it as a Literal field (a field here would
         policy: str  # reorder every model's fields, and with them the snapshot fingerprints)
+
+        def __getattr__(self, name: str) -> Any:  # a policy's own parameters
+            ...
 
     #: Constructor parameters a configuration never sets: the privacy audit's noise multiplier
     #: and the tests' tie rule (``tests/config/test_config_parity.py`` checks the rest match).

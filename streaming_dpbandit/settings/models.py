@@ -482,6 +482,19 @@ class ServiceSettings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
         return tuple(sources)
 
+    def kafka_section(self) -> KafkaSettings:
+        """The ``kafka`` section, for the parts of the service that run on Kafka only (the
+        runner chooses them when the section is present)."""
+        if self.kafka is None:
+            raise ValueError("this part of the service needs a kafka section")
+        return self.kafka
+
+    def broadcast_section(self) -> BroadcastSettings:
+        """The ``broadcast`` section, for the learner and the decision replicas."""
+        if self.broadcast is None:
+            raise ValueError("this part of the service needs a broadcast section")
+        return self.broadcast
+
     @model_validator(mode="after")
     def _check(self):
         for name, b in self.bandits.items():

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import BanditSettings
+from ..settings import BanditSettings
 from .join import JoinStore, Resolution
 from .parsing import AnyContext, BadInput, Pending
 from .schemas import Feedback, decision_encoder

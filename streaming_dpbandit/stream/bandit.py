@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from ..config import BanditSettings
 from ..policies.base import Policy
 from ..privacy.ledger import ReleaseRecord
+from ..settings import BanditSettings
 from .arms import ActionKind, SingleArms, arm_id_kwargs
 from .join import EarlyFeedback, Resolution
 from .parsing import AnyContext, BadInput, Pending

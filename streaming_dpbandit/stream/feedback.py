@@ -119,9 +119,9 @@ class FeedbackStage:
             rt.advance_watermark(msg.event_time)
             fb.labels(rt.bandit_id, "watermark").inc()
             return
-        limit = svc.time_limit(r)
-        if msg.event_time > limit:
-            bad = too_late(msg.event_time, limit, svc.settings.max_event_time_skew_s)
+        latest = svc.time_limit(r)
+        if msg.event_time > latest:
+            bad = too_late(msg.event_time, latest, svc.settings.max_event_time_skew_s)
             svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
             fb.labels(rt.bandit_id, bad.reason).inc()
             return

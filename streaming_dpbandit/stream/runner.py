@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from ..config import KafkaSettings, ServiceSettings
 from ..metrics import ServiceMetrics
 from ..probes import Readiness
+from ..settings import KafkaSettings, ServiceSettings
 from .errors import ServiceStartError
 from .gc_tuning import service_gc
 from .service import Service
@@ -60,12 +60,11 @@ def kafka_transport(kafka: KafkaSettings) -> Transport:
 
 def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Transport:
     """Kafka when configured; otherwise the in-process transport over a file or a simulation."""
-    topics = settings.kafka.topics if settings.kafka else None
     if settings.kafka is not None:
         return kafka_transport(settings.kafka)
-    from ..config import TopicsSettings
+    from ..settings import TopicsSettings
 
-    t = topics or TopicsSettings()
+    t = TopicsSettings()
     if settings.file is not None:
         from .sim.sources import FileSource
 
@@ -77,8 +76,12 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
 
     sim = settings.simulation
     source: Source
-    stream = {"bandit_id": sim.bandit_id, "seed": sim.seed, "topics": (t.contexts, t.feedback)}
-    timing = {
+    stream: dict[str, Any] = {
+        "bandit_id": sim.bandit_id,
+        "seed": sim.seed,
+        "topics": (t.contexts, t.feedback),
+    }
+    timing: dict[str, Any] = {
         "dt": sim.seconds_between_events,
         "delay_mean": sim.feedback_delay_mean,
         "feedback_probability": sim.feedback_probability,
@@ -98,7 +101,7 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
         from .local.clients import SimulatedLDPClients
 
         ul = local.user_level  # user level: every simulated device bounds its own reports
-        bound = (
+        bound: dict[str, Any] = (
             {}
             if ul is None
             else {
@@ -227,7 +230,7 @@ def run_broadcast(settings: ServiceSettings, out: TextIO | None = None) -> dict[
     readiness = service_readiness(settings)
     metrics, server = serve_metrics(settings, readiness)
     try:
-        if settings.broadcast.role == "decider":
+        if settings.broadcast_section().role == "decider":
             replica = DecisionReplica(settings, metrics)
             replica.open()
             replica.install_signal_handlers()

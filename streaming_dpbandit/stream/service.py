@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..config import BanditSettings, ServiceSettings, TopicsSettings
 from ..metrics import ServiceMetrics
 from ..privacy.accountant import load_pld
+from ..settings import BanditSettings, ServiceSettings, TopicsSettings
 from .bandit import BanditRuntime
 from .contexts import ContextStage
 from .dead_letters import DeadLetters
@@ -82,7 +82,7 @@ class Service:
     Parameters
     ----------
     settings
-        Validated :class:`~streaming_dpbandit.config.ServiceSettings`.
+        Validated :class:`~streaming_dpbandit.settings.ServiceSettings`.
     transport
         Kafka or in-process.
     metrics

@@ -10,8 +10,8 @@ import time
 import numpy as np
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
+from streaming_dpbandit.settings import ServiceSettings
 
 from .stream_helpers import BANDIT, D, K, bandit_config
 from .user_level_helpers import user_for

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.service import Service
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import LDPMultiParamEnv, LDPSingleParamEnv
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.local.clients import SimulatedLDPClients
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import RecordingSource

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.messages import context_value, encode_f64
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import FileSource, RecordingSource, SimulatedSource

@@ -84,7 +84,7 @@ def test_user_level_key_file_keys_the_hash_and_is_checked_at_start(tmp_path):
     a, b = ul.build(pol, seed=1), ul.build(pol, seed=None)
     by_seed = UserLevelConfig(max_contributions_per_user=2).build(pol, seed=1)
     assert a.hash_users(["u"]) == b.hash_users(["u"]) != by_seed.hash_users(["u"])
-    from streaming_dpbandit.config import BanditSettings
+    from streaming_dpbandit.settings import BanditSettings
 
     def fingerprint(**section) -> str:
         return BanditSettings.model_validate(_bandit(FLIPHAT, **section)).fingerprint()

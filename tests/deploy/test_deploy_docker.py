@@ -20,9 +20,9 @@ import yaml
 
 from streaming_dpbandit.cli import build_parser
 from streaming_dpbandit.commands.serve import build_service_settings
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.probes import Readiness
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.runner import start_metrics_server
 from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings
 from streaming_dpbandit.testing.deploy_helpers import (
@@ -286,7 +286,7 @@ def test_load_generator_feeds_the_configured_bandit(compose, monkeypatch):
     assert args.command == "loadgen" and args.rate > 0
     path = config_path_in_container(compose, "loadgen")
     assert path == config_path_in_container(compose, "dpbandit")  # the same settings
-    from streaming_dpbandit.config import load_service_settings
+    from streaming_dpbandit.settings import load_service_settings
 
     settings = load_service_settings(str(path))
     env = check_loadgen_settings(settings)  # bandit known, same dimension

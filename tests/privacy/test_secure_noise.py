@@ -218,7 +218,8 @@ def test_fliphat_on_the_secure_backend_releases_on_the_grid_and_says_so(tmp_path
 
 
 def test_serve_defaults_to_the_secure_backend_and_simulate_to_fast():
-    from streaming_dpbandit.config import BanditSettings, policy_config
+    from streaming_dpbandit.config import policy_config
+    from streaming_dpbandit.settings import BanditSettings
 
     b = BanditSettings(policy={"policy": "fliphat", "d": 10})
     assert b.policy.noise_backend == "secure"

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from streaming_dpbandit.cli import main
-from streaming_dpbandit.config import ConfigError, ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
+from streaming_dpbandit.errors import ConfigError
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.sim.loadgen import RealTimeStream, check_loadgen_settings
 from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K
 

@@ -16,8 +16,8 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.settings import TopicsSettings
 from streaming_dpbandit.stream.bandit import BanditRuntime
 from streaming_dpbandit.stream.binary_context import MAGIC, decode_binary_context
 from streaming_dpbandit.stream.messages import context_value

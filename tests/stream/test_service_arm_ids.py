@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from streaming_dpbandit.config import BanditSettings
+from streaming_dpbandit.settings import BanditSettings
 from streaming_dpbandit.stream.bandit import BanditRuntime
 from streaming_dpbandit.stream.parsing import BadInput, Pending
 from streaming_dpbandit.stream.schemas import ContextEvent

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
-from streaming_dpbandit.config import ConfigError, load_service_settings
+from streaming_dpbandit.errors import ConfigError
 from streaming_dpbandit.ldp import LDPClient, ModelSnapshot, fetch_snapshot
 from streaming_dpbandit.privacy.accountant import Accountant
 from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.settings import load_service_settings
 from streaming_dpbandit.stream.local.publisher import ModelStore, start_model_server
 from streaming_dpbandit.testing.ldp_stream_helpers import (
     BANDIT,

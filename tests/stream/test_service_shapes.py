@@ -9,8 +9,8 @@ import gc
 import json
 import time
 
-from streaming_dpbandit.config import TopicsSettings
 from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.settings import TopicsSettings
 from streaming_dpbandit.stream.bandit import BanditRuntime
 from streaming_dpbandit.stream.parsing import BadInput
 from streaming_dpbandit.stream.scaling.broadcast import learner_service

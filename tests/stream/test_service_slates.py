@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from streaming_dpbandit.cli import main
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import MatroidSyntheticEnv
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.bandit import BanditRuntime
 from streaming_dpbandit.stream.parsing import BadInput, Pending
 from streaming_dpbandit.stream.runner import print_summary

@@ -111,7 +111,7 @@ def test_slate_restart_neither_double_counts_nor_forgets_a_users_slates(
 
 
 def test_slate_user_level_refuses_the_paper_calibration(tmp_path):
-    from streaming_dpbandit.config import ServiceSettings
+    from streaming_dpbandit.settings import ServiceSettings
 
     bad = user_slate_bandit()
     bad["policy"] = {**POLICY, "calibration": "paper"}

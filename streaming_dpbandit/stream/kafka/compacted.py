@@ -96,7 +96,7 @@ def read_to_end(
 
 def ensure_compacted_topic(settings, topic: str, partitions: int) -> bool:
     """Create ``topic`` with ``cleanup.policy=compact`` if it does not exist; True if created
-    (``settings``: :class:`~streaming_dpbandit.config.KafkaSettings`)."""
+    (``settings``: :class:`~streaming_dpbandit.settings.KafkaSettings`)."""
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 

@@ -29,7 +29,7 @@ import logging
 import time
 from typing import Any
 
-from ...config import KafkaSettings
+from ...settings import KafkaSettings
 from ..errors import ServiceStartError
 from ..transport import TP, Record, Transport
 from .transport import ensure_topics
@@ -70,7 +70,7 @@ def confluent_producer_config(settings: KafkaSettings) -> dict[str, Any]:
     """The producer's properties: acknowledged by every replica, idempotent, the Java
     client's partitioner, batched as configured.
 
-    >>> from streaming_dpbandit.config import KafkaSettings
+    >>> from streaming_dpbandit.settings import KafkaSettings
     >>> c = confluent_producer_config(KafkaSettings(bootstrap_servers="127.0.0.1:9"))
     >>> c["acks"], c["enable.idempotence"], c["partitioner"], c["batch.size"]
     ('all', True, 'murmur2_random', 1048576)
@@ -92,7 +92,7 @@ def confluent_consumer_config(settings: KafkaSettings, instance_id: str | None) 
     """The group consumer's properties: offsets committed by the service only, read from the
     earliest when the group has none, the group's timeouts and the static member id.
 
-    >>> from streaming_dpbandit.config import KafkaSettings
+    >>> from streaming_dpbandit.settings import KafkaSettings
     >>> c = confluent_consumer_config(KafkaSettings(bootstrap_servers="h:1"), "dpbandit-single")
     >>> c["enable.auto.commit"], c["session.timeout.ms"], c["group.instance.id"]
     (False, 10000, 'dpbandit-single')

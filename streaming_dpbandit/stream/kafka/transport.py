@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any
 
-from ...config import KafkaSettings
+from ...settings import KafkaSettings
 from ..transport import TP, Record, Transport
 from .consumer_tools import consumer_lag, resume_partition, wait_for_partitions
 
@@ -90,7 +90,7 @@ def producer_options(settings: KafkaSettings) -> dict:
     """Keyword arguments of the service's producers: :func:`client_options`, acknowledged by every
     replica, idempotent, batched as configured.
 
-    >>> from streaming_dpbandit.config import KafkaSettings
+    >>> from streaming_dpbandit.settings import KafkaSettings
     >>> opts = producer_options(KafkaSettings(bootstrap_servers="127.0.0.1:9"))
     >>> opts["acks"], opts["enable_idempotence"], opts["batch_size"]
     ('all', True, 1048576)

@@ -24,8 +24,8 @@ from .runtime import LocalBanditRuntime, LocalMetrics, learned_local_bytes
 from .schemas import LDPReportMessage, is_ldp_report
 
 if TYPE_CHECKING:
-    from ...config import ServiceSettings, TopicsSettings
     from ...metrics import ServiceMetrics
+    from ...settings import ServiceSettings, TopicsSettings
     from ..state import ReleaseLedger
     from ..transport import Transport
 

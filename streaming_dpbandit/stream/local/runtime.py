@@ -32,11 +32,11 @@ import hashlib
 import logging
 import math
 import time
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
-from ...config import BanditSettings
 from ...estimators.ldp_ols import MAX_ABS
 from ...estimators.ldp_server import LDPServer
 from ...ldp.model import ModelSnapshot
@@ -44,8 +44,12 @@ from ...policies.ldp_glb import local_release_record
 from ...policies.ldp_user_level import local_user_statement
 from ...privacy.ledger import ReleaseRecord
 from ...privacy.user_level import user_level_of_records
+from ...settings import BanditSettings
 from ...utils.serialization import dumps
 from .schemas import LDPReportMessage
+
+if TYPE_CHECKING:
+    from ...config import LDPGLBConfig
 
 __all__ = ["DedupWindow", "LocalBanditRuntime", "LocalMetrics", "learned_local_bytes", "model_id"]
 
@@ -188,7 +192,7 @@ class LocalBanditRuntime:
     ):
         self.bandit_id = bandit_id
         self.settings = settings
-        cfg = settings.policy
+        cfg = cast("LDPGLBConfig", settings.policy)  # privacy=local: checked by the settings
         #: user level (docs/privacy/user-level-ldp.md): the model at the per-report calibration
         #: of k reports per user; the devices bound themselves, records carry the bound
         self.user_bound: dict | None = None

@@ -29,7 +29,8 @@ from typing import cast
 import numpy as np
 from pydantic import Field
 
-from ...config import ConfigError, ServiceSettings, TopicsSettings
+from ...errors import ConfigError
+from ...settings import ServiceSettings, TopicsSettings
 from ..bandit import BanditRuntime
 from ..hooks import RecordRounds, ReleaseHook
 from ..join import EarlyFeedback, JoinStore
@@ -96,8 +97,8 @@ def check_broadcast(settings: ServiceSettings) -> None:
 def learner_kafka_settings(settings: ServiceSettings):
     """The learner's transport settings: it reads decisions (not contexts) and feedback in its
     own consumer group; topics are created beforehand."""
-    k = settings.kafka
-    b = settings.broadcast
+    k = settings.kafka_section()
+    b = settings.broadcast_section()
     topics = k.topics.model_copy(update={"contexts": k.topics.decisions})
     group = b.learner_group_id or f"{k.group_id}.learner"
     return k.model_copy(update={"topics": topics, "group_id": group, "create_topics": False})
@@ -107,10 +108,11 @@ def ensure_broadcast_topics(settings: ServiceSettings) -> None:
     """Create the service topics and the compacted models topic (``create_topics``)."""
     from ..kafka.transport import ensure_topics
 
-    if settings.kafka.create_topics:
-        ensure_topics(settings.kafka)
-        if ensure_models_topic(settings.kafka, settings.broadcast.models_topic):
-            log.info("created the compacted models topic %s", settings.broadcast.models_topic)
+    k, topic = settings.kafka_section(), settings.broadcast_section().models_topic
+    if k.create_topics:
+        ensure_topics(k)
+        if ensure_models_topic(k, topic):
+            log.info("created the compacted models topic %s", topic)
 
 
 # -- the learner ------------------------------------------------------------------------------
@@ -255,7 +257,7 @@ def learner_service(settings: ServiceSettings, transport, metrics=None) -> Servi
         Collectors (a fresh registry by default).
     """
     topics = settings.kafka.topics if settings.kafka else TopicsSettings()
-    publisher = ModelPublisher(transport, settings.broadcast.models_topic)
+    publisher = ModelPublisher(transport, settings.broadcast_section().models_topic)
     return Service(
         settings,
         transport,

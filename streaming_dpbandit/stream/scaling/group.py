@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...config import ServiceSettings
 from ...metrics import ServiceMetrics
+from ...settings import ServiceSettings
 from ..errors import ServiceStartError
 from ..kafka.ledger import KafkaLedger
 from ..kafka.state_store import KafkaChangelogStore
@@ -81,18 +81,22 @@ class GroupService:
     # -- set-up -----------------------------------------------------------------------------
     @property
     def state_topic(self) -> str:
-        return self.settings.scaling.state_topic or f"{self.settings.kafka.group_id}.state"
+        return (
+            self.settings.scaling.state_topic or f"{self.settings.kafka_section().group_id}.state"
+        )
 
     @property
     def ledger_topic(self) -> str:
-        return self.settings.scaling.ledger_topic or f"{self.settings.kafka.group_id}.ledger"
+        return (
+            self.settings.scaling.ledger_topic or f"{self.settings.kafka_section().group_id}.ledger"
+        )
 
     def _prepare_topics(self) -> int:
         """Create the topics when allowed; check co-partitioning; returns the partition count."""
         from kafka.admin import KafkaAdminClient, NewTopic
         from kafka.errors import TopicAlreadyExistsError
 
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         t = k.topics
         admin = KafkaAdminClient(**client_options(k))
         try:
@@ -138,7 +142,7 @@ class GroupService:
         """Check the topics and join the consumer group (tasks arrive with the assignment)."""
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         try:
             self.n_partitions = self._prepare_topics()
             self.consumer = self._consumer()
@@ -174,7 +178,7 @@ class GroupService:
         from kafka import KafkaConsumer
         from kafka.coordinator.assignors.range import RangePartitionAssignor
 
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         return KafkaConsumer(
             **group_consumer_options(k, k.instance_id(single=False)),
             # the same indices of both input topics: a replica owns whole tasks
@@ -184,7 +188,7 @@ class GroupService:
     def _subscribe(self) -> None:
         """Join once the input topics' partitions are known (an empty first assignment is
         where kafka-python's re-join stall starts; docs/operations.md)."""
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
         self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
 
@@ -197,7 +201,7 @@ class GroupService:
         self.join_restarts += 1
         close_stalled(
             self.consumer,
-            self.settings.kafka.rejoin_stall_s,
+            self.settings.kafka_section().rejoin_stall_s,
             self.join_restarts,
             dropping=f"tasks {sorted(self.tasks)}",
         )
@@ -215,7 +219,7 @@ class GroupService:
     def _producer(self, partition: int):
         from kafka import KafkaProducer
 
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         return KafkaProducer(
             **producer_options(k),
             transactional_id=f"{k.group_id}-task-{partition}",
@@ -277,7 +281,7 @@ class GroupService:
             producers[p].init_transactions()
         t_fenced = time.monotonic()
         # then read the committed state and ledger of all the new tasks at once
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         extra = {key: v for key, v in client_options(k).items() if key != "bootstrap_servers"}
         boot = k.bootstrap_servers.split(",")
         store = KafkaChangelogStore(boot, self.state_topic, None, extra, new)
@@ -316,7 +320,7 @@ class GroupService:
         the group's committed offsets (written in the same transaction), if any."""
         from kafka import TopicPartition
 
-        tp = TopicPartition(self.settings.kafka.topics.contexts, p)
+        tp = TopicPartition(self.settings.kafka_section().topics.contexts, p)
         try:
             committed = self.consumer.committed(tp, metadata=True)
         except Exception as err:  # read the whole partition instead
@@ -367,7 +371,7 @@ class GroupService:
 
     def run(self, progress: Callable[[Any], object] | None = None) -> dict[str, Any]:
         """Serve until a stop is requested; returns the summary of the tasks owned at the end."""
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         last_commit = time.monotonic()
         while not self.stop.requested:
             if self._rejoin:

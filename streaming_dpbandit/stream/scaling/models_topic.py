@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...config import KafkaSettings
 from ...policies.base import Policy
+from ...settings import KafkaSettings
 
 __all__ = ["ModelMessage", "ModelsReader", "ensure_models_topic", "model_message"]
 

@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from ...config import ServiceSettings
 from ...metrics import ServiceMetrics
+from ...settings import ServiceSettings
 from ..arms import arm_id_kwargs
 from ..bandit import BanditRuntime
 from ..dead_letters import DeadLetters
@@ -73,8 +73,8 @@ class DecisionReplica:
         from ..kafka.transport import JoinWatchdog, producer_options
 
         check_broadcast(self.settings)
-        s, b = self.settings, self.settings.broadcast
-        k = s.kafka
+        s, b = self.settings, self.settings.broadcast_section()
+        k = s.kafka_section()
         self.replica = b.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.topics = k.topics
         self.bandits: dict[str, BanditRuntime] = {}
@@ -116,7 +116,7 @@ class DecisionReplica:
         from ..kafka.consumer_tools import wait_for_partitions
         from ..kafka.transport import client_options
 
-        k = self.settings.kafka
+        k = self.settings.kafka_section()
         self.consumer = KafkaConsumer(
             **client_options(k),
             group_id=k.group_id,
@@ -143,7 +143,9 @@ class DecisionReplica:
 
         self.join_restarts += 1
         self.producer.flush()
-        close_stalled(self.consumer, self.settings.kafka.rejoin_stall_s, self.join_restarts)
+        close_stalled(
+            self.consumer, self.settings.kafka_section().rejoin_stall_s, self.join_restarts
+        )
         try:
             self._join()
         except Exception as err:
@@ -219,7 +221,7 @@ class DecisionReplica:
                 rt.policy, "calibration", "non-private"
             ):
                 self.dead_letters.raw(
-                    self.settings.broadcast.models_topic,
+                    self.settings.broadcast_section().models_topic,
                     -1,
                     -1,
                     b"",
@@ -231,7 +233,12 @@ class DecisionReplica:
                 rt.policy.load_released_model(msg.released_model())
             except ValueError as err:
                 self.dead_letters.raw(
-                    self.settings.broadcast.models_topic, -1, -1, b"", "invalid_model", str(err)
+                    self.settings.broadcast_section().models_topic,
+                    -1,
+                    -1,
+                    b"",
+                    "invalid_model",
+                    str(err),
                 )
                 continue
             self.pickups.append((name, msg.model_version, msg.published_at, now))
@@ -246,15 +253,15 @@ class DecisionReplica:
 
     def _bad_model(self, partition, offset, raw, reason, detail) -> None:
         self.dead_letters.raw(
-            self.settings.broadcast.models_topic, partition, offset, raw, reason, detail
+            self.settings.broadcast_section().models_topic, partition, offset, raw, reason, detail
         )
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, progress=None) -> dict:
         """Decide until a stop is requested; returns the summary."""
-        k = self.settings.kafka
-        refresh = self.settings.broadcast.model_refresh_ms / 1000
-        commit_every = self.settings.broadcast.commit_interval_s
+        k = self.settings.kafka_section()
+        refresh = self.settings.broadcast_section().model_refresh_ms / 1000
+        commit_every = self.settings.broadcast_section().commit_interval_s
         while not self.stop.requested:
             if time.monotonic() - self.last_refresh >= refresh:
                 self.refresh_models()
@@ -312,7 +319,10 @@ class DecisionReplica:
         if not batch or rt is None:  # (a batch always comes with its bandit's runtime)
             return
         # a long poll batch (a backlog) must not delay a new model: check between chunks
-        if time.monotonic() - self.last_refresh >= self.settings.broadcast.model_refresh_ms / 1000:
+        if (
+            time.monotonic() - self.last_refresh
+            >= self.settings.broadcast_section().model_refresh_ms / 1000
+        ):
             self.refresh_models()
         B = len(batch)
         K = max(p.X.shape[0] for p in batch)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import time
 
-from ...config import ServiceSettings
 from ...privacy.ledger import LedgerConflictError, ReleaseRecord
+from ...settings import ServiceSettings
 from ..kafka.ledger import KafkaLedger
 from ..kafka.state_store import KafkaChangelogStore
 from ..parsing import BadInput, unknown_bandit
@@ -196,9 +196,11 @@ class TaskService:
         self.producer = producer
         self.consumer = consumer
         self.metrics = metrics
-        topics = settings.kafka.topics
+        topics = settings.kafka_section().topics
         self.tps = [(topics.contexts, partition), (topics.feedback, partition)]
-        self.transport = _TaskTransport(producer, consumer, self.tps, settings.kafka.client_id)
+        self.transport = _TaskTransport(
+            producer, consumer, self.tps, settings.kafka_section().client_id
+        )
         self.dirty = False
 
     @property

@@ -27,7 +27,8 @@ import time
 
 import numpy as np
 
-from ...config import ConfigError, ServiceSettings
+from ...errors import ConfigError
+from ...settings import ServiceSettings
 from ..messages import context_value
 
 __all__ = ["RealTimeStream", "check_loadgen_settings", "run_loadgen"]
@@ -223,8 +224,9 @@ def _decisions_consumer(settings: ServiceSettings, timeout_s: float = 60.0):
 
     from ..kafka.transport import client_options
 
-    topic = settings.kafka.topics.decisions
-    consumer = KafkaConsumer(**client_options(settings.kafka), enable_auto_commit=False)
+    k = settings.kafka_section()
+    topic = k.topics.decisions
+    consumer = KafkaConsumer(**client_options(k), enable_auto_commit=False)
     deadline = time.monotonic() + timeout_s
     parts = consumer.partitions_for_topic(topic)
     while not parts:
@@ -262,7 +264,7 @@ def run_loadgen(
     env = check_loadgen_settings(settings)
     if not rate > 0:
         raise ConfigError("--rate must be positive")
-    k = settings.kafka
+    k = settings.kafka_section()
     sim = settings.simulation
     if k.create_topics:
         ensure_topics(k)

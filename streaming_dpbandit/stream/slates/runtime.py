@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-from ...config import BanditSettings
 from ...policies.slate_base import SlatePolicy
+from ...settings import BanditSettings
 from ..arms import ActionKind
 from ..bandit import BanditRuntime
 from ..join import Resolution

@@ -9,7 +9,7 @@ import pytest
 from kafka.record import util
 from pydantic import ValidationError
 
-from streaming_dpbandit.config import KafkaSettings
+from streaming_dpbandit.settings import KafkaSettings
 from streaming_dpbandit.stream.kafka import transport as kafka_transport
 
 
@@ -83,7 +83,7 @@ def test_session_heartbeat_and_static_membership_reach_the_consumer(monkeypatch)
     ],
 )
 def test_bad_session_settings_are_one_clear_error(data, message):
-    from streaming_dpbandit.config import ServiceSettings
+    from streaming_dpbandit.settings import ServiceSettings
 
     with pytest.raises(ValidationError) as err:
         ServiceSettings.model_validate({"mode": "service", **data})
@@ -133,7 +133,7 @@ def test_the_runner_builds_the_configured_client():
     ],
 )
 def test_confluent_kafka_outside_single_mode_is_one_clear_error(data, message):
-    from streaming_dpbandit.config import ServiceSettings
+    from streaming_dpbandit.settings import ServiceSettings
 
     kafka = {"bootstrap_servers": "h:1", "client": "confluent-kafka"}
     with pytest.raises(ValidationError) as err:

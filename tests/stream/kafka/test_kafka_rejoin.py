@@ -18,7 +18,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.structs import MemberState
 
-from streaming_dpbandit.config import KafkaSettings
+from streaming_dpbandit.settings import KafkaSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.testing.stream_helpers import BANDIT, bandit_config, kafka_topics
 
@@ -119,7 +119,7 @@ def _assert_recovers_from_a_stalled_rejoin(service, owned) -> None:
 
 def test_a_stalled_rejoin_makes_a_group_replica_rejoin_with_a_new_consumer(kafka_broker):
     """Group mode: the watchdog drops the tasks (the broker moved them) and joins again."""
-    from streaming_dpbandit.config import ServiceSettings
+    from streaming_dpbandit.settings import ServiceSettings
     from streaming_dpbandit.stream.scaling.group import GroupService
 
     name = f"rejoingroup{os.getpid()}"

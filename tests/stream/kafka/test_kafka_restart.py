@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
-from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.messages import context_value
 from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.transport import Transport

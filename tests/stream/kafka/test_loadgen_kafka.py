@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.loadgen import run_loadgen

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.privacy.ledger import read_ledger
 from streaming_dpbandit.privacy.user_level import user_level_of_records
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.local.clients import SimulatedLDPClients
 from streaming_dpbandit.stream.local.runtime import learned_local_bytes
 from streaming_dpbandit.stream.service import Service

@@ -11,7 +11,7 @@ import os
 import pytest
 from kafka import KafkaProducer
 
-from streaming_dpbandit.config import ServiceSettings
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.testing.kafka_helpers import (
     create_topics,
     kafka_settings,

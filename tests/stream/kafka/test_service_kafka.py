@@ -25,8 +25,8 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.service import Service, learned_state_bytes
 from streaming_dpbandit.stream.snapshot import SnapshotStore

@@ -196,7 +196,7 @@ def test_local_mode_end_to_end_with_crashes_and_no_raw_data_anywhere(kafka_broke
 def test_the_models_topic_is_created_compacted(kafka_broker):
     from kafka.admin import ConfigResource, ConfigResourceType
 
-    from streaming_dpbandit.config import KafkaSettings
+    from streaming_dpbandit.settings import KafkaSettings
     from streaming_dpbandit.stream.local.publisher import ensure_models_topic
 
     name = f"ldp{os.getpid()}.models-created"

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from streaming_dpbandit.config import ConfigError, ServiceSettings
+from streaming_dpbandit.errors import ConfigError
 from streaming_dpbandit.policies import FLIPHAT, RandomPolicy
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.scaling.broadcast import check_broadcast, user_hashes
 from streaming_dpbandit.stream.scaling.models_topic import ModelMessage, model_message
 from streaming_dpbandit.testing.broadcast_helpers import (

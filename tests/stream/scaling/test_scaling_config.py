@@ -6,8 +6,8 @@ import pytest
 from kafka.errors import KafkaError, ProducerFencedError
 from pydantic import ValidationError
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.scaling.task import TaskLost
 from streaming_dpbandit.stream.sim.synthetic import write_multi_bandit_stream
 

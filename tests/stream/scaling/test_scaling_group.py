@@ -26,10 +26,10 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 
-from streaming_dpbandit.config import ServiceSettings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import ReleaseRecord, read_ledger
+from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.kafka.state_store import KafkaChangelogStore
 from streaming_dpbandit.stream.scaling.group import committed_lag
 from streaming_dpbandit.stream.scaling.partitioning import partition_of
