@@ -47,10 +47,6 @@ class MatroidEnvironment(abc.ABC):
         """f(A*, w̄) = Σ_{e∈A*} w̄(e)."""
         return float(self.means[self.optimal_slate()].sum())
 
-    def slate_returns(self, slates: np.ndarray) -> np.ndarray:
-        """Expected return Σ_{e∈A} w̄(e) of each slate (rows of ``slates``)."""
-        return self.means[np.asarray(slates)].sum(axis=-1)
-
     def describe(self) -> dict:
         return {
             "name": self.name,

@@ -212,7 +212,7 @@ def check_targets(
                 "Lasso bandit, T=2·10⁴",
                 f"≈{PAPER_LASSO_T4:,.0f} (figure)",
                 f"{m:,.0f} ± {se:,.0f}",
-                "±25%",
+                f"±{T4_TOLERANCE:.0%}",
                 None,
                 "informational: spec §13.3 expects ≈390 from the exact configuration",
             )

@@ -33,7 +33,6 @@ import concurrent.futures as cf
 import dataclasses
 import functools
 import itertools
-import math
 import multiprocessing as mp
 import time
 from collections.abc import Callable
@@ -771,7 +770,3 @@ def run_reproduction(
         bar.close()
     checks = check_targets(cells, edges, horizons)
     return Report(p, cells, edges, checks, notes, time.perf_counter() - start)
-
-
-def _median_regret(x) -> float:  # pragma: no cover - convenience for notebooks
-    return float(np.median(x)) if len(x) else math.nan

@@ -15,10 +15,6 @@ __all__ = [
 ]
 
 
-def _fmt_eps(v) -> str:
-    return "-" if v is None else f"{v:g}"
-
-
 def simulation_table(result: SimulationResult) -> str:
     rows = []
     # the table shows the accountant of record, which may be the PLD accountant

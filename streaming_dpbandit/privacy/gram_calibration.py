@@ -66,7 +66,6 @@ __all__ = [
 ]
 
 CALIBRATIONS = ("certified", "paper", "zcdp", "authors_code_2018")
-MECHANISMS = ("GAUSS", "WISHART_SHIFTED", "WISHART_UNSHIFTED")
 FORMULA = {
     "certified": "dp-linucb-certified-v1",
     "paper": "shariff-sheffet-2018-paper",

@@ -39,11 +39,6 @@ def _tril(p: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=64)
-def _diag(p: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.arange(p), np.arange(p)
-
-
-@functools.lru_cache(maxsize=64)
 def _flat_indices(p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flat (row-major) indices of the diagonal, the strict lower triangle and the packing."""
     r, c = _tril(p)

@@ -275,10 +275,6 @@ class NoiseSource:
         self._issued = {tuple(x) for x in state.get("issued", [])}
         return self
 
-    def forget_issued(self, *labels: int | str) -> None:
-        """Allow one stream to be issued again (crash-retry of a release that was never used)."""
-        self._issued_set().discard(tuple(labels))
-
     def __repr__(self) -> str:
         if self.backend == "fast":
             return "NoiseSource(seed=<secret>)"

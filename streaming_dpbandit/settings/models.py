@@ -465,8 +465,6 @@ class ServiceSettings(BaseSettings):
     )
     broadcast: BroadcastSettings | None = None
 
-    _yaml_file: Path | None = None
-
     @classmethod
     def settings_customise_sources(
         cls,

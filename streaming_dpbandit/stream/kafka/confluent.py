@@ -42,9 +42,6 @@ __all__ = [
 
 log = logging.getLogger("streaming_dpbandit.kafka")
 
-#: librdkafka's "no offset": an unassigned partition's position or watermark
-_NO_OFFSET = -1001
-
 
 def confluent_client_config(settings: KafkaSettings) -> dict[str, Any]:
     """librdkafka properties of every client of the service (servers, id, security), as
