@@ -40,6 +40,7 @@ from ..privacy.gram import (
     gram_bound,
     gram_rho,
     gram_sigma,
+    record_bound,
     secure_sym_gauss_release,
     sym_gauss,
 )
@@ -359,7 +360,7 @@ class PrivateLASSO(Policy):
     def gram_l2sq(self) -> float:
         """L̃² = b_x²c + C_r² (``full``: min(b_x²d, B_x²) + C_r², both enforced by clip)."""
         if self.support == "full":
-            return min(self.clip_coord**2 * self.d, self._bx**2) + self._cr**2
+            return record_bound(min(self.clip_coord**2 * self.d, self._bx**2), self._cr)
         return gram_bound(self.clip_coord, self.cap, self._cr)
 
     def elastic_net(self) -> CertifiedElasticNet:

@@ -91,6 +91,20 @@ def _oriented(
     return sign * a, sign * b
 
 
+def _cp_bounds(
+    k_lo: npt.NDArray[np.int64], k_hi: npt.NDArray[np.int64], n_lo: int, n_hi: int, alpha: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """:func:`clopper_pearson`'s lower bound of k_lo/n_lo and upper bound of k_hi/n_hi, for
+    arrays of counts at once (the same values, one vectorised quantile call each)."""
+    lo = np.zeros(k_lo.shape)
+    pos = k_lo > 0
+    lo[pos] = stats.beta.ppf(alpha, k_lo[pos], n_lo - k_lo[pos] + 1)
+    hi = np.ones(k_hi.shape)
+    below = k_hi < n_hi
+    hi[below] = stats.beta.ppf(1 - alpha, k_hi[below] + 1, n_hi - k_hi[below])
+    return lo, hi
+
+
 def _best_event(
     sd: npt.NDArray[np.float64], sdp: npt.NDArray[np.float64], delta: float, alpha: float
 ) -> tuple[float, tuple[bool, float]]:
@@ -102,10 +116,9 @@ def _best_event(
         a_sorted, b_sorted = np.sort(a), np.sort(b)
         k_a = a.size - np.searchsorted(a_sorted, cand, side="left")
         k_b = b.size - np.searchsorted(b_sorted, cand, side="left")
-        for tau, ka, kb in zip(cand, k_a, k_b):
-            p_lo, _ = clopper_pearson(int(ka), a.size, alpha / 2)
-            _, q_hi = clopper_pearson(int(kb), b.size, alpha / 2)
-            eps = epsilon_lower_bound(p_lo, q_hi, delta)
+        p_lo, q_hi = _cp_bounds(k_a, k_b, a.size, b.size, alpha / 2)
+        for tau, pl, qh in zip(cand, p_lo.tolist(), q_hi.tolist()):
+            eps = epsilon_lower_bound(pl, qh, delta)
             if eps > best[0]:
                 best = (eps, float(tau), orient)
     return best[1], best[2]

@@ -53,6 +53,7 @@ __all__ = [
     "blt_coefficients",
     "blt_inverse",
     "blt_max_error",
+    "blt_noise_step",
     "blt_parameters",
     "blt_sensitivity",
     "counting_lower_bound",
@@ -327,6 +328,32 @@ def blt_inverse(
     return lam[order], w[order]
 
 
+def blt_noise_step(
+    N: npt.NDArray[np.float64],
+    S: npt.NDArray[np.float64],
+    z: npt.NDArray[np.float64],
+    th_hat: npt.NDArray[np.float64],
+    w_hat: npt.NDArray[np.float64],
+) -> None:
+    """One step of the release noise N_t = Σ_{j ≤ t} (C⁻¹z)_j, in place.
+
+    N ← N + z + Σ_i ω̂_i S_i, then S_i ← θ̂_i S_i + z, with N and z of shape (P,), the buffers S
+    (b, P) and θ̂ as a column (b, 1). Every coordinate evolves on its own, so P may hold many
+    independent copies side by side: :class:`BLTAggregator` runs one, the end-to-end privacy
+    audit (``experiments/end_to_end_audits.py``) runs its trials through this same step.
+
+    >>> th, w = blt_inverse([0.5], [0.25])
+    >>> N, S = np.zeros(2), np.zeros((1, 2))
+    >>> for z in ([1.0, 2.0], [0.0, 0.0]):
+    ...     blt_noise_step(N, S, np.array(z), th[:, None], w)
+    >>> N.tolist()  # (C⁻¹z)_1 + (C⁻¹z)_2 = z_1 + (z_2 + ω̂·z_1)
+    [0.75, 1.5]
+    """
+    N += z + w_hat @ S
+    S *= th_hat
+    S += z
+
+
 def blt_sensitivity(theta: npt.ArrayLike, omega: npt.ArrayLike, n: int | None = None) -> float:
     """‖C‖_{1→2} of the n×n BLT(θ, ω) (n=None: the bound valid for every horizon).
 
@@ -545,9 +572,7 @@ class BLTAggregator(StepwisePrefix):
             else:
                 z = self._z(self._step + 1)
             self._draws["node"] += 1
-            self._noise_sum += z + self._w_hat @ self._S
-            self._S *= self._th_hat
-            self._S += z
+            blt_noise_step(self._noise_sum, self._S, z, self._th_hat, self._w_hat)
             self._step += 1
             self._pending = 0
         if self.secure:

@@ -31,10 +31,24 @@ __all__ = [
     "gram_bound",
     "gram_rho",
     "gram_sigma",
+    "record_bound",
     "sym_gauss",
     "u_distance",
     "u_vector",
 ]
+
+
+def record_bound(feature_sq: float, reward_bound: float) -> float:
+    """L̃² = F + C², the bound on ‖[x; r]‖² of a record whose features are clipped to ‖x‖² ≤ F
+    and whose reward is clipped to |r| ≤ C.
+
+    The one home of that sum: PrivateLASSO-R's Gram (F = b_x²·c) and DP-LinUCB's rows (F = L²,
+    C = B̃) both calibrate their noise with it.
+
+    >>> record_bound(1.0, 1.0)
+    2.0
+    """
+    return feature_sq + reward_bound * reward_bound
 
 
 def gram_bound(clip_coord: float, cap: int, reward_bound: float) -> float:
@@ -43,7 +57,7 @@ def gram_bound(clip_coord: float, cap: int, reward_bound: float) -> float:
     >>> round(gram_bound(1.0, 10, 2.4093), 3)
     15.805
     """
-    return clip_coord * clip_coord * cap + reward_bound * reward_bound
+    return record_bound(clip_coord * clip_coord * cap, reward_bound)
 
 
 def gram_sigma(l2sq: float, rho: float) -> float:

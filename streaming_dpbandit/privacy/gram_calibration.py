@@ -49,6 +49,7 @@ from scipy import optimize, special
 from .blt import blt_coefficients, blt_max_error, blt_parameters, blt_sensitivity
 from .factorization import sqrt_toeplitz_coefficients, sqrt_toeplitz_norm
 from .gaussian import analytic_gaussian_sigma
+from .gram import record_bound
 from .tree import tree_levels
 from .zcdp import rho_from_epsilon_delta_cks
 
@@ -445,7 +446,7 @@ def calibrate_gram_release(
             raise ValueError("doubling mode needs n0, a power of two")
     # n0 is validated (a power of two) in doubling mode, the only mode with epochs > 0
     n0_ = n0 if n0 is not None else 0
-    Lt2 = L * L + B_tilde * B_tilde
+    Lt2 = record_bound(L * L, B_tilde)  # ‖[x; y]‖² ≤ L² + B̃² (rows clipped by prepare_rows)
     Lt = math.sqrt(Lt2)
     authors = calibration == "authors_code_2018"
 

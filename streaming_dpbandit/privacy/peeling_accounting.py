@@ -37,6 +37,7 @@ __all__ = [
     "closed_form_ratio",
     "peeling_pld_epsilon",
     "peeling_pld_ratio",
+    "selection_epsilon",
 ]
 
 ACCOUNTANTS = ("closed_form", "pld")
@@ -44,6 +45,19 @@ ACCOUNTANTS = ("closed_form", "pld")
 PLD_DISCRETIZATION = 1e-3
 #: Relative width at which the binary search on ρ stops (the returned ρ is the lower end).
 PLD_TOLERANCE = 1e-3
+
+
+def selection_epsilon(ratio: float) -> float:
+    """Pure ε of one Peeling selection at ρ = λ/ξ: 2ρ.
+
+    Report-noisy-max with Laplace(ξ) noise on |v| is (2λ/ξ)-DP when every |v_j| may move by λ
+    in either direction (a selected coordinate falling by λ while all others rise by λ moves the
+    comparison by 2λ); the end-to-end audit attains it (``experiments/end_to_end_audits.py``).
+
+    >>> selection_epsilon(0.25)
+    0.5
+    """
+    return 2.0 * ratio
 
 
 def closed_form_ratio(s: int, iterations: int, epsilon: float, delta: float) -> float:
@@ -79,7 +93,7 @@ def peeling_pld_epsilon(
     if not (ratio > 0 and steps >= 1 and 0 < delta < 1):
         raise ValueError("need ratio > 0, steps >= 1 and 0 < delta < 1")
     selection = pld.from_privacy_parameters(
-        common.DifferentialPrivacyParameters(2.0 * ratio, 0.0),
+        common.DifferentialPrivacyParameters(selection_epsilon(ratio), 0.0),
         value_discretization_interval=discretization,
     )
     value = pld.from_laplace_mechanism(
