@@ -115,13 +115,17 @@ def run(args) -> int:
 
 def run_loadgen(args) -> int:
     from ..logs import setup_logging
-    from ..settings import load_service_settings, validate_settings
+    from ..settings import load_service_settings
+    from ..stream.errors import ServiceStartError
     from ..stream.sim.loadgen import run_loadgen
 
+    # --kafka joins the file and the environment before validation, as for serve: a YAML
+    # whose kafka section names no bootstrap servers is completed by it
     over = {"kafka": {"bootstrap_servers": args.kafka}} if args.kafka else {}
-    base = load_service_settings(args.config)
-    if over:
-        base = validate_settings(deep_merge(base.model_dump(exclude_unset=False), over))
+    base = load_service_settings(args.config, **over)
     setup_logging(base.log_level, args.log_json or base.log_json)
-    run_loadgen(base, rate=args.rate, events=args.events, duration_s=args.duration)
+    try:
+        run_loadgen(base, rate=args.rate, events=args.events, duration_s=args.duration)
+    except ServiceStartError as err:
+        raise ConfigError(str(err)) from None
     return 0

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...settings import ServiceSettings
+from ..errors import ServiceStartError
 from ..messages import context_value
 
 __all__ = ["RealTimeStream", "check_loadgen_settings", "run_loadgen"]
@@ -266,10 +267,15 @@ def run_loadgen(
         raise ConfigError("--rate must be positive")
     k = settings.kafka_section()
     sim = settings.simulation
-    if k.create_topics:
-        ensure_topics(k)
-    consumer = _decisions_consumer(settings)
-    producer = KafkaProducer(**client_options(k), acks="all", linger_ms=5)
+    try:
+        if k.create_topics:
+            ensure_topics(k)
+        consumer = _decisions_consumer(settings)
+        producer = KafkaProducer(**client_options(k), acks="all", linger_ms=5)
+    except Exception as err:  # e.g. no broker at that address
+        raise ServiceStartError(
+            f"cannot reach Kafka at {k.bootstrap_servers}: {type(err).__name__}: {err}"
+        ) from None
     start = time.time()
     stream = RealTimeStream(
         env,

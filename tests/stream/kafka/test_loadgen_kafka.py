@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
+import yaml
 
 from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.loadgen import run_loadgen
+from streaming_dpbandit.testing.kafka_helpers import read_topic
 from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
@@ -82,3 +86,40 @@ def test_loadgen_drives_a_service_through_kafka_and_can_be_restarted(kafka_broke
     bad = {k: v for k, v in svc.dead_count.items() if k != "feedback_after_expiry"}
     assert not bad, bad  # no duplicate events, unknown events or malformed messages
     assert "sent 300 events" in log.getvalue()
+
+
+def test_loadgen_takes_the_broker_from_kafka_when_the_yaml_names_none(kafka_broker, tmp_path):
+    """`loadgen --config kafka.yaml --kafka HOST:PORT` with a `kafka:` section that names no
+    bootstrap servers (topics only): --kafka completes it before validation, as for serve."""
+    name = f"loadgen-flag{os.getpid()}"
+    topics = kafka_topics(name)
+    cfg = tmp_path / "kafka.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"topics": topics, "group_id": name},  # no bootstrap_servers
+                "simulation": {"env_params": {"d": D, "K": K, "s_star": 3}, "bandit_id": BANDIT},
+                "bandits": {BANDIT: bandit_config()},
+            }
+        )
+    )
+    # no service answers: it sends its 20 contexts, then waits for decisions until --duration
+    argv = ["loadgen", "--config", str(cfg), "--kafka", kafka_broker.bootstrap]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streaming_dpbandit.cli",
+            *argv,
+            "--events",
+            "20",
+            "--duration",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "loadgen: sent 20 events" in out.stderr
+    assert len(read_topic(kafka_broker.bootstrap, topics["contexts"])) == 20
