@@ -1,8 +1,8 @@
 """The ``dpbandit`` command line.
 
-Subcommands: ``serve``, ``loadgen``, ``simulate``, ``replay``, ``reproduce``, ``audit``,
-``budget``, ``explain``, ``schema``. Bad options, configs and logs give one clear error line and
-exit status 2, never a traceback.
+Subcommands: ``serve``, ``gateway``, ``loadgen``, ``simulate``, ``replay``, ``reproduce``,
+``audit``, ``budget``, ``explain``, ``schema``. Bad options, configs and logs give one clear
+error line and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -371,6 +371,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "gateway",
+        help="serve Azure Personalizer's Rank / Reward / Activate over HTTP",
+        description="An HTTP front door compatible with Azure Personalizer v1.0: POST "
+        "/personalizer/v1.0/rank, /events/{eventId}/reward and /events/{eventId}/activate, "
+        "with an OpenAPI document at /openapi.json. It decides with the bandit's latest released "
+        "model and sends every decision and reward to the learner: the learner service over "
+        "Kafka (--kafka, or a kafka section), or, by default, a learner in this process "
+        "(docs/gateway.md).",
+    )
+    p.add_argument("--config", metavar="FILE.yaml", help="YAML settings file (as for serve)")
+    p.add_argument("--kafka", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.add_argument("--bandit", help="the bandit to serve (default: the only one configured)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=non_negative_int, help="port (default 8080; 0: a free one)")
+    p.add_argument("--state-dir", metavar="DIR", help="the gateway's log (and learner state)")
+    p.add_argument("--log-json", action="store_true", help="JSON log lines")
+
+    p = sub.add_parser(
         "loadgen",
         help="publish a simulated stream to Kafka in real time, with rewards for the service's "
         "decisions",
@@ -456,6 +474,7 @@ COMMANDS = {
     "explain": _command("explain"),
     "serve": _command("serve"),
     "schema": _command("schema"),
+    "gateway": _command("gateway"),
 }
 
 

@@ -19,7 +19,7 @@ from prometheus_client import (
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-__all__ = ["RAW_REWARD_METRICS", "ServiceMetrics", "observe_many"]
+__all__ = ["RAW_REWARD_METRICS", "GatewayMetrics", "ServiceMetrics", "observe_many"]
 
 #: Metrics computed from the joined rewards themselves, without noise: monitoring figures for
 #: whoever may read the feedback topic, outside the differential-privacy guarantee (README,
@@ -253,6 +253,54 @@ class ServiceMetrics:
             "dpbandit_simulated_pseudo_regret",
             "True cumulative pseudo-regret (embedded simulation source only)",
             ["bandit"],
+            registry=r,
+        )
+
+
+class GatewayMetrics:
+    """The collectors of ``dpbandit gateway`` (docs/gateway.md), on the registry of the
+    service metrics it shares (the embedded learner's, or a fresh one)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        r = registry
+        self.request_duration = Histogram(
+            "dpbandit_gateway_request_duration_seconds",
+            "Time the gateway took to answer a request, by route and HTTP status",
+            ["route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "dpbandit_gateway_decisions_total", "Rank requests decided", ["bandit"], registry=r
+        )
+        self.rewards = Counter(
+            "dpbandit_gateway_rewards_total", "Rewards recorded", ["bandit"], registry=r
+        )
+        self.refused = Counter(
+            "dpbandit_gateway_refused_total",
+            "Requests refused, by route and error code",
+            ["route", "code"],
+            registry=r,
+        )
+        self.buffered = Gauge(
+            "dpbandit_gateway_buffered_records",
+            "Records written to the gateway's log and not yet delivered to the learner",
+            registry=r,
+        )
+        self.events_remembered = Gauge(
+            "dpbandit_gateway_events",
+            "Event ids the gateway remembers (idempotent Rank, one reward per event)",
+            registry=r,
+        )
+        self.model_version = Gauge(
+            "dpbandit_gateway_model_version",
+            "Version of the released model the gateway decides with",
+            ["bandit"],
+            registry=r,
+        )
+        self.delivery_failures = Counter(
+            "dpbandit_gateway_delivery_failures_total",
+            "Attempts to deliver records to Kafka that failed (they are retried)",
             registry=r,
         )
 

@@ -395,6 +395,12 @@ class Policy(BasePolicy):
         """
         return None
 
+    def frozen_scores(self, X: ArrayLike) -> FloatArray:
+        """The (B, K) scores the model in force ranks arms by, higher first: the decision is
+        their argmax, exact ties broken by the coins (a ranking of the other arms, e.g. the
+        gateway's, orders them by score). Only for policies with ``supports_released_model``."""
+        raise NotImplementedError(f"policy {self.name!r} does not expose its scores")
+
     def load_released_model(self, model: dict[str, Any]) -> Self:
         """Decide from now on with a broadcast released model (see :meth:`released_model`).
 

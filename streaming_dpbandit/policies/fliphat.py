@@ -415,16 +415,9 @@ class FLIPHAT(Policy):
     ) -> DecisionBatch:
         self._state()
         X = self._check_batch(X, self.d)
-        B, K, _ = X.shape
+        B = X.shape[0]
         rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
-        idx, val = self._beta_idx, self._beta_val
-        if idx.size:
-            Xs = self._standardise(X[:, :, idx], idx)
-            if self.clip_contexts:
-                Xs = np.clip(Xs, -self.x_bound, self.x_bound)
-            scores = Xs @ val
-        else:
-            scores = np.zeros((B, K))
+        scores = self._scores(X)
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
         # ties (all of them before the first release) are broken by coins hashed from the
@@ -440,6 +433,23 @@ class FLIPHAT(Policy):
             episodes=self.schedule.episode_of(rounds),
             model_version=self._model_episode,
         )
+
+    def _scores(self, X: FloatArray) -> FloatArray:
+        """(B, K) scores of the model in force: ⟨β̂, x⟩ of the standardised, clipped rows."""
+        idx, val = self._beta_idx, self._beta_val
+        if not idx.size:
+            return np.zeros(X.shape[:2])
+        Xs = self._standardise(X[:, :, idx], idx)
+        if self.clip_contexts:
+            Xs = np.clip(Xs, -self.x_bound, self.x_bound)
+        scores: FloatArray = Xs @ val
+        return scores
+
+    def frozen_scores(self, X: ArrayLike) -> FloatArray:
+        """The (B, K) scores :meth:`decide` ranks arms by with the model in force (the
+        argmax, its ties broken by the coins, is the decision)."""
+        self._state()
+        return self._scores(np.asarray(X, dtype=np.float64))
 
     # -- learning -------------------------------------------------------------------------------
     def learn(

@@ -420,6 +420,55 @@ class ModelServerSettings(_Section):
     port: int = Field(9465, ge=0, le=65535)
 
 
+class GatewaySettings(_Section):
+    """``dpbandit gateway``: the Personalizer-compatible HTTP front door (docs/gateway.md)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535, description="0 picks a free port")
+    bandit: str | None = Field(None, description="the bandit served (default: the only one)")
+    directory: Path | None = Field(
+        None, description="write-ahead log directory (default: <snapshots.directory>/gateway)"
+    )
+    max_actions: int = Field(50, ge=1, le=10_000, description="actions of one Rank, at most")
+    max_buffered: int = Field(
+        100_000,
+        ge=1,
+        description="records written but not yet delivered to the learner, at most: beyond, "
+        "the gateway answers 503 with Retry-After",
+    )
+    retry_after_s: int = Field(5, ge=1, description="Retry-After of a 503")
+    fsync_rewards: bool = Field(
+        True,
+        description="acknowledge a reward only once its record is fsynced (else: once written, "
+        "which survives a crash of the process but not of the machine)",
+    )
+    fsync_decisions: bool = Field(
+        False, description="the same for Rank and Activate (costs an fsync in their latency)"
+    )
+    event_retention_s: float | None = Field(
+        None,
+        gt=0,
+        description="how long event ids are remembered (idempotent Rank, one reward per "
+        "event); default: twice the bandit's feedback window, at least 10 minutes",
+    )
+    max_events: int = Field(1_000_000, ge=1, description="event ids remembered, at most")
+    heartbeat_s: float = Field(
+        1.0, gt=0, description="feedback watermark heartbeats to the learner, this often"
+    )
+    model_refresh_ms: int = Field(100, ge=1, description="how often the models topic is read")
+    unready_after_s: float = Field(
+        10.0,
+        gt=0,
+        description="/readyz fails once a record has waited this long for the broker",
+    )
+    delivery_timeout_s: float = Field(
+        5.0, gt=0, description="one delivery attempt to the broker waits this long at most"
+    )
+    replica_id: str | None = Field(
+        None, max_length=200, description="this gateway's name in its decisions (default host-pid)"
+    )
+
+
 class ServiceSettings(BaseSettings):
     """Configuration of ``dpbandit serve``.
 
@@ -464,6 +513,7 @@ class ServiceSettings(BaseSettings):
         "until that time; null disables (simulated streams from the future)",
     )
     broadcast: BroadcastSettings | None = None
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
 
     @classmethod
     def settings_customise_sources(

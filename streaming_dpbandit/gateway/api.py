@@ -1,0 +1,267 @@
+"""The HTTP surface: Azure Personalizer's v1.0 Rank / Reward / Activate (docs/gateway.md).
+
+FastAPI on uvicorn. The request and response models below are Personalizer's shapes (camelCase
+fields); FastAPI validates with them and generates the OpenAPI document (``/openapi.json``)
+from them. Every refusal is a JSON error in Personalizer's format naming the field:
+``{"error": {"code": "BadRequest", "message": ..., "target": "actions[3].id",
+"innerError": {"code": "InvalidRequest"}}}`` — never a 500 for a client's mistake.
+
+Routes: ``POST /personalizer/v1.0/rank`` (201), ``POST /personalizer/v1.0/events/{eventId}/
+reward`` (204), ``POST /personalizer/v1.0/events/{eventId}/activate`` (204), ``GET /metrics``,
+``GET /livez``, ``GET /readyz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Path, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import __version__
+from .core import Gateway, GatewayError
+
+__all__ = [
+    "ErrorResponse",
+    "RankRequest",
+    "RankResponse",
+    "RankableAction",
+    "RewardRequest",
+    "build_app",
+]
+
+log = logging.getLogger("streaming_dpbandit.gateway")
+
+PREFIX = "/personalizer/v1.0"
+EventId = Annotated[str, Path(min_length=1, max_length=200, description="the event's id")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RankableAction(_Model):
+    """An action to rank, with its feature objects."""
+
+    id: str = Field(min_length=1, max_length=200, description="the action's id")
+    features: list[dict[str, Any]] = Field(
+        default_factory=list, description="feature objects (docs/features.md)"
+    )
+
+
+class RankRequest(_Model):
+    """Personalizer's rank request."""
+
+    contextFeatures: list[dict[str, Any]] = Field(
+        default_factory=list, description="feature objects of the context (docs/features.md)"
+    )
+    actions: list[RankableAction] = Field(
+        min_length=1, max_length=10_000, description="the candidates (gateway.max_actions: 50)"
+    )
+    excludedActions: list[str] = Field(
+        default_factory=list, description="ids of actions that must not be chosen"
+    )
+    eventId: str | None = Field(
+        None, min_length=1, max_length=200, description="the event's id (default: a new UUID)"
+    )
+    deferActivation: bool = Field(
+        False, description="learn from the event only once it is activated"
+    )
+
+
+class RankedAction(BaseModel):
+    id: str
+    probability: float = Field(description="probability that the policy chose this action")
+
+
+class RankResponse(BaseModel):
+    """Personalizer's rank response: the chosen action first, then its ties, then by score."""
+
+    ranking: list[RankedAction]
+    eventId: str
+    rewardActionId: str
+
+
+class RewardRequest(_Model):
+    value: float = Field(description="the reward (finite; inside the bandit's reward_bounds)")
+
+
+class _InnerError(BaseModel):
+    code: str
+
+
+class _Error(BaseModel):
+    code: str = Field(description="BadRequest, ResourceNotFound, Conflict or ServiceUnavailable")
+    message: str
+    target: str | None = Field(None, description="the field concerned, e.g. actions[3].id")
+    innerError: _InnerError
+
+
+class ErrorResponse(BaseModel):
+    error: _Error
+
+
+_OUTER = {400: "BadRequest", 404: "ResourceNotFound", 409: "Conflict", 503: "ServiceUnavailable"}
+
+
+def _error(status: int, inner: str, message: str, target: str | None, retry: int = 0) -> Response:
+    body = {
+        "error": {
+            "code": _OUTER.get(status, "BadRequest"),
+            "message": message,
+            "target": target,
+            "innerError": {"code": inner},
+        }
+    }
+    headers = {"Retry-After": str(retry)} if status == 503 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as a field path: ``("body", "actions", 3, "id")`` →
+    ``actions[3].id``."""
+    out = ""
+    for part in loc[1:] if loc and loc[0] in ("body", "path") else loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def _errors(status: int, text: str) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ErrorResponse, "description": text}}
+
+
+def build_app(gw: Gateway, registry: Any) -> FastAPI:
+    """The FastAPI application of an opened :class:`~.core.Gateway`."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    app = FastAPI(
+        title="dpbandit gateway",
+        version=__version__,
+        description="Azure Personalizer v1.0 Rank / Reward / Activate over a differentially "
+        "private bandit (docs/gateway.md).",
+    )
+    retry = gw.settings.gateway.retry_after_s
+    metrics = gw.metrics
+
+    def observe(route: str, t0: float, status: int) -> None:
+        metrics.request_duration.labels(route, str(status)).observe(time.perf_counter() - t0)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        err = exc.errors()[0]
+        route = request.url.path.rsplit("/", 1)[-1]
+        metrics.refused.labels(route, "InvalidRequest").inc()
+        loc = tuple(err.get("loc", ()))
+        if err.get("type") == "json_invalid":
+            return _error(400, "InvalidRequest", "the body is not valid JSON", "body")
+        return _error(400, "InvalidRequest", str(err.get("msg", "invalid")), _path(loc))
+
+    def refused(route: str, t0: float, err: GatewayError) -> Response:
+        metrics.refused.labels(route, err.code).inc()
+        observe(route, t0, err.status)
+        return _error(err.status, err.code, err.message, err.target, retry)
+
+    async def durable(seq: int, reward: bool) -> bool:
+        if seq < 0:
+            return True
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, gw.wait_durable, seq, reward)
+
+    not_durable = GatewayError(503, "NotDurable", "the record could not be synced to disk")
+
+    @app.post(
+        f"{PREFIX}/rank",
+        status_code=201,
+        response_class=Response,
+        responses={
+            201: {"model": RankResponse, "description": "the ranking"},
+            **_errors(400, "a field is invalid (named in target)"),
+            **_errors(409, "the eventId was ranked with another request"),
+            **_errors(503, "too many records wait for the learner: retry after Retry-After"),
+        },
+        summary="Rank actions: choose one for the context",
+    )
+    async def rank(request: Request, body: RankRequest) -> Response:
+        t0 = time.perf_counter()
+        raw = await request.body()
+        try:
+            answer, seq = gw.rank(body, hashlib.blake2b(raw, digest_size=8).digest())
+            if not await durable(seq, reward=False):
+                raise not_durable
+        except GatewayError as err:
+            return refused("rank", t0, err)
+        observe("rank", t0, 201)
+        return Response(answer, status_code=201, media_type="application/json")
+
+    @app.post(
+        f"{PREFIX}/events/{{eventId}}/reward",
+        status_code=204,
+        response_class=Response,
+        responses={
+            204: {"description": "the reward is recorded (durably)"},
+            **_errors(400, "the value is invalid"),
+            **_errors(404, "no such event"),
+            **_errors(409, "already rewarded, not activated, or its feedback window passed"),
+            **_errors(503, "too many records wait for the learner: retry after Retry-After"),
+        },
+        summary="Report the reward of an event",
+    )
+    async def reward(eventId: EventId, body: RewardRequest) -> Response:
+        t0 = time.perf_counter()
+        try:
+            seq = gw.reward(eventId, body.value)
+            if not await durable(seq, reward=True):
+                raise not_durable
+        except GatewayError as err:
+            return refused("reward", t0, err)
+        observe("reward", t0, 204)
+        return Response(status_code=204)
+
+    @app.post(
+        f"{PREFIX}/events/{{eventId}}/activate",
+        status_code=204,
+        response_class=Response,
+        responses={
+            204: {"description": "the event is activated (idempotent)"},
+            **_errors(404, "no such event"),
+            **_errors(503, "too many records wait for the learner: retry after Retry-After"),
+        },
+        summary="Activate an event ranked with deferActivation",
+    )
+    async def activate(eventId: EventId) -> Response:
+        t0 = time.perf_counter()
+        try:
+            seq = gw.activate(eventId)
+            if not await durable(seq, reward=False):
+                raise not_durable
+        except GatewayError as err:
+            return refused("activate", t0, err)
+        observe("activate", t0, 204)
+        return Response(status_code=204)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        metrics.buffered.set(gw.outlet.backlog)
+        metrics.events_remembered.set(len(gw.events))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/livez", include_in_schema=False)
+    async def livez() -> Response:
+        return JSONResponse({"status": "live"})
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        ok, why = gw.ready()
+        return JSONResponse({"status": "ready" if ok else "not ready", "reason": why},
+                            status_code=200 if ok else 503)  # fmt: skip
+
+    return app
