@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run simulate test lint bench reproduce clean image compose-up compose-down
+.PHONY: setup run gateway simulate test lint bench reproduce clean image compose-up compose-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ setup: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/dpbandit serve
+
+# the Personalizer-compatible HTTP gateway, its learner in-process (docs/gateway.md)
+gateway: $(STAMP)
+	$(BIN)/dpbandit gateway
 
 simulate: $(STAMP)
 	$(BIN)/dpbandit simulate --env fliphat-paper --policy fliphat,random,lasso-bandit \

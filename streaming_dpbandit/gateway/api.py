@@ -39,11 +39,14 @@ __all__ = [
 log = logging.getLogger("streaming_dpbandit.gateway")
 
 PREFIX = "/personalizer/v1.0"
+#: response header of a Rank: the version of the released model that decided (0: the initial)
+MODEL_VERSION = "x-dpbandit-model-version"
 EventId = Annotated[str, Path(min_length=1, max_length=200, description="the event's id")]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "yes" is not a boolean, 123 not an id (a client's bug is named, not guessed at)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RankableAction(_Model):
@@ -194,13 +197,14 @@ def build_app(gw: Gateway, registry: Any) -> FastAPI:
         t0 = time.perf_counter()
         raw = await request.body()
         try:
-            answer, seq = gw.rank(body, hashlib.blake2b(raw, digest_size=8).digest())
+            answer, seq, version = gw.rank(body, hashlib.blake2b(raw, digest_size=8).digest())
             if not await durable(seq, reward=False):
                 raise not_durable
         except GatewayError as err:
             return refused("rank", t0, err)
         observe("rank", t0, 201)
-        return Response(answer, status_code=201, media_type="application/json")
+        return Response(answer, status_code=201, media_type="application/json",
+                        headers={MODEL_VERSION: str(version)})  # fmt: skip
 
     @app.post(
         f"{PREFIX}/events/{{eventId}}/reward",

@@ -236,8 +236,9 @@ class Gateway:
         ).encode(), b""
 
     # -- Rank ---------------------------------------------------------------------------------
-    def rank(self, req: Any, digest: bytes) -> tuple[bytes, int]:
-        """Answer a validated :class:`~.api.RankRequest`; returns (response JSON, log seq)."""
+    def rank(self, req: Any, digest: bytes) -> tuple[bytes, int, int]:
+        """Answer a validated :class:`~.api.RankRequest`; returns (response JSON, log seq,
+        the model version of the decision)."""
         event_id = req.eventId or uuid.uuid4().hex
         actions = req.actions
         ids = [a.id for a in actions]
@@ -251,7 +252,7 @@ class Gateway:
                     "repeat the request (or use a new eventId)",
                     "eventId",
                 )
-            return self._answer(event_id, ids, old), -1
+            return self._answer(event_id, ids, old), -1, old.version
         self._check_capacity()
         K = len(actions)
         if K > self.settings.gateway.max_actions:
@@ -296,7 +297,7 @@ class Gateway:
             ev.deferred, ev.activated, ev.pending = True, False, entry.value
         self.events.add(event_id, ev)
         self.metrics.decisions.labels(self.bandit).inc()
-        return self._answer(event_id, ids, ev), entry.seq
+        return self._answer(event_id, ids, ev), entry.seq, ev.version
 
     def decide(self, X: Any, event_id: str, mask: Any, digest: bytes = b"\0" * 8) -> Event:
         """Decide one event with the model in force: the chosen action, its propensity and

@@ -170,12 +170,13 @@ def test_metrics_doc_lists_exactly_what_the_service_exports():
     names, types and labels."""
     from prometheus_client import Counter, Gauge, Histogram, Info
 
-    from streaming_dpbandit.metrics import ServiceMetrics
+    from streaming_dpbandit.metrics import GatewayMetrics, ServiceMetrics
     from streaming_dpbandit.stream.local.runtime import LocalMetrics
 
     sm = ServiceMetrics()
     exported = {}
-    for c in [*vars(sm).values(), *vars(LocalMetrics(sm)).values()]:
+    gateway = GatewayMetrics(sm.registry)
+    for c in [*vars(sm).values(), *vars(LocalMetrics(sm)).values(), *vars(gateway).values()]:
         if isinstance(c, Info):  # one gauge sample of value 1, its facts as labels
             exported[c._name + "_info"] = ("gauge", set(c._value))
             continue
