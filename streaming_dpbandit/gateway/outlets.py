@@ -323,7 +323,7 @@ class EmbeddedOutlet(Outlet):
         self.error = ""
 
     def open(self, entries: list[Entry]) -> None:
-        from ..config import TopicsSettings
+        from ..settings import TopicsSettings
         from ..stream.scaling.broadcast import learner_service
         from ..stream.scaling.models_topic import ModelMessage
 

@@ -14,7 +14,7 @@ import abc
 import logging
 from typing import Any
 
-from ...config import KafkaSettings
+from ...settings import KafkaSettings
 
 __all__ = ["Sink", "Undelivered", "open_sink"]
 
