@@ -26,7 +26,13 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-__all__ = ["AuditResult", "audit", "clopper_pearson", "epsilon_lower_bound"]
+__all__ = [
+    "AuditResult",
+    "audit",
+    "clopper_pearson",
+    "clopper_pearson_many",
+    "epsilon_lower_bound",
+]
 
 Sampler = Callable[[int, int, np.random.Generator], npt.NDArray[np.float64]]
 
@@ -91,11 +97,16 @@ def _oriented(
     return sign * a, sign * b
 
 
-def _cp_bounds(
+def clopper_pearson_many(
     k_lo: npt.NDArray[np.int64], k_hi: npt.NDArray[np.int64], n_lo: int, n_hi: int, alpha: float
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """:func:`clopper_pearson`'s lower bound of k_lo/n_lo and upper bound of k_hi/n_hi, for
-    arrays of counts at once (the same values, one vectorised quantile call each)."""
+    arrays of counts at once (the same values, one vectorised quantile call each).
+
+    >>> lo, hi = clopper_pearson_many(np.array([0, 50]), np.array([50, 100]), 100, 100, 0.05)
+    >>> lo.round(3).tolist(), hi.round(3).tolist()
+    ([0.0, 0.414], [0.586, 1.0])
+    """
     lo = np.zeros(k_lo.shape)
     pos = k_lo > 0
     lo[pos] = stats.beta.ppf(alpha, k_lo[pos], n_lo - k_lo[pos] + 1)
@@ -116,7 +127,7 @@ def _best_event(
         a_sorted, b_sorted = np.sort(a), np.sort(b)
         k_a = a.size - np.searchsorted(a_sorted, cand, side="left")
         k_b = b.size - np.searchsorted(b_sorted, cand, side="left")
-        p_lo, q_hi = _cp_bounds(k_a, k_b, a.size, b.size, alpha / 2)
+        p_lo, q_hi = clopper_pearson_many(k_a, k_b, a.size, b.size, alpha / 2)
         for tau, pl, qh in zip(cand, p_lo.tolist(), q_hi.tolist()):
             eps = epsilon_lower_bound(pl, qh, delta)
             if eps > best[0]:

@@ -6,7 +6,8 @@ noisy values, all with Laplace scale ξ_m on an input whose ℓ∞ sensitivity i
 ρ = λ_m/ξ_m (the same ratio in every iteration),
 
 * each selection is report-noisy-max with Laplace noise on |v| (every |v_j| moves by ≤ λ_m,
-  not necessarily in one direction), hence pure (2ρ)-DP;
+  not necessarily in one direction), hence pure (2ρ)-DP (:func:`selection_epsilon`; the
+  end-to-end audit attains it);
 * each released value is a Laplace mechanism with sensitivity λ_m and scale ξ_m, i.e. the
   Laplace privacy-loss distribution with sensitivity 1 and scale 1/ρ.
 
