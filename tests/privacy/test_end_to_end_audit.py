@@ -28,9 +28,10 @@ def test_real_calibration_passes_and_every_mutant_is_caught(mech, variant):
     assert r.alpha == 0.05 and r.n == mech.runs["quick"]
     if variant.expect == "pass":
         assert not res.caught and r.epsilon_lb <= r.claimed_epsilon
-        # sharp: the real calibration's own bound comes close to the claim, so the audit has
-        # the power that the mutants' margins show
-        assert r.epsilon_lb > 0.8 * r.claimed_epsilon, res.to_dict()
+        # sharp, not vacuous (the house's floor, test_privacy_audit.py): expected 0.85 (private-
+        # lasso: gaussian_power(0.995, 1.365, 1e-3, 1e5) = 1.16) to 0.97 of the claim at the
+        # quick runs, s.d. ≈ 0.05 of it with the pilot's choice of event: > 3 s.d. above 0.7
+        assert r.epsilon_lb > 0.7 * r.claimed_epsilon, res.to_dict()
     else:
         assert res.caught and r.epsilon_lb > r.claimed_epsilon
     # the pair attains the sensitivity of the configured clips (not a mutant's belief)
