@@ -438,8 +438,10 @@ def _fliphat_setup(params: Mapping[str, Any]) -> Trials:
     assert np.allclose(shift, np.r_[-lam, np.full(d - 1, lam)], rtol=1e-3), (shift, lam)
     assert np.allclose(v0, v0[0]) and v0.min() > lam  # equal and positive under D
     rho = lam / xi
-    sel = np.full(d, math.log((d - math.exp(-2 * rho)) / (d - 1)))
-    sel[0] = 2 * rho  # the selection's loss on j = 0 (its limit for large d), elsewhere ≈ 0
+    # the selection's loss ln P_D(j)/P_D′(j) at its limit for large d: 2ρ on j = 0 (1/d against
+    # e^−2ρ/d), ln((d − 1)/(d − e^−2ρ)) < 0 on the others
+    sel = np.full(d, math.log((d - 1) / (d - math.exp(-2 * rho))))
+    sel[0] = 2 * rho
 
     def sampler(which: int, k: int, rng: np.random.Generator) -> np.ndarray:
         v = v0 if which == 0 else v1
