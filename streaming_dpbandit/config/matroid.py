@@ -69,13 +69,16 @@ class DPMatroidConfig(PolicyConfigBase):
 
     ``items`` names the L items (the bandit's catalogue; default ``item-0`` … ``item-{L−1}``).
     ``calibration="paper"`` (ε0 = ε/K, certified as 2ε-DP only) is refused outside
-    ``mode: simulation``.
+    ``mode: simulation``. ``exploration``: ``posterior`` (default; the pooled estimate of every
+    released batch and its variance) or ``thesis`` (the thesis's index on the last batch);
+    post-processing either way.
     """
 
     private: bool = True
     matroid: MatroidConfig
     epsilon: float = Field(gt=0)
     calibration: Literal["certified", "paper"] = "certified"
+    exploration: Literal["posterior", "thesis"] = "posterior"
     update_every: int = Field(1, ge=1)
     reward_range: tuple[float, float] = (0.0, 1.0)
     default_reward: float = Field(0.0, ge=0, le=1)

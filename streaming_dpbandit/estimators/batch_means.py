@@ -14,6 +14,7 @@ State per item (spec §5.1), O(1) each:
 ``mean``   w̃, the noisy mean of that batch (unclipped)           DP release
 ``buf``    exact sum of the open batch, in units of 2⁻³²          **raw data**
 ``cnt``    rewards in the open batch                             public (slates)
+``pool``   Σ m_j/v_j and Σ 1/v_j over the released batches       DP release (pooled)
 =========  =====================================================  ===================
 
 Exact sums. Rewards must already be mapped into [0, 1] and clipped (the caller's job; spec
@@ -22,6 +23,14 @@ on the order of its rewards: a service that crashed and re-consumed its input re
 integer and — with the labelled noise stream (bandit, "dp-matroid", item, batch) — recomputes a
 lost release bit for bit instead of drawing a second noisy copy (spec §7.3). The int64 sum is
 exact while a batch holds fewer than 2³¹ rewards.
+
+Pooled estimate (post-processing). Every released batch mean of an item is also folded into a
+precision-weighted pool: batch j of size n_j has a noisy mean whose variance is at most
+v_j = 1/(4·n_j) + 2·b²/n_j² (a reward in [0, 1] has variance ≤ 1/4; Laplace(b) on the sum has
+variance 2b²), so ``pooled_mean`` = Σ_j (m_j/v_j) / Σ_j (1/v_j) and ``pooled_var`` = 1/Σ_j (1/v_j).
+The weights are public (sizes and the scale), the means are releases: the pool uses no raw data
+and costs no privacy. It keeps the information of every batch, where ``mean`` keeps only the
+last one (docs/privacy/dp-matroid.md, "Posterior exploration").
 
 Nothing here logs, and :class:`Release` carries no raw sum and no noise value.
 
@@ -98,6 +107,8 @@ class DoublingBatchMeans:
             self.mean = np.zeros(L, dtype=np.float64)
             self.buf = np.zeros(L, dtype=np.int64)
             self.cnt = np.zeros(L, dtype=np.int64)
+            self.pool_num = np.zeros(L, dtype=np.float64)  # Σ_j m_j / v_j
+            self.pool_den = np.zeros(L, dtype=np.float64)  # Σ_j 1 / v_j
             # sealed batches awaiting their release: item, batch, size, exact sum, closing round
             self._sealed: list[tuple[int, int, int, int, int]] = []
             self.observations = 0
@@ -108,6 +119,34 @@ class DoublingBatchMeans:
     def laplace_scale(self) -> float:
         """Scale b = multiplier/ε0 of each release's Laplace noise (on the sum)."""
         return float(self.scale_multiplier) / float(self.epsilon0)
+
+    def batch_variance(self, size: int | IntArray) -> float | FloatArray:
+        """Variance bound of one released batch mean of ``size`` rewards in [0, 1]:
+        1/(4·size) (sampling) + 2·b²/size² (the Laplace noise on the sum).
+
+        >>> DoublingBatchMeans(2, epsilon0=0.5).batch_variance(4)  # 1/16 + 2·4/16
+        0.5625
+        """
+        b = self.laplace_scale
+        n = np.asarray(size, dtype=np.float64)
+        v = 0.25 / n + 2.0 * b * b / (n * n)
+        return float(v) if v.ndim == 0 else v
+
+    @property
+    def pooled_mean(self) -> FloatArray:
+        """Precision-weighted mean of every released batch mean of each item (0 if none)."""
+        self._state()
+        played = self.pool_den > 0
+        return np.divide(
+            self.pool_num, self.pool_den, out=np.zeros_like(self.pool_num), where=played
+        )
+
+    @property
+    def pooled_var(self) -> FloatArray:
+        """Variance bound of :attr:`pooled_mean`: 1/Σ_j (1/v_j) (+∞ for an unreleased item)."""
+        self._state()
+        played = self.pool_den > 0
+        return np.divide(1.0, self.pool_den, out=np.full_like(self.pool_den, np.inf), where=played)
 
     @property
     def pending(self) -> int:
@@ -195,6 +234,9 @@ class DoublingBatchMeans:
             m = float(g.laplace(total / UNIT, scale)) / size
             self.T[e] = size
             self.mean[e] = m
+            w = 1.0 / self.batch_variance(size)
+            self.pool_num[e] += m * w
+            self.pool_den[e] += w
             out.append(Release(e, s, size, t, m))
         self.releases += len(out)
         self._sealed = []
@@ -211,6 +253,8 @@ class DoublingBatchMeans:
             "mean": self.mean.copy(),
             "buf": self.buf.copy(),
             "cnt": self.cnt.copy(),
+            "pool_num": self.pool_num.copy(),
+            "pool_den": self.pool_den.copy(),
             "sealed": sealed,
             "observations": self.observations,
             "releases": self.releases,
@@ -223,6 +267,12 @@ class DoublingBatchMeans:
         self.mean = np.asarray(state["mean"], dtype=np.float64).copy()
         self.buf = np.asarray(state["buf"], dtype=np.int64).copy()
         self.cnt = np.asarray(state["cnt"], dtype=np.int64).copy()
+        if "pool_num" in state:
+            self.pool_num = np.asarray(state["pool_num"], dtype=np.float64).copy()
+            self.pool_den = np.asarray(state["pool_den"], dtype=np.float64).copy()
+        else:  # a snapshot from before the pool: start it from the last released batch
+            w = np.where(self.T > 0, 1.0 / self.batch_variance(np.maximum(self.T, 1)), 0.0)
+            self.pool_num, self.pool_den = self.mean * w, w
         self._sealed = [
             (int(e), int(s), int(n), int(total), int(t))
             for e, s, n, total, t in np.asarray(state["sealed"]).tolist()

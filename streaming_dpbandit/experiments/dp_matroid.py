@@ -129,7 +129,8 @@ def _spec(algo: str, eps: float | None, horizon: int, group: str) -> MatroidRunS
     return MatroidRunSpec(
         f"{algo} ε={eps:g}",
         algo,
-        {"epsilon": float(eps), "calibration": "paper"},
+        # the thesis's experiments: its ε0 = ε/K and its index (Algs. 2 and 5)
+        {"epsilon": float(eps), "calibration": "paper", "exploration": "thesis"},
         horizon,
         float(eps),
         group,

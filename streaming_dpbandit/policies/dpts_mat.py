@@ -8,6 +8,16 @@ For decision t with the released batch statistics (T_e, w̃_e):
 then the matroid greedy on θ (never-played items first). The variance is 1/T_e; there is no
 √(ln t / T) term, no prior pseudo-count and no clipping of θ. A fresh sample is drawn for every
 item at every decision, from a non-private key and the round (safe to log).
+
+That is ``exploration="thesis"``. The default, ``exploration="posterior"``, samples instead
+
+    θ_e(t) ~ Normal(mean = clip(m̂_e, 0, 1), variance = v̂_e)
+
+with m̂_e the precision-weighted pool of every released batch mean of item e and v̂_e its
+variance bound (sampling variance ≤ 1/4 per reward plus the Laplace variance; see
+:class:`~streaming_dpbandit.estimators.batch_means.DoublingBatchMeans`): the noise the thesis
+covers with an additive bonus 3·ln(K·t)/(ε0·T_e) enters the sample's variance instead
+(docs/privacy/dp-matroid.md, "Posterior exploration").
 """
 
 from __future__ import annotations
@@ -57,9 +67,11 @@ class DPTSMAT(PrivateMatroidPolicy):
     def _keys(self, rounds: IntArray) -> FloatArray:
         B = rounds.size
         keys = np.empty((B, self.L))
-        # standard deviation 1/√T (0 for never-played items: their base is +∞)
+        # standard deviation 1/√T, or the pool's √v̂ (0 for never-played items: base +∞)
         self._normals.fill(int(rounds[0]), keys, scale=self._a)
         keys += self._base
+        if self.exploration == "posterior":
+            return keys
         bonus = self._scratch(B)
         np.multiply.outer(self._bonus_log(rounds), self._b, out=bonus)
         keys += bonus

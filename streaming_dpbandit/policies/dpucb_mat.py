@@ -9,6 +9,16 @@ For decision t with the released batch statistics (T_e, w̃_e):
 matroid greedy with never-played items first (spec §6.4: the thesis's "∞ at the end" would lock
 onto the first slate). It is the private version of OMM (Kveton et al. 2014).
 
+That is ``exploration="thesis"``. The default, ``exploration="posterior"``, uses
+
+    U_t(e) = clip(m̂_e, 0, 1) + sqrt(2·ln t · v̂_e)
+
+with m̂_e the precision-weighted pool of every released batch mean of item e and v̂_e its
+variance bound (sampling and Laplace noise; see
+:class:`~streaming_dpbandit.estimators.batch_means.DoublingBatchMeans`): one Gaussian-style
+width on the pooled estimate instead of a Hoeffding width plus a Laplace-tail width on the last
+batch (docs/privacy/dp-matroid.md, "Posterior exploration").
+
 Spec: docs/specs/dp_matroid.md.
 """
 
@@ -49,6 +59,11 @@ class DPUCBMAT(PrivateMatroidPolicy):
     name = "dpucb-mat"
 
     def _keys(self, rounds: IntArray) -> FloatArray:
+        if self.exploration == "posterior":
+            z = np.sqrt(2.0 * np.log(rounds.astype(np.float64)))
+            keys = np.multiply.outer(z, self._a)
+            keys += self._base
+            return keys
         c = self._bonus_log(rounds)
         keys = np.multiply.outer(c, self._b)
         keys += self._base

@@ -12,8 +12,12 @@ batch sums by 2K, so the run is 2K·ε0-DP:
   only, refused by the service outside simulation, recorded with ``epsilon = 2ε``.
 
 Everything else — indices, Thompson samples, greedy slates, published noisy means — is
-post-processing. Which rewards form a batch, and when it closes, depends on the slate history
-only: the caller finalizes every served item (default fill) and feeds rounds in order.
+post-processing. That includes the exploration rule (``exploration``): ``"posterior"`` (the
+default) indexes each item by the precision-weighted pool of *all* its released batch means,
+clipped to [0, 1], with the variance of that pool (sampling and Laplace noise); ``"thesis"`` is
+the thesis's index on the last batch only (Algs. 2 and 5), which ``reproduce dp-matroid`` uses.
+Which rewards form a batch, and when it closes, depends on the slate history only: the
+caller finalizes every served item (default fill) and feeds rounds in order.
 
 Ledger. The first release registers the run's guarantee (one record: ε_certified, a Laplace
 component of sensitivity 2K and scale 1/ε0); every update that completes batches appends one
@@ -39,9 +43,16 @@ from ..privacy.statement import PrivacyStatement
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .matroid_base import MatroidPolicy
 
-__all__ = ["CALIBRATIONS", "PAPER_MATROID_LABEL", "PrivateMatroidPolicy", "epsilon0_for"]
+__all__ = [
+    "CALIBRATIONS",
+    "EXPLORATIONS",
+    "PAPER_MATROID_LABEL",
+    "PrivateMatroidPolicy",
+    "epsilon0_for",
+]
 
 CALIBRATIONS = ("certified", "paper")
+EXPLORATIONS = ("posterior", "thesis")
 PRIVACY_UNIT = (
     "one decision round (one event): the rewards of all L items at that round, served or not"
 )
@@ -77,6 +88,11 @@ class PrivateMatroidPolicy(MatroidPolicy):
         The run's target per-event ε.
     calibration
         ``"certified"`` (ε0 = ε/2K, default) or ``"paper"`` (ε0 = ε/K, reproduction only).
+    exploration
+        ``"posterior"`` (default): the index reads the pooled estimate of every released batch
+        of an item (``DoublingBatchMeans.pooled_mean``, clipped to [0, 1]) and its variance;
+        ``"thesis"``: the thesis's index on the last released batch (Algs. 2 and 5).
+        Post-processing either way: same releases, same ε.
     noise_scale_multiplier
         Multiplies the Laplace scale. Must stay 1; exists for the privacy audit only.
     noise_backend
@@ -107,12 +123,14 @@ class PrivateMatroidPolicy(MatroidPolicy):
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
         noise_backend: str = "fast",
+        exploration: str = "posterior",
     ) -> None:
         super().__init__(
             matroid, update_every, reward_range, default_reward, item_ids, bandit_id, seed
         )
         self.epsilon = epsilon
         self.calibration = calibration
+        self.exploration = exploration
         self.noise_scale_multiplier = noise_scale_multiplier
         self.noise_backend = noise_backend
 
@@ -123,6 +141,8 @@ class PrivateMatroidPolicy(MatroidPolicy):
             raise ValueError("epsilon must be a positive number")
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}")
+        if self.exploration not in EXPLORATIONS:
+            raise ValueError(f"exploration must be one of {EXPLORATIONS}")
         if not self.noise_scale_multiplier > 0:
             raise ValueError("noise_scale_multiplier must be > 0")
 
@@ -154,11 +174,23 @@ class PrivateMatroidPolicy(MatroidPolicy):
         return self._est.pending > 0
 
     def _refresh(self) -> None:
-        """Per-item arrays of the index: base = w̃ (+∞ if T = 0), a = √(1/T), b = 1/(ε0·T)."""
-        T = self._est.T.astype(np.float64)
+        """Per-item arrays of the index (+∞ base for a never-released item).
+
+        ``thesis``: base = w̃ of the last batch, a = √(1/T), b = 1/(ε0·T).
+        ``posterior``: base = the pooled mean clipped to [0, 1], a = its standard deviation,
+        b = 0 (no separate privacy bonus: the Laplace variance is inside a).
+        """
+        est = self._est
+        T = est.T.astype(np.float64)
+        if self.exploration == "posterior":
+            pooled = est.pool_den > 0  # exactly the items with a release (T > 0)
+            self._base = np.where(pooled, np.clip(est.pooled_mean, 0.0, 1.0), np.inf)
+            self._a = np.sqrt(np.where(pooled, est.pooled_var, 0.0))
+            self._b = np.zeros_like(T)
+            return
         played = T > 0
         inv = np.divide(1.0, T, out=np.zeros_like(T), where=played)
-        self._base = np.where(played, self._est.mean, np.inf)
+        self._base = np.where(played, est.mean, np.inf)
         self._a = np.sqrt(inv)
         self._b = inv / self.epsilon0
 
@@ -319,7 +351,12 @@ class PrivateMatroidPolicy(MatroidPolicy):
             "L": self.L,
             "matroid": self.structure.kind,
             "unreachable_items": self.unreachable,
-            "privacy_bonus_at_t": {"t": t, "by_T": bonus},
+            "exploration": self.exploration,
+            **(
+                {"privacy_bonus_at_t": {"t": t, "by_T": bonus}}
+                if self.exploration == "thesis"
+                else {}
+            ),
             "params": self.public_params(),
             "privacy_statement": self.privacy.text(),
             **({"label": PAPER_MATROID_LABEL} if self.calibration == "paper" else {}),

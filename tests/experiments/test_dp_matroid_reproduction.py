@@ -133,12 +133,15 @@ def test_cli_explain_and_simulate_for_slate_policies(capsys):
             "epsilon=2",
             "--policy-param",
             "calibration=paper",
+            "--policy-param",
+            "exploration=thesis",
             "--horizon",
             "20000",
         ]
     )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["epsilon0"] == pytest.approx(2 / 17) and out["epsilon_certified"] == 4
+    assert out["exploration"] == "thesis"
     assert out["privacy_bonus_at_t"]["by_T"]["1"] == pytest.approx(325, abs=0.5)  # spec §6.5
     assert "2ε-DP" in out["label"]
     assert main(["simulate", "--policy", "dpts-mat"]) == 2

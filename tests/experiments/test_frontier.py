@@ -70,8 +70,8 @@ def test_orderings(quick, setting):
     for pol in {r["policy"] for r in rows if r["group"] == "private"}:
         at = {r["epsilon"]: r for r in rows if r["policy"] == pol}
         assert not below(at[1.0], at[5.0]), pol
-    if setting == "slate":  # OMM is DPUCB-MAT without its noise: privacy costs there
-        assert below(base, next(r for r in rows if r["key"] == "dpucb-mat ε=5"))
+    # (OMM is no longer "DPUCB-MAT without its noise": the private slate policies explore with
+    # the posterior rule (issue 35), a different index from OMM's Hoeffding widths.)
 
 
 def test_unknown_setting_is_one_line(capsys):

@@ -137,7 +137,9 @@ def stub_state(pol, T, mean):
 
 
 def test_dpucb_index_values():
-    pol = DPUCBMAT({"type": "uniform", "n_items": 4, "k": 2}, epsilon=1.0, seed=0)
+    pol = DPUCBMAT(
+        {"type": "uniform", "n_items": 4, "k": 2}, epsilon=1.0, seed=0, exploration="thesis"
+    )
     stub_state(pol, [0, 1, 4, 64], [0.0, 0.9, -0.2, 0.55])
     t = np.array([1, 7, 10_000])
     keys = pol._keys(t)
@@ -150,13 +152,17 @@ def test_dpucb_index_values():
 
 
 def test_k1_t1_bonus_is_zero():
-    pol = DPUCBMAT({"type": "uniform", "n_items": 3, "k": 1}, epsilon=1.0, seed=0)
+    pol = DPUCBMAT(
+        {"type": "uniform", "n_items": 3, "k": 1}, epsilon=1.0, seed=0, exploration="thesis"
+    )
     stub_state(pol, [2, 2, 8], [0.3, 0.7, 0.1])
     assert pol._keys(np.array([1]))[0].tolist() == [0.3, 0.7, 0.1]
 
 
 def test_thompson_samples_have_the_specified_mean_and_variance():
-    pol = DPTSMAT({"type": "uniform", "n_items": 3, "k": 1}, epsilon=2.0, seed=4)
+    pol = DPTSMAT(
+        {"type": "uniform", "n_items": 3, "k": 1}, epsilon=2.0, seed=4, exploration="thesis"
+    )
     stub_state(pol, [16, 256, 0], [0.3, -0.1, 0.0])
     n = 20_000
     rounds = np.arange(1, n + 1)
@@ -168,6 +174,82 @@ def test_thompson_samples_have_the_specified_mean_and_variance():
         assert abs(z.mean()) < 4 / math.sqrt(n)  # mean w̃ + bonus: 4 s.e.
         assert abs(z.var() - 1) < 4 * math.sqrt(2 / n)  # variance 1/T: 4 s.e. of the variance
         assert stats.kstest(z, "norm").pvalue > 1e-3
+
+
+def stub_pool(pol, batches):
+    """Release the given (item, size, noisy mean) batches into the policy's estimator pool."""
+    pol._state()
+    est = pol._est
+    for e, size, m in batches:
+        w = 1.0 / est.batch_variance(size)
+        est.pool_num[e] += m * w
+        est.pool_den[e] += w
+        est.T[e], est.mean[e] = size, m
+    pol._refresh()
+
+
+def test_the_pool_is_the_precision_weighted_mean_of_every_released_batch():
+    est = DoublingBatchMeans(n_items=2, epsilon0=0.5)  # Laplace scale b = 2
+    noise = StubNoise(0.0)
+    rewards = np.r_[1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]  # batches {1}, {0, 1}, {1, 0, 0, 1}
+    for t, r in enumerate(rewards, start=1):
+        est.learn_many(np.array([0]), np.array([r]), np.array([t]))
+        est.release(noise, "b")
+    v = [0.25 / n + 2 * 4 / n**2 for n in (1, 2, 4)]
+    means = [1.0, 0.5, 0.5]
+    w = [1 / x for x in v]
+    assert est.pooled_mean[0] == pytest.approx(sum(m * x for m, x in zip(means, w)) / sum(w))
+    assert est.pooled_var[0] == pytest.approx(1 / sum(w))
+    assert est.mean[0] == 0.5 and est.T[0] == 4  # the thesis's last-batch statistics are kept
+    assert est.pooled_mean[1] == 0.0 and est.pooled_var[1] == math.inf  # never released
+    # snapshots keep the pool; a snapshot without one starts it from the last batch
+    back = DoublingBatchMeans(2, 0.5).load_state_dict(loads(dumps(est.state_dict())))
+    assert back.pooled_mean.tolist() == est.pooled_mean.tolist()
+    old = {k: v for k, v in est.state_dict().items() if not k.startswith("pool")}
+    legacy = DoublingBatchMeans(2, 0.5).load_state_dict(old)
+    assert legacy.pooled_mean[0] == 0.5 and legacy.pooled_var[0] == pytest.approx(v[2])
+
+
+def test_posterior_indices_use_the_clipped_pool_and_its_variance():
+    m = {"type": "uniform", "n_items": 4, "k": 1}
+    ucb = DPUCBMAT(m, epsilon=1.0, seed=0)
+    ts = DPTSMAT(m, epsilon=1.0, seed=4)
+    assert ucb.exploration == ts.exploration == "posterior"  # the default
+    batches = [(1, 1, 1.7), (1, 2, 0.5), (2, 4, -0.3), (3, 64, 0.55)]
+    for pol in (ucb, ts):
+        stub_pool(pol, batches)
+    est = ucb._est
+    mean = np.clip(est.pooled_mean, 0, 1)
+    sd = np.sqrt(est.pooled_var)
+    assert mean[2] == 0.0 and 0.0 < mean[1] < 1.0  # a negative pool is clipped to 0
+    rounds = np.array([1, 7, 10_000])
+    keys = ucb._keys(rounds)
+    assert np.isinf(keys[:, 0]).all()  # never released: first
+    for row, t in zip(keys, rounds.tolist()):
+        assert row[1:] == pytest.approx(mean[1:] + math.sqrt(2 * math.log(t)) * sd[1:], rel=1e-12)
+    n = 20_000
+    keys = ts._keys(np.arange(1, n + 1))
+    assert np.isinf(keys[:, 0]).all()
+    for e in (1, 2, 3):
+        z = (keys[:, e] - mean[e]) / sd[e]
+        assert abs(z.mean()) < 4 / math.sqrt(n) and abs(z.var() - 1) < 4 * math.sqrt(2 / n)
+
+
+def test_posterior_and_thesis_release_the_same_batches():
+    """The exploration rule is post-processing: on the same rewards, fed in the same order,
+    both rules release the same batches (noise streams are keyed by item and batch)."""
+    env = MatroidSyntheticEnv()
+    a = DPTSMAT(env.matroid, epsilon=1.0, seed=9)
+    b = DPTSMAT(env.matroid, epsilon=1.0, seed=9, exploration="thesis")
+    rng = np.random.default_rng(0)
+    for t in range(1, 300):
+        items = np.array([0, 1, 2])
+        r = env.draw(rng, 1)[0, items]
+        for pol in (a, b):
+            pol._state()._est.learn_many(items, r, np.full(3, t))
+    ra = a._est.release(a._noise, "x")
+    rb = b._est.release(b._noise, "x")
+    assert ra == rb and ra
 
 
 def test_decisions_do_not_depend_on_batching():
