@@ -362,6 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--summary-json", metavar="FILE", help="write the end-of-run summary as JSON")
     p.add_argument(
+        "--decisions-out",
+        metavar="FILE.jsonl",
+        help="--file or the embedded simulation: write every decision to FILE.jsonl, one "
+        "decisions-topic message per line ('-': stdout, the summary then goes to stderr)",
+    )
+    p.add_argument(
+        "--dead-letters-out",
+        metavar="FILE.jsonl",
+        help="likewise every dead letter, with its reason and detail (dead-letter topic "
+        "messages; '-': stdout)",
+    )
+    p.add_argument(
         "--linger",
         type=non_negative_float,
         default=0.0,

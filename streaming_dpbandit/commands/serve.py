@@ -7,6 +7,7 @@ Settings: YAML < environment < command-line flags, plus the embedded default
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -104,13 +105,68 @@ def run(args) -> int:
         cli_logger().info(note)
     from ..stream.service import ServiceStartError
 
+    outputs = {"decisions": args.decisions_out, "dead_letter": args.dead_letters_out}
+    sinks = []
     try:
-        summary = run_service(settings, linger_s=args.linger)
+        transport = _tee_outputs(settings, outputs, sinks)
+        out = sys.stderr if "-" in outputs.values() else None  # stdout carries the messages
+        summary = run_service(settings, transport, out=out, linger_s=args.linger)
     except ServiceStartError as err:
         raise ConfigError(str(err)) from None
+    finally:
+        for sink in sinks:
+            sink.close()
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=1, default=json_default))
-    return 0
+    return 1 if all_dead(summary) else 0
+
+
+def _tee_outputs(settings, outputs: dict, sinks: list):
+    """The in-process transport, writing the decisions and dead letters to the files (or
+    stdout) of ``--decisions-out`` / ``--dead-letters-out``; None when neither is given."""
+    flags = {"decisions": "--decisions-out", "dead_letter": "--dead-letters-out"}
+    if not any(outputs.values()):
+        return None
+    if settings.kafka is not None:
+        given = " and ".join(flags[k] for k, v in outputs.items() if v)
+        raise ConfigError(
+            f"{given}: an in-process run's outputs (--file, or the embedded simulation); with "
+            "Kafka, read the decisions and dead-letter topics"
+        )
+    from ..settings import TopicsSettings
+    from ..stream.runner import build_transport
+
+    transport = build_transport(settings)
+    topics = TopicsSettings()
+    for key, path in outputs.items():
+        if not path:
+            continue
+        if path == "-":
+            sys.stdout.flush()
+            sink = sys.stdout.buffer  # not closed: the process's stdout
+        else:
+            try:
+                sink = open(path, "wb")  # closed by run()
+            except OSError as err:
+                raise ConfigError(f"{flags[key]}: cannot write {path}: {err.strerror}") from None
+            sinks.append(sink)
+        transport.tee(getattr(topics, key), sink)
+    return transport
+
+
+def all_dead(summary: dict) -> bool:
+    """Was every input record this run read dead-lettered? Says so on stderr."""
+    read = summary.get("records_read") or 0
+    dead = summary.get("dead_letters") or {}
+    if not read or sum(dead.values()) < read:
+        return False
+    why = ", ".join(f"{k}: {v:,}" for k, v in sorted(dead.items(), key=lambda kv: -kv[1]))
+    print(
+        f"dpbandit serve: every one of the {read:,} input records was dead-lettered ({why}): "
+        "nothing was decided or learned; docs/events.md explains the reasons",
+        file=sys.stderr,
+    )
+    return True
 
 
 def run_loadgen(args) -> int:

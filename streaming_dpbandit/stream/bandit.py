@@ -62,6 +62,7 @@ class BanditRuntime:
         self._learn_y: list[float] = []
         self._learn_r: list[int] = []
         self.stats: collections.Counter[str] = collections.Counter()
+        self.stats_restored: collections.Counter[str] = collections.Counter()  # earlier runs'
         self.window: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.best_window = float("-inf")
         self.reward_sum = 0.0
@@ -445,6 +446,7 @@ class BanditRuntime:
             self._learn_r = np.asarray(held["rounds"], dtype=np.int64).tolist()
         self.unledgered = [ReleaseRecord.from_dict(r) for r in state["unledgered"]]
         self.stats = collections.Counter(state["stats"])
+        self.stats_restored = collections.Counter(state["stats"])
         self.window.extend(state["window"])
         self.best_window = float(state["best_window"])
         self.reward_sum = float(state["reward_sum"])

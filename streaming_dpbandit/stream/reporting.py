@@ -28,7 +28,8 @@ def service_summary(svc) -> dict:
             "policy": rt.policy.name,
             "rounds": rt.policy.t,
             "model_version": rt.policy.model_version,
-            "stats": dict(rt.stats),
+            "stats": dict(rt.stats),  # every run on this state
+            "this_run": dict(rt.stats - rt.stats_restored),
             "mean_reward_window": (sum(rt.window) / len(rt.window)) if rt.window else None,
             "privacy": None if sp is None else sp.to_dict(),
         }
@@ -42,8 +43,10 @@ def service_summary(svc) -> dict:
             }
     if svc.local:
         out["local_bandits"] = svc.local.summary()
-    decided = sum(rt.stats["decided"] for rt in svc.bandits.values())
+    # this run's decisions; the state's total counts the runs before it too
+    decided = sum(rt.stats["decided"] - rt.stats_restored["decided"] for rt in svc.bandits.values())
     out["decisions"] = decided
+    out["decisions_total"] = sum(rt.stats["decided"] for rt in svc.bandits.values())
     out["events_per_s"] = decided / elapsed if elapsed > 0 else 0.0
     return out
 

@@ -343,6 +343,8 @@ def _run(
     source = getattr(transport, "source", None)
     if source is not None and hasattr(source, "summary"):
         summary["source"] = source.summary()
+    if isinstance(transport, InProcessTransport):  # a finite input: what this run read of it
+        summary["records_read"] = transport.consumed()
     if group:
         summary["state_topic"] = getattr(service, "state_topic", None)
     else:
@@ -390,9 +392,16 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
             file=out,
         )
     else:
+        n, total = summary["decisions"], summary.get("decisions_total", summary["decisions"])
+        before = (
+            ""
+            if total == n
+            else f"; the state holds {total - n:,} decisions of earlier runs, {total:,} in all "
+            "(the table counts them all)"
+        )
         print(
-            f"served {summary['decisions']:,} decisions in {summary['elapsed_s']:.1f} s "
-            f"({summary['events_per_s']:,.0f} events/s); state in {where}",
+            f"served {n:,} {'new ' if before else ''}decisions in {summary['elapsed_s']:.1f} s "
+            f"({_rate(summary['events_per_s'])} events/s){before}; state in {where}",
             file=out,
         )
     if summary["bandits"] or not local:
@@ -447,6 +456,15 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
             + ("" if bounded is None else f", {bounded:,} not reported (user-level bound)"),
             file=out,
         )
+
+
+def _rate(x: float) -> str:
+    """A rate for the summary line: whole numbers, two digits below 10.
+
+    >>> _rate(3618.4), _rate(0.44), _rate(0.0)
+    ('3,618', '0.44', '0')
+    """
+    return f"{x:,.0f}" if x >= 10 or x == 0 else f"{x:.2g}"
 
 
 def print_comparison(summary: dict[str, Any], out: TextIO) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 __all__ = ["InProcessTransport", "Record", "Source", "Transport"]
 
@@ -126,11 +126,18 @@ class InProcessTransport(Transport):
     def __init__(self, source: Source, keep_outputs: bool = False):
         self.source = source
         self.keep_outputs = keep_outputs
+        self.tees: dict[str, BinaryIO] = {}
+
+    def tee(self, topic: str, sink: BinaryIO) -> None:
+        """Also write every record sent to ``topic`` to ``sink``, one value per line (what
+        ``serve --decisions-out`` and ``--dead-letters-out`` show); flushed with :meth:`flush`."""
+        self.tees[topic] = sink
 
     def open(self, start_offsets: dict[TP, int]) -> None:
         self.log: dict[TP, list[Record]] = {(t, 0): [] for t in self.source.topics}
         self.base: dict[TP, int] = {tp: 0 for tp in self.log}  # offset of log[tp][0]
         self.position: dict[TP, int] = {tp: int(start_offsets.get(tp, 0)) for tp in self.log}
+        self.started_at = dict(self.position)
         self.paused: set[TP] = set()
         self.outputs: dict[str, list[bytes]] = {}
         self.output_counts: dict[str, int] = {}
@@ -171,10 +178,14 @@ class InProcessTransport(Transport):
         self.output_counts[topic] = self.output_counts.get(topic, 0) + 1
         if self.keep_outputs:
             self.outputs.setdefault(topic, []).append(value)
+        sink = self.tees.get(topic)
+        if sink is not None:
+            sink.write(value + b"\n")
         self.source.on_output(topic, value)
 
     def flush(self) -> None:
-        return None
+        for sink in self.tees.values():
+            sink.flush()
 
     def pause(self, tp: TP) -> None:
         self.paused.add(tp)
@@ -184,6 +195,10 @@ class InProcessTransport(Transport):
 
     def lag(self) -> dict[TP, int]:
         return {tp: self._unread(tp) for tp in self.log}
+
+    def consumed(self) -> int:
+        """Input records delivered since :meth:`open` (a restart resumes past those before)."""
+        return sum(max(0, self.position[tp] - self.started_at[tp]) for tp in self.log)
 
     def assigned(self) -> set[TP]:
         return set(self.log)

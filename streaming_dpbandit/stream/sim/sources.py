@@ -239,6 +239,9 @@ class SimulatedSource(Source):
 class FileSource(Source):
     """Records from a JSONL file: one ``{"topic": "contexts"|"feedback", "value": {...}}`` per line.
 
+    ``topic`` is the short name or the topic's full name (``topics`` here, e.g.
+    ``dpbandit.contexts``: the ``service-jsonl`` log format of ``dpbandit replay``).
+
     ``value`` may be an object or a string (sent as is, so malformed payloads can be replayed);
     ``"value_b64"`` instead of ``value`` carries a binary message value (a binary context,
     docs/events.md) as base64 text.
@@ -260,6 +263,8 @@ class FileSource(Source):
             return False
         if self._fh is None:
             self._fh = self.path.open("rb")
+        contexts, feedback = self.topics
+        names = {"contexts": contexts, "feedback": feedback, contexts: contexts, feedback: feedback}
         for _ in range(max_new):
             line = self._fh.readline()
             if not line:
@@ -274,10 +279,10 @@ class FileSource(Source):
                 obj = json.loads(line)
                 if (
                     isinstance(obj, dict)
-                    and obj.get("topic") in ("contexts", "feedback")
+                    and obj.get("topic") in names
                     and ("value" in obj or isinstance(obj.get("value_b64"), str))
                 ):
-                    topic = self.topics[0] if obj["topic"] == "contexts" else self.topics[1]
+                    topic = names[obj["topic"]]
                     v = obj.get("value")
                     if "value" not in obj:  # a binary message value (e.g. a binary context)
                         value = base64.b64decode(obj["value_b64"], validate=True)
