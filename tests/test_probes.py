@@ -13,7 +13,8 @@ import urllib.request
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.probes import Readiness
 from streaming_dpbandit.settings import ServiceSettings
-from streaming_dpbandit.stream.runner import service_readiness, start_metrics_server
+from streaming_dpbandit.stream.readiness import service_readiness
+from streaming_dpbandit.stream.runner import start_metrics_server
 
 
 def test_broker_unreachable_is_not_ready_only_after_the_timeout():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import ConfigError
 from .options import deep_merge, json_default
@@ -106,7 +107,7 @@ def run(args) -> int:
     from ..stream.service import ServiceStartError
 
     outputs = {"decisions": args.decisions_out, "dead_letter": args.dead_letters_out}
-    sinks = []
+    sinks: list[BinaryIO] = []
     try:
         transport = _tee_outputs(settings, outputs, sinks)
         out = sys.stderr if "-" in outputs.values() else None  # stdout carries the messages
@@ -135,8 +136,10 @@ def _tee_outputs(settings, outputs: dict, sinks: list):
         )
     from ..settings import TopicsSettings
     from ..stream.runner import build_transport
+    from ..stream.transport import InProcessTransport
 
     transport = build_transport(settings)
+    assert isinstance(transport, InProcessTransport)  # no kafka section: in process
     topics = TopicsSettings()
     for key, path in outputs.items():
         if not path:

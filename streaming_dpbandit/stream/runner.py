@@ -19,6 +19,7 @@ from ..probes import Readiness
 from ..settings import KafkaSettings, ServiceSettings
 from .errors import ServiceStartError
 from .gc_tuning import service_gc
+from .readiness import opened, service_readiness
 from .service import Service
 from .signals import StopSwitch
 from .transport import InProcessTransport, Source, Transport
@@ -28,7 +29,6 @@ __all__ = [
     "kafka_transport",
     "run_broadcast",
     "run_service",
-    "service_readiness",
     "start_metrics_server",
 ]
 
@@ -118,18 +118,6 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
     return InProcessTransport(source, keep_outputs)
 
 
-def service_readiness(settings: ServiceSettings) -> Readiness:
-    """The probes' state of a service process, before it opens: nothing restored, verified or
-    assigned yet; the Kafka bootstrap servers watched when there is a broker."""
-    m = settings.metrics
-    broker = settings.kafka.bootstrap_servers if settings.kafka is not None else None
-    readiness = Readiness(broker, m.broker_timeout_s, m.stall_timeout_s)
-    readiness.require("state", "restoring the snapshot")
-    readiness.require("ledger", "verifying the privacy ledger")
-    readiness.require("partitions", "no input partition assigned yet")
-    return readiness
-
-
 def start_metrics_server(
     settings: ServiceSettings, metrics: ServiceMetrics, readiness: Readiness | None = None
 ) -> tuple[Any, int | None]:
@@ -161,34 +149,6 @@ def serve_metrics(
         url = f"http://{settings.metrics.host}:{port}/metrics"
         log.info("metrics: %s (probes: /livez, /readyz)", url, extra={"url": url})
     return metrics, server
-
-
-def assigned_partitions(svc: Any) -> int:
-    """How many input partitions a running shape reads now."""
-    if hasattr(svc, "assigned"):  # a decision replica
-        return len(svc.assigned())
-    if hasattr(svc, "tasks"):  # a group replica: a task per partition index, opened (restored)
-        return 2 * len(svc.tasks)  # when assigned; each reads its contexts and feedback partition
-    return len(svc.transport.assigned())
-
-
-def opened(readiness: Readiness, service: Served) -> Callable[[Any], None]:
-    """Mark a just-opened service's state restored and ledger verified; returns the loop's
-    callback that beats the liveness and follows the partition assignment."""
-    readiness.set("state", True, "restored")
-    readiness.set("ledger", True, "verified against the snapshot")
-    last = [-float("inf")]
-
-    def turned(svc: Any) -> None:
-        readiness.beat()
-        now = time.monotonic()
-        if now - last[0] >= 0.5:  # an assignment is a set to build: twice a second is enough
-            last[0] = now
-            n = assigned_partitions(svc)
-            readiness.set("partitions", n > 0, f"{n} input partitions assigned")
-
-    turned(service)
-    return turned
 
 
 def run_service(
