@@ -102,8 +102,21 @@ def make_reader(
     """
     if not log.startswith("kafka://") and not Path(log).exists():
         raise LogFormatError(f"no such log {log}")
+    origin = "given with --format" if fmt else "detected from its name"
     fmt = fmt or guess_format(log)
-    params = dict(params or {})
+    reader = _make_reader(log, fmt, mapping, dict(params or {}), start, end)
+    reader.format_origin = origin  # named by errors about what the log lacks
+    return reader
+
+
+def _make_reader(
+    log: str,
+    fmt: str,
+    mapping: Mapping[str, Any] | None,
+    params: dict[str, Any],
+    start: str | None,
+    end: str | None,
+) -> LogReader:
     if fmt not in FORMATS:
         raise LogFormatError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     allowed = {

@@ -253,3 +253,23 @@ def test_plot_bands_of_a_click_rate_stay_in_its_range_and_are_explained(tmp_path
             ys = path.vertices[:, 1]
             assert np.nanmin(ys) >= 0 and np.nanmax(ys) <= 1
     assert "shaded: 95% normal intervals" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("estimator", ["replay,ips,snips,dr", "ips", "replay"])
+def test_a_log_without_decisions_says_so_and_names_its_format(tmp_path, capsys, estimator):
+    """A `serve --file` input (contexts and feedback only) given to replay: the error names
+    what is missing and how the format was chosen, whichever estimator was asked for."""
+    p = tmp_path / "events.jsonl"
+    write_jsonl(p, [x for x in service_log_lines(50, seed=1) if x["topic"] != "decisions"])
+    assert run(["replay", "--log", str(p), "--policy", "linucb", "--estimator", estimator,
+                "--no-progress"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"dpbandit replay: error: {p}: read as a service-jsonl log (detected from its name), "
+        "the log has 50 context and 50 feedback messages but no decisions: replay needs the "
+        "logged decisions (the arm the logging policy chose, with its propensity) beside them "
+        "— the decisions topic; for a file run, dpbandit serve --decisions-out writes them"
+    )
+    assert run(["replay", "--log", str(p), "--format", "service-jsonl", "--policy", "linucb",
+                "--no-progress"]) == 2  # fmt: skip
+    assert "(given with --format)" in capsys.readouterr().err

@@ -48,6 +48,8 @@ class LogReader(abc.ABC):
 
     #: Format name (``--format``).
     format: str = "log"
+    #: how the format was chosen ("given with --format", "detected from its name"), for errors
+    format_origin: str | None = None
     n_arms: int
     d: int
 

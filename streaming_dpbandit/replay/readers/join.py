@@ -33,7 +33,7 @@ from ..errors import LogFormatError
 if TYPE_CHECKING:
     from ..batch import LoggedBatch
 
-__all__ = ["EventJoin", "JoinedEvent"]
+__all__ = ["EventJoin", "JoinedEvent", "open_service_log"]
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -329,6 +329,36 @@ class EventJoin:
         self._dec.clear()
         self._fb.clear()
         return self.ready()
+
+
+def open_service_log(reader: Any, join: EventJoin, messages: Any, where: str, unit: str) -> None:
+    """What opening a log of the service's topics learns (a ``service-jsonl`` file, a Kafka
+    range): d and K from its first context, once it is known to hold decisions too.
+
+    Raises :class:`LogFormatError` when it has no context, or no decision: replay needs the
+    logged decisions (the arm chosen and its propensity), not only contexts and rewards.
+    """
+    counts: collections.Counter[str] = collections.Counter()
+    for kind, value, at in messages:
+        counts[kind] += 1
+        if kind == "contexts" and join.d is None:
+            join.add(kind, value, at)
+            if join.d is not None:
+                X = next(iter(join._ctx.values()))[0]
+                reader.d, reader.n_arms = join.d, int(X.shape[0])
+                reader.first_bandit = join.bandit_id
+        if join.d is not None and counts["decisions"]:
+            return
+    if join.d is None:
+        raise LogFormatError(f"{where}: no context events in the {unit}")
+    origin = getattr(reader, "format_origin", None)
+    raise LogFormatError(
+        f"{where}: read as a {reader.format} log{f' ({origin})' if origin else ''}, the {unit} "
+        f"has {counts['contexts']:,} context and {counts['feedback']:,} feedback messages but "
+        "no decisions: replay needs the logged decisions (the arm the logging policy chose, "
+        "with its propensity) beside them — the decisions topic; for a file run, dpbandit "
+        "serve --decisions-out writes them"
+    )
 
 
 def _is_watermark(value: dict[str, Any] | str | bytes) -> bool:

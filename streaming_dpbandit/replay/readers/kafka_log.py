@@ -22,7 +22,7 @@ from typing import Any
 from ..batch import LoggedBatch
 from ..errors import LogFormatError
 from .base import LogReader
-from .join import EventJoin, JoinedEvent, to_batch
+from .join import EventJoin, JoinedEvent, open_service_log, to_batch
 
 __all__ = ["KafkaLogReader", "parse_bound"]
 
@@ -285,17 +285,7 @@ class KafkaLogReader(LogReader):
         )
 
     def _open(self) -> None:
-        join = self._join()
-        for kind, value, where in self._records():
-            if kind != "contexts":
-                continue
-            join.add(kind, value, where)
-            if join.d is not None:
-                X = next(iter(join._ctx.values()))[0]
-                self.d, self.n_arms = join.d, int(X.shape[0])
-                self.first_bandit = join.bandit_id
-                return
-        raise LogFormatError(f"{self.where()}: no context events in the range")
+        open_service_log(self, self._join(), self._records(), self.where(), "range")
 
     def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
         join = self._join()

@@ -20,7 +20,7 @@ from typing import Any
 from ..batch import LoggedBatch
 from ..errors import LogFormatError
 from .base import LogReader, open_text, require_file
-from .join import EventJoin, JoinedEvent, to_batch
+from .join import EventJoin, JoinedEvent, open_service_log, to_batch
 
 __all__ = ["ServiceJsonlReader", "topic_kind"]
 
@@ -144,17 +144,7 @@ class ServiceJsonlReader(LogReader):
 
     def _open(self) -> None:
         require_file(self.path, self.format)
-        join = self._join()
-        for kind, value, where in self._messages():  # the first context fixes d and K
-            if kind != "contexts":
-                continue
-            join.add(kind, value, where)
-            if join.d is not None:
-                X = next(iter(join._ctx.values()))[0]
-                self.d, self.n_arms = join.d, int(X.shape[0])
-                self.first_bandit = join.bandit_id
-                return
-        raise LogFormatError(f"{self.path}: no context events in the log")
+        open_service_log(self, self._join(), self._messages(), str(self.path), "log")
 
     def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
         join = self._join()
