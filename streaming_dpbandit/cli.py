@@ -34,8 +34,32 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 EXIT_USAGE = 2
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help text wrapped between words only: a name such as ``ldp-ucb`` is never split."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line."""
+    """argparse that reports usage errors as one line; help wrapped between words."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -122,12 +146,24 @@ def _add_user_level_options(p: argparse.ArgumentParser, users: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dpbandit", description=__doc__.split("\n")[0])
+    parser = _Parser(
+        prog="dpbandit",
+        description="Differentially private contextual bandits: the streaming service (serve, "
+        "loadgen), simulations and the papers' reproductions, offline replay of logged "
+        "streams, the privacy spent (budget) and a policy's calibration (explain).",
+    )
     parser.add_argument("--version", action="version", version=f"dpbandit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    p = sub.add_parser("simulate", help="simulate policies on an environment (regret table/plot)")
+    p = sub.add_parser(
+        "simulate",
+        help="simulate policies on an environment (regret table/plot)",
+        description="Simulate policies on an environment: independent repetitions in parallel "
+        "with common random numbers across policies, one run per ε for private policies; "
+        "prints the mean final pseudo-regret ± standard error and the privacy spent, and writes "
+        "the regret curves as JSON and a plot.",
+    )
     p.add_argument(
         "--env",
         default="fliphat-paper",
@@ -138,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         required=True,
         action="append",
-        help="policy name; repeat or comma-separate to compare several",
+        help="policy name (dpbandit explain --help lists them); repeat or comma-separate to "
+        "compare several",
     )
     p.add_argument(
         "--policy-param",
@@ -263,7 +300,14 @@ def build_parser() -> argparse.ArgumentParser:
         p, "the replay method learns with the log's user ids: the contexts' user_id field"
     )
 
-    p = sub.add_parser("reproduce", help="reproduce a paper's published experiment")
+    p = sub.add_parser(
+        "reproduce",
+        help="reproduce a paper's published experiment",
+        description="Run a source paper's published experiment with the paper's configuration "
+        "and print measured against expected for the spec's targets: exit status 1 if a target "
+        "fails. A run smaller than the paper's (--quick, a shorter --horizon, fewer --seeds) "
+        "checks what its size can decide and labels the rest not assessed.",
+    )
     p.add_argument(
         "name",
         choices=["fliphat", "dp-linucb", "private-lasso", "dp-matroid", "ldp-glb", "frontier"],
@@ -422,11 +466,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-json", action="store_true", help="JSON log lines")
 
-    p = sub.add_parser("budget", help="print a ledger's privacy spend and statement")
+    p = sub.add_parser(
+        "budget",
+        help="print a ledger's privacy spend and statement",
+        description="Read a privacy ledger (read-only), compose its releases and print the "
+        "spend per bandit — pure ε, basic (ε, δ), zCDP ρ, ε at δ by the PLD accountant, and "
+        "the accountant of record, the tightest of them — with a privacy statement.",
+    )
     p.add_argument(
         "ledger",
-        help="path of a ledger file, or the ledger topic of a replica group "
-        "(scaling.mode group, default <group_id>.ledger) with --kafka",
+        help="a service's state directory (its ledger.jsonl), a ledger file, or the ledger "
+        "topic of a replica group (scaling.mode group, default <group_id>.ledger) with --kafka",
     )
     p.add_argument(
         "--kafka", metavar="HOST:PORT", help="read LEDGER as a Kafka topic from this broker"
@@ -439,9 +489,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
-    p = sub.add_parser("explain", help="print a policy's calibration constants as JSON")
-    p.add_argument("--policy", required=True)
-    p.add_argument("--policy-param", action="append", metavar="KEY=VALUE")
+    p = sub.add_parser(
+        "explain",
+        help="print a policy's calibration constants as JSON",
+        description="Print a private policy's public calibration constants as JSON — for "
+        "FLIPHAT, per release: nominal n, clip bounds, iterations, sensitivity, Laplace scale, "
+        "per-step budget; for DP-LinUCB: m, σ or k, shift, ρ_min, ρ_max, γ, c and the other "
+        "calibrations side by side — computed from its parameters, without data.",
+    )
+    _names(
+        p.add_argument("--policy", required=True, help="the policy: one of %(names)s"),
+        ".config",
+        "CONFIGS",
+    )
+    p.add_argument(
+        "--policy-param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a parameter of the policy (repeatable), as in a bandit's policy section of "
+        "serve's settings, e.g. d=400, epsilon=1, calibration=paper; most policies need d",
+    )
     _add_user_level_options(p, "the output states the per-user guarantee")
     p.add_argument(
         "--horizon",

@@ -37,6 +37,10 @@ def run(args) -> int:
     from ..privacy.user_level import user_level_of_records
 
     path = Path(args.ledger)
+    if path.is_dir() and not args.kafka:  # a state directory: its ledger
+        if not (path / "ledger.jsonl").is_file():
+            raise ConfigError(f"no ledger in {path} (a state directory holds ledger.jsonl)")
+        path = path / "ledger.jsonl"
     where = str(path)
     if args.kafka:
         records, torn = _kafka_ledger(args.kafka, args.ledger), 0
