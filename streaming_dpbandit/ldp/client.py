@@ -28,6 +28,7 @@ import secrets
 import numpy as np
 import numpy.typing as npt
 
+from ..privacy.contribution import RowRefused
 from ..privacy.noise import NoiseGenerator, NoiseSource
 from ..utils.arrays import ArrayLike, BoolArray, FloatArray
 from .budget import BudgetExceeded, ClientBudget
@@ -50,6 +51,8 @@ class Choice:
     propensity: float
     _context: FloatArray = dataclasses.field(repr=False)
     _snapshot: ModelSnapshot = dataclasses.field(repr=False)
+    #: set by :meth:`LDPClient.report`: a decision is reported once (one ε per round)
+    _reported: bool = dataclasses.field(default=False, repr=False)
 
     def __repr__(self) -> str:
         return f"Choice(arm={self.arm}, model_version={self.model_version}, phase={self.phase!r})"
@@ -258,6 +261,13 @@ class LDPClient:
     def report(self, choice: Choice, reward: float | None) -> Report:
         """The privatised report of a decision; ``reward=None`` means the attribution window
         timed out (r = 0, the documented convention)."""
+        if choice._reported:
+            # a second report of one round is a fresh ε-LDP draw on the same data: refused
+            raise RowRefused(
+                "this decision was already reported; a round is reported once (each report "
+                "costs its user ε), so nothing is sent",
+                "duplicate_report",
+            )
         snap = choice._snapshot
         spec = snap.spec
         r = 0.0 if reward is None else float(reward)
@@ -270,6 +280,7 @@ class LDPClient:
         if self.budget is not None:
             self.budget.charge(*spec.report_guarantee())
         self.reports_sent += 1
+        choice._reported = True
         msg_id = new_msg_id()
         rng: NoiseGenerator = (
             self._gen()

@@ -48,6 +48,7 @@ from typing import Any, Self
 import numpy as np
 
 from ..estimators.ucb_model import UCBModel, _ones
+from ..privacy.contribution import LearnedRounds
 from ..privacy.gram_calibration import CALIBRATIONS, GramCalibration
 from ..privacy.gram_release import ContinualGramRelease
 from ..privacy.ledger import ReleaseRecord
@@ -315,6 +316,8 @@ class DPLinUCB(Policy):
             self._first_round: dict[int, int] = {}
             self._last_round: dict[int, int] = {}
             self._ids = MultisetDigest()
+            #: rounds already learned: one row per round is what the tree's noise is for
+            self._learned = LearnedRounds()
             self._counters = {
                 "rows_inserted": 0,
                 "rows_dropped": 0,
@@ -607,6 +610,8 @@ class DPLinUCB(Policy):
         if r_hi > self._t or r_lo < 1:
             raise ValueError("learn() got a round that was never decided")
         rows, n_x, n_y = prepare_rows(X, y, self.L, self.B_tilde)
+        # a round learned before (or twice in this call) is refused, nothing of the call learned
+        self._learned.claim(rounds, "dp-linucb")
         c = self._counters
         c["clipped_actions"] += n_x
         c["clipped_rewards"] += n_y
@@ -752,6 +757,7 @@ class DPLinUCB(Policy):
             "first_round": {str(k): v for k, v in self._first_round.items()},
             "last_round": {str(k): v for k, v in self._last_round.items()},
             "ids": self._ids.state_dict(),
+            "learned_rounds": self._learned.state_dict(),
             "counters": dict(self._counters),
             "bounds": dict(self._bounds),
             "tie_key": self._tie_key,
@@ -780,6 +786,7 @@ class DPLinUCB(Policy):
         self._first_round = {int(k): int(v) for k, v in state["first_round"].items()}
         self._last_round = {int(k): int(v) for k, v in state["last_round"].items()}
         self._ids = MultisetDigest().load_state_dict(state["ids"])
+        self._learned = LearnedRounds.from_state_dict(state.get("learned_rounds"))
         self._counters = dict(state["counters"])
         self._bounds = {k: float(v) if "over" in k else int(v) for k, v in state["bounds"].items()}
         self._tie_key = int(state["tie_key"])

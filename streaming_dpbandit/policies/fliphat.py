@@ -30,6 +30,7 @@ from ..estimators.niht import (
     formula_id,
     iterations_for,
 )
+from ..privacy.contribution import LearnedRounds, ReleaseRefused
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.peeling_accounting import accountant_record, peeling_pld_epsilon
@@ -328,6 +329,8 @@ class FLIPHAT(Policy):
             self._beta_idx = np.zeros(0, dtype=np.int64)
             self._beta_val = np.zeros(0)
             self._acc: dict[int, EpisodeAccumulator] = {}
+            #: rounds of the open episodes already learned: each round enters its fit once
+            self._learned = LearnedRounds()
             self._noise = NoiseSource(self.seed, backend=self.noise_backend)
             self._coin_key()
             self._counters = {
@@ -474,6 +477,10 @@ class FLIPHAT(Policy):
         if not (math.isfinite(cmax) and math.isfinite(cmin) and np.isfinite(rewards).all()):
             raise ValueError("contexts and rewards must be finite")
         episodes = self.schedule.episode_of(rounds)
+        open_ = episodes >= self._model_episode  # rows of released episodes are late (below)
+        # one row per round (the sensitivity λ = 4ηG/n assumes it): a round learned before, or
+        # twice in this call, is refused (RowRefused) and nothing of the call is learned
+        self._learned.claim(rounds if open_.all() else rounds[open_], "fliphat")
         ids_arr = None if ids is None else np.asarray(ids)
         for k in sorted_distinct(episodes).tolist():
             sel = episodes == k
@@ -545,6 +552,12 @@ class FLIPHAT(Policy):
         R = self.reward_clip_for(n)
         M = self.iterations_for(n)
         acc = self._acc.pop(k - 1, None) or EpisodeAccumulator(self.d, "h")
+        if acc.count > n:
+            # learn() admits each round once, so this is damaged state: never release from it
+            raise ReleaseRefused(
+                f"fliphat: episode {k - 1} holds {acc.count} rows, more than its {n} rounds; "
+                "its sensitivity assumes one row per round, so it is not released"
+            )
         acc.seal()
         label = (self.bandit_id, "fliphat-fit", k)
         est = self._estimator()
@@ -554,6 +567,7 @@ class FLIPHAT(Policy):
         acc.destroy()  # forgetting: the episode's statistics are gone before the model is used
         self._beta_idx, self._beta_val = fit.indices, fit.values
         self._model_episode = k
+        self._learned.forget_below(sch.start(k))  # earlier rounds' rows are late from now on
         record = ReleaseRecord(
             release_id=self._release_id(k),
             bandit_id=self.bandit_id,
@@ -758,6 +772,7 @@ class FLIPHAT(Policy):
             "beta_idx": self._beta_idx,
             "beta_val": self._beta_val,
             "accumulators": {str(k): a.state_dict() for k, a in self._acc.items()},
+            "learned_rounds": self._learned.state_dict(),
             "noise": self._noise.state_dict(),
             "tie_key": self._tie_key,
             "counters": dict(self._counters),
@@ -772,6 +787,7 @@ class FLIPHAT(Policy):
         self._acc = {
             int(k): EpisodeAccumulator.from_state_dict(a) for k, a in state["accumulators"].items()
         }
+        self._learned = LearnedRounds.from_state_dict(state.get("learned_rounds"))
         self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
             state["noise"]
         )

@@ -30,6 +30,7 @@ from ..ldp.model import AUTHORS_CODE_LABEL, ModelSpec
 from ..ldp.preprocess import clip_rewards, normalise_contexts
 from ..ldp.randomizers import build_payloads
 from ..ldp.user_level import report_components
+from ..privacy.contribution import LearnedRounds
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseGenerator, NoiseSource
 from ..privacy.statement import PrivacyStatement
@@ -379,6 +380,8 @@ class LDPGLB(Policy):
             self._ring_round = np.full(cap, -1, dtype=np.int64)
             self._snaps = {0: self._server.snapshot()}
             self._refs: dict[int, int] = {}
+            #: rounds reported (or forgotten): each round's device reports once
+            self._learned = LearnedRounds()
             if self.noise_backend not in ("fast", "secure"):
                 raise ValueError("noise_backend must be 'fast' or 'secure'")
             refusal = self._spec.secure_refusal() if self.noise_backend == "secure" else None
@@ -529,6 +532,12 @@ class LDPGLB(Policy):
             return
         if rounds.max() > self._t:
             raise ValueError("learn() got a round that was never decided")
+        # one report per round (each is ε-LDP on its own; a second fresh report of the same
+        # round would cost its user ε again): a round reported before, or twice in this call,
+        # is refused and nothing of the call is reported. Rounds out of the ring are never
+        # reported, so they need no record.
+        self._learned.forget_below(self._t - self.pending_capacity + 1)
+        self._learned.claim(rounds, "ldp-glb")
         slots = rounds % self.pending_capacity
         known = self._ring_round[slots] == rounds
         if not known.all():
@@ -574,6 +583,8 @@ class LDPGLB(Policy):
         their decision info and the snapshots only they referred to. Nothing is learned."""
         self._state()
         rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        rounds = np.unique(rounds)
+        self._learned.add_new(rounds)  # never reported
         slots = rounds % self.pending_capacity
         known = self._ring_round[slots] == rounds
         for v in self._ring_version[slots][known].tolist():
@@ -629,6 +640,7 @@ class LDPGLB(Policy):
             "refs": {str(v): n for v, n in self._refs.items()},
             "noise": self._noise.bit_generator.state,
             "secure_batches": self._secure_batches,
+            "learned_rounds": self._learned.state_dict(),
             "tie_key": self._coin_key(),
             "counters": dict(self._counters),
         }
@@ -649,6 +661,7 @@ class LDPGLB(Policy):
         self._refs = {int(v): int(n) for v, n in state["refs"].items()}
         self._noise.bit_generator.state = state["noise"]
         self._secure_batches = int(state.get("secure_batches", 0))
+        self._learned = LearnedRounds.from_state_dict(state.get("learned_rounds"))
         self._tie_key = int(state["tie_key"])
         self._counters = dict(state["counters"])
         return self

@@ -37,6 +37,7 @@ from typing import Any, Self
 import numpy as np
 
 from ..matroids import Matroid, from_description, greedy_many
+from ..privacy.contribution import RowRefused
 from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ..utils.hashing import hash_ids
@@ -378,7 +379,27 @@ class MatroidPolicy(SlatePolicy):
         if rnd[-1] > self._t:
             raise ValueError("learn() got a round that was never decided")
         if rnd[0] <= self._last_learned or (B > 1 and np.any(np.diff(rnd) <= 0)):
-            raise ValueError("rounds must be learned once each, in increasing order")
+            # each round once (the Laplace scale assumes one reward per item per round)
+            bad = rnd <= np.maximum.accumulate(np.r_[self._last_learned, rnd[:-1]])
+            if bad.any():
+                raise RowRefused(
+                    f"{self.name}: round {int(rnd[bad][0])} comes at or before a round already "
+                    "learned (rounds are learned once each, in increasing order); nothing of "
+                    "this call was learned",
+                    "duplicate_round",
+                    bad,
+                )
+        if self.K > 1:
+            srt = np.sort(S, axis=1)
+            rep = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+            if rep.any():
+                raise RowRefused(
+                    f"{self.name}: the slate of round {int(rnd[rep][0])} holds an item twice; "
+                    "its noise is calibrated for one reward per item per round, so nothing of "
+                    "this call was learned",
+                    "slate_repeats_item",
+                    rep,
+                )
         r = self.intake(R)  # item indices are checked by the statistics
         self._observe(S.reshape(-1), r.reshape(-1), np.repeat(rnd, self.K))
         self._last_learned = int(rnd[-1])

@@ -36,6 +36,7 @@ import numpy as np
 from ..estimators.elastic_net import CertifiedElasticNet
 from ..estimators.rowstore import RowStore, quantize_toward_zero
 from ..estimators.trs import trs
+from ..privacy.contribution import LearnedRounds
 from ..privacy.gram import (
     gram_bound,
     gram_rho,
@@ -50,7 +51,7 @@ from ..privacy.statement import PrivacyStatement
 from ..privacy.svt import SparseVector, svt_epsilon0, svt_margin, svt_rho, svt_sigma
 from ..privacy.tree_aggregator import TreeAggregator
 from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_pure, rho_sum
-from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
+from ..utils.arrays import AnyArray, ArrayLike, BoolArray, FloatArray, IntArray
 from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
 
 __all__ = ["PrivateLASSO", "clip_rows", "random_argmax"]
@@ -504,6 +505,8 @@ class PrivateLASSO(Policy):
             self._node_sigma = 0.0
             # slot → its quantized leaf (support columns, values, reward), None: absent
             self._pending: dict[int, tuple[IntArray, FloatArray, float] | None] = {}
+            #: slots already learned (each slot's record enters its statistics once)
+            self._learned = LearnedRounds()
             self._sealed = 0
             self._last_refresh = 0
             self._noise = NoiseSource(self.seed, backend=self.noise_backend)
@@ -641,11 +644,28 @@ class PrivateLASSO(Policy):
             raise ValueError("learn() got a slot that was never decided")
         if not (np.isfinite(X).all() and np.isfinite(y).all()):
             raise ValueError("contexts and rewards must be finite")
+        # one record per slot (the sensitivities assume it): a slot learned before, or twice in
+        # this call, is refused (RowRefused) and nothing of the call is learned
+        self._learned.claim(rnd[self._learnable(rnd)], "private-lasso")
         Xc, yc = self._clip_records(X, y)
         if self.mode == "forgetful":
             self._learn_forgetful(rnd, Xc, yc)
         else:
             self._learn_episodic(rnd, Xc, yc)
+
+    def _learnable(self, rounds: IntArray) -> BoolArray:
+        """Rows that enter a statistic (neither late nor beyond every read block)."""
+        if self.mode == "forgetful":
+            ell = self._episode_of(rounds)
+            out: BoolArray = (ell <= self.lmax) & (ell >= self._next_l)
+            return out
+        fired = self._next_l - 1
+        in_hist = rounds <= (1 << self.lmax)
+        late = in_hist & (fired >= self.lmin) & (rounds <= (1 << fired))
+        frontier = (1 << self._tree_l) + self._sealed if self._tree is not None else 0
+        leaf = (rounds > (1 << self.lmin)) & (rounds <= self.horizon) & (rounds > frontier)
+        keep: BoolArray = (in_hist & ~late) | leaf
+        return keep
 
     def _learn_forgetful(self, rounds: IntArray, Xc: FloatArray, yc: FloatArray) -> None:
         ell = self._episode_of(rounds)
@@ -826,6 +846,7 @@ class PrivateLASSO(Policy):
         self._S, self._theta = S, theta
         self._version += 1
         self._next_l = ell + 1
+        self._learned.forget_below((1 << ell) + 1)  # slots up to 2^ℓ are late from now on
         self._counters["boundaries"] += 1
         records = [self._record(ell, k, S, theta, h, cap_hit, nu, components, events, rows, extra)]
         if self.mode == "episodic":
@@ -1093,6 +1114,7 @@ class PrivateLASSO(Policy):
             "last_refresh": self._last_refresh,
             "noise": self._noise.state_dict(),
             "tie_key": self._tie_key,
+            "learned_rounds": self._learned.state_dict(),
             "counters": dict(self._counters),
         }
 
@@ -1127,6 +1149,7 @@ class PrivateLASSO(Policy):
             for s, r in state["pending"]
         }
         self._tie_key = int(state["tie_key"])
+        self._learned = LearnedRounds.from_state_dict(state.get("learned_rounds"))
         self._counters = dict(state["counters"])
         return self
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..estimators.lasso import lasso_gram
 from ..estimators.trs import trs
+from ..privacy.contribution import LearnedRounds, RowRefused
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource, numpy_stream
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
@@ -368,10 +369,22 @@ class PrivateLASSOPaper(PrivateLASSO):
         rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
         if X.shape != (rnd.size, self.d) or y.shape != rnd.shape:
             raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
-        order = np.argsort(rnd)
+        order = np.argsort(rnd, kind="stable")
+        first = self._tree.count + 1
+        if not np.array_equal(rnd[order], np.arange(first, first + rnd.size)):
+            # a slot learned before, or twice in this call: refused, nothing learned
+            bad = LearnedRounds.from_state_dict(
+                {"lo": np.array([1]), "hi": np.array([first - 1])} if first > 1 else None
+            ).refused(rnd)
+            if bad is not None:
+                raise RowRefused(
+                    "private-lasso (paper): a slot was already learned; nothing of this call "
+                    "was learned",
+                    "duplicate_round",
+                    bad,
+                )
+            raise ValueError("the paper variant needs every reward, in slot order")
         for i in order.tolist():
-            if int(rnd[i]) != self._tree.count + 1:
-                raise ValueError("the paper variant needs every reward, in slot order")
             Xc, yc = self._clip_records(X[i : i + 1], y[i : i + 1])
             w = np.append(Xc[0], yc[0])
             leaf = np.outer(w, w)

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..privacy.accountant import format_of_record
+from ..privacy.contribution import LearnedRounds, RowRefused
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.statement import PrivacyStatement
 from ..privacy.user_bound import UserContributionBound
@@ -278,7 +279,17 @@ class UserLevel:
             raise ValueError("user ids must have one entry per row")
         if h.shape != rnd.shape:
             raise ValueError("user ids must have one entry per row")
-        return b.admit(h, windows)
+        mask = b.admit(h, windows)
+        if not mask.all():  # remembered: these rounds' rows must never be learned
+            self._bounded_rounds().add_new(rnd[~mask])
+        return mask
+
+    def _bounded_rounds(self) -> LearnedRounds:
+        """Rounds :meth:`admit` refused (beyond their user's bound)."""
+        out = self.__dict__.get("_bounded")
+        if out is None:
+            out = self._bounded = LearnedRounds()
+        return out
 
     def learn(
         self,
@@ -291,6 +302,18 @@ class UserLevel:
     ) -> None:
         """The policy's ``learn`` on the admitted rows; no user ids: event level (unchanged)."""
         if user_ids is None and user_hashes is None:
+            bounded = self.__dict__.get("_bounded")
+            if bounded is not None:  # rows admitted earlier (at decision time): never a bounded one
+                over = bounded.contains(rounds)
+                if over.any():
+                    first = int(np.asarray(rounds).reshape(-1)[over][0])
+                    raise RowRefused(
+                        f"{self.name}: the row of round {first} is beyond its user's "
+                        "contribution bound (refused when it was decided); nothing of this "
+                        "call was learned",
+                        "beyond_user_bound",
+                        over,
+                    )
             self.policy.learn(contexts, rewards, rounds, ids)
             return
         mask = self.admit(rounds, user_ids, user_hashes)
@@ -461,16 +484,21 @@ class UserLevel:
     # -- persistence --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Owner-only snapshot: the policy's state and the bounder's (key, hashed counts)."""
-        return {"policy": self.policy.state_dict(), "user_bound": self._bound().state_dict()}
+        return {
+            "policy": self.policy.state_dict(),
+            "user_bound": self._bound().state_dict(),
+            "bounded_rounds": self._bounded_rounds().state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> UserLevel:
         self.policy.load_state_dict(state["policy"])
         self._bound().load_state_dict(state["user_bound"])
+        self._bounded = LearnedRounds.from_state_dict(state.get("bounded_rounds"))
         return self
 
     # everything else (decide, decide_frozen, refit, refit_due, max_decide_batch, t, ...)
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("policy", "_bounder"):
+        if name.startswith("__") or name in ("policy", "_bounder", "_bounded"):
             raise AttributeError(name)
         return getattr(self.policy, name)
 

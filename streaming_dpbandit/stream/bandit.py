@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import collections
+import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from ..policies.base import Policy
+from ..privacy.contribution import RowRefused
 from ..privacy.ledger import ReleaseRecord
 from ..settings import BanditSettings
 from .arms import ActionKind, SingleArms, arm_id_kwargs
@@ -21,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["BanditRuntime", "arm_id_kwargs"]
 
 WINDOW = 1000
+
+log = logging.getLogger("streaming_dpbandit.service")
 
 
 class BanditRuntime:
@@ -76,6 +81,9 @@ class BanditRuntime:
         #: decided beyond their user's bound, not learned from when their rows resolve
         self.user_level = settings.user_level is not None
         self._bounded_rounds: set[int] = set()
+        #: ``on_refused(bandit_id, reason, rounds)``: rows the policy refused (the service
+        #: dead-letters them); None: counted and logged only
+        self.on_refused: Callable[[str, str, list[int]], None] | None = None
 
     def encode(self, ev: AnyContext):
         """The rows of a validated context event (:meth:`~.arms.ActionKind.encode`)."""
@@ -354,11 +362,36 @@ class BanditRuntime:
         X = np.vstack(self._learn_X)
         y = np.asarray(self._learn_y, dtype=np.float64)
         order = np.argsort(rounds[feed], kind="stable")
-        self.kind.learn(self.policy, X[feed][order], y[feed][order], rounds[feed][order])
+        self._learn(X[feed][order], y[feed][order], rounds[feed][order])
         keep = ~feed
         self._learn_X = list(X[keep])
         self._learn_y = y[keep].tolist()
         self._learn_r = rounds[keep].tolist()
+
+    def _learn(self, X: np.ndarray, y: np.ndarray, rounds: np.ndarray) -> None:
+        """Give the policy rows; rows it refuses (:class:`RowRefused`: a round learned twice, a
+        row beyond its user's bound — the join makes this unreachable) are dropped, counted and
+        reported through :attr:`on_refused`, and the other rows are learned."""
+        while rounds.size:
+            try:
+                self.kind.learn(self.policy, X, y, rounds)
+                return
+            except RowRefused as err:
+                bad = err.refused
+                if bad is None or bad.shape != rounds.shape or not bad.any():
+                    raise  # the policy did not say which rows: not a row refusal
+                n = int(bad.sum())
+                self.stats["refused_rows"] += n
+                log.error(
+                    "bandit %s: the policy refused %d row(s) (%s); learning the others",
+                    self.bandit_id,
+                    n,
+                    err.reason,
+                    extra={"bandit": self.bandit_id},
+                )
+                if self.on_refused is not None:
+                    self.on_refused(self.bandit_id, err.reason, rounds[bad].tolist())
+                X, y, rounds = X[~bad], y[~bad], rounds[~bad]
 
     # -- releases ---------------------------------------------------------------------------
     def refit_ready(self) -> bool:

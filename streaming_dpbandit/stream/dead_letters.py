@@ -142,6 +142,13 @@ class DeadLetters:
             copy_payload=reason != "raw_data_for_local_bandit",
         )
 
+    def refused_rows(self, bandit: str, reason: str, rounds: list[int]) -> None:
+        """Rows a policy refused (``privacy.contribution.RowRefused``: e.g. a round learned
+        twice): one dead letter ``refused_by_policy``. A row joins a decision and a reward, so it
+        has no source message: empty topic, partition and offset −1."""
+        detail = f"{len(rounds)} row(s) refused ({reason}); rounds {rounds[:20]}"
+        self.raw("", -1, -1, b"", "refused_by_policy", detail, bandit=bandit, copy_payload=False)
+
     def source(
         self, source: tuple[str, int, int], reason: str, detail: str, bandit: str | None = None
     ) -> None:

@@ -61,7 +61,7 @@ def learned_state_bytes(bandit_states: dict) -> bytes:
         if "early" in join:  # a snapshot from before the columns
             join["early"] = [e[:3] + e[4:] for e in join["early"]]
         out[name] = {
-            "policy": st["policy"],
+            "policy": _learned(st["policy"]),
             "join": join,
             "unledgered": st["unledgered"],
             "held_rows": st.get("held_rows"),
@@ -69,3 +69,18 @@ def learned_state_bytes(bandit_states: dict) -> bytes:
         if "bounded_rounds" in st:  # user level: decided rows that will not be learned
             out[name]["bounded_rounds"] = st["bounded_rounds"]
     return dumps(out)
+
+
+#: Keys of a policy's state that record *which* rounds reached it (``privacy.contribution``),
+#: not what it learned: derived from the rows (and the join's outcomes), so a snapshot written
+#: before they existed resumes to the same learning.
+GUARD_KEYS = ("learned_rounds", "bounded_rounds")
+
+
+def _learned(policy_state: dict) -> dict:
+    """A policy's state without its guard records (a wrapper's inner state too)."""
+    out = {k: v for k, v in policy_state.items() if k not in GUARD_KEYS}
+    inner = out.get("policy")
+    if isinstance(inner, dict):
+        out["policy"] = _learned(inner)
+    return out

@@ -121,13 +121,11 @@ class Service:
         self.settings = settings
         self.transport = transport
         self.metrics = metrics or ServiceMetrics()
-        if topics is None:
-            topics = settings.kafka.topics if settings.kafka else TopicsSettings()
-        self.topics = topics
+        self.topics = topics or (settings.kafka.topics if settings.kafka else TopicsSettings())
         self.state = state or DirectoryState(settings.snapshots.directory, transport)
         self.parser = parser or ContextParser()
         self.runtime = runtime
-        self.decider = decider or PublishDecisions(transport, topics.decisions, self.metrics)
+        self.decider = decider or PublishDecisions(transport, self.topics.decisions, self.metrics)
         self.hooks = list(hooks)
         self.missing = missing_bandit
         self.spend = SpendGauges(self.metrics)
@@ -154,7 +152,8 @@ class Service:
                     policy = b.user_level.build(b.policy, seed=b.seed, **overrides)
                 else:
                     policy = b.policy.build(seed=b.seed, **overrides)
-                self.bandits[name] = self.runtime(name, b, policy, self.metrics)
+                self.bandits[name] = rt = self.runtime(name, b, policy, self.metrics)
+                rt.on_refused = self.dead_letters.refused_rows  # unreachable: the join dedups
             dp_valid = (
                 getattr(policy, "calibration", "certified") == "certified" or not policy.private
             )

@@ -21,6 +21,7 @@ from streaming_dpbandit.policies.private_lasso_paper import (
     paper_svt,
 )
 from streaming_dpbandit.privacy.accountant import Accountant, _component_rho
+from streaming_dpbandit.privacy.contribution import RowRefused
 from streaming_dpbandit.privacy.statement import PAPER_LABEL
 from streaming_dpbandit.privacy.svt import SparseVector, pass_probability
 from streaming_dpbandit.privacy.zcdp import rho_from_epsilon_delta
@@ -212,14 +213,20 @@ def test_participation_audit(mode):
     assert not sp.rdp_only and Accountant(recs).spend("default", 1e-6).epsilon_at_delta
 
 
-def test_duplicates_late_rows_and_clipping_are_counted():
+def test_duplicates_are_refused_late_rows_and_clipping_are_counted():
     X, noise = stream(2**7)
     pol = make(l_min=6, horizon=2**8)
-    drive(pol, X, noise, 40, [])
+    absent = np.zeros(2**7, dtype=bool)
+    absent[39] = True  # slot 40's reward is learned below
+    drive(pol, X, noise, 40, [], absent=absent)
     x = X[:1, 0] * 10.0  # far outside the bounds
-    pol.learn(x, np.array([100.0]), np.array([3]))  # slot 3 was already learned: a duplicate
+    before = pol.counters
+    with pytest.raises(RowRefused):  # slot 3 was already learned: refused (issue 31 §3)
+        pol.learn(x, np.array([100.0]), np.array([3]))
+    assert pol.counters == before  # nothing of the refused call was learned or counted
+    pol.learn(x, np.array([100.0]), np.array([40]))  # clipped, not a duplicate
     c = pol.counters
-    assert c["duplicate_rows"] == 1 and c["clipped_rewards"] == 1 and c["clipped_coords"] > 0
+    assert c["clipped_rewards"] == 1 and c["clipped_coords"] > 0
     drive(pol, X, noise, 2**7, [])
     pol.learn(X[:1, 0], np.array([0.0]), np.array([5]))  # block [1, 64] is already released
     assert pol.counters["late_rows"] == 1
