@@ -53,6 +53,11 @@ class ReleaseRefused(RuntimeError):
     unit's bound (e.g. an episode holding more rows than it has rounds). Nothing is released."""
 
 
+#: Calls of at most this many rows are checked in plain Python (numpy's per-call overhead
+#: dominates below it).
+_SMALL = 32
+
+
 def _as_rounds(rounds: ArrayLike) -> IntArray:
     return np.asarray(rounds, dtype=np.int64).reshape(-1)
 
@@ -121,13 +126,19 @@ class LearnedRounds:
         if n == 0:
             return None
         hi = self._hi
+        if 1 < n <= _SMALL:  # a few rows (a service pass): plain Python is cheaper
+            seen: set[int] = set()
+            flags = []
+            for x in r.tolist():
+                flags.append(x in seen or x in self)
+                seen.add(x)
+            return np.array(flags) if any(flags) else None
         if n == 1:
             x = int(r[0])
             if not hi or x > hi[-1] or x not in self:
                 return None
             return np.ones(1, dtype=bool)
-        d = np.diff(r)
-        if bool((d > 0).all()):  # strictly increasing: no repeat within the call
+        if bool((r[1:] > r[:-1]).all()):  # strictly increasing: no repeat within the call
             if not hi or int(r[0]) > hi[-1]:
                 return None
             bad = self._learned_mask(r)
@@ -136,7 +147,7 @@ class LearnedRounds:
         repeat = np.zeros(n, dtype=bool)
         if bool((s[1:] == s[:-1]).any()):
             order = np.argsort(r, kind="stable")
-            rep_sorted = np.r_[False, s[1:] == s[:-1]]  # later occurrences (stable: call order)
+            rep_sorted = np.concatenate(([False], s[1:] == s[:-1]))  # later ones (call order)
             repeat[order[rep_sorted]] = True
         bad = repeat
         if hi and int(s[0]) <= hi[-1]:
@@ -157,6 +168,20 @@ class LearnedRounds:
         one was learned before or repeats within the call. ``who`` names the policy in the
         message."""
         r = _as_rounds(rounds)
+        n = r.size
+        if n == 0:
+            return
+        hi = self._hi
+        first = int(r[0])
+        if not hi or first > hi[-1]:  # the usual order: after every learned round
+            last = int(r[-1])
+            if last - first == n - 1 and (n == 1 or bool((r[1:] > r[:-1]).all())):
+                if hi and first == hi[-1] + 1:  # one run, continuing the last interval
+                    hi[-1] = last
+                else:
+                    self._lo.append(first)
+                    hi.append(last)
+                return
         bad = self.refused(r)
         if bad is not None:
             first = int(r[bad][0])
@@ -186,10 +211,20 @@ class LearnedRounds:
                 return
             self._insert(x, x)
             return
-        s = r if bool((np.diff(r) > 0).all()) else np.sort(r)
-        cut = np.flatnonzero(np.diff(s) != 1) + 1
-        run_lo = s[np.r_[0, cut]].tolist()
-        run_hi = s[np.r_[cut - 1, s.size - 1]].tolist()
+        if r.size <= _SMALL:
+            run_lo: list[int] = []
+            run_hi: list[int] = []
+            for x in sorted(r.tolist()):
+                if run_hi and x == run_hi[-1] + 1:
+                    run_hi[-1] = x
+                else:
+                    run_lo.append(x)
+                    run_hi.append(x)
+        else:
+            s = r if bool((r[1:] > r[:-1]).all()) else np.sort(r)
+            cut = np.flatnonzero(s[1:] - s[:-1] != 1) + 1
+            run_lo = s[np.concatenate(([0], cut))].tolist()
+            run_hi = s[np.concatenate((cut - 1, [s.size - 1]))].tolist()
         if not hi or run_lo[0] > hi[-1]:  # after every learned round: append
             if hi and run_lo[0] == hi[-1] + 1:
                 hi[-1] = run_hi[0]
@@ -225,8 +260,8 @@ class LearnedRounds:
         hi = np.concatenate([np.frombuffer(self._hi, dtype=np.int64), run_hi])
         order = np.argsort(lo, kind="stable")
         lo, hi = lo[order], hi[order]
-        start = np.r_[True, lo[1:] != hi[:-1] + 1]
-        end = np.r_[start[1:], True]
+        start = np.concatenate(([True], lo[1:] != hi[:-1] + 1))
+        end = np.concatenate((start[1:], [True]))
         self._lo = array("q", lo[start].tolist())
         self._hi = array("q", hi[end].tolist())
 
