@@ -33,7 +33,7 @@ def run(args) -> int:
     from ..policies.user_level import USER_NEIGHBOURING, USER_UNIT
     from ..privacy.accountant import ACCOUNTANT_NAMES, Accountant, format_of_record
     from ..privacy.ledger import LedgerCorruptError, read_ledger
-    from ..privacy.statement import PrivacyStatement
+    from ..privacy.statement import PrivacyStatement, per_unit_caveat
     from ..privacy.user_level import user_level_of_records
 
     path = Path(args.ledger)
@@ -95,6 +95,7 @@ def run(args) -> int:
             scope=scope,
             label="; ".join(notes) if notes else None,
             noise_backend=",".join(sorted({r.noise_backend for r in recs})),
+            caveats=() if ul is not None else (per_unit_caveat("releases and data slices"),),
         )
         item = {"spend": sp.to_dict(), "statement": st.to_dict(), "statement_text": st.text()}
         if ul is not None:

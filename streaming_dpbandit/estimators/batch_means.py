@@ -77,6 +77,10 @@ class DoublingBatchMeans:
         has sensitivity 1 for a fixed batch membership).
     scale_multiplier
         Multiplies the Laplace scale. Must stay 1; exists for the privacy audit only.
+    rounding_margin
+        The secure backend's rounding term (``GRID_MARGIN``): a sum rounded to the grid
+        γ ≤ b·2⁻³⁰ moves by at most 1 + γ between neighbours, so the scale is
+        b = 1/(ε0 − margin) and (1 + γ)/b ≤ ε0. 0 on the fast backend.
 
     Examples
     --------
@@ -91,16 +95,23 @@ class DoublingBatchMeans:
 
     """
 
-    def __init__(self, n_items: int, epsilon0: float, scale_multiplier: float = 1.0):
+    def __init__(
+        self,
+        n_items: int,
+        epsilon0: float,
+        scale_multiplier: float = 1.0,
+        rounding_margin: float = 0.0,
+    ):
         self.n_items = n_items
         self.epsilon0 = epsilon0
         self.scale_multiplier = scale_multiplier
+        self.rounding_margin = rounding_margin
 
     # -- state ---------------------------------------------------------------------------
     def _state(self) -> DoublingBatchMeans:
         if not hasattr(self, "s"):
-            if not self.epsilon0 > 0:
-                raise ValueError("epsilon0 must be > 0")
+            if not self.epsilon0 > self.rounding_margin >= 0:
+                raise ValueError("epsilon0 must be > 0 (and above the secure grid's margin)")
             L = int(self.n_items)
             self.s = np.full(L, -1, dtype=np.int64)
             self.T = np.zeros(L, dtype=np.int64)
@@ -117,8 +128,11 @@ class DoublingBatchMeans:
 
     @property
     def laplace_scale(self) -> float:
-        """Scale b = multiplier/ε0 of each release's Laplace noise (on the sum)."""
-        return float(self.scale_multiplier) / float(self.epsilon0)
+        """Scale b = multiplier/ε0 of each release's Laplace noise (on the sum); on the secure
+        backend multiplier/(ε0 − margin)."""
+        if not self.rounding_margin:
+            return float(self.scale_multiplier) / float(self.epsilon0)
+        return float(self.scale_multiplier) / (float(self.epsilon0) - self.rounding_margin)
 
     def batch_variance(self, size: int | IntArray) -> float | FloatArray:
         """Variance bound of one released batch mean of ``size`` rewards in [0, 1]:

@@ -221,6 +221,11 @@ class NIHT:
     accountant
         ``"closed_form"`` (spec §3.3) or ``"pld"`` (exact composition of the fit's s·M
         selections and values, spec §14.2).
+    rounding_margin
+        The secure noise backend's rounding term in noise scales (``GRID_MARGIN``: rounding
+        |θ^{m+½}| to the grid γ ≤ ξ·2⁻³⁰ raises each coordinate's sensitivity to λ + γ); the
+        scale is ξ = λ/(ρ − margin), so (λ + γ)/ξ ≤ ρ, the ratio the accountant certifies.
+        0 on the fast backend.
 
     Examples
     --------
@@ -252,6 +257,7 @@ class NIHT:
         scale_multiplier: float = 1.0,
         grad_clip: float | None = None,
         accountant: str = "closed_form",
+        rounding_margin: float = 0.0,
     ):
         self.s = s
         self.epsilon = epsilon
@@ -264,6 +270,7 @@ class NIHT:
         self.scale_multiplier = scale_multiplier
         self.grad_clip = grad_clip
         self.accountant = accountant
+        self.rounding_margin = rounding_margin
 
     def ratio(self, iterations: int) -> float:
         """ρ = λ_m/ξ_m of every iteration (public; cached for the PLD accountant)."""
@@ -301,6 +308,11 @@ class NIHT:
             else:  # the closed form, computed exactly as Peeling does (bit-identical scales)
                 split = (self.epsilon / iterations, self.delta / iterations)
                 base = Peeling(self.s, *split, lam).scale
+            if self.rounding_margin:  # secure backend: (λ + γ)/ξ ≤ λ/base, the certified ratio
+                room = lam / base - self.rounding_margin
+                if not room > 0:
+                    raise ValueError("the privacy budget is too small for the secure grid")
+                base = lam / room
             out.append(
                 {
                     "m": m,

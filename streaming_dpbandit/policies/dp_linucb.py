@@ -54,7 +54,7 @@ from ..privacy.gram_release import ContinualGramRelease
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.rows import overflowing_norms, prepare_rows
-from ..privacy.statement import PrivacyStatement
+from ..privacy.statement import PrivacyStatement, per_unit_caveat
 from ..privacy.symmetric import packing
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ..utils.hashing import MultisetDigest
@@ -642,8 +642,7 @@ class DPLinUCB(Policy):
             "epochs use disjoint rows and compose in parallel"
         )
         caveats = [
-            "A user with r rounds is protected at about r·ε (group privacy); bound per-user "
-            "contributions upstream if user-level protection matters.",
+            per_unit_caveat("doubling epochs" if self.horizon_mode == "doubling" else "trees"),
             "A user's own decision uses their decision set and is not protected: reply to that "
             "user only; never publish decisions on a shared topic.",
         ]

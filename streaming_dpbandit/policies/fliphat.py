@@ -34,7 +34,8 @@ from ..privacy.contribution import LearnedRounds, ReleaseRefused
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.peeling_accounting import accountant_record, peeling_pld_epsilon
-from ..privacy.statement import PAPER_LABEL, PrivacyStatement
+from ..privacy.secure_noise import GRID_MARGIN
+from ..privacy.statement import PAPER_LABEL, PrivacyStatement, per_unit_caveat
 from ..utils.arrays import ArrayLike, FloatArray, IntArray, sorted_distinct
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
@@ -276,6 +277,7 @@ class FLIPHAT(Policy):
             scale_multiplier=self.noise_scale_multiplier,
             grad_clip=self.contribution_clip,
             accountant=self.accountant_in_force,
+            rounding_margin=GRID_MARGIN if self.noise_backend == "secure" else 0.0,
         )
 
     def _validate(self) -> None:
@@ -604,6 +606,8 @@ class FLIPHAT(Policy):
                 "scales": fit.scales,
                 "grad_clip": self.contribution_clip,
                 "accountant": self._accountant_params(M),
+                # secure backend: ξ = λ/(ρ − margin), so the grid's rounding stays within ρ
+                "rounding_margin": self._estimator().rounding_margin,
                 "swap_delay": self.swap_delay,
                 "consumed_ids_digest": consumed,
                 "accumulator_destroyed": True,
@@ -712,8 +716,7 @@ class FLIPHAT(Policy):
                 "use disjoint episodes and compose in parallel."
             ),
             caveats=(
-                "A user with k rounds in one episode is protected only by group privacy "
-                "(about k·ε); cap rows per user per episode upstream.",
+                per_unit_caveat("episodes"),
                 "A user's own decision is a function of their context and is not protected: "
                 "show it only to that user.",
             ),

@@ -39,6 +39,7 @@ from ..estimators.batch_means import DoublingBatchMeans, Release
 from ..matroids import Matroid
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
+from ..privacy.secure_noise import GRID_MARGIN, grid_of
 from ..privacy.statement import PrivacyStatement
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .matroid_base import MatroidPolicy
@@ -162,7 +163,8 @@ class PrivateMatroidPolicy(MatroidPolicy):
 
     # -- statistics ------------------------------------------------------------------------------
     def _init_stats(self) -> None:
-        self._est = DoublingBatchMeans(self.L, self.epsilon0, self.noise_scale_multiplier)
+        margin = GRID_MARGIN if self.noise_backend == "secure" else 0.0
+        self._est = DoublingBatchMeans(self.L, self.epsilon0, self.noise_scale_multiplier, margin)
         self._est._state()
         self._noise = NoiseSource(self.seed, backend=self.noise_backend)
         self._registered = False
@@ -258,12 +260,15 @@ class PrivateMatroidPolicy(MatroidPolicy):
     def _registration_record(self) -> ReleaseRecord:
         K = self.K
         scale = self._est.laplace_scale
+        # secure backend: each of the 2K affected sums moves by ≤ 1 + γ on its grid γ
+        gamma = grid_of(scale) if self._est.rounding_margin else 0.0
+        sens = 2.0 * K * (1.0 + gamma) if gamma else 2.0 * K
         return ReleaseRecord(
             release_id=f"{self.bandit_id}/{self.name}/guarantee",
             mechanism="doubling-batch-laplace",
             epsilon=self.epsilon_certified,
             delta=0.0,
-            accounting=[{"type": "laplace", "sensitivity": 2.0 * K, "scale": scale, "count": 1}],
+            accounting=[{"type": "laplace", "sensitivity": sens, "scale": scale, "count": 1}],
             params={
                 "epsilon": float(self.epsilon),
                 "epsilon0": self.epsilon0,
@@ -273,6 +278,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
                 "matroid": self.structure.kind,
                 "unreachable_items": self.unreachable,
                 "laplace_scale": scale,
+                "rounding_margin": gamma,
                 "reward_range": [float(x) for x in self.reward_range],
                 "default_reward": float(self.default_reward),
                 "noise_streams": f"{self.bandit_id}/dp-matroid/<item>/<batch>",
@@ -323,12 +329,12 @@ class PrivateMatroidPolicy(MatroidPolicy):
                 "(every reward enters exactly one Laplace release; thesis Thms 8 and 10)."
             ),
             caveats=(
-                "Event-level: a user who contributes k rounds is protected at k·ε by group "
-                "privacy; per-user caps need their own review.",
+                "Event-level: a user who contributes k rounds is protected at k·ε (group "
+                "privacy within a batch, sequential composition across the batches and items "
+                "their rounds reach); bound them with user_level "
+                "(docs/privacy/user-level-slates.md).",
                 "Missing per-item feedback is filled with the public default reward at the "
                 "deadline; counts of missing feedback are outside the guarantee.",
-                "Noise is drawn with numpy's floating-point Laplace sampler (keyed by a secret "
-                "from OS entropy); a secure lattice sampler (Mironov 2012) is not yet available.",
             ),
             label=PAPER_MATROID_LABEL if self.calibration == "paper" else None,
         )

@@ -48,7 +48,14 @@ from ..privacy.gram import (
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseGenerator, NoiseSource, numpy_stream, secure_stream
 from ..privacy.statement import PrivacyStatement
-from ..privacy.svt import SparseVector, svt_epsilon0, svt_margin, svt_rho, svt_sigma
+from ..privacy.svt import (
+    SECURE_SVT_MARGIN,
+    SparseVector,
+    svt_epsilon0,
+    svt_margin,
+    svt_rho,
+    svt_sigma,
+)
 from ..privacy.tree_aggregator import TreeAggregator
 from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_pure, rho_sum
 from ..utils.arrays import AnyArray, ArrayLike, BoolArray, FloatArray, IntArray
@@ -383,6 +390,11 @@ class PrivateLASSO(Policy):
             return 1, 1 << ell
         return (1 << (ell - 1)) + 1, 1 << ell
 
+    @property
+    def _svt_margin(self) -> float:
+        """The secure backend's rounding term of one SVT run, in units of σ (0 on ``fast``)."""
+        return SECURE_SVT_MARGIN if self.noise_backend == "secure" else 0.0
+
     def boundary_constants(self, ell: int) -> dict[str, Any]:
         """Every public constant of boundary ℓ (spec §5.2–§5.4)."""
         lo, hi = self.block(ell)
@@ -404,12 +416,13 @@ class PrivateLASSO(Policy):
         }
         if self.support == "svt":
             rho_b = rho * split["sel"] / (nE if self.mode == "episodic" else 1)
-            sigma = svt_sigma(en.sensitivity(N), self.cap, rho_b)
+            sigma = svt_sigma(en.sensitivity(N), self.cap, rho_b, self._svt_margin)
             a = svt_margin(sigma, self.d, self.cap, self.s0)
             out.update(
                 rho_svt=rho_b,
                 svt_sigma=sigma * mult,
                 svt_sigma_nominal=sigma,
+                svt_rounding_margin=self._svt_margin,
                 margin=a,
                 tau0=4.0 * lam * math.sqrt(self.sbar_pub),
                 tau=4.0 * lam * math.sqrt(self.sbar_pub) + a,
@@ -808,9 +821,11 @@ class PrivateLASSO(Policy):
         components: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         if self.support == "svt":
-            rho_svt = svt_rho(k["sensitivity"], k["svt_sigma_nominal"], self.cap)
-            # what the SVT is: c AboveThreshold runs of pure ε0 = 2Δ/σ (ρ = c·ε0²/2 = rho_svt)
-            eps0 = svt_epsilon0(k["sensitivity"], k["svt_sigma_nominal"])
+            margin = k["svt_rounding_margin"]
+            rho_svt = svt_rho(k["sensitivity"], k["svt_sigma_nominal"], self.cap, margin)
+            # what the SVT is: c AboveThreshold runs of pure ε0 = 2Δ/σ (ρ = c·ε0²/2 = rho_svt),
+            # on the secure backend 2(Δ/σ + margin) (its grid's rounding, within the budget)
+            eps0 = svt_epsilon0(k["sensitivity"], k["svt_sigma_nominal"], margin)
             components.append(
                 {"type": "pure", "epsilon": eps0, "count": self.cap, "mechanism": "svt"}
             )
@@ -1051,8 +1066,11 @@ class PrivateLASSO(Policy):
                 "and models and (ε, δ)-JDP of the arms (billboard lemma)."
             ),
             caveats=(
-                "A user with k slots is protected by group privacy only (k²ρ zCDP); bound the "
-                "slots per user per block with user-level privacy (docs/privacy/user-level.md).",
+                "A user with k slots is protected by group privacy only: k²ρ zCDP for k slots in "
+                "one release's data, and the releases their slots reach compose sequentially "
+                "(Σ k_b²ρ ≤ k²ρ over blocks b; forgetful blocks compose in parallel only across "
+                "different users); bound the slots per user per block with user-level privacy "
+                "(docs/privacy/user-level.md).",
                 "A user's own decision is a function of their context: show it only to that user.",
             ),
             noise_backend=self.noise_backend,

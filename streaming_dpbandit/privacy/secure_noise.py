@@ -51,6 +51,7 @@ import numpy.typing as npt
 
 __all__ = [
     "GRID_BITS",
+    "GRID_MARGIN",
     "SecureGenerator",
     "discrete_gaussian",
     "discrete_laplace",
@@ -59,6 +60,11 @@ __all__ = [
 
 #: b/γ ∈ [2^GRID_BITS, 2^(GRID_BITS+1)) for noise scale b and grid γ.
 GRID_BITS = 30
+#: γ/b ≤ 2⁻³⁰: rounding a value to the grid moves a neighbour's integer release by at most one
+#: more unit, i.e. raises a per-coordinate sensitivity by at most this many noise scales. Secure
+#: Laplace-type calibrations (Peeling, SVT, batch means) take it out of their budget
+#: (docs/privacy/secure-noise.md, "Privacy").
+GRID_MARGIN = 2.0**-GRID_BITS
 _BLOCK = 4096
 
 

@@ -13,12 +13,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["PAPER_LABEL", "PrivacyStatement"]
+__all__ = ["PAPER_LABEL", "PrivacyStatement", "per_unit_caveat"]
 
 #: Verbatim label of every ``calibration="paper"`` output (FLIPHAT spec §5.3).
 PAPER_LABEL = (
     "for reproducing the paper's figures only; not a valid DP guarantee under the stated bounds"
 )
+
+
+def per_unit_caveat(slices: str = "episodes") -> str:
+    """The caveat of an event-level guarantee: a person with several units (rounds) composes
+    *sequentially* across the releases or data slices (``slices``) their units reach — parallel
+    composition of disjoint slices protects different units, not one person's many — and by
+    group privacy within one.
+
+    >>> "sequential composition" in per_unit_caveat()
+    True
+    """
+    return (
+        "The guarantee is per privacy unit. A person with several units is protected by group "
+        f"privacy within one of the {slices} and by sequential composition across the {slices} "
+        "their units fall in (parallel composition protects different people, not one "
+        "person's units in different slices): with k_i units in the i-th, about Σ k_i·ε. "
+        "Bound the units per person with user-level privacy (user_level; "
+        "docs/privacy/user-level.md) for a per-person guarantee."
+    )
 
 
 #: How each noise backend draws (the privacy statement's "Noise:" line).

@@ -36,8 +36,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .noise import NoiseGenerator
+from .secure_noise import GRID_MARGIN
 
 __all__ = [
+    "SECURE_SVT_MARGIN",
     "SVTResult",
     "SparseVector",
     "pass_probability",
@@ -48,33 +50,52 @@ __all__ = [
 ]
 
 
-def svt_sigma(sensitivity: float, cap: int, rho: float) -> float:
-    """σ = Δ·√(2c/ρ_b): the SVT noise for a per-call zCDP budget ρ_b.
+#: The secure backend's rounding term of one AboveThreshold run, in units of σ: a query value
+#: is rounded to the grid of 2σ and the threshold to the grid of σ, so the coupling shift of the
+#: threshold (a multiple of its grid) is at most Δ + grid(2σ) + grid(σ) ≤ Δ + 3σ·2⁻³⁰.
+SECURE_SVT_MARGIN = 3.0 * GRID_MARGIN
+
+
+def svt_sigma(sensitivity: float, cap: int, rho: float, margin: float = 0.0) -> float:
+    """σ = Δ·√(2c/ρ_b): the SVT noise for a per-call zCDP budget ρ_b; with the secure
+    backend's ``margin`` (:data:`SECURE_SVT_MARGIN`) σ = Δ/(√(ρ_b/2c) − margin), so that the
+    effective sensitivity Δ + margin·σ still costs ρ_b.
 
     >>> round(svt_sigma(4.973e-4, 10, 0.011285), 5)
     0.02094
     """
     if not (sensitivity > 0 and cap >= 1 and rho > 0):
         raise ValueError("need sensitivity > 0, cap >= 1 and rho > 0")
-    return sensitivity * math.sqrt(2.0 * cap / rho)
+    if not margin:
+        return sensitivity * math.sqrt(2.0 * cap / rho)
+    room = math.sqrt(rho / (2.0 * cap)) - margin
+    if not room > 0:
+        raise ValueError("the SVT budget is too small for the secure grid")
+    return sensitivity / room
 
 
-def svt_rho(sensitivity: float, sigma: float, cap: int) -> float:
-    """zCDP cost 2cΔ²/σ² of one call (c AboveThreshold runs of ε0 = 2Δ/σ each).
+def svt_rho(sensitivity: float, sigma: float, cap: int, margin: float = 0.0) -> float:
+    """zCDP cost 2cΔ²/σ² of one call (c AboveThreshold runs of ε0 = 2Δ/σ each; on the secure
+    backend 2c(Δ/σ + margin)²).
 
     >>> svt_rho(1.0, 2.0, 3)
     1.5
     """
-    return 2.0 * cap * sensitivity * sensitivity / (sigma * sigma)
+    if not margin:
+        return 2.0 * cap * sensitivity * sensitivity / (sigma * sigma)
+    r = sensitivity / sigma + margin
+    return 2.0 * cap * r * r
 
 
-def svt_epsilon0(sensitivity: float, sigma: float) -> float:
-    """Pure ε0 = 2Δ/σ of one AboveThreshold run.
+def svt_epsilon0(sensitivity: float, sigma: float, margin: float = 0.0) -> float:
+    """Pure ε0 = 2Δ/σ of one AboveThreshold run (2(Δ/σ + margin) on the secure backend).
 
     >>> svt_epsilon0(1.0, 4.0)
     0.5
     """
-    return 2.0 * sensitivity / sigma
+    if not margin:
+        return 2.0 * sensitivity / sigma
+    return 2.0 * (sensitivity / sigma + margin)
 
 
 def svt_margin(sigma: float, m: int, cap: int, s0: int) -> float:
