@@ -7,6 +7,7 @@ Settings: YAML < environment < command-line flags, plus the embedded default
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import BinaryIO
@@ -18,7 +19,12 @@ __all__ = ["build_service_settings", "run", "run_loadgen"]
 
 
 def build_service_settings(args):
-    """Settings for ``serve``: YAML < environment < command-line flags, plus embedded defaults."""
+    """Settings for ``serve``: YAML < environment < command-line flags, plus embedded defaults.
+
+    Returns (settings, notes to log, temporary): ``temporary`` when the state directory is a
+    fresh temporary one (the embedded default without ``--state-dir``), which :func:`run`
+    removes at exit — its snapshots hold the secret noise key.
+    """
     import tempfile
 
     from ..settings import embedded_bandits, load_service_settings, validate_settings
@@ -64,8 +70,14 @@ def build_service_settings(args):
             "section (docs/service.md)"
         )
     state_set = bool(args.state_dir) or "snapshots" in (base.model_fields_set or set())
-    if embedded and not state_set:
+    temporary = embedded and not state_set
+    if temporary:  # created owner-only (0700), removed by run() at exit
         data["snapshots"]["directory"] = tempfile.mkdtemp(prefix="dpbandit-state-")
+        notes.append(
+            f"state (snapshots, which hold the secret noise key, and the privacy ledger) in "
+            f"{data['snapshots']['directory']}, a temporary directory removed at exit: give "
+            "--state-dir DIR to keep it"
+        )
     elif not state_set and (data.get("scaling") or {}).get("mode") != "group":
         # (a group replica keeps its state in Kafka topics: no directory to announce)
         where = Path(data["snapshots"]["directory"]).resolve()
@@ -73,7 +85,12 @@ def build_service_settings(args):
             f"state (snapshots and the privacy ledger) in {where}: the default "
             "snapshots.directory; set --state-dir or snapshots.directory to choose"
         )
-    return validate_settings(data), notes
+    try:
+        return validate_settings(data), notes, temporary
+    except ConfigError:
+        if temporary:
+            shutil.rmtree(data["snapshots"]["directory"], ignore_errors=True)
+        raise
 
 
 def _file_bandit_ids(path: str, lines: int = 1000) -> list[str]:
@@ -97,10 +114,21 @@ def _file_bandit_ids(path: str, lines: int = 1000) -> list[str]:
 
 
 def run(args) -> int:
+    from ..logs import cli_logger
+
+    settings, notes, temporary = build_service_settings(args)
+    try:
+        return _serve(args, settings, notes)
+    finally:
+        if temporary:  # its snapshots hold the noise key: nothing of it outlives the run
+            shutil.rmtree(settings.snapshots.directory, ignore_errors=True)
+            cli_logger().info("removed the temporary state %s", settings.snapshots.directory)
+
+
+def _serve(args, settings, notes) -> int:
     from ..logs import cli_logger, setup_logging
     from ..stream.runner import run_service
 
-    settings, notes = build_service_settings(args)
     setup_logging(settings.log_level, settings.log_json)
     for note in notes:
         cli_logger().info(note)

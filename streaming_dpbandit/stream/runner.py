@@ -147,7 +147,8 @@ def serve_metrics(
     server, port = start_metrics_server(settings, metrics, readiness)
     if port:
         url = f"http://{settings.metrics.host}:{port}/metrics"
-        log.info("metrics: %s (probes: /livez, /readyz)", url, extra={"url": url})
+        until = "" if settings.kafka else " while the run lasts (--linger SECONDS: longer)"
+        log.info("metrics: %s (probes: /livez, /readyz)%s", url, until, extra={"url": url})
     return metrics, server
 
 

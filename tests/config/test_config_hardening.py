@@ -98,7 +98,7 @@ def test_env_credentials_merge_with_the_kafka_flag(tmp_path, monkeypatch):
     args = build_parser().parse_args(
         ["serve", "--config", str(cfg_path), "--kafka", "broker:9092", "--no-progress"]
     )
-    settings, _ = build_service_settings(args)
+    settings, _, _ = build_service_settings(args)
     assert settings.kafka.bootstrap_servers == "broker:9092"
     assert settings.kafka.sasl_password.get_secret_value() == "s3cret"
     assert settings.kafka.sasl_username == "svc"
@@ -120,5 +120,5 @@ def test_the_default_state_directory_is_announced_only_where_it_is_used(tmp_path
     args = build_parser().parse_args(
         ["serve", "--config", str(cfg_path), "--kafka", "broker:9092", "--no-progress"]
     )
-    _, notes = build_service_settings(args)
+    _, notes, _ = build_service_settings(args)
     assert any("snapshots.directory" in n for n in notes) is announced

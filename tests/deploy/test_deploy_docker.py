@@ -254,7 +254,7 @@ def test_service_settings_validate_as_the_container_sees_them(compose, monkeypat
         ]
     )
     assert args.command == "serve"
-    settings, _ = build_service_settings(args)
+    settings, _, _ = build_service_settings(args)
     assert settings.kafka is not None and settings.kafka.bootstrap_servers == "kafka:9092"
     assert settings.metrics.enabled and settings.metrics.host == "0.0.0.0"
     assert str(settings.snapshots.directory) == "/var/lib/dpbandit/state"

@@ -201,7 +201,7 @@ def test_config_and_credentials_reach_the_service_settings(docs, tmp_path, monke
     parsed = build_parser().parse_args(
         [a if a != config_path else str(tmp_path / key) for a in args]
     )
-    settings, _ = build_service_settings(parsed)
+    settings, _, _ = build_service_settings(parsed)
     k = settings.kafka
     assert k is not None and k.security_protocol == "SASL_SSL"
     assert k.sasl_username == secret["stringData"]["username"]
