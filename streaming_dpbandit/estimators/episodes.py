@@ -96,6 +96,19 @@ class DoublingSchedule:
             raise ValueError("the first fit is released at the start of episode 1")
         return self.length(k - 1)
 
+    def _episode_of_one(self, t: int) -> int:
+        """:meth:`episode_of` of one round, in integers (the same value)."""
+        if t < 1:
+            raise ValueError("rounds are 1-based")
+        k = ((t - 1) // self.first_len + 1).bit_length() - 1  # floor(log2(q))
+        kc = self._cap_episode()
+        if kc is not None:
+            assert self.max_len is not None  # kc is None without a cap
+            tc = self.start(kc)
+            if t >= tc:
+                k = kc + (t - tc) // self.max_len
+        return k
+
     @overload
     def episode_of(self, t: int | np.integer[Any]) -> int: ...
     @overload
@@ -107,6 +120,9 @@ class DoublingSchedule:
         self._check()
         scalar = np.isscalar(t)
         tt = np.asarray(t, dtype=np.int64)
+        if tt.size == 1:  # one round (a served request): integer arithmetic, no array passes
+            k1 = self._episode_of_one(int(tt.reshape(-1)[0]))
+            return k1 if scalar else np.full(tt.shape, k1, dtype=np.int64)
         if tt.size and tt.min() < 1:
             raise ValueError("rounds are 1-based")
         q = (tt - 1) // self.first_len + 1

@@ -17,12 +17,13 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
 from .core import Gateway, GatewayError
@@ -142,6 +143,35 @@ def _errors(status: int, text: str) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorResponse, "description": text}}
 
 
+def _body(model: str) -> dict[str, Any]:
+    """An OpenAPI request body of one of :data:`BODIES` (routes that parse their own body)."""
+    ref = {"$ref": f"#/components/schemas/{model}"}
+    return {"required": True, "content": {"application/json": {"schema": ref}}}
+
+
+#: the request bodies parsed by the routes themselves, added to the OpenAPI components
+BODIES = ("RankRequest",)
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The OpenAPI document, with :data:`BODIES` and the models they refer to as components."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version,
+                              description=app.description, routes=app.routes)  # fmt: skip
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            for model in (RankRequest,):
+                js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(js.pop("$defs", {}))
+                schemas[model.__name__] = js
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    return openapi
+
+
 def build_app(gw: Gateway, registry: Any) -> FastAPI:
     """The FastAPI application of an opened :class:`~.core.Gateway`."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -152,6 +182,7 @@ def build_app(gw: Gateway, registry: Any) -> FastAPI:
         description="Azure Personalizer v1.0 Rank / Reward / Activate over a differentially "
         "private bandit (docs/gateway.md).",
     )
+    app.openapi = _openapi(app)  # type: ignore[method-assign]
     retry = gw.settings.gateway.retry_after_s
     metrics = gw.metrics
 
@@ -168,13 +199,21 @@ def build_app(gw: Gateway, registry: Any) -> FastAPI:
             return _error(400, "InvalidRequest", "the body is not valid JSON", "body")
         return _error(400, "InvalidRequest", str(err.get("msg", "invalid")), _path(loc))
 
+    def invalid_body(route: str, t0: float, exc: ValidationError) -> Response:
+        err = exc.errors(include_url=False)[0]
+        metrics.refused.labels(route, "InvalidRequest").inc()
+        observe(route, t0, 400)
+        if err.get("type") == "json_invalid":
+            return _error(400, "InvalidRequest", "the body is not valid JSON", "body")
+        return _error(400, "InvalidRequest", str(err.get("msg", "invalid")), _path(err["loc"]))
+
     def refused(route: str, t0: float, err: GatewayError) -> Response:
         metrics.refused.labels(route, err.code).inc()
         observe(route, t0, err.status)
         return _error(err.status, err.code, err.message, err.target, retry)
 
     async def durable(seq: int, reward: bool) -> bool:
-        if seq < 0:
+        if not gw.needs_sync(seq, reward):  # (no thread hop when the answer need not wait)
             return True
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, gw.wait_durable, seq, reward)
@@ -192,10 +231,15 @@ def build_app(gw: Gateway, registry: Any) -> FastAPI:
             **_errors(503, "too many records wait for the learner: retry after Retry-After"),
         },
         summary="Rank actions: choose one for the context",
+        openapi_extra={"requestBody": _body("RankRequest")},
     )
-    async def rank(request: Request, body: RankRequest) -> Response:
+    async def rank(request: Request) -> Response:
         t0 = time.perf_counter()
         raw = await request.body()
+        try:  # one pass of pydantic's JSON parser and validation (the schema: openapi below)
+            body = RankRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            return invalid_body("rank", t0, exc)
         try:
             answer, seq, version = gw.rank(body, hashlib.blake2b(raw, digest_size=8).digest())
             if not await durable(seq, reward=False):

@@ -310,13 +310,12 @@ class Gateway:
         scores = pol.frozen_scores(Xb)[0]
         if mask is not None:
             scores = np.where(mask[0], scores, -np.inf)
-        top = scores == scores[arm]
-        top[arm] = False
-        # chosen, its ties (position order), the others by score (stable), excluded last
-        order = np.lexsort((np.arange(scores.size), -scores, ~top))
+        # by score, highest first (stable): the chosen action's ties lead, excluded ones trail;
+        # the chosen action itself first
+        order = np.argsort(-scores, kind="stable")
         order = np.concatenate(([arm], order[order != arm])).astype("<u2")
-        return Event(0.0, arm, prop, int(dec.model_version), order.tobytes(),
-                     1 + int(top.sum()), digest)  # fmt: skip
+        n_top = int(np.count_nonzero(scores == scores[arm]))
+        return Event(0.0, arm, prop, int(dec.model_version), order.tobytes(), n_top, digest)
 
     def _decision(self, event_id: str, arm_id: str, ev: Event, row: Any, t: float) -> bytes:
         """The :class:`~..stream.scaling.broadcast.BroadcastDecision` of an event, as JSON."""
@@ -420,8 +419,12 @@ class Gateway:
         ev.activated, ev.pending = True, None
         return entry.seq
 
-    def wait_durable(self, seq: int, reward: bool) -> bool:
+    def needs_sync(self, seq: int, reward: bool) -> bool:
+        """Must the answer to record ``seq`` wait for its ``fsync`` (settings ``fsync_*``)?"""
         g = self.settings.gateway
-        if seq < 0 or not (g.fsync_rewards if reward else g.fsync_decisions):
+        return seq >= 0 and (g.fsync_rewards if reward else g.fsync_decisions)
+
+    def wait_durable(self, seq: int, reward: bool) -> bool:
+        if not self.needs_sync(seq, reward):
             return True
         return self.wal.wait_durable(seq)
