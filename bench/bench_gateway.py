@@ -163,7 +163,8 @@ class Conn:
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         self.writer.write(
             f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n".encode() + body
+            f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
@@ -336,7 +337,7 @@ def bench_http(quick: bool) -> dict:
     return out
 
 
-# -- 3. the Kafka path ------------------------------------------------------------------------------
+# -- 3. the Kafka path ----------------------------------------------------------------------------
 def bench_kafka(quick: bool, bootstrap: str) -> dict:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -355,7 +356,8 @@ def bench_kafka(quick: bool, bootstrap: str) -> dict:
     (d / "serve.yaml").write_text(yaml.safe_dump(cfg))
     log = open(d / "serve.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streaming_dpbandit.cli", "serve", "--config", str(d / "serve.yaml")],
+        [sys.executable, "-m", "streaming_dpbandit.cli", "serve", "--config",
+         str(d / "serve.yaml")],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     out: dict = {"load_average_at_start": os.getloadavg(), "encoding": "raw-f64"}
@@ -373,8 +375,11 @@ def bench_kafka(quick: bool, bootstrap: str) -> dict:
         consumer.seek_to_end(tp)
         # warm-up: the service joins its group and decides a first burst
         for i in range(100):
-            producer.send(topics["contexts"], key=b"bench",
-                          value=context_value(f"w{i}", "bench", time.time(), X, ids, "raw-f64"))
+            producer.send(
+                topics["contexts"],
+                key=b"bench",
+                value=context_value(f"w{i}", "bench", time.time(), X, ids, "raw-f64"),
+            )
         producer.flush()
         seen = 0
         deadline = time.monotonic() + 120
@@ -393,8 +398,11 @@ def bench_kafka(quick: bool, bootstrap: str) -> dict:
             while sent < n and t0 + sent / rate <= now:
                 eid = f"k{sent}"
                 due[eid] = t0 + sent / rate
-                producer.send(topics["contexts"], key=b"bench",
-                              value=context_value(eid, "bench", time.time(), X, ids, "raw-f64"))
+                producer.send(
+                    topics["contexts"],
+                    key=b"bench",
+                    value=context_value(eid, "bench", time.time(), X, ids, "raw-f64"),
+                )
                 sent += 1
             for msgs in consumer.poll(timeout_ms=1).values():
                 t = time.perf_counter()
@@ -429,8 +437,9 @@ def main() -> None:
     only = set(args.only.split(","))
     result: dict = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                 capture_output=True, text=True).stdout.strip(),  # fmt: skip
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
         "date": time.strftime("%Y-%m-%d"),
     }
     if "cpu" in only:

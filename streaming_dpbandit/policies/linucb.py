@@ -12,7 +12,12 @@ the OFUL / Prop. 4 width β = σ√(2 ln(2/α) + ln det V − d ln reg) + S√re
 
 Batching. ``batch_size`` = b is how many rounds are decided with one frozen model: after b
 decisions a model refresh is due (``refit_due()``), which refactors V from every row learned so
-far (one Cholesky, O(d³/3)). b = 1 is classic LinUCB (the model moves after every round); b > 1
+far (one Cholesky, O(d³/3)) — or, when only a few rows (at most d/8) arrived since the last
+refresh, as with b = 1, updates the factor by one O(d²) square-root Sherman–Morrison step per row
+(``UCBModel.add_rows``); every ``REFACTOR_EVERY``-th refresh refactors from the sums, which
+bounds the rounding the updates accumulate.
+
+b = 1 is classic LinUCB (the model moves after every round); b > 1
 is *batched* LinUCB: decisions inside a batch do not see each other's rewards, which adds at most
 O(b·d·log T)-type regret from the delay (measured in docs/dp-linucb.md) and makes the decision
 path one matrix product per batch.
@@ -32,7 +37,15 @@ from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import DecisionBatch, Policy
 
-__all__ = ["LinUCB"]
+__all__ = ["REFACTOR_EVERY", "LinUCB"]
+
+#: Every this many model refreshes, the factor is recomputed from the sums (V, u) instead of
+#: updated row by row (a deterministic schedule: the same in a restarted run).
+REFACTOR_EVERY = 256
+#: Learned rows are added to the Gram sum in blocks of this many, by their order (so that the
+#: sum does not depend on how the rows were grouped into ``learn`` calls); one GEMM per block
+#: instead of one outer product per row.
+FOLD = 256
 
 
 class LinUCB(Policy):
@@ -80,6 +93,8 @@ class LinUCB(Policy):
 
     name = "linucb"
 
+    _model: UCBModel
+
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
@@ -125,16 +140,39 @@ class LinUCB(Policy):
             self._t = 0
             self._since = 0
             self._version = 0
-            self._G = self.reg * np.eye(self.d)
+            self._G = self.reg * np.eye(self.d)  # reg·I + the rows folded (blocks of FOLD)
+            self._unfolded: list[FloatArray] = []  # the rows after them, in order
+            self._folded = 0  # rows in self._G
             self._u = np.zeros(self.d)
             self._rows = 0
+            self._pend: list[FloatArray] | None = None
             self._coin_key()
             self._refresh()
         return self
 
+    def _gram(self) -> FloatArray:
+        """V = reg·I + Σ xxᵀ over every row learned."""
+        if not self._unfolded:
+            return self._G.copy()
+        R = np.concatenate(self._unfolded)
+        out: FloatArray = self._G + R.T @ R
+        return out
+
     def _refresh(self) -> None:
-        self._mG, self._mu = self._G.copy(), self._u.copy()  # the statistics of the frozen model
-        self._model = UCBModel.fit(self._mG, self._mu, floor=None)
+        """The model of every row learned: updated by the rows since the last refresh when they
+        are few (O(d²) each), else refactored from the sums."""
+        rows = self._pend
+        self._mu = self._u.copy()  # u of the frozen model
+        # (a floored model — reg = 0 before d independent rows — is no inverse to update)
+        if rows is not None and (self._version + 1) % REFACTOR_EVERY and not self._model.repaired:
+            if rows:
+                self._model.add_rows(rows[0] if len(rows) == 1 else np.concatenate(rows), self._mu)
+            self._mG: FloatArray | None = None  # (not kept: the model is updated row by row)
+        else:
+            self._mG = self._gram()
+            self._model = UCBModel.fit(self._mG, self._mu, floor=None)
+        self._pend = []
+        self._npend = 0
         self._width_from_model()
 
     def _width_from_model(self) -> None:
@@ -212,9 +250,28 @@ class LinUCB(Policy):
             return
         if np.max(rounds) > self._t:
             raise ValueError("learn() got a round that was never decided")
-        self._G += X.T @ X
         self._u += X.T @ y
         self._rows += y.size
+        X = X.copy()  # (the caller may reuse its array)
+        unfolded = self._unfolded
+        unfolded.append(X)
+        keep = self._rows % FOLD  # the rows after the last multiple of FOLD stay unfolded
+        # the unfolded rows start at a multiple of FOLD: after the last one folded
+        total = self._rows - self._folded
+        if total - keep >= FOLD:
+            R = np.concatenate(unfolded)
+            for lo in range(0, total - keep, FOLD):
+                B = R[lo : lo + FOLD]
+                self._G += B.T @ B
+            self._unfolded = [R[total - keep :]] if keep else []
+            self._folded = self._rows - keep
+        pend = self._pend
+        if pend is not None:  # the rows for the next refresh's update, while they are few
+            self._npend += y.size
+            if self._npend > max(1, self.d // 8):
+                self._pend = None
+            else:
+                pend.append(X)
 
     # -- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -225,11 +282,15 @@ class LinUCB(Policy):
             "t": self._t,
             "since": self._since,
             "version": self._version,
-            "G": self._G.copy(),
+            "G": self._gram(),
+            "G_folded": self._G.copy(),  # (G = G_folded + the unfolded rows' Σ xxᵀ)
+            "unfolded_rows": np.concatenate(self._unfolded) if self._unfolded else None,
             "u": self._u.copy(),
             "rows": self._rows,
-            "model_G": self._mG,
+            "model_G": self._mG,  # (None when the model was updated row by row: see "model")
             "model_u": self._mu,
+            "model": self._model.state(),  # (updated row by row: not a function of model_G)
+            "pending_rows": None if self._pend is None else [r.copy() for r in self._pend],
             "tie_key": self._tie_key,
         }
 
@@ -238,13 +299,31 @@ class LinUCB(Policy):
         self._t = int(state["t"])
         self._since = int(state["since"])
         self._version = int(state["version"])
-        self._G = np.asarray(state["G"], dtype=np.float64).copy()
+        folded = state.get("G_folded")  # (absent from a state written before the blocks)
+        self._G = np.asarray(state["G"] if folded is None else folded, dtype=np.float64).copy()
+        rest = state.get("unfolded_rows")
+        self._unfolded = [] if rest is None else [np.asarray(rest, dtype=np.float64).copy()]
         self._u = np.asarray(state["u"], dtype=np.float64).copy()
         self._rows = int(state["rows"])
+        self._folded = self._rows - sum(len(r) for r in self._unfolded)
         self._tie_key = int(state["tie_key"])
-        self._mG = np.asarray(state["model_G"], dtype=np.float64).copy()
+        mG = state["model_G"]
+        self._mG = None if mG is None else np.asarray(mG, dtype=np.float64).copy()
         self._mu = np.asarray(state["model_u"], dtype=np.float64).copy()
-        self._model = UCBModel.fit(self._mG, self._mu, floor=None)
+        model = state.get("model")
+        if model is None:  # a state written before row-by-row updates: refactored
+            assert self._mG is not None  # (such a state always has the model's Gram sum)
+            self._model = UCBModel.fit(self._mG, self._mu, floor=None)
+            self._pend = None
+        else:
+            self._model = UCBModel(
+                theta=np.asarray(model["theta"], dtype=np.float64).copy(),
+                cinv_t=np.array(model["cinv_t"], dtype=np.float64, order="C"),
+                logdet=float(model["logdet"]),
+            )
+            pend = state.get("pending_rows")
+            self._pend = None if pend is None else [np.asarray(r, dtype=np.float64) for r in pend]
+            self._npend = 0 if pend is None else sum(len(r) for r in pend)
         self._width_from_model()
         return self
 

@@ -33,6 +33,7 @@ def fixed_greedy(theta, seed=0):
     """LinUCB frozen at θ̂ = theta, width 0, never refreshed: a fixed deterministic policy."""
     pol = LinUCB(d=D, beta=0.0, batch_size=10**9, seed=seed)
     state = pol.state_dict()
+    state.pop("model")  # (the frozen model is then rebuilt from model_G and model_u)
     state["model_G"] = np.eye(D)
     state["model_u"] = np.asarray(theta, dtype=float)
     return pol.load_state_dict(state)
