@@ -503,6 +503,12 @@ class ServiceSettings(BaseSettings):
     idle_timeout_s: float = Field(
         30.0, gt=0, description="force-expire joins of a blocked bandit after this long idle"
     )
+    blocked_warning_s: float = Field(
+        5.0,
+        gt=0,
+        description="warn when a bandit has waited this long for the rewards its next release "
+        "reads (its contexts wait meanwhile), naming what it waits for and the setting to change",
+    )
     max_event_time_skew_s: float | None = Field(
         300.0,
         gt=0,

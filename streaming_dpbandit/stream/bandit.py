@@ -394,6 +394,12 @@ class BanditRuntime:
                 X, y, rounds = X[~bad], y[~bad], rounds[~bad]
 
     # -- releases ---------------------------------------------------------------------------
+    def waiting_for(self) -> tuple[int, int]:
+        """(decisions still without a resolved reward that the next release reads, the last
+        round it reads): what a blocked bandit waits for."""
+        through = self._reads_through()
+        return sum(1 for p in self.join.pending.values() if p.round <= through), through
+
     def refit_ready(self) -> bool:
         """Every decision the due refit reads has its reward resolved."""
         oldest = self.join.oldest_pending_round()

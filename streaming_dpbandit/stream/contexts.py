@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .bandit import BanditRuntime
 from .parsing import BadInput, parse_context
+from .stalls import BlockedWatch
 from .transport import TP, Record
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ class ContextStage:
 
     def __init__(self, service: Service) -> None:
         self.svc = service
+        st = service.settings
+        self.watch = BlockedWatch(st.blocked_warning_s, st.idle_timeout_s)
         self.reset()
 
     def reset(self) -> None:
@@ -90,7 +93,7 @@ class ContextStage:
                 # blocked before deciding anything: the queued contexts behind this one are
                 # not read (a blocked bandit polled 20 records at a time re-read up to
                 # max_batch queued contexts per poll, issue 19)
-                self.block(tp, rt)
+                self.block(tp, rt, len(q))
                 return
             run = [pend]
             seen = {pend.event.event_id}
@@ -115,10 +118,9 @@ class ContextStage:
                 seen.add(eid)
                 j += 1
             if not self.decide_run(tp, q, rt, run):
-                self.block(tp, rt)
+                self.block(tp, rt, len(q))
                 return
-        if tp in self.svc.blocked:
-            self.svc.metrics.blocked.labels(self.svc.blocked.pop(tp)).set(0)
+        self.unblock(tp)
 
     def release_gate(self, rt: BanditRuntime) -> bool:
         """Make the bandit's due release, if any: False while it waits for rewards (the
@@ -130,9 +132,16 @@ class ContextStage:
             self.svc.release(rt)
         return True
 
-    def block(self, tp: TP, rt: BanditRuntime) -> None:
+    def block(self, tp: TP, rt: BanditRuntime, queued: int) -> None:
         self.svc.blocked[tp] = rt.bandit_id
         self.svc.metrics.blocked.labels(rt.bandit_id).set(1)
+        self.watch.blocked(rt, queued)  # a warning once blocked for blocked_warning_s
+
+    def unblock(self, tp: TP) -> None:
+        if tp in self.svc.blocked:
+            name = self.svc.blocked.pop(tp)
+            self.svc.metrics.blocked.labels(name).set(0)
+            self.watch.decided(name)
 
     def decide_run(self, tp: TP, q: collections.deque, rt: BanditRuntime, run: list) -> bool:
         i = 0
@@ -150,8 +159,7 @@ class ContextStage:
                 chunk, functools.partial(self.svc.dead_letters.source, bandit=rt.bandit_id)
             )
             i += n
-        if tp in self.svc.blocked:
-            self.svc.metrics.blocked.labels(self.svc.blocked.pop(tp)).set(0)
+        self.unblock(tp)
         return True
 
     def count_event(self, r: Record, reason: str) -> None:

@@ -289,7 +289,7 @@ def test_load_generator_feeds_the_configured_bandit(compose, monkeypatch):
     from streaming_dpbandit.settings import load_service_settings
 
     settings = load_service_settings(str(path))
-    env = check_loadgen_settings(settings)  # bandit known, same dimension
+    env = check_loadgen_settings(settings, args.rate)  # bandit known, same d, no waits
     bandit = settings.bandits[settings.simulation.bandit_id]
     assert bandit.policy.b_max == pytest.approx(env.b_max, abs=1e-5)
     # no waits at releases: unrewarded decisions resolve only when their feedback window

@@ -31,6 +31,7 @@ from ...errors import ConfigError
 from ...settings import ServiceSettings
 from ..errors import ServiceStartError
 from ..messages import context_value
+from ..stalls import blocking_load
 
 __all__ = ["RealTimeStream", "check_loadgen_settings", "run_loadgen"]
 
@@ -181,9 +182,10 @@ class RealTimeStream:
         }
 
 
-def check_loadgen_settings(settings: ServiceSettings):
+def check_loadgen_settings(settings: ServiceSettings, rate: float | None = None):
     """The environment the generator simulates, after checking that the service configured in
-    the same settings can use its events (Kafka configured, bandit known, same dimension).
+    the same settings can use its events (Kafka configured, bandit known, same dimension) and,
+    given the ``rate``, would not wait at every release (:func:`~..stalls.blocking_load`).
 
     Raises :class:`ConfigError` with one line otherwise.
     """
@@ -216,6 +218,13 @@ def check_loadgen_settings(settings: ServiceSettings):
                 f"bandit {sim.bandit_id!r} has d={d} but the simulated environment has "
                 f"d={env.d}; the service would dead-letter every event"
             )
+        why = (
+            None
+            if rate is None
+            else blocking_load(sim.bandit_id, bandit, rate, sim.feedback_probability)
+        )
+        if why is not None:
+            raise ConfigError(why)
     return env
 
 
@@ -262,9 +271,9 @@ def run_loadgen(
 
     from ..kafka.transport import client_options, ensure_topics
 
-    env = check_loadgen_settings(settings)
     if not rate > 0:
         raise ConfigError("--rate must be positive")
+    env = check_loadgen_settings(settings, rate)
     k = settings.kafka_section()
     sim = settings.simulation
     try:
