@@ -49,6 +49,9 @@
    checkout, fresh processes alternated (``bench_service.alternated``), same harness, with a
    hash of every decision of both.
 
+7. ``per_event`` (alone, ``--only per_event``): decide + learn one event per call, ours against
+   Vowpal Wabbit and River, the throughput protocol (the issue-36 targets: ≥ 3× VW, ≥ 10× River).
+
 Usage: python bench/bench_linucb.py [--quick] [--only throughput,floor,memory,...] [--profile]
        python bench/bench_linucb.py --old-tree DIR [--versions-rounds N] [--quick]
 """
@@ -619,6 +622,50 @@ def bench_floor(quick: bool) -> dict:
     return out
 
 
+def bench_per_event(quick: bool) -> dict:
+    """``per_event``: deciding and learning one event per call (``batch_size=1``, a model
+    refresh per event) against the per-event anchors, under the throughput protocol: our LinUCB
+    against Vowpal Wabbit's ``cb_explore_adf`` (one θ over per-arm features), our disjoint
+    LinUCB against River's (per-arm models on a shared context), at d = 20 and d = 100."""
+    proto = dict(PROTOCOL)
+    if quick:
+        proto.update(events=2048, repeats=3)
+    lo, hi, repeats = proto["warmup"], proto["warmup"] + proto["events"], proto["repeats"]
+    out: dict = {"protocol": proto, "load_average_at_start": os.getloadavg()}
+    for d in (20, 100):
+        s = Stream(d, hi)
+        shared = run_group(
+            {"ours_linucb_per_event": ours_linucb(1), "vw_cb_explore_adf": vw_cb_explore_adf},
+            s,
+            lo,
+            hi,
+            repeats,
+        )
+        per_arm = run_group(
+            {
+                "ours_linucb_disjoint_per_event": ours_linucb_disjoint(1),
+                "river_linucb_disjoint": river_linucb,
+            },
+            s,
+            lo,
+            hi,
+            repeats,
+        )
+        out[f"d={d}"] = {
+            "shared_theta": shared,
+            "per_arm": per_arm,
+            "ours_linucb_per_event_over_vw": _ratio(
+                shared, "ours_linucb_per_event", "vw_cb_explore_adf"
+            ),
+            "ours_disjoint_per_event_over_river": _ratio(
+                per_arm, "ours_linucb_disjoint_per_event", "river_linucb_disjoint"
+            ),
+            "load_average": os.getloadavg(),
+        }
+    out["load_average_at_end"] = os.getloadavg()
+    return out
+
+
 # -- this tree against another checkout ---------------------------------------------------------
 #: (d, batch size, timed events): the batched cases over 16× and 2× the throughput events (a
 #: batch of 256 takes ≈ 0.3 ms at d = 20: shorter timings differ by ±50 % between processes on
@@ -913,6 +960,8 @@ def main():
         result["throughput"] = bench_throughput(args.quick)
     if "floor" in only:
         result["floor"] = bench_floor(args.quick)
+    if "per_event" in only:
+        result["per_event"] = bench_per_event(args.quick)
     if "memory" in only:
         result["memory"] = bench_memory()
         result["disjoint_memory"] = bench_disjoint_memory()

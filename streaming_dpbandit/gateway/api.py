@@ -303,13 +303,11 @@ def build_app(gw: Gateway, registry: Any) -> FastAPI:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/livez", include_in_schema=False)
-    async def livez() -> Response:
-        return JSONResponse({"status": "live"})
-
     @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> Response:
-        ok, why = gw.ready()
-        return JSONResponse({"status": "ready" if ok else "not ready", "reason": why},
-                            status_code=200 if ok else 503)  # fmt: skip
+    async def probes(request: Request) -> Response:
+        answered = gw.probe(request.url.path)
+        assert answered is not None  # (the two probe paths)
+        status, body = answered
+        return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
     return app

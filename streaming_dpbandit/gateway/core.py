@@ -144,9 +144,18 @@ class Gateway:
 
     # -- set-up -------------------------------------------------------------------------------
     def open(self) -> None:
+        from ..probes import Readiness
         from ..settings import FeaturesSettings
 
         s, g = self.settings, self.settings.gateway
+        # /livez and /readyz (probes.Readiness): the log, the delivery to the learner, the
+        # bound of the buffer; the broker watched like the service's
+        self.readiness = Readiness(
+            broker=s.kafka.bootstrap_servers if s.kafka is not None else None,
+            broker_timeout_s=g.unready_after_s,
+            stall_timeout_s=max(30.0, 10 * g.heartbeat_s),
+        )
+        self.readiness.require("log", "opening the write-ahead log")
         self.bandit = choose_bandit(s)
         self.bs = bs = s.bandits[self.bandit]
         self.d = int(bs.policy.d)
@@ -164,6 +173,7 @@ class Gateway:
         self.wal = WriteAheadLog(directory, fsync=True, retention_s=retention)
         entries = self.wal.open()
         self.events.replay(entries)
+        self.readiness.set("log", True, f"{len(self.events)} events remembered")
         self.outlet = self._outlet()
         self.wal.on_append = self.outlet.submit
         self.outlet.open(entries)  # (records after its last delivery are sent again)
@@ -195,19 +205,21 @@ class Gateway:
         return EmbeddedOutlet(learner, self.wal, self.models.apply, self.learner_metrics)
 
     def close(self) -> None:
+        self.readiness.stopped("stopping")
         self.stop.set()
         self.heartbeats.join(timeout=5)
         self.outlet.close()
         self.wal.close()
 
     # -- health -------------------------------------------------------------------------------
-    def ready(self) -> tuple[bool, str]:
-        ok, why = self.outlet.healthy()
-        if not ok:
-            return False, why
-        if self.outlet.backlog >= self.settings.gateway.max_buffered:
-            return False, f"{self.outlet.backlog} records buffered (the bound)"
-        return True, "ready"
+    def probe(self, path: str) -> tuple[int, dict[str, Any]] | None:
+        """``/livez`` / ``/readyz`` (``probes.Readiness``), the gateway's checks refreshed."""
+        if path == "/readyz":
+            ok, why = self.outlet.healthy()
+            self.readiness.set("delivery", ok, why or "records reach the learner")
+            n, bound = self.outlet.backlog, self.settings.gateway.max_buffered
+            self.readiness.set("buffer", n < bound, f"{n} records buffered (bound {bound})")
+        return self.readiness.answer(path)
 
     def _check_capacity(self) -> None:
         n = self.outlet.backlog
@@ -223,6 +235,7 @@ class Gateway:
     def _heartbeat(self) -> None:
         every = self.settings.gateway.heartbeat_s
         while not self.stop.wait(every):
+            self.readiness.beat()
             try:
                 self.wal.append(Kind.HEARTBEAT, "", self._watermark)
             except OSError as err:  # a full disk: requests report it too

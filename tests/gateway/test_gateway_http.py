@@ -153,6 +153,7 @@ def test_probes_and_metrics(gateway):
     assert gateway.client.get("/livez").status_code == 200
     r = gateway.client.get("/readyz")
     assert r.status_code == 200 and r.json()["status"] == "ready"
+    assert {"log", "delivery", "buffer"} <= set(r.json()["checks"])
     text = gateway.client.get("/metrics").text
     for name in ("request_duration_seconds_bucket", "decisions_total", "rewards_total",
                  "buffered_records", "refused_total"):  # fmt: skip
