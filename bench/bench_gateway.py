@@ -13,6 +13,8 @@
      Rank as soon as the previous is answered, for ``duration`` seconds.
    For each: p50 / p99 / max latency, achieved rate, the gateway's CPU per request (from
    ``/proc``), the generator's CPU.
+   ``http_kafka`` (needs ``DPBANDIT_BENCH_KAFKA``): the same with the learner service over
+   Kafka (``dpbandit serve``, broadcast learner) and the gateway's producer on confluent-kafka.
 3. ``kafka`` (needs ``DPBANDIT_BENCH_KAFKA=HOST:PORT``) — the Kafka path measured the same way:
    ``dpbandit serve`` (single service, the same FLIPHAT bandit, 50 arms of d = 100 sent as binary
    ``raw-f64`` contexts), contexts produced at 500/s (open loop, kafka-python, linger 0), decisions
@@ -20,7 +22,7 @@
 
 The machine's load average is recorded with every figure (a shared 2-core machine).
 
-Usage: python bench/bench_gateway.py [--only cpu,http,kafka] [--quick]
+Usage: python bench/bench_gateway.py [--only cpu,http,http_kafka,kafka] [--quick]
 """
 
 from __future__ import annotations
@@ -268,18 +270,48 @@ def gateway_config(directory: Path, port: int) -> dict:
     }  # fmt: skip
 
 
-def bench_http(quick: bool) -> dict:
+def _kafka_section(bootstrap: str, name: str, client: str) -> dict:
+    topics = {"contexts": f"{name}.contexts", "feedback": f"{name}.feedback",
+              "decisions": f"{name}.decisions", "dead_letter": f"{name}.dead",
+              "models": f"{name}.models"}  # fmt: skip
+    return {"bootstrap_servers": bootstrap, "client": client, "group_id": name,
+            "topics": topics, "partitions": 1}  # fmt: skip
+
+
+def _start(d: Path, name: str, command: str, config: dict) -> subprocess.Popen:
+    (d / f"{name}.yaml").write_text(yaml.safe_dump(config))
+    log = open(d / f"{name}.log", "wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "streaming_dpbandit.cli", command, "--config",
+         str(d / f"{name}.yaml")],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def bench_http(quick: bool, bootstrap: str | None = None) -> dict:
+    """The gateway over HTTP: its learner in-process (``bootstrap`` None), or the learner
+    service over Kafka (the gateway's producer on confluent-kafka)."""
     import httpx
 
     d = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     port = free_port()
-    (d / "gw.yaml").write_text(yaml.safe_dump(gateway_config(d, port)))
-    log = open(d / "gateway.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streaming_dpbandit.cli", "gateway", "--config", str(d / "gw.yaml")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    out: dict = {"load_average_at_start": os.getloadavg()}
+    cfg = gateway_config(d, port)
+    learner = None
+    if bootstrap is not None:
+        name = f"benchgw-http-{os.getpid()}"
+        kafka = _kafka_section(bootstrap, name, "confluent-kafka")
+        learner = _start(d, "learner", "serve", {
+            "kafka": {**kafka, "client": "kafka-python"},
+            "broadcast": {"role": "learner", "models_topic": kafka["topics"]["models"]},
+            "bandits": cfg["bandits"], "metrics": {"enabled": False},
+            "snapshots": {"directory": str(d / "learner"), "interval_s": 5.0},
+        })  # fmt: skip
+        cfg["kafka"] = kafka
+    proc = _start(d, "gateway", "gateway", cfg)
+    out: dict = {
+        "learner": "in-process" if bootstrap is None else "learner service over Kafka",
+        "load_average_at_start": os.getloadavg(),
+    }
     try:
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
         for _ in range(600):
@@ -326,12 +358,14 @@ def bench_http(quick: bool) -> dict:
             sustained.append(res)
         out["closed_loop_max_rate"] = sustained
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        for p in (proc, learner):
+            if p is None:
+                continue
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
     out["load_average_at_end"] = os.getloadavg()
     out["target_p99_ms_at_500_per_s"] = 10
     return out
@@ -350,6 +384,9 @@ def bench_kafka(quick: bool, bootstrap: str) -> dict:
     cfg = gateway_config(d, 0)
     del cfg["gateway"]
     cfg["bandits"]["bench"].pop("features")
+    # no release during the run: the service decides every context with its initial model
+    # (a release would wait for rewards, which this open loop does not send)
+    cfg["bandits"]["bench"]["policy"]["first_episode_len"] = 10**9
     cfg.update(kafka={"bootstrap_servers": bootstrap, "group_id": name, "topics": topics,
                       "partitions": 1, "linger_ms": 0, "poll_timeout_ms": 5},
                metrics={"enabled": False}, progress=False)  # fmt: skip
@@ -431,7 +468,7 @@ def bench_kafka(quick: bool, bootstrap: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="cpu,http,kafka")
+    ap.add_argument("--only", default="cpu,http,http_kafka,kafka")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -448,6 +485,13 @@ def main() -> None:
     if "http" in only:
         result["http"] = bench_http(args.quick)
         print(json.dumps(result["http"]), file=sys.stderr, flush=True)
+    if "http_kafka" in only:
+        bootstrap = os.environ.get("DPBANDIT_BENCH_KAFKA")
+        if bootstrap:
+            result["http_kafka"] = bench_http(args.quick, bootstrap)
+            print(json.dumps(result["http_kafka"]), file=sys.stderr, flush=True)
+        else:
+            result["http_kafka"] = {"skipped": "set DPBANDIT_BENCH_KAFKA=HOST:PORT"}
     if "kafka" in only:
         bootstrap = os.environ.get("DPBANDIT_BENCH_KAFKA")
         if bootstrap:

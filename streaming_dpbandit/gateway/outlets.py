@@ -31,6 +31,10 @@ log = logging.getLogger("streaming_dpbandit.gateway")
 
 #: records produced per flush by the forwarder, at most
 FORWARD_BATCH = 2048
+#: the forwarder waits this long for more records before a flush of a short batch
+LINGER_S = 0.002
+#: the delivery mark (a file) is written at most this often
+CHECKPOINT_S = 0.1
 
 
 class Outlet:
@@ -115,6 +119,8 @@ class KafkaOutlet(Outlet):
         self.last_ok = time.monotonic()
         self.failures = 0
         self.error = ""
+        self.delivered = done
+        self.checkpointed_at = time.monotonic()
         self.sink = open_sink(k)
         self.models = ModelsReader(k, self.models_topic, self._bad_model).open()
         for msg in self.models.catch_up().values():
@@ -162,6 +168,9 @@ class KafkaOutlet(Outlet):
                 if not self.queue:
                     self.cond.wait(0.2)
                     continue
+            if len(self.queue) < FORWARD_BATCH:  # linger: one flush for the records of 2 ms
+                self.stop.wait(LINGER_S)
+            with self.cond:
                 batch = [self.queue[i] for i in range(min(len(self.queue), FORWARD_BATCH))]
             try:
                 for e in batch:
@@ -186,12 +195,20 @@ class KafkaOutlet(Outlet):
             with self.cond:
                 for _ in batch:
                     self.queue.popleft()
-            self._checkpoint(batch[-1].seq)
+            self.delivered = batch[-1].seq
+            if time.monotonic() - self.checkpointed_at >= CHECKPOINT_S:
+                self._checkpoint(self.delivered)
 
     def _checkpoint(self, seq: int) -> None:
+        """Record that the log is delivered through ``seq`` (at most every CHECKPOINT_S: a
+        restart sends again what was delivered after the last mark; the learner drops the
+        repeats by event id)."""
+        if seq < 0:
+            return
         tmp = self.checkpoint.with_suffix(".tmp")
         tmp.write_text(str(seq))
         tmp.replace(self.checkpoint)
+        self.checkpointed_at = time.monotonic()
         self.wal.release(seq)
 
     def _follow_models(self) -> None:
@@ -213,6 +230,7 @@ class KafkaOutlet(Outlet):
             self.cond.notify_all()
         for th in self.threads:
             th.join(timeout=10)
+        self._checkpoint(self.delivered)
         for closing in (self.sink.close, self.models.close):
             try:
                 closing()
