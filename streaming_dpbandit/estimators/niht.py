@@ -19,9 +19,12 @@ composition; the Laplace scale is ξ_m = λ_m·2√(3 s ln(M/δ))·M/ε.
 Two certified options lower the noise (spec §14.1–§14.2, derived in
 ``docs/privacy/fliphat-noise-reduction.md``):
 
-* ``grad_clip=G`` (M = 1, θ⁰ = 0 only): every row's gradient contribution x_i·ỹ_i is clipped
-  coordinate-wise to [−G, G] *before accumulation* (by the caller, see
-  :func:`clip_contributions`), so λ = 4·η·G/n whatever x_max and R are;
+* ``grad_clip=G`` (M = 1): every row's gradient contribution is clipped coordinate-wise to
+  [−G, G] *before accumulation* (by the caller, see :func:`clip_contributions`), so
+  λ = 4·η·G/n whatever x_max and R are. From θ⁰ = 0 the contribution is x_i·ỹ_i (or its sign
+  times G); from a public, previously released θ⁰ ("warm start", issue 35) it is the residual
+  contribution x_i·(ỹ_i − x_iᵀθ⁰), and θ^{½} = θ⁰ + (2η/n)·h̃ — the same λ, since θ⁰ is a
+  fixed public input of the fit (``docs/privacy/fliphat-noise-reduction.md`` §5);
 * ``accountant="pld"``: ξ_m = λ_m/ρ with ρ the largest ratio whose exact composition (PLD) of
   the fit's s·M selections and s·M values meets (ε, δ), instead of the closed form.
 
@@ -102,8 +105,9 @@ def niht_sensitivity(
 ) -> float:
     """ℓ∞ sensitivity λ_m of iteration ``m``'s gradient step (spec §5.1–§5.3, §14.1).
 
-    With ``grad_clip=G`` (certified, m = 0, θ⁰ = 0) every row's contribution lies in
-    [−G, G]^d, so replacing one row moves (2η/n)·h by at most 4ηG/n per coordinate.
+    With ``grad_clip=G`` (certified, m = 0) every row's contribution lies in [−G, G]^d, so
+    replacing one row moves (2η/n)·h by at most 4ηG/n per coordinate, whatever the public
+    starting point θ⁰ the contributions were computed against (``theta0_l1`` is not used).
 
     Examples
     --------
@@ -130,8 +134,8 @@ def niht_sensitivity(
             raise ValueError("grad_clip is an option of the certified calibration only")
         if not grad_clip > 0:
             raise ValueError("grad_clip must be > 0")
-        if m != 0 or theta0_l1 != 0.0:
-            raise ValueError("grad_clip is implemented for one iteration from θ⁰ = 0 (M = 1)")
+        if m != 0:
+            raise ValueError("grad_clip is implemented for one iteration (M = 1)")
         return 4.0 * eta * grad_clip / n
     if calibration == "certified":
         c = theta0_l1 if m == 0 else l1_radius
@@ -272,24 +276,35 @@ class NIHT:
         self.accountant = accountant
         self.rounding_margin = rounding_margin
 
-    def ratio(self, iterations: int) -> float:
-        """ρ = λ_m/ξ_m of every iteration (public; cached for the PLD accountant)."""
+    def ratio(self, iterations: int, extra_pure: float = 0.0) -> float:
+        """ρ = λ_m/ξ_m of every iteration (public; cached for the PLD accountant).
+
+        ``extra_pure`` = ε′: one more pure ε′-DP release on the fit's rows (FLIPHAT's private
+        clip scale), composed in — the fit's own share shrinks accordingly."""
         if self.accountant == "pld":
             if self.calibration != "certified":
                 raise ValueError("the paper calibration uses the closed form only")
             return peeling_pld_ratio(
-                int(self.s), int(iterations), float(self.epsilon), float(self.delta)
+                int(self.s),
+                int(iterations),
+                float(self.epsilon),
+                float(self.delta),
+                extra_pure=float(extra_pure),
             )
         if self.accountant != "closed_form":
             raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
-        return closed_form_ratio(self.s, iterations, self.epsilon, self.delta)
+        return closed_form_ratio(self.s, iterations, self.epsilon, self.delta, extra_pure)
 
-    def calibrate(self, n: int, reward_clip: float, iterations: int) -> list[dict[str, Any]]:
+    def calibrate(
+        self, n: int, reward_clip: float, iterations: int, extra_pure: float = 0.0
+    ) -> list[dict[str, Any]]:
         """Public noise constants of every iteration: λ_m, ξ_m and the per-step budget."""
         out = []
         if iterations > 1 and self.grad_clip is not None:
-            raise ValueError("grad_clip is implemented for one iteration from θ⁰ = 0 (M = 1)")
-        rho = self.ratio(iterations) if iterations else None  # validates the accountant
+            raise ValueError("grad_clip is implemented for one iteration (M = 1)")
+        if extra_pure and (iterations != 1 or self.grad_clip is None):
+            raise ValueError("a composed scale release needs grad_clip and one iteration")
+        rho = self.ratio(iterations, extra_pure) if iterations else None  # validates
         for m in range(iterations):
             lam = niht_sensitivity(
                 m,
@@ -306,7 +321,7 @@ class NIHT:
                 assert rho is not None  # iterations > 0 inside this loop
                 base = lam / rho
             else:  # the closed form, computed exactly as Peeling does (bit-identical scales)
-                split = (self.epsilon / iterations, self.delta / iterations)
+                split = ((self.epsilon - extra_pure) / iterations, self.delta / iterations)
                 base = Peeling(self.s, *split, lam).scale
             if self.rounding_margin:  # secure backend: (λ + γ)/ξ ≤ λ/base, the certified ratio
                 room = lam / base - self.rounding_margin
@@ -333,23 +348,40 @@ class NIHT:
         iterations: int,
         noise: NoiseSource,
         label: tuple[int | str, ...],
+        theta0: tuple[IntArray, FloatArray] | None = None,
+        h_scale: float = 1.0,
+        extra_pure: float = 0.0,
     ) -> NIHTFit:
-        """Run N-IHT on a sealed episode's statistics (θ⁰ = 0), spec §3.3.
+        """Run N-IHT on a sealed episode's statistics, spec §3.3.
 
         ``n`` is the public nominal size (never the actual row count); ``label`` names the
-        fit's noise streams, one per iteration.
+        fit's noise streams, one per iteration. ``theta0`` (indices, values): a public,
+        previously released starting point (warm start; one iteration with ``grad_clip``
+        only, the accumulator holding the residual contributions clipped against it); default
+        θ⁰ = 0. ``h_scale``: the accumulator holds contributions in units of ``h_scale`` (sign
+        contributions scaled by a clip G released after they were accumulated; ``grad_clip``
+        must then be that G). ``extra_pure``: see :meth:`ratio`.
         """
         if not (self.epsilon > 0 and 0 < self.delta < 1):
             raise ValueError("need epsilon > 0 and 0 < delta < 1")
         if iterations == 0:
             return NIHTFit(np.zeros(0, dtype=np.int64), np.zeros(0), 0, [], [], acc.count)
-        consts = self.calibrate(n, reward_clip, iterations)
+        warm = theta0 is not None and np.asarray(theta0[0]).size > 0
+        if warm and (iterations != 1 or self.grad_clip is None):
+            raise ValueError("a warm start needs grad_clip and one iteration (M = 1)")
+        if h_scale != 1.0 and (iterations != 1 or self.grad_clip is None or warm):
+            raise ValueError("h_scale rescales one cold fit's clipped contributions only")
+        consts = self.calibrate(n, reward_clip, iterations, extra_pure)
         idx = np.zeros(0, dtype=np.int64)
         vals = np.zeros(0)
         for m, c in enumerate(consts):
             # θ^{m+½} = θ^m − η·(2/n)·(Gθ^m − h); G·θ only touches supp(θ^m).
-            theta_half = (2.0 * self.eta / n) * acc.h
-            if idx.size:
+            theta_half = (2.0 * self.eta * h_scale / n) * acc.h
+            if warm:
+                assert theta0 is not None
+                # h holds Σ clip(x_i·(ỹ_i − x_iᵀθ⁰)): θ^{½} = θ⁰ − η∇L(θ⁰) up to the clip
+                theta_half[np.asarray(theta0[0], dtype=np.int64)] += np.asarray(theta0[1])
+            elif idx.size:
                 theta_half = theta_half - (2.0 * self.eta / n) * acc.gram_times(idx, vals)
                 theta_half[idx] += vals
             peel = Peeling(

@@ -505,6 +505,193 @@ register(
 )
 
 
+# -- FLIPHAT (issue 35): a warm-started fit, and the first fit with its private clip scale ---------
+_FLIPHAT_MUTANTS = (
+    Mutant(
+        "selection-charged-rho",
+        "accountant charges each Peeling selection ρ instead of 2ρ (1.5× less noise)",
+        patches=(
+            (
+                "streaming_dpbandit.privacy.peeling_accounting.selection_epsilon",
+                lambda ratio: ratio,
+            ),
+        ),
+    ),
+    HALVED_NOISE,
+)
+_FLIPHAT_CACHES = (
+    "streaming_dpbandit.privacy.peeling_accounting.peeling_pld_epsilon",
+    "streaming_dpbandit.privacy.peeling_accounting.peeling_pld_ratio",
+    "streaming_dpbandit.policies.fliphat.auto_first_episode_len",
+)
+
+
+def _peeling_trials(
+    pol: Any,
+    runs: list[tuple[Any, np.ndarray, list]],
+    audited: int,
+    expected_shift: np.ndarray,
+    contenders: np.ndarray,
+    delta: float,
+    extra_facts: dict[str, Any],
+) -> Trials:
+    """Trials of a captured Peeling call (s = 1) on D and D′, as in the ``fliphat`` audit: the
+    selection's loss at its large-d limit over the ``contenders`` (the coordinates equal under
+    D), plus the value's exact Laplace loss; the event's loss is 3ρ on {j = audited, y ≥ v₀}."""
+    (peel, v0, records), (peel1, v1, _) = runs
+    xi = peel.scale
+    assert peel1.scale == xi  # the noise scale is a function of public parameters only
+    params0 = records[-1].params or {}
+    lam = params0["sensitivities"][0]
+    shift = v1 - v0
+    assert np.allclose(shift, lam * expected_shift, rtol=1e-3, atol=1e-12), (shift, lam)
+    assert np.allclose(v0[contenders], v0[audited]) and v0[audited] > lam
+    rho = lam / xi
+    d = v0.size
+    k = int(contenders.sum())
+    sel = np.zeros(d)
+    sel[contenders] = math.log((k - 1) / (k - math.exp(-2 * rho)))
+    sel[audited] = 2 * rho
+
+    def sampler(which: int, k_: int, rng: np.random.Generator) -> np.ndarray:
+        v = v0 if which == 0 else v1
+        out = np.empty(k_)
+        for lo, hi in _chunks(k_):
+            idx, vals = peel.release_many(np.broadcast_to(v, (hi - lo, d)), rng)
+            j, y = idx[:, 0], vals[:, 0]
+            out[lo:hi] = sel[j] + (np.abs(y - v1[j]) - np.abs(y - v0[j])) / xi
+        return out
+
+    eps, claim = stated_claim(pol, records, delta)
+    acc = params0["accountant"]
+    facts = {
+        **claim,
+        "noise_backend": "fast",
+        "sensitivity": lam,
+        "attained_sensitivity": float(np.abs(shift).max()),
+        "scale": xi,
+        "ratio": rho,
+        "ledger_pld_epsilon": acc.get("pld_epsilon"),
+        "loss_on_event": 3 * rho,
+        "contributions": params0.get("contributions"),
+        **extra_facts,
+    }
+    return Trials(eps, delta, sampler, facts)
+
+
+def _fliphat_drive(pol: Any, X: np.ndarray, y: np.ndarray) -> tuple[list, Any]:
+    """Decide, learn and refit one episode of rows (one candidate per round); returns the
+    records and the spied Peeling call of the refit."""
+    from ..privacy.peeling import Peeling
+
+    dec = pol.decide(X[:, None, :])
+    pol.learn(X, y, dec.rounds)
+    assert pol.refit_due()
+    with _spy(Peeling, "release_many") as calls:
+        records = pol.refit()
+    assert len(calls) == 1 and len(records) == 1
+    (peel, V, _rng), _, _, (idx, vals) = calls[0]
+    rel = records[0].release or {}
+    # the spied Peeling output is the released model (ℓ1 projection: identity here)
+    assert rel["indices"] == idx[0].tolist() and np.allclose(rel["values"], vals[0])
+    return records, (peel, np.asarray(V[0]))
+
+
+def _fliphat_warm_setup(params: Mapping[str, Any]) -> Trials:
+    """The second fit, warm-started from the first fit's release θ⁰ = c·e_j*: both datasets
+    share episode 0 (hence θ⁰); in episode 1 the changed row's residual contributions move from
+    +G to −G (coordinate a down, the others up), and column j* is negated in every row so that
+    θ⁰'s coordinate is pulled out of the contest. (2η/n)·h moves by exactly λ on every
+    coordinate."""
+    from ..policies.fliphat import FLIPHAT
+
+    cfg = {**FLIPHAT_CONFIG, **params}
+    d, n0 = cfg["d"], cfg["first_episode_len"]
+    runs = []
+    for which in (0, 1):
+        pol = FLIPHAT(**cfg, seed=7)  # one seed: the same first fit (θ⁰) on both sides
+        big = 10.0 * pol.x_bound
+        # episode 0: coordinate d − 1 carries the signal, the others cancel out
+        X = np.full((n0, d), big)
+        X[1::2, : d - 1] = -big
+        first, _ = _fliphat_drive(pol, X, np.full(n0, 10.0 * pol.reward_clip_for(n0)))
+        (jstar,) = (first[0].release or {})["indices"]
+        n = pol.schedule.length(1)
+        a = 0 if jstar != 0 else 1
+        X0, X1, y = fliphat_pair(d, n, pol.x_bound, pol.reward_clip_for(n))
+        Xw = X0 if which == 0 else X1
+        Xw[:, [0, a]] = Xw[:, [a, 0]]  # the audited coordinate a plays the pair's coordinate 0
+        Xw[:, jstar] *= -1.0
+        assert pol._theta0_for(1)[0].tolist() == [jstar]
+        records, (peel, v) = _fliphat_drive(pol, Xw, y)
+        assert (records[0].params or {})["start_model"] == first[0].release_id
+        runs.append((peel, v, first + records))
+    expected = np.ones(d)
+    expected[[a, jstar]] = -1.0
+    contenders = np.ones(d, dtype=bool)
+    contenders[jstar] = False
+    return _peeling_trials(
+        pol, runs, a, expected, contenders, cfg["delta"], {"theta0_index": jstar}
+    )
+
+
+def _fliphat_private_clip_setup(params: Mapping[str, Any]) -> Trials:
+    """The first fit with ``grad_clip="private"``: the clip scale q (report-noisy-max for the
+    median |ỹ|, pure ε′) and Peeling composed. The pair is the ``fliphat`` pair, whose rewards
+    are the same on both sides (≈ 0.01), so q has the same law under D and D′ (one seed: the same
+    q) and the release's loss is Peeling's at the composed ratio ρ′ < ρ. 1,024 rows, so that
+    the median is found (n·ε′ ≈ 100) and (2η/n)·q·h stays inside the ℓ1 ball."""
+    from ..policies.fliphat import FLIPHAT
+
+    cfg = {**FLIPHAT_CONFIG, "grad_clip": "private", "first_episode_len": 1024, **params}
+    d, n = cfg["d"], cfg["first_episode_len"]
+    runs = []
+    for which in (0, 1):
+        pol = FLIPHAT(**cfg, seed=9)
+        X0, X1, _ = fliphat_pair(d, n, pol.x_bound, pol.reward_clip_for(n))
+        # sign contributions: any positive reward gives the pair's ±1; small, spread ones keep
+        # q (≈ the median |ỹ| ≈ 0.01), hence (2η/n)·q·h, inside the ℓ1 ball (Π_C the identity)
+        y = np.geomspace(0.005, 0.02, n)
+        records, (peel, v) = _fliphat_drive(pol, X0 if which == 0 else X1, y)
+        runs.append((peel, v, records))
+    sr = (records[0].params or {})["scale_release"]
+    expected = np.ones(d)
+    expected[0] = -1.0
+    return _peeling_trials(
+        pol,
+        runs,
+        0,
+        expected,
+        np.ones(d, dtype=bool),
+        cfg["delta"],
+        {"scale_epsilon": sr["epsilon"], "scale_value": sr["value"]},
+    )
+
+
+register(
+    AuditedMechanism(
+        name="fliphat-warm",
+        title="FLIPHAT: a warm-started fit (θ⁰ = the first fit's release; residual contributions)",
+        setup=_fliphat_warm_setup,
+        mutants=_FLIPHAT_MUTANTS,
+        runs={"quick": 40_000, "full": 400_000},
+        seed=35,
+        caches=_FLIPHAT_CACHES,
+    )
+)
+register(
+    AuditedMechanism(
+        name="fliphat-private-clip",
+        title="FLIPHAT: the first fit with its private clip scale (report-noisy-max, composed)",
+        setup=_fliphat_private_clip_setup,
+        mutants=_FLIPHAT_MUTANTS,
+        runs={"quick": 40_000, "full": 400_000},
+        seed=36,
+        caches=_FLIPHAT_CACHES,
+    )
+)
+
+
 # -- DP-LinUCB: the BLT continual release ----------------------------------------------------------
 #: The audited DP-LinUCB: BLT over T = 48 releases (one before the first row, one per row),
 #: d = 1 (rows a = [x; y], ‖x‖ ≤ L = 1, |y| ≤ B̃ = 1), certified calibration; fast backend.

@@ -12,7 +12,9 @@ profile; the regret at a smaller T is read off the same curve.
 Every private run uses its policy's certified calibration (the default) with public parameters
 only: bounds that follow from the environment's published description (‖θ‖, ‖x‖, reward range),
 never its hidden parameter — except ``b_max`` of the sparse setting, the FLIPHAT paper's
-``‖β*‖₁`` bound, which the paper treats as known (stated in ``docs/frontier.md``).
+``‖β*‖₁`` bound, which the paper treats as known (stated in ``docs/frontier.md``); the sparse
+setting also runs FLIPHAT with a loose public bound, ``b_max = 10`` (row ``fliphat b_max=10``),
+to show what the oracle bound is worth.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ __all__ = ["PROFILES", "SETTINGS", "FrontierProfile", "frontier_table", "run_fro
 
 EPSILONS = (0.5, 1.0, 2.0, 5.0)
 DELTA = 1e-6
+#: The loose public bound on ‖β*‖₁ of the sparse setting's second FLIPHAT run (issue 35).
+LOOSE_B_MAX = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +88,18 @@ def _linear_specs(setting: str, env, epsilons, horizon: int) -> list[RunSpec]:
                 group="private",
             )
         )
+        if setting == "sparse":  # the same policy with a loose public bound (issue 35)
+            specs.append(
+                RunSpec(
+                    f"fliphat b_max={LOOSE_B_MAX:g} ε={eps:g}",
+                    "fliphat",
+                    {**fl, "b_max": LOOSE_B_MAX, "epsilon": float(eps), "delta": DELTA},
+                    horizon,
+                    float(eps),
+                    DELTA,
+                    group="private",
+                )
+            )
         specs.append(
             RunSpec(
                 f"dp-linucb ε={eps:g}",
@@ -184,10 +200,12 @@ def _summaries_slate(setting, epsilons, horizons, seeds, jobs, progress, base_se
 
 def _row(setting, key, policy, group, eps, T, v: np.ndarray) -> dict:
     se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
+    run = key.split(" ε=")[0] if eps is not None else policy  # "fliphat", "fliphat b_max=10"
     return {
         "setting": setting,
         "key": key,
         "policy": policy,
+        "run": run,
         "group": group,
         "epsilon": eps,
         "T": int(T),
@@ -226,18 +244,23 @@ def frontier_table(result: dict, setting: str) -> str:
     rows = [r for r in result["rows"] if r["setting"] == setting]
     horizons = sorted({r["T"] for r in rows})
     eps = sorted({r["epsilon"] for r in rows if r["epsilon"] is not None})
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    policies = list(dict.fromkeys(_run(r) for r in rows))
     headers = ["policy", "T"] + [f"ε={e:g}" for e in eps] + ["non-private"]
     body = []
     for pol in policies:
         for T in horizons:
-            cells = {r["epsilon"]: r for r in rows if r["policy"] == pol and r["T"] == T}
+            cells = {r["epsilon"]: r for r in rows if _run(r) == pol and r["T"] == T}
             line = [pol, f"{T:,}"]
             for e in eps:
                 line.append(_cell(cells.get(e)))
             line.append(_cell(cells.get(None)))
             body.append(line)
     return format_table(headers, body)
+
+
+def _run(r: dict) -> str:
+    """A row's run label (the policy, or e.g. ``fliphat b_max=10``; older JSON: the policy)."""
+    return str(r.get("run", r["policy"]))
 
 
 def _cell(r) -> str:
@@ -260,8 +283,8 @@ def plot_frontier(result: dict, setting: str, path: str) -> None:
     T = max(r["T"] for r in rows)
     rows = [r for r in rows if r["T"] == T]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for pol in dict.fromkeys(r["policy"] for r in rows if r["epsilon"] is not None):
-        pts = sorted((r["epsilon"], r["regret"], r["se"]) for r in rows if r["policy"] == pol)
+    for pol in dict.fromkeys(_run(r) for r in rows if r["epsilon"] is not None):
+        pts = sorted((r["epsilon"], r["regret"], r["se"]) for r in rows if _run(r) == pol)
         e, m, s = map(np.array, zip(*pts))
         ax.errorbar(e, m, yerr=2 * s, marker="o", capsize=3, label=f"{pol} (certified)")
     styles = iter(["--", ":"])

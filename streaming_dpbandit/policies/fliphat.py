@@ -5,6 +5,14 @@ episode; episodes double in length; at each episode boundary N-IHT (with Peeling
 re-estimates β from the previous episode's rows only, which are then forgotten. Every row enters
 exactly one fit and fits use disjoint data, so the whole unbounded run is (ε, δ)-JDP (spec §4).
 
+Since issue 35 the certified defaults also use more of the past at no privacy cost: each fit
+starts from the model in force when its episode began (a *warm start*: rows contribute their
+clipped residual x̄·(ỹ − x̄ᵀθ⁰), and the fit is θ⁰ plus one step; θ⁰ is a release, so this is
+post-processing of earlier fits plus the same per-fit mechanism), the first fit's rows contribute
+G·sign(x̄·ỹ) (scale-free), and the first episode is long enough for that fit to find a support
+(N₀ = κ₀·ln d/ρ rounds of the default policy, ρ the fit's public noise ratio); derivations in
+``docs/privacy/fliphat-noise-reduction.md`` §5–§6.
+
 Calibrations (spec §5): ``certified`` (default; contexts and rewards clipped, sensitivity
 derived in ``docs/privacy/fliphat-sensitivity.md``) and ``paper`` (reproduction only, labelled
 "for reproducing the paper's figures only; not a valid DP guarantee under the stated bounds").
@@ -14,6 +22,7 @@ Spec: docs/specs/fliphat.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from typing import Any, Self
@@ -33,14 +42,29 @@ from ..estimators.niht import (
 from ..privacy.contribution import LearnedRounds, ReleaseRefused
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
-from ..privacy.peeling_accounting import accountant_record, peeling_pld_epsilon
+from ..privacy.peeling_accounting import (
+    accountant_record,
+    closed_form_ratio,
+    peeling_pld_epsilon,
+    peeling_pld_ratio,
+)
+from ..privacy.scale_release import SCALE_GRID, scale_bins, scale_release
 from ..privacy.secure_noise import GRID_MARGIN
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement, per_unit_caveat
 from ..utils.arrays import ArrayLike, FloatArray, IntArray, sorted_distinct
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
 
-__all__ = ["FLIPHAT", "GRAD_CLIP_FACTOR", "default_grad_clip"]
+__all__ = [
+    "FIRST_EPISODE_FACTOR",
+    "FLIPHAT",
+    "GRAD_CLIP_FACTOR",
+    "SCALE_MIN_EVIDENCE",
+    "SCALE_SHARE",
+    "WARM_ETA",
+    "auto_first_episode_len",
+    "default_grad_clip",
+]
 
 #: κ of the default contribution clip G = κ·√(b_max² + σ_prior²) (tuned on d = 100, K = 5;
 #: docs/privacy/fliphat-noise-reduction.md).
@@ -59,6 +83,42 @@ def default_grad_clip(b_max: float, sigma_prior: float) -> float:
     """
     return GRAD_CLIP_FACTOR * math.sqrt(b_max * b_max + sigma_prior * sigma_prior)
 
+
+#: κ₀ of the default first episode N₀ = ⌈κ₀·ln(d)/ρ⌉ (tuned on d = 100, K = 5;
+#: docs/privacy/fliphat-noise-reduction.md §6).
+FIRST_EPISODE_FACTOR = 4.5
+
+#: Share of ε spent on the private clip scale (``grad_clip="private"``): the first fit composes a
+#: pure (SCALE_SHARE·ε)-DP release of the median |ỹ| with its Peeling (exact PLD).
+SCALE_SHARE = 0.05
+
+#: ``grad_clip="auto"`` releases the clip scale privately only when the first fit's rows make the
+#: median reliable: n₀·ε′ ≥ SCALE_MIN_EVIDENCE (report-noisy-max over 81 grid points misranks by
+#: about (2/ε′)·ln 81 ≈ 9/ε′ rows); otherwise G comes from the public priors (§1).
+SCALE_MIN_EVIDENCE = 30.0
+
+#: Step size of a warm-started fit: with the no-½ loss, θ⁰ − η∇L(θ⁰) = θ⁰ + 2η·(ĉ − Σ̂θ⁰), so
+#: η = ½ and standardised contexts (Σ ≈ I) make one step land near the least-squares point.
+WARM_ETA = 0.5
+
+
+@functools.lru_cache(maxsize=256)
+def auto_first_episode_len(d: int, ratio: float, factor: float = FIRST_EPISODE_FACTOR) -> int:
+    """N₀ = ⌈κ₀·ln(d)/ρ⌉: rounds of the default policy before the first fit (public).
+
+    ρ = λ/ξ is the fit's noise ratio (a function of s, ε, δ and the accountant only): a support
+    coordinate whose mean clipped contribution is a fraction c of the sensitivity stands out of
+    the d Laplace maxima (≈ ξ·ln d) after about ln(d)/(c·ρ) rows; κ₀ = 1/c.
+
+    >>> auto_first_episode_len(400, 0.0375)
+    719
+    """
+    if not (d >= 1 and ratio > 0):
+        raise ValueError("need d >= 1 and ratio > 0")
+    return max(1, math.ceil(factor * math.log(max(d, 2)) / ratio))
+
+
+_EMPTY_MODEL: tuple[IntArray, FloatArray] = (np.zeros(0, dtype=np.int64), np.zeros(0))
 
 PRIVACY_UNIT = "one round: the K contexts and the reward of the user served at that round"
 NEIGHBOURING = (
@@ -79,7 +139,8 @@ class FLIPHAT(Policy):
     epsilon, delta
         Per-fit budget, which is also the whole run's (ε, δ)-JDP guarantee.
     eta
-        Step size on the averaged no-½ squared loss.
+        Step size on the averaged no-½ squared loss; ``"auto"`` (default): ½ with a warm start
+        (:data:`WARM_ETA`), else 1e-4 (a cold one-step fit is scale-free).
     b_max
         Public bound on ‖β*‖₁ (domain prior).
     l1_radius
@@ -106,7 +167,17 @@ class FLIPHAT(Policy):
         Number of N-IHT iterations per fit: ``"fixed"`` (``iterations``, default 1) or
         ``"log"`` (⌊m0·ln(1 + n·b_max²)⌋ with guard ``"min_one"`` or ``"allow_zero"``).
     first_episode_len, max_episode_len
-        Episode schedule: first length N₀ (paper: 1) and an optional cap (off).
+        Episode schedule: first length N₀ and an optional cap (off). ``"auto"`` (default):
+        :func:`auto_first_episode_len` for the certified calibration with clipped
+        contributions, else 1 (the paper's schedule).
+    warm_start
+        ``"auto"`` (default: on when contributions are clipped) or a bool: episode k's rows
+        contribute clip(x̄·(ỹ − x̄ᵀθ⁰), ±G) with θ⁰ the model in force at the episode's first
+        round, and the next fit is θ⁰ + (2η/n)·h̃ (one step), then Peeling and Π_C.
+    cold_contributions
+        Contributions of rows learned while no model has been released (θ⁰ = 0): ``"sign"``
+        (G·sign(x̄_j·ỹ), scale-free), ``"clipped"`` (clip(x̄_j·ỹ, ±G)) or ``"auto"`` (default:
+        ``sign`` with a warm start, else ``clipped``).
     swap_delay
         W: rounds of a new episode still served with the previous model while the last rows of
         the closed episode arrive (spec §11, option b; 0 = swap exactly at the boundary).
@@ -130,19 +201,24 @@ class FLIPHAT(Policy):
     >>> import numpy as np
     >>> from streaming_dpbandit.policies.fliphat import FLIPHAT
     >>> pol = FLIPHAT(d=20, s=2, epsilon=1.0, delta=0.01, b_max=2.0, seed=0)
+    >>> pol.first_len  # N₀: rounds of the default policy before the first fit (public)
+    73
     >>> rng = np.random.default_rng(0)
-    >>> while pol.t < 100:
+    >>> while pol.t < 1000:
     ...     if pol.refit_due():
     ...         records = pol.refit()          # private N-IHT release; persist before use
-    ...     n = min(pol.max_decide_batch(), 100 - pol.t)
+    ...     n = min(pol.max_decide_batch(), 1000 - pol.t)
     ...     X = rng.normal(size=(n, 3, 20))
     ...     dec = pol.decide(X)
     ...     chosen = X[np.arange(n), dec.arms]
     ...     pol.learn(chosen, chosen[:, 0] + 0.1 * rng.normal(size=n), dec.rounds)
     >>> pol.t, pol.model_version, pol.privacy.epsilon
-    (100, 6, 1.0)
+    (1000, 3, 1.0)
+    >>> idx, val = pol.coefficients  # warm-started fits: β̂ on the scale of β* (β*_0 = 1)
+    >>> int(idx[np.argmax(np.abs(val))]), round(float(val.max()), 1)
+    (0, 1.0)
     >>> pol.state_dict()["accumulators"].keys()  # only the current episode is kept
-    dict_keys(['6'])
+    dict_keys(['3'])
 
     """
 
@@ -164,7 +240,7 @@ class FLIPHAT(Policy):
         s: int = 10,
         epsilon: float = 1.0,
         delta: float = 1e-6,
-        eta: float = 1e-4,
+        eta: float | str = "auto",
         b_max: float = 1.0,
         l1_radius: float | None = None,
         x_max: float | None = None,
@@ -177,9 +253,11 @@ class FLIPHAT(Policy):
         iterations: int = 1,
         m0: float = 0.16,
         m_guard: str = "min_one",
-        first_episode_len: int = 1,
+        first_episode_len: int | str = "auto",
         max_episode_len: int | None = None,
         swap_delay: int = 0,
+        warm_start: bool | str = "auto",
+        cold_contributions: str = "auto",
         clip_contexts: bool = True,
         feature_mean: list[float] | None = None,
         feature_scale: list[float] | None = None,
@@ -209,6 +287,8 @@ class FLIPHAT(Policy):
         self.first_episode_len = first_episode_len
         self.max_episode_len = max_episode_len
         self.swap_delay = swap_delay
+        self.warm_start = warm_start
+        self.cold_contributions = cold_contributions
         self.clip_contexts = clip_contexts
         self.feature_mean = feature_mean
         self.feature_scale = feature_scale
@@ -228,21 +308,107 @@ class FLIPHAT(Policy):
         return self.l1_radius if self.l1_radius is not None else self.b_max
 
     @property
+    def first_len(self) -> int:
+        """N₀ in force (resolved from ``first_episode_len``)."""
+        n0 = self.first_episode_len
+        if n0 != "auto":
+            return int(n0)
+        if self.calibration != "certified" or self.contribution_clip is None:
+            return 1
+        return auto_first_episode_len(int(self.d), self._fit_ratio(self.scale_epsilon))
+
+    def _fit_ratio(self, extra: float = 0.0) -> float:
+        """ρ = λ/ξ of a one-step fit (public: s, ε, δ, the accountant; no G needed)."""
+        if self.accountant_in_force == "pld":
+            return peeling_pld_ratio(
+                int(self.s), 1, float(self.epsilon), float(self.delta), extra_pure=extra
+            )
+        return closed_form_ratio(int(self.s), 1, float(self.epsilon), float(self.delta), extra)
+
+    @property
+    def scale_epsilon(self) -> float:
+        """ε′ of the private clip scale (``grad_clip="private"``), composed into the first fit."""
+        return SCALE_SHARE * float(self.epsilon) if self.private_scale else 0.0
+
+    @property
     def schedule(self) -> DoublingSchedule:
-        return DoublingSchedule(self.first_episode_len, self.max_episode_len)
+        sch: DoublingSchedule | None = getattr(self, "_schedule", None)
+        if sch is None:
+            sch = DoublingSchedule(self.first_len, self.max_episode_len)
+            if hasattr(self, "_acc"):  # built: the parameters no longer change
+                self._schedule = sch
+        return sch
+
+    @property
+    def warm(self) -> bool:
+        """Warm start in force: fits start from the released model (needs clipped contributions)."""
+        w = self.warm_start
+        if w == "auto":
+            return self.clips_contributions
+        return bool(w)
+
+    @property
+    def cold_form(self) -> str:
+        """Contributions of rows learned with no model released: ``sign`` or ``clipped``."""
+        c = self.cold_contributions
+        if c == "auto":
+            return "sign" if self.warm else "clipped"
+        return str(c)
+
+    @property
+    def step(self) -> float:
+        """η in force (resolved from ``eta``)."""
+        if self.eta == "auto":
+            return WARM_ETA if self.warm else 1e-4
+        return float(self.eta)
+
+    @property
+    def clips_contributions(self) -> bool:
+        """Whether rows add clipped contributions (``grad_clip`` resolved: on for a number or
+        ``private``; for ``auto`` where it applies — certified, one step, ``h`` form)."""
+        g = self.grad_clip
+        if g == "off" or g is None:
+            return False
+        if g == "auto":
+            one_step = self.m_schedule == "fixed" and self.iterations == 1
+            return (
+                self.calibration == "certified" and one_step and self.form not in ("gram", "rows")
+            )
+        return True
+
+    @property
+    def private_scale(self) -> bool:
+        """G is released privately by the first fit (§7 of the derivation): ``grad_clip``
+        ``private``, or ``auto`` with the warm start and sign contributions (the default)."""
+        g = self.grad_clip
+        if g == "private":
+            return True
+        if not (g == "auto" and self.clips_contributions and self.warm):
+            return False
+        if self.noise_backend != "fast":  # the scale release has no secure-grid margin yet
+            return False
+        if self.cold_form != "sign":
+            return False
+        n0 = self.first_episode_len
+        if n0 == "auto":
+            n0 = auto_first_episode_len(int(self.d), self._fit_ratio())
+        return int(n0) * SCALE_SHARE * float(self.epsilon) >= SCALE_MIN_EVIDENCE
 
     @property
     def contribution_clip(self) -> float | None:
-        """G in force (resolved from ``grad_clip``), or None when contributions are not clipped."""
-        g = self.grad_clip
-        if g == "off" or g is None:
+        """G in force (resolved from ``grad_clip``), or None when contributions are not clipped.
+
+        With a private scale: 1 (unit sign contributions) until the first fit releases it, then
+        the released value; ``auto`` without one: :func:`default_grad_clip` of the public priors.
+        """
+        if not self.clips_contributions:
             return None
-        if g == "auto":
-            one_step = self.m_schedule == "fixed" and self.iterations == 1
-            if self.calibration != "certified" or not one_step or self.form in ("gram", "rows"):
-                return None
+        if self.private_scale:
+            q: float | None = getattr(self, "_scale_q", None)
+            return 1.0 if q is None else q
+        if self.grad_clip == "auto":
             return default_grad_clip(self.b_max, self.sigma_prior)
-        return float(g)
+        return float(self.grad_clip)
 
     @property
     def accountant_in_force(self) -> str:
@@ -269,7 +435,7 @@ class FLIPHAT(Policy):
             s=self.s,
             epsilon=self.epsilon,
             delta=self.delta,
-            eta=self.eta,
+            eta=self.step,
             l1_radius=self.radius,
             x_max=self.x_bound,
             b_max=self.b_max,
@@ -288,9 +454,24 @@ class FLIPHAT(Policy):
         if self.calibration == "paper" and self.accountant == "pld":
             raise ValueError("the paper calibration is reproduced with the closed form only")
         g = self.grad_clip
-        if isinstance(g, str):
+        if g == "private":
+            if self.calibration != "certified":
+                raise ValueError("grad_clip is an option of the certified calibration only")
+            if self.m_schedule != "fixed" or self.iterations != 1:
+                raise ValueError("grad_clip needs one N-IHT iteration (m_schedule=fixed, M = 1)")
+            if self.noise_backend != "fast":
+                raise ValueError(
+                    "grad_clip='private' needs noise_backend='fast' (its release has no "
+                    "secure-grid rounding margin)"
+                )
+            if self.warm_start is False or self.cold_contributions == "clipped":
+                raise ValueError(
+                    "grad_clip='private' needs the warm start and sign contributions of the first "
+                    "fit (its scale is released with that fit)"
+                )
+        elif isinstance(g, str):
             if g not in ("auto", "off"):
-                raise ValueError("grad_clip must be 'auto', 'off' or a number > 0")
+                raise ValueError("grad_clip must be 'auto', 'off', 'private' or a number > 0")
         elif g is not None:
             if not (isinstance(g, (int, float)) and math.isfinite(g) and g > 0):
                 raise ValueError("grad_clip must be 'auto', 'off' or a number > 0")
@@ -314,7 +495,22 @@ class FLIPHAT(Policy):
                 raise ValueError(f"{name} must have d={self.d} entries")
         if self.feature_scale is not None and min(self.feature_scale) <= 0:
             raise ValueError("feature_scale entries must be positive")
-        if self.max_episode_len is not None and self.max_episode_len < self.first_episode_len:
+        n0 = self.first_episode_len
+        if n0 != "auto" and not (isinstance(n0, int) and not isinstance(n0, bool) and n0 >= 1):
+            raise ValueError("first_episode_len must be 'auto' or an integer >= 1")
+        if self.eta != "auto" and not (
+            isinstance(self.eta, (int, float)) and math.isfinite(self.eta) and self.eta > 0
+        ):
+            raise ValueError("eta must be 'auto' or a number > 0")
+        if self.warm_start not in ("auto", True, False):
+            raise ValueError("warm_start must be 'auto', true or false")
+        if self.cold_contributions not in ("auto", "sign", "clipped"):
+            raise ValueError("cold_contributions must be 'auto', 'sign' or 'clipped'")
+        if self.warm and self.contribution_clip is None:
+            raise ValueError("warm_start needs clipped contributions (grad_clip, M = 1)")
+        if self.cold_contributions == "sign" and self.contribution_clip is None:
+            raise ValueError("cold_contributions='sign' needs clipped contributions (grad_clip)")
+        if self.max_episode_len is not None and self.max_episode_len < self.first_len:
             raise ValueError("max_episode_len must be >= first_episode_len")
         if self.swap_delay < 0:
             raise ValueError("swap_delay must be >= 0")
@@ -333,6 +529,11 @@ class FLIPHAT(Policy):
             self._acc: dict[int, EpisodeAccumulator] = {}
             #: rounds of the open episodes already learned: each round enters its fit once
             self._learned = LearnedRounds()
+            # released models still needed as a warm start: fit number -> (indices, values)
+            self._models: dict[int, tuple[IntArray, FloatArray]] = {0: _EMPTY_MODEL}
+            # grad_clip="private": the released scale, and the first episode's |ỹ| histogram
+            self._scale_q: float | None = None
+            self._scale_hist = np.zeros(SCALE_GRID.size + 1, dtype=np.int64)
             self._noise = NoiseSource(self.seed, backend=self.noise_backend)
             self._coin_key()
             self._counters = {
@@ -514,11 +715,25 @@ class FLIPHAT(Policy):
             self._counters["clipped_rewards"] += int(np.count_nonzero(yc != yk))
             G = self.contribution_clip
             if G is not None:
-                # spec §14.1: h = Σ clip(x̄·ỹ, ±G), each row's contribution clipped on arrival
-                # (to a grid point ≤ G, so the accumulator's rounding keeps the bound)
+                # spec §14.1: h = Σ clip(g_i, ±G), each row's contribution clipped on arrival
+                # (to a grid point ≤ G, so the accumulator's rounding keeps the bound):
+                # g_i = x̄·ỹ (cold), G·sign(x̄·ỹ) (cold, sign) or x̄·(ỹ − x̄ᵀθ⁰) (warm start)
                 Gg = grid_floor(G)
+                t_idx, t_val = self._theta0_for(k)
+                private = self.private_scale
+                if private and k == 0 and self._scale_q is None:
+                    self._scale_hist += scale_bins(yc)  # the first fit releases the scale
+                if self.warm and t_idx.size:
+                    target = yc - Xk[:, t_idx] @ t_val
+                elif self.cold_form == "sign":
+                    if private:  # unit contributions; the fit scales them by the released G
+                        Gg = 1.0
+                    Xk, owned = np.sign(Xk, out=Xk if owned else None), True
+                    target = np.sign(yc) * Gg
+                else:
+                    target = yc
                 acc.learn_many(
-                    clip_contributions(Xk, yc, Gg),
+                    clip_contributions(Xk, target, Gg),
                     np.ones(yc.size),
                     None if ids_arr is None else ids_arr[sel],
                     owned=True,
@@ -562,14 +777,46 @@ class FLIPHAT(Policy):
             )
         acc.seal()
         label = (self.bandit_id, "fliphat-fit", k)
+        start_fit = self._start_fit(k - 1)
+        theta0 = self._models[start_fit] if self.warm else _EMPTY_MODEL
+        scale_params: dict[str, Any] | None = None
+        extra = 0.0
+        if self.private_scale and self._scale_q is None:
+            # the first fit: release the clip scale (pure ε′) from the same rows, composed
+            extra = self.scale_epsilon
+            g = self._noise.generator(self.bandit_id, "fliphat-scale", k)
+            self._scale_q = scale_release(self._scale_hist, n, extra, g)
+            self._scale_hist[:] = 0
+            scale_params = {
+                "mechanism": "report-noisy-max, Laplace(2/ε′), median of |ỹ| on the grid "
+                "2^(m/4), m = −40…40",
+                "epsilon": extra,
+                "value": self._scale_q,
+                "noise_stream": self._noise.stream_id(self.bandit_id, "fliphat-scale", k),
+            }
         est = self._estimator()
-        fit = est.fit(acc, n=n, reward_clip=R, iterations=M, noise=self._noise, label=label)
+        cold_private = self.private_scale and not theta0[0].size
+        fit = est.fit(
+            acc,
+            n=n,
+            reward_clip=R,
+            iterations=M,
+            noise=self._noise,
+            label=label,
+            theta0=theta0 if theta0[0].size else None,
+            h_scale=float(self._scale_q) if cold_private and self._scale_q else 1.0,
+            extra_pure=extra,
+        )
         consumed = acc.digest.hexdigest()
         rows = acc.count
         acc.destroy()  # forgetting: the episode's statistics are gone before the model is used
         self._beta_idx, self._beta_val = fit.indices, fit.values
         self._model_episode = k
         self._learned.forget_below(sch.start(k))  # earlier rounds' rows are late from now on
+        if self.warm:  # keep the models that open episodes still start from
+            self._models[k] = (fit.indices, fit.values)
+            keep = self._start_fit(k)
+            self._models = {j: m for j, m in self._models.items() if j >= min(keep, k - 1)}
         record = ReleaseRecord(
             release_id=self._release_id(k),
             bandit_id=self.bandit_id,
@@ -596,7 +843,7 @@ class FLIPHAT(Policy):
                 "epsilon_per_iteration": self.epsilon / M if M else 0.0,
                 "delta_per_iteration": self.delta / M if M else 0.0,
                 "s": self.s,
-                "eta": self.eta,
+                "eta": self.step,
                 "l1_radius": self.radius,
                 "x_max": self.x_bound,
                 "b_max": self.b_max,
@@ -605,10 +852,15 @@ class FLIPHAT(Policy):
                 "sensitivities": fit.sensitivities,
                 "scales": fit.scales,
                 "grad_clip": self.contribution_clip,
-                "accountant": self._accountant_params(M),
+                "accountant": self._accountant_params(M, extra),
                 # secure backend: ξ = λ/(ρ − margin), so the grid's rounding stays within ρ
                 "rounding_margin": self._estimator().rounding_margin,
+                "scale_release": scale_params,
                 "swap_delay": self.swap_delay,
+                "first_episode_len": sch.first_len,
+                "warm_start": self.warm,
+                "contributions": self._contributions_of(theta0),
+                "start_model": self._release_id(start_fit) if theta0[0].size else None,
                 "consumed_ids_digest": consumed,
                 "accumulator_destroyed": True,
                 "noise_stream": self._noise.stream_id(*label),
@@ -623,19 +875,48 @@ class FLIPHAT(Policy):
         )
         return [record]
 
-    def _formula(self) -> str:
-        return formula_id(self.calibration, self.contribution_clip, self.accountant_in_force)
+    def _start_fit(self, k: int) -> int:
+        """Number of the fit in force at episode k's first round: the warm start of the fit that
+        reads episode k (fit k with no swap delay, k − 1 while the delay serves the old model)."""
+        return self._model_needed_for(self.schedule.start(k)) if k > 0 else 0
 
-    def _accountant_params(self, M: int) -> dict[str, Any]:
+    def _theta0_for(self, k: int) -> tuple[IntArray, FloatArray]:
+        """θ⁰ of episode k's rows: the released model in force at its first round (warm start),
+        or the empty model (cold: nothing released yet, or no warm start)."""
+        if not self.warm:
+            return _EMPTY_MODEL
+        return self._models.get(self._start_fit(k), _EMPTY_MODEL)
+
+    def _contributions_of(self, theta0: tuple[IntArray, FloatArray]) -> str | None:
+        if self.contribution_clip is None:
+            return None
+        if self.warm and theta0[0].size:
+            return "clip(x·(y − xᵀθ⁰), ±G)"
+        return "G·sign(x·y)" if self.cold_form == "sign" else "clip(x·y, ±G)"
+
+    def _formula(self) -> str:
+        base = formula_id(self.calibration, self.contribution_clip, self.accountant_in_force)
+        if self.contribution_clip is None:
+            return base
+        flags = [("warm", self.warm), ("sign", self.cold_form == "sign")]
+        flags.append(("private_clip", self.private_scale))
+        return base + "".join(f"+{name}" for name, on in flags if on)
+
+    def _accountant_params(self, M: int, extra: float = 0.0) -> dict[str, Any]:
         """Ledger entry of the accountant: name, library version, discretisation, and for PLD
-        the ratio λ/ξ and the PLD ε (at δ) of the scale actually used."""
+        the ratio λ/ξ and the PLD ε (at δ) of the scale actually used (with the composed
+        pure ε′ of a private clip scale, when the fit released one)."""
         out = accountant_record(self.accountant_in_force)
         if M > 0:
             est = self._estimator()
-            rho = est.ratio(M)
+            rho = est.ratio(M, extra)
             out["ratio"] = rho
+            if extra:
+                out["composed_pure_epsilon"] = extra
             if self.accountant_in_force == "pld":
-                out["pld_epsilon"] = peeling_pld_epsilon(rho, self.s * M, float(self.delta))
+                out["pld_epsilon"] = peeling_pld_epsilon(
+                    rho, self.s * M, float(self.delta), extra_pure=extra
+                )
         return out
 
     # -- model broadcast (docs/scaling.md, pattern 2) -----------------------------------------
@@ -643,7 +924,7 @@ class FLIPHAT(Policy):
         """β̂ in force, exactly as released by N-IHT (the ledger record's ``release``).
 
         >>> import numpy as np
-        >>> pol = FLIPHAT(d=5, s=1, epsilon=1.0, delta=0.01, seed=0)
+        >>> pol = FLIPHAT(d=5, s=1, epsilon=1.0, delta=0.01, first_episode_len=1, seed=0)
         >>> pol.released_model() is None  # the initial model (β̂ = 0) was never released
         True
         >>> _ = pol.decide(np.ones((1, 2, 5)))
@@ -753,6 +1034,10 @@ class FLIPHAT(Policy):
             "formula": self._formula(),
             "grad_clip": self.contribution_clip,
             "accountant": self.accountant_in_force,
+            "first_episode_len": sch.first_len,
+            "warm_start": self.warm,
+            "cold_contributions": self.cold_form if self.contribution_clip is not None else None,
+            "eta": self.step,
             "dp_valid": self.calibration == "certified",
             "params": self.public_params(),
             "x_max": self.x_bound,
@@ -776,6 +1061,9 @@ class FLIPHAT(Policy):
             "beta_val": self._beta_val,
             "accumulators": {str(k): a.state_dict() for k, a in self._acc.items()},
             "learned_rounds": self._learned.state_dict(),
+            "start_models": {str(j): [i, v] for j, (i, v) in self._models.items() if j},
+            "scale_q": self._scale_q,
+            "scale_hist": self._scale_hist.copy(),
             "noise": self._noise.state_dict(),
             "tie_key": self._tie_key,
             "counters": dict(self._counters),
@@ -791,6 +1079,12 @@ class FLIPHAT(Policy):
             int(k): EpisodeAccumulator.from_state_dict(a) for k, a in state["accumulators"].items()
         }
         self._learned = LearnedRounds.from_state_dict(state.get("learned_rounds"))
+        self._scale_q = state.get("scale_q")
+        if "scale_hist" in state:
+            self._scale_hist = np.asarray(state["scale_hist"], dtype=np.int64).copy()
+        self._models = {0: _EMPTY_MODEL}
+        for j, (i, v) in state.get("start_models", {}).items():
+            self._models[int(j)] = (np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64))
         self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
             state["noise"]
         )

@@ -61,14 +61,20 @@ def selection_epsilon(ratio: float) -> float:
     return 2.0 * ratio
 
 
-def closed_form_ratio(s: int, iterations: int, epsilon: float, delta: float) -> float:
-    """ρ = λ/ξ of the closed form, ε/(2√(3 s ln(M/δ))·M) (spec §3.3).
+def closed_form_ratio(
+    s: int, iterations: int, epsilon: float, delta: float, extra_pure: float = 0.0
+) -> float:
+    """ρ = λ/ξ of the closed form, ε/(2√(3 s ln(M/δ))·M) (spec §3.3); with ``extra_pure`` = ε′
+    (one more pure ε′-DP release on the same rows) the fit gets ε − ε′ (basic composition).
 
     >>> round(1 / closed_form_ratio(10, 1, 1.0, 0.01), 4)
     23.5079
     """
     M = iterations
-    return epsilon / (2.0 * math.sqrt(3.0 * s * math.log(M / delta)) * M)
+    eps = epsilon - extra_pure
+    if not eps > 0:
+        raise ValueError("extra_pure must be below epsilon")
+    return eps / (2.0 * math.sqrt(3.0 * s * math.log(M / delta)) * M)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -77,10 +83,13 @@ def peeling_pld_epsilon(
     steps: int,
     delta: float,
     discretization: float = PLD_DISCRETIZATION,
+    extra_pure: float = 0.0,
 ) -> float:
     """ε at ``delta`` of ``steps`` Peeling steps (one selection + one value each) at ρ = λ/ξ.
 
-    An upper bound (pessimistic PLD). ``steps`` is s·M for an N-IHT fit.
+    An upper bound (pessimistic PLD). ``steps`` is s·M for an N-IHT fit. ``extra_pure``: one
+    more pure ε′-DP mechanism on the same rows, composed in (FLIPHAT's private clip scale, a
+    report-noisy-max release; its dominating pair is the generic pure-DP one).
 
     The closed form's scale for (ε, δ) = (1, 0.01) at s = 10 spends less than half of ε:
 
@@ -102,6 +111,13 @@ def peeling_pld_epsilon(
     )
     one = selection.compose(value)
     total = one if steps == 1 else one.self_compose(steps)
+    if extra_pure > 0:
+        total = total.compose(
+            pld.from_privacy_parameters(
+                common.DifferentialPrivacyParameters(float(extra_pure), 0.0),
+                value_discretization_interval=discretization,
+            )
+        )
     return float(total.get_epsilon_for_delta(delta))
 
 
@@ -112,8 +128,10 @@ def peeling_pld_ratio(
     epsilon: float,
     delta: float,
     discretization: float = PLD_DISCRETIZATION,
+    extra_pure: float = 0.0,
 ) -> float:
-    """The largest ρ = λ/ξ (up to :data:`PLD_TOLERANCE`) whose s·M-step PLD meets (ε, δ).
+    """The largest ρ = λ/ξ (up to :data:`PLD_TOLERANCE`) whose s·M-step PLD meets (ε, δ)
+    (with one more pure ``extra_pure``-DP release composed in, when given).
 
     The search starts from the closed form's ratio, which always meets (ε, δ), so the result is
     never noisier than the closed form. Cached: it depends on public parameters only.
@@ -127,16 +145,17 @@ def peeling_pld_ratio(
     if not (s >= 1 and iterations >= 1 and epsilon > 0 and 0 < delta < 1):
         raise ValueError("need s >= 1, iterations >= 1, epsilon > 0 and 0 < delta < 1")
     steps = s * iterations
-    lo = closed_form_ratio(s, iterations, epsilon, delta)
-    if peeling_pld_epsilon(lo, steps, delta, discretization) > epsilon:
+    x = float(extra_pure)
+    lo = closed_form_ratio(s, iterations, epsilon, delta, x)
+    if peeling_pld_epsilon(lo, steps, delta, discretization, x) > epsilon:
         return lo  # cannot happen for the valid closed form; never return a larger ratio
     # double until the composition exceeds ε (it does: ε(δ) grows without bound in ρ)
     hi = lo * 2.0
-    while peeling_pld_epsilon(hi, steps, delta, discretization) <= epsilon:
+    while peeling_pld_epsilon(hi, steps, delta, discretization, x) <= epsilon:
         lo, hi = hi, hi * 2.0
     while hi / lo > 1.0 + PLD_TOLERANCE:
         mid = math.sqrt(lo * hi)
-        if peeling_pld_epsilon(mid, steps, delta, discretization) <= epsilon:
+        if peeling_pld_epsilon(mid, steps, delta, discretization, x) <= epsilon:
             lo = mid
         else:
             hi = mid

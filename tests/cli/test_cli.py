@@ -164,7 +164,9 @@ def test_budget_reports_spend_and_statement(tmp_path, capsys):
     from streaming_dpbandit.testing.ledger_helpers import run_into_ledger
 
     path = tmp_path / "ledger.jsonl"
-    pol = FLIPHAT(d=30, s=3, epsilon=0.8, delta=1e-5, b_max=2.0, seed=1, bandit_id="shop")
+    pol = FLIPHAT(
+        d=30, s=3, epsilon=0.8, delta=1e-5, b_max=2.0, first_episode_len=1, seed=1, bandit_id="shop"
+    )
     run_into_ledger(pol, path, 500)
     assert main(["budget", str(path)]) == 0
     out = capsys.readouterr().out
@@ -188,7 +190,8 @@ def test_explain_prints_the_spec_constants(capsys):
         "sigma_prior=0.1",
     ]:
         argv += ["--policy-param", kv]
-    # FLIPHAT spec §5.4's certified-v1 values: without the §14 options
+    # FLIPHAT spec §5.4's certified-v1 values: without the §14 options, on the paper's schedule
+    argv += ["--policy-param", "first_episode_len=1"]
     legacy = [*argv, "--policy-param", "grad_clip=off", "--policy-param", "accountant=closed_form"]
     assert main(legacy) == 0
     data = json.loads(capsys.readouterr().out)
@@ -197,8 +200,8 @@ def test_explain_prints_the_spec_constants(capsys):
     assert ep["steps"][0]["sensitivity"] == pytest.approx(1.658783e-5, rel=1e-6)
     assert ep["steps"][0]["scale"] == pytest.approx(3.899447e-4, rel=1e-6)
     assert data["formula"] == "certified-v1" and "seed" not in data["params"]
-    # the defaults: λ = 4ηG/n with G = 0.3·√(b_max² + σ_prior²), ξ from the PLD accountant
-    assert main(argv) == 0
+    # issue 20's defaults: λ = 4ηG/n with G = 0.3·√(b_max² + σ_prior²), ξ from the PLD accountant
+    assert main([*argv, "--policy-param", "warm_start=false"]) == 0
     data = json.loads(capsys.readouterr().out)
     ep = next(e for e in data["episodes"] if e["fit_rows_nominal"] == 1024)
     G = 0.3 * (3.436219**2 + 0.1**2) ** 0.5
@@ -207,6 +210,16 @@ def test_explain_prints_the_spec_constants(capsys):
     ratio = ep["steps"][0]["scale"] / (ep["steps"][0]["sensitivity"] * 23.50788)
     assert ratio == pytest.approx(0.56, abs=0.01)  # FLIPHAT spec §14.2 at ε = 1, s = 10, δ = 0.01
     assert data["formula"] == "certified-v2+grad_clip+pld"
+    # issue 35's: warm start (η = ½), sign contributions of the first fit, N₀ for the noise level
+    new = ["explain", "--policy", "fliphat", "--horizon", "2048"]
+    for kv in ("d=400", "s=10", "epsilon=1", "delta=0.01", "b_max=3.436219"):
+        new += ["--policy-param", kv]
+    assert main(new) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["warm_start"] and data["eta"] == 0.5 and data["cold_contributions"] == "sign"
+    assert data["first_episode_len"] > 100 and data["formula"].startswith(
+        "certified-v2+grad_clip+pld+warm+sign"
+    )
 
 
 def test_reproduce_dp_linucb_small_run(tmp_path, capsys):

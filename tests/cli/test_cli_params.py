@@ -37,6 +37,7 @@ NOT_PARAMS = {"epsilon", "seed", "d", "probabilities"}
 COMPANIONS = {
     ("dp-linucb", "shift"): {"noise": "wishart"},
     ("fliphat", "clip_contexts"): {"calibration": "paper"},
+    ("fliphat", "max_episode_len"): {"first_episode_len": 1},  # a cap must be ≥ N₀
     ("ldp-gloc", "profile"): {"setting": "multi"},
     **{
         ("ldp-glb", k): {"profile": "authors_code"}

@@ -234,7 +234,10 @@ def test_budget_states_the_whole_run_guarantee_per_user(tmp_path, capsys):
     from streaming_dpbandit.testing.ledger_helpers import run_into_ledger
 
     pol = UserLevelConfig(max_contributions_per_user=2, max_releases_per_user=3).build(
-        policy_config("fliphat", {"d": 12, "s": 2, "epsilon": 1.0, "delta": 1e-6}), seed=1
+        policy_config(
+            "fliphat", {"d": 12, "s": 2, "epsilon": 1.0, "delta": 1e-6, "first_episode_len": 1}
+        ),
+        seed=1,
     )
     path = tmp_path / "ledger.jsonl"
     run_into_ledger(pol, path, 400, n_users=30)

@@ -38,9 +38,10 @@ ENV = FliphatPaperEnv(d=50, s_star=3, K=4)
 
 
 def make(**kw):
-    return FLIPHAT(
-        **({"d": 50, "s": 4, "epsilon": 2.0, "delta": 0.01, "b_max": ENV.b_max, "seed": 3} | kw)
-    )
+    """The product defaults (warm start, sign contributions of the first fit) on the paper's
+    doubling schedule (N₀ = 1), whose boundaries these tests name."""
+    base = {"d": 50, "s": 4, "epsilon": 2.0, "delta": 0.01, "b_max": ENV.b_max, "seed": 3}
+    return FLIPHAT(**(base | {"first_episode_len": 1} | kw))
 
 
 def test_every_row_enters_exactly_one_fit_and_forgetting():
@@ -166,9 +167,11 @@ def test_paper_calibration_is_labelled_and_not_dp_valid():
     assert all(r.note == PAPER_LABEL for r in recs)
     assert recs[0].accounting == [{"type": "zero"}] and recs[0].params["iterations"] == 0
     assert "WARNING" in pol.privacy.text() and PAPER_LABEL in pol.explain(1000)["label"]
-    cert = make()  # defaults: contribution clip and PLD accountant (spec §14.1–§14.2)
-    assert cert.explain(1000)["formula"] == "certified-v2+grad_clip+pld"
+    cert = make()  # defaults: contribution clip, PLD accountant, warm start, sign (issue 35)
+    assert cert.explain(1000)["formula"] == "certified-v2+grad_clip+pld+warm+sign"
     assert "label" not in cert.explain(1000)
+    issue20 = make(warm_start=False)  # the defaults of issue 20
+    assert issue20.explain(1000)["formula"] == "certified-v2+grad_clip+pld"
     legacy = make(grad_clip="off", accountant="closed_form")
     assert legacy.explain(1000)["formula"] == "certified-v1"
 

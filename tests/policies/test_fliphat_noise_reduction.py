@@ -29,8 +29,12 @@ D = 12
 
 
 def policy(**kw):
+    """The estimator of issue 20: fits from θ⁰ = 0 on clipped contributions clip(x·y, ±G), the
+    paper's schedule (the defaults of issue 35 — warm start, G·sign(x·y) for the first fit, a
+    longer first episode — are tested in test_fliphat_warm_start.py)."""
     base = {"d": D, "s": 2, "epsilon": 1.0, "delta": 0.01, "b_max": 1.0, "eta": 0.1, "seed": 0}
-    return FLIPHAT(**(base | kw))
+    issue20 = {"warm_start": False, "first_episode_len": 1}
+    return FLIPHAT(**(base | issue20 | kw))
 
 
 def fitted_shift(rows_a, rows_b, **kw):

@@ -166,7 +166,11 @@ def test_without_user_ids_the_wrapper_is_the_policy(name):
 def test_fliphat_learns_at_most_k_rows_per_user_per_episode():
     T, k = 600, 2
     users = np.array(["u"] * T)  # one user only
-    pol = UserLevel(REGISTRY["fliphat"](d=5, s=3, epsilon=1.0, delta=1e-6, seed=0), k, seed=0)
+    pol = UserLevel(
+        REGISTRY["fliphat"](d=5, s=3, epsilon=1.0, delta=1e-6, first_episode_len=1, seed=0),
+        k,
+        seed=0,
+    )
     _, recs = _run(pol, users, T=T)
     sch = pol.policy.schedule
     last = int(sch.episode_of(np.array([T]))[0])
@@ -204,7 +208,12 @@ def test_hashing_on_arrival_gives_the_same_admission():
 def test_max_releases_through_the_wrapper():
     T = 600
     users = np.array(["u"] * T)
-    pol = UserLevel(REGISTRY["fliphat"](d=5, s=3, epsilon=1.0, delta=1e-6, seed=0), 1, 3, seed=0)
+    pol = UserLevel(
+        REGISTRY["fliphat"](d=5, s=3, epsilon=1.0, delta=1e-6, first_episode_len=1, seed=0),
+        1,
+        3,
+        seed=0,
+    )
     _run(pol, users, T=T)
     assert pol.user_counters()["admitted"] == 3
     assert pol.user_counters()["bounded_releases"] > 0

@@ -127,6 +127,7 @@ def test_replay_private_policies_report_their_spend(tmp_path, capsys):
     js = tmp_path / "out.json"
     argv = ["replay", "--log", RANDOM, "--policy", "fliphat,dp-linucb,linucb",
             "--epsilon", "0.5,2", "--policy-param", "s=5", "--estimator", "replay",
+            "--policy-param", "first_episode_len=1",
             "--max-events", "1500", "--json", str(js), "--no-progress"]  # fmt: skip
     assert run(argv) == 0
     out = capsys.readouterr().out

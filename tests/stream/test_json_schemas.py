@@ -187,7 +187,7 @@ def test_every_message_of_service_runs_validates(tmp_path):
     # a model broadcast's released model
     from streaming_dpbandit.policies import FLIPHAT
 
-    pol = FLIPHAT(d=4, s=1, delta=0.01, bandit_id="shop", seed=1)
+    pol = FLIPHAT(d=4, s=1, delta=0.01, first_episode_len=1, bandit_id="shop", seed=1)
     pol.decide(np.ones((1, 2, 4)))
     pol.refit()
     msg = model_message("shop", pol, now=1.0)
