@@ -333,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="frontier: comma-separated subset of sparse,dense-d5,dense-d20,slate (default: all)",
     )
     p.add_argument(
+        "--private-policies",
+        default=None,
+        help="frontier: comma-separated subset of the certified policies to run (default: all; "
+        "the non-private baseline and the uniform policy always run)",
+    )
+    p.add_argument(
         "--data",
         metavar="FILE.csv",
         help="ldp-glb: your copy of the auto-loan CSV (CPRM-12-001) for E3; never downloaded",

@@ -180,6 +180,7 @@ def _frontier(args) -> int:
     import dataclasses
 
     from ..experiments.frontier import (
+        PRIVATE_POLICIES,
         PROFILES,
         SETTINGS,
         frontier_table,
@@ -201,6 +202,15 @@ def _frontier(args) -> int:
                 f"--settings: unknown {bad or args.settings!r}; choose from {', '.join(SETTINGS)}"
             )
         over["settings"] = tuple(names)
+    if args.private_policies:
+        pols = [x.strip() for x in args.private_policies.split(",") if x.strip()]
+        bad = [x for x in pols if x not in PRIVATE_POLICIES]
+        if bad or not pols:
+            raise ConfigError(
+                f"--private-policies: unknown {bad or args.private_policies!r}; choose from "
+                f"{', '.join(PRIVATE_POLICIES)}"
+            )
+        over["private_policies"] = tuple(pols)
     if args.seeds:
         over["seeds"] = args.seeds
     if args.horizon:

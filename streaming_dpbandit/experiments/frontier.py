@@ -27,7 +27,14 @@ import numpy as np
 from .report import format_table
 from .runner import RunSpec, simulate
 
-__all__ = ["PROFILES", "SETTINGS", "FrontierProfile", "frontier_table", "run_frontier"]
+__all__ = [
+    "PRIVATE_POLICIES",
+    "PROFILES",
+    "SETTINGS",
+    "FrontierProfile",
+    "frontier_table",
+    "run_frontier",
+]
 
 EPSILONS = (0.5, 1.0, 2.0, 5.0)
 DELTA = 1e-6
@@ -44,6 +51,12 @@ class FrontierProfile:
     seeds: int
     epsilons: tuple[float, ...] = EPSILONS
     settings: tuple[str, ...] | None = None  # None: every setting
+    #: None: every certified policy; else only these (baselines and uniform always run)
+    private_policies: tuple[str, ...] | None = None
+
+
+#: The certified policies of the settings (``--private-policies`` chooses among them).
+PRIVATE_POLICIES = ("fliphat", "dp-linucb", "dpucb-mat", "dpts-mat")
 
 
 PROFILES = {
@@ -144,9 +157,15 @@ SETTINGS = {
 }
 
 
-def _summaries_linear(setting, epsilons, horizons, seeds, jobs, progress, base_seed):
+def _keep(specs: list, private_policies: tuple[str, ...] | None) -> list:
+    if private_policies is None:
+        return specs
+    return [s for s in specs if s.group != "private" or s.policy in private_policies]
+
+
+def _summaries_linear(setting, epsilons, horizons, seeds, jobs, progress, base_seed, only=None):
     env = _env(setting)
-    specs = _linear_specs(setting, env, epsilons, max(horizons))
+    specs = _keep(_linear_specs(setting, env, epsilons, max(horizons)), only)
     res = simulate(env, specs, seeds, base_seed=base_seed, jobs=jobs, progress=progress)
     rows = []
     for s in specs:
@@ -159,7 +178,7 @@ def _summaries_linear(setting, epsilons, horizons, seeds, jobs, progress, base_s
     return rows, {"t": res.grid.tolist(), "curves": curves, "env": res.env}
 
 
-def _summaries_slate(setting, epsilons, horizons, seeds, jobs, progress, base_seed):
+def _summaries_slate(setting, epsilons, horizons, seeds, jobs, progress, base_seed, only=None):
     from .dp_matroid import uninformed_return
     from .matroid_runner import MatroidRunSpec, log_grid, simulate_slates
 
@@ -173,6 +192,7 @@ def _summaries_slate(setting, epsilons, horizons, seeds, jobs, progress, base_se
                     f"{algo} ε={eps:g}", algo, {"epsilon": float(eps)}, T, eps, "private"
                 )
             )
+    specs = _keep(specs, only)
     grid = np.unique(np.r_[log_grid(T), list(horizons)])
     res = simulate_slates(env, specs, seeds, base_seed, jobs, grid, progress)
     rows = []
@@ -227,7 +247,14 @@ def run_frontier(
     for setting in names:
         fn = _summaries_slate if setting == "slate" else _summaries_linear
         rows, extra = fn(
-            setting, profile.epsilons, profile.horizons, profile.seeds, jobs, progress, base_seed
+            setting,
+            profile.epsilons,
+            profile.horizons,
+            profile.seeds,
+            jobs,
+            progress,
+            base_seed,
+            profile.private_policies,
         )
         out_rows += rows
         per_setting[setting] = {"description": SETTINGS[setting], **extra}

@@ -81,3 +81,18 @@ def test_unknown_setting_is_one_line(capsys):
     assert main(["reproduce", "frontier", "--quick", "--settings", "sparse,nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0] and "dense-d5" in err[0]
+
+
+def test_private_policies_filter_keeps_the_baselines(tmp_path, capsys):
+    out = tmp_path / "f.json"
+    argv = ["reproduce", "frontier", "--quick", "--settings", "slate", "--horizon", "300",
+            "--seeds", "2", "--private-policies", "dpts-mat", "--no-progress",
+            "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["policy"] for r in rows} == {"uniform", "omm", "dpts-mat"}
+    assert json.loads(out.read_text())["profile"]["private_policies"] == ["dpts-mat"]
+    capsys.readouterr()
+    assert main([*argv[:-3], "--private-policies", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and "dpts-mat" in err[0]
