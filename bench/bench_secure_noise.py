@@ -183,7 +183,9 @@ def per_release_second_part(repeats: int) -> dict:
 
 def service_dp_linucb(events: int, repeats: int, batch_sizes=(1, 64)) -> dict:
     """contexts/s of serve's loop with DP-LinUCB, fast vs secure alternated (medians)."""
-    from streaming_dpbandit.config import DPLinUCBConfig
+    from streaming_dpbandit.config import CONFIGS
+
+    DPLinUCBConfig = CONFIGS["dp-linucb"]
     from streaming_dpbandit.envs import ShariffSheffetEnv
 
     orig = DPLinUCBConfig.build

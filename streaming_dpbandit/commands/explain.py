@@ -17,10 +17,9 @@ def run(args) -> int:
         raise ConfigError(
             f"unknown policy {args.policy!r}; choose from {', '.join(sorted(CONFIGS))}"
         )
-    from ..policies import SLATE_POLICIES
-
     params = parse_kv(args.policy_param)
-    if args.policy not in ("random", *SLATE_POLICIES) and "d" not in params:
+    fields = CONFIGS[args.policy].model_fields
+    if "d" in fields and fields["d"].is_required() and "d" not in params:
         raise ConfigError(f"{args.policy} needs the context dimension: --policy-param d=...")
     cfg = policy_config(args.policy, params)
     ul = user_level_config(args, cfg)

@@ -43,13 +43,13 @@ def run(args) -> int:
         )
     names = [n.strip() for item in args.policy for n in item.split(",") if n.strip()]
     from ..config import CONFIGS
-    from ..policies import SLATE_POLICIES
+    from ..policies import is_slate
 
-    slate = [n for n in names if n in SLATE_POLICIES and n in CONFIGS]
+    slate = [n for n in names if n in CONFIGS and is_slate(n)]
     if slate:
         if len(slate) != len(names):
             raise ConfigError(
-                "slate policies (dpucb-mat, dpts-mat) and single-arm policies read different "
+                f"slate policies ({', '.join(slate)}) and single-arm policies read different "
                 "logs: replay them separately"
             )
         return _run_slates(args, names, wanted)

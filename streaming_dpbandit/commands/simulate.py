@@ -31,7 +31,7 @@ def run(args) -> int:
     from ..envs import MATROID_REGISTRY
     from ..experiments.report import plot_curves, simulation_table
     from ..experiments.runner import simulate
-    from ..policies import SLATE_POLICIES
+    from ..policies import is_slate
 
     if args.env in MATROID_REGISTRY:  # slates (docs/privacy/user-level-slates.md)
         from .simulate_slates import run_slates
@@ -49,7 +49,7 @@ def run(args) -> int:
         raise ConfigError("--users needs --max-contributions-per-user")
     horizon = args.horizon or 10_000
     names = policy_names(
-        args.policy, lambda name: _SLATES.format(name=name) if name in SLATE_POLICIES else None
+        args.policy, lambda name: _SLATES.format(name=name) if is_slate(name) else None
     )
     user = parse_kv(args.policy_param)
     # public facts of the environment that policies may take as constructor parameters

@@ -30,7 +30,10 @@ def run_slates(args) -> int:
         raise ConfigError("--plot is not available for slate simulations (use --json)")
     if args.env_param:
         raise ConfigError(f"{args.env} takes no --env-param")
-    slate = ("dpucb-mat", "dpts-mat")
+    from ..config import CONFIGS
+    from ..policies import is_slate
+
+    slate = [n for n in CONFIGS if is_slate(n)]
     names = policy_names(
         args.policy,
         lambda n: None if n in slate else f"{args.env} serves slates: use {' or '.join(slate)}",

@@ -1,22 +1,34 @@
 """The base of every policy configuration, and the helpers that read options.
 
-A configuration declares its policy's parameters with their types and ranges (pydantic v2);
-everything else is generic: :meth:`PolicyConfig.build` constructs the registered policy class,
-and validation ends with the policy's own cross-field rules (:meth:`BasePolicy.validate
-<streaming_dpbandit.policies.base.BasePolicy.validate>`), their one home.
+A policy's configuration is derived from its constructor (:func:`~.registry.config_class`):
+its fields are the policy's parameters with their types and ranges (pydantic v2); everything
+else is generic: :meth:`PolicyConfigBase.build` constructs the registered policy class, and
+validation ends with the policy's own cross-field rules (:meth:`BasePolicy.validate
+<streaming_dpbandit.policies.base.BasePolicy.validate>`), their one home; the refusals outside
+``mode: simulation`` and the secure-noise default are the policy's too. :data:`PolicyField` is
+a ``policy:`` section of the service's settings.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    SerializeAsAny,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticKnownError
 
 from ..errors import ConfigError
 
-__all__ = ["PolicyConfigBase", "format_validation_error", "parse_kv"]
+__all__ = ["PolicyConfigBase", "PolicyField", "format_validation_error", "parse_kv"]
 
 
 class PolicyConfigBase(BaseModel):
@@ -33,9 +45,8 @@ class PolicyConfigBase(BaseModel):
         def __getattr__(self, name: str) -> Any:  # a policy's own parameters
             ...
 
-    #: Constructor parameters a configuration never sets: the privacy audit's noise multiplier
-    #: and the tests' tie rule (``tests/config/test_config_parity.py`` checks the rest match).
-    not_configurable: ClassVar[frozenset[str]] = frozenset({"noise_scale_multiplier", "ties"})
+    #: Constructor parameters a configuration never sets (the policy's ``not_configurable``).
+    not_configurable: ClassVar[frozenset[str]] = frozenset()
     #: Configuration field → constructor parameter, where the names differ.
     renamed: ClassVar[dict[str, str]] = {}
 
@@ -47,6 +58,11 @@ class PolicyConfigBase(BaseModel):
             raise ValueError(str(err)) from None
         return self
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by policy name (the class is derived, not importable by its own name):
+        ``simulate --jobs`` hands configurations to worker processes."""
+        return _rebuild, (self.policy, self.__getstate__())
+
     def policy_class(self) -> type:
         """The policy class this configuration builds (by its registry name and, for a
         policy whose parameters select a variant, its parameters)."""
@@ -56,10 +72,12 @@ class PolicyConfigBase(BaseModel):
 
     def params(self) -> dict:
         """The constructor's keyword arguments (without ``seed``)."""
+        from ..policies import REGISTRY
+
         params = self.model_dump(exclude={"policy", "private"})
         for field, param in self.renamed.items():
             params[param] = params.pop(field)
-        return params
+        return REGISTRY[self.policy].config_params(params)
 
     def changes_since(self, fingerprint: str) -> list[str]:
         """Fields whose value differs from a snapshot's fingerprint (its ``model_dump_json``).
@@ -68,11 +86,11 @@ class PolicyConfigBase(BaseModel):
         configuration moves it off its default, so that a state written before the field
         existed still resumes under the behaviour it was written with.
 
-        >>> from streaming_dpbandit.config import DPLinUCBConfig
+        >>> from streaming_dpbandit.config import CONFIGS
         >>> old = '{"policy": "dp-linucb", "private": true, "d": 3, "epsilon": 1.0}'
-        >>> DPLinUCBConfig(d=3, noise_backend="fast").changes_since(old)
+        >>> CONFIGS["dp-linucb"](d=3, noise_backend="fast").changes_since(old)
         []
-        >>> DPLinUCBConfig(d=3, epsilon=2.0, noise_backend="secure").changes_since(old)
+        >>> CONFIGS["dp-linucb"](d=3, epsilon=2.0, noise_backend="secure").changes_since(old)
         ['epsilon', 'noise_backend']
         """
         then = json.loads(fingerprint)
@@ -94,13 +112,23 @@ class PolicyConfigBase(BaseModel):
         return self.policy_class()(**{**self.params(), **overrides}, seed=seed)
 
     def simulation_only(self) -> str | None:
-        """Why this configuration is refused outside ``mode: simulation`` (None: it is not)."""
-        if getattr(self, "calibration", None) == "paper":
-            return (
-                "calibration=paper is for reproducing the paper's figures only and is refused "
-                "outside mode=simulation"
-            )
-        return None
+        """Why this configuration is refused outside ``mode: simulation`` (None: it is not):
+        the policy's :meth:`~streaming_dpbandit.policies.base.BasePolicy.simulation_only`."""
+        reason: str | None = self.build().simulation_only()
+        return reason
+
+    def secure_by_default(self) -> bool:
+        """Whether ``serve`` draws the noise from the secure backend unless configured."""
+        return bool(self.build().secure_by_default())
+
+
+def _rebuild(name: str, state: dict[str, Any]) -> PolicyConfigBase:
+    from .registry import CONFIGS
+
+    cls = CONFIGS[name]
+    obj = cls.__new__(cls)
+    obj.__setstate__(state)
+    return obj
 
 
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
@@ -140,3 +168,34 @@ def parse_kv(items: list[str] | None, what: str = "--policy-param") -> dict:
         if non_finite or raw.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"):
             raise ConfigError(f"{what} {key}: {raw!r} is not a finite number")
     return out
+
+
+def _by_name(value: Any, info: Any) -> Any:
+    """A ``policy:`` section: validated by the configuration its ``policy`` names (the
+    other policies are not imported). Errors are located as a tagged union's are
+    (``policy.fliphat.s``); ``context={"strict": True}`` validates strictly."""
+    from .registry import CONFIGS
+
+    if isinstance(value, PolicyConfigBase):
+        return value
+    if not isinstance(value, Mapping):
+        raise PydanticKnownError("model_attributes_type")
+    name = value.get("policy")
+    if not isinstance(name, str):
+        raise PydanticKnownError("union_tag_not_found", {"discriminator": "'policy'"})
+    if name not in CONFIGS:
+        expected = ", ".join(repr(n) for n in CONFIGS)
+        raise PydanticKnownError(
+            "union_tag_invalid",
+            {"discriminator": "'policy'", "tag": name, "expected_tags": expected},
+        )
+    strict = bool((info.context or {}).get("strict"))
+    try:
+        return CONFIGS[name].model_validate(value, strict=strict, context=info.context)
+    except ValidationError as err:
+        lines = [{**e, "loc": (name, *e["loc"])} for e in err.errors(include_url=False)]
+        raise ValidationError.from_exception_data(err.title, lines) from None  # type: ignore[arg-type]
+
+
+#: A ``policy:`` section of the service's settings: any registered policy's configuration.
+PolicyField = Annotated[SerializeAsAny[PolicyConfigBase], BeforeValidator(_by_name)]

@@ -1,17 +1,12 @@
-"""Configurations of the slate policies: the matroid, then DPUCB-MAT and DPTS-MAT."""
+"""A matroid's description in a configuration (a slate policy's ``matroid`` parameter)."""
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import PolicyConfigBase
-
 __all__ = [
-    "DPMatroidConfig",
-    "DPTSMatConfig",
-    "DPUCBMatConfig",
     "GraphicMatroidConfig",
     "LinearMatroidConfig",
     "MatroidConfig",
@@ -62,50 +57,3 @@ MatroidConfig = Annotated[
     UniformMatroidConfig | PartitionMatroidConfig | GraphicMatroidConfig | LinearMatroidConfig,
     Field(discriminator="type"),
 ]
-
-
-class DPMatroidConfig(PolicyConfigBase):
-    """DPUCB-MAT / DPTS-MAT: private slates over a matroid (DP-matroid spec §10).
-
-    ``items`` names the L items (the bandit's catalogue; default ``item-0`` … ``item-{L−1}``).
-    ``calibration="paper"`` (ε0 = ε/K, certified as 2ε-DP only) is refused outside
-    ``mode: simulation``. ``exploration``: ``posterior`` (default; the pooled estimate of every
-    released batch and its variance) or ``thesis`` (the thesis's index on the last batch);
-    post-processing either way.
-    """
-
-    private: bool = True
-    matroid: MatroidConfig
-    epsilon: float = Field(gt=0)
-    calibration: Literal["certified", "paper"] = "certified"
-    exploration: Literal["posterior", "thesis"] = "posterior"
-    update_every: int = Field(1, ge=1)
-    reward_range: tuple[float, float] = (0.0, 1.0)
-    default_reward: float = Field(0.0, ge=0, le=1)
-    items: list[str] | None = None
-    bandit_id: str = "default"
-    noise_backend: Literal["fast", "secure"] = "fast"
-
-    renamed: ClassVar[dict[str, str]] = {"items": "item_ids"}
-
-    def item_ids(self) -> list[str]:
-        if self.items is not None:
-            return list(self.items)
-        from ..matroids import from_description
-
-        return [f"item-{i}" for i in range(from_description(self.matroid.model_dump()).n_items)]
-
-    def params(self) -> dict:
-        return {**super().params(), "item_ids": self.item_ids()}
-
-
-class DPUCBMatConfig(DPMatroidConfig):
-    """DPUCB-MAT (thesis Alg. 2)."""
-
-    policy: Literal["dpucb-mat"] = "dpucb-mat"
-
-
-class DPTSMatConfig(DPMatroidConfig):
-    """DPTS-MAT (thesis Alg. 5)."""
-
-    policy: Literal["dpts-mat"] = "dpts-mat"

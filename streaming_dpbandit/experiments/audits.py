@@ -61,6 +61,7 @@ import argparse
 import functools
 import json
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -233,7 +234,7 @@ def niht_values_sampler(est, accs, n_rows: int, R: float, m0, m1, xi: float):
 
 def audit_niht(
     claim: str = "values",
-    calibration: str = "certified",
+    calibration: Literal["certified", "paper"] = "certified",
     multiplier: float = 1.0,
     s: int = 2,
     epsilon: float = 5.0,
@@ -243,7 +244,7 @@ def audit_niht(
     seed: int = 4,
     setting: str = "unit",
     grad_clip: float | None = None,
-    accountant: str = "closed_form",
+    accountant: Literal["auto", "pld", "closed_form"] = "closed_form",
 ) -> AuditResult:
     """One N-IHT fit (M = 1, θ⁰ = 0) of FLIPHAT on the spec §5.1 worst-case pair.
 
@@ -376,7 +377,7 @@ def node_loss_sampler(sampler, m0: np.ndarray, m1: np.ndarray, w: np.ndarray):
 
 def audit_gram_tree(
     multiplier: float = 1.0,
-    calibration: str = "certified",
+    calibration: Literal["certified", "paper", "zcdp", "authors_code_2018"] = "certified",
     epsilon: float = 1.0,
     delta: float = 1e-2,
     d: int = 2,
@@ -438,7 +439,7 @@ def audit_gram_tree(
 
 def audit_factorisation(
     multiplier: float = 1.0,
-    calibration: str = "certified",
+    calibration: Literal["certified", "paper", "zcdp", "authors_code_2018"] = "certified",
     epsilon: float = 1.0,
     delta: float = 1e-2,
     d: int = 2,
@@ -493,7 +494,7 @@ def audit_factorisation(
 
 def audit_blt(
     multiplier: float = 1.0,
-    calibration: str = "certified",
+    calibration: Literal["certified", "paper", "zcdp", "authors_code_2018"] = "certified",
     epsilon: float = 1.0,
     delta: float = 1e-2,
     d: int = 2,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Literal
 
 import numpy as np
 
@@ -45,7 +46,9 @@ BATCH = 2  # the audited batch: rounds 4..7, size 4
 
 
 def round_pair(
-    epsilon: float = 1.0, calibration: str = "certified", multiplier: float = 1.0
+    epsilon: float = 1.0,
+    calibration: Literal["certified", "paper"] = "certified",
+    multiplier: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, DPUCBMAT]:
     """Sealed exact batch-2 sums of the K items under D and D′ (through the policy's intake)."""
     sums: list[np.ndarray] = []
@@ -121,7 +124,7 @@ def audit_batch_release(
 
 def audit_round(
     multiplier: float = 1.0,
-    calibration: str = "certified",
+    calibration: Literal["certified", "paper"] = "certified",
     epsilon: float = 1.0,
     n: int = 200_000,
     seed: int = 22,

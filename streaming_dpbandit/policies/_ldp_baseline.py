@@ -45,6 +45,9 @@ class LDPBaseline(Policy):
 
     private = True
 
+    def simulation_only(self) -> str | None:
+        return f"{self.name} is a comparison baseline for simulations only (LDP-GLB spec §7)"
+
     # the parameters every baseline stores (its constructor's)
     d: int
     n_arms: int

@@ -46,7 +46,7 @@ import dataclasses
 import inspect
 import secrets
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, Self, TypeVar, cast
+from typing import Any, ClassVar, Protocol, Self, TypeVar, cast
 
 import numpy as np
 from river.base import Base
@@ -197,6 +197,48 @@ class BasePolicy(Base, abc.ABC):
 
     def _validate(self) -> None:
         return None
+
+    # -- configuration: ``streaming_dpbandit.config`` derives a policy's from its constructor --
+    #: False for a policy that no configuration builds (``simulate`` builds it itself).
+    configurable: ClassVar[bool] = True
+    #: Constructor parameters that no configuration sets: the privacy audit's noise multiplier
+    #: and the tests' tie rule.
+    not_configurable: ClassVar[frozenset[str]] = frozenset({"noise_scale_multiplier", "ties"})
+    #: Parameters that a configuration must state although the constructor has a default.
+    required_in_config: ClassVar[frozenset[str]] = frozenset()
+    #: A parameter's field name in a configuration, where they differ.
+    config_names: ClassVar[Mapping[str, str]] = {}
+    #: Older names that a configuration still accepts for a parameter.
+    config_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: A parameter's type in a configuration, where the constructor's is not a JSON type.
+    config_types: ClassVar[Mapping[str, Any]] = {}
+
+    @classmethod
+    def variants(cls) -> dict[tuple[str, object], type]:
+        """Classes that one parameter value selects instead of this one (PrivateLASSO's
+        ``calibration="paper"``): ``{(parameter, value): class}``."""
+        return {}
+
+    @classmethod
+    def config_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The constructor's arguments for a configuration's values (a default that depends on
+        other parameters is filled here)."""
+        return params
+
+    def simulation_only(self) -> str | None:
+        """Why these parameters are refused outside ``mode: simulation`` (None: they are not).
+        By default the papers' calibrations (``calibration="paper"``)."""
+        if getattr(self, "calibration", None) == "paper":
+            return (
+                "calibration=paper is for reproducing the paper's figures only and is refused "
+                "outside mode=simulation"
+            )
+        return None
+
+    def secure_by_default(self) -> bool:
+        """Whether ``serve`` draws this policy's noise from the secure backend unless its
+        configuration says otherwise (docs/privacy/secure-noise.md)."""
+        return True
 
     def max_decide_batch(self) -> int:
         """Rounds that can be decided before the next model update is due."""

@@ -43,7 +43,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 
@@ -60,6 +60,8 @@ from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ..utils.hashing import MultisetDigest
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
+from .registry import register
+from .types import AtLeastOne, NoiseBackend, OpenUnit, Positive, PositiveInt
 
 __all__ = ["DPLinUCB"]
 
@@ -88,6 +90,7 @@ NEIGHBOURING = (
 )
 
 
+@register
 class DPLinUCB(Policy):
     """Jointly differentially private LinUCB (tree or factorisation aggregation).
 
@@ -183,33 +186,63 @@ class DPLinUCB(Policy):
 
     private = True
 
+    def secure_by_default(self) -> bool:
+        """``serve``'s secure default applies to the Gaussian binary tree (certified or zCDP);
+        the exact factorisations cost O(steps) per step and Wishart has no secure
+        construction (docs/privacy/secure-noise.md)."""
+        return (
+            self.noise == "gaussian"
+            and self.calibration in ("certified", "zcdp")
+            and self.tree_impl in ("auto", "binary")
+        )
+
+    def simulation_only(self) -> str | None:  # the paper calibration is valid (conservative)
+        if self.calibration == "zcdp":
+            return (
+                "dp-linucb calibration=zcdp is simulation-only: pending DP-specialist review "
+                "(DP-LinUCB spec §3.2)"
+            )
+        if self.calibration == "authors_code_2018":
+            return (
+                "dp-linucb calibration=authors_code_2018 is simulation-only: a reproduction "
+                "profile of the authors' code (DP-LinUCB spec §3.4)"
+            )
+        if self.track_bounds:
+            return "track_bounds reads the raw noise and is simulation-only (DP-LinUCB spec §9)"
+        if not self.release_records:
+            return (
+                "release_records=false is simulation-only: the ledger must record every release "
+                "before it is used"
+            )
+        return None
+
     def __init__(
         self,
-        d: int,
-        epsilon: float = 1.0,
-        delta: float = 1e-6,
-        n_cap: int = 1 << 20,
-        noise: str = "gaussian",
+        d: PositiveInt,
+        epsilon: Positive = 1.0,
+        delta: OpenUnit = 1e-6,
+        n_cap: AtLeastOne = 1 << 20,
+        noise: Literal["gaussian", "wishart"] = "gaussian",
         shift: bool = True,
-        calibration: str = "certified",
-        wishart_gamma: str = "printed",
-        alpha: float | None = None,
-        L: float = 1.0,
-        B_tilde: float = 1.0,
-        S: float = 1.0,
-        sigma: float | None = None,
-        horizon_mode: str = "fixed",
-        n0: int = 1024,
-        tree_impl: str = "auto",
-        n_steps: int | None = None,
-        batch_size: int = 1,
+        calibration: Literal["certified", "paper", "zcdp", "authors_code_2018"] = "certified",
+        wishart_gamma: Literal["printed", "tight"] = "printed",
+        alpha: OpenUnit | None = None,
+        L: Positive = 1.0,
+        B_tilde: Positive = 1.0,
+        S: Positive = 1.0,
+        sigma: Positive | None = None,
+        horizon_mode: Literal["fixed", "doubling"] = "fixed",
+        n0: AtLeastOne = 1024,
+        tree_impl: Literal["auto", "binary", "sqrt_toeplitz", "blt"] = "auto",
+        n_steps: AtLeastOne | None = None,
+        batch_size: AtLeastOne = 1,
         ties: str = "lowest",
         track_bounds: bool = False,
         release_records: bool = True,
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: str = "fast",
+        noise_backend: NoiseBackend = "fast",
     ):
         self.d = d
         self.epsilon = epsilon

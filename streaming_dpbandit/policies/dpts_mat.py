@@ -29,12 +29,14 @@ import numpy as np
 from ..utils.arrays import FloatArray, IntArray
 from .matroid_base import RoundNormals, _key
 from .matroid_private import PrivateMatroidPolicy
+from .registry import register
 
 __all__ = ["DPTSMAT"]
 
 _SCRATCH_MAX = 1 << 17  # entries (1 MiB of float64)
 
 
+@register
 class DPTSMAT(PrivateMatroidPolicy):
     """DPTS-MAT (see :class:`~.matroid_private.PrivateMatroidPolicy` for every parameter).
 

@@ -28,10 +28,12 @@ import numpy as np
 
 from ..utils.arrays import FloatArray, IntArray
 from .matroid_private import PrivateMatroidPolicy
+from .registry import register
 
 __all__ = ["DPUCBMAT"]
 
 
+@register
 class DPUCBMAT(PrivateMatroidPolicy):
     """DPUCB-MAT (see :class:`~.matroid_private.PrivateMatroidPolicy` for every parameter).
 

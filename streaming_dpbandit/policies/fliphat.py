@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 
@@ -54,6 +54,16 @@ from ..privacy.statement import PAPER_LABEL, PrivacyStatement, per_unit_caveat
 from ..utils.arrays import ArrayLike, FloatArray, IntArray, sorted_distinct
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
+from .registry import register
+from .types import (
+    AtLeastOne,
+    NoiseBackend,
+    NonNegative,
+    NonNegativeInt,
+    OpenUnit,
+    Positive,
+    PositiveInt,
+)
 
 __all__ = [
     "FIRST_EPISODE_FACTOR",
@@ -127,6 +137,7 @@ NEIGHBOURING = (
 )
 
 
+@register
 class FLIPHAT(Policy):
     """FLIPHAT with N-IHT, Peeling, doubling episodes and forgetting.
 
@@ -190,6 +201,8 @@ class FLIPHAT(Policy):
         Accumulator form: ``"auto"`` (cheapest that the fit needs), ``"h"``, ``"gram"``, ``"rows"``.
     bandit_id
         Name used in ledger records and noise-stream labels.
+    noise_backend
+        ``"fast"`` (numpy) or ``"secure"`` (docs/privacy/secure-noise.md).
     seed
         Seeds the noise key and the tie-break coins (tests and simulations only; ``None``
         draws both from OS entropy).
@@ -231,41 +244,52 @@ class FLIPHAT(Policy):
         yield {"d": 4, "s": 2, "first_episode_len": 4}
 
     private = True
+
+    def simulation_only(self) -> str | None:
+        eta = 1e-4 if self.eta == "auto" else float(self.eta)  # M > 1: no warm start, 1e-4
+        if self.m_schedule == "fixed" and self.iterations > 1 and eta < 1e-2:
+            reason = "iterations > 1 with eta < 1e-2 adds noise without progress; refused"
+        elif self.m_schedule == "log" and eta < 1e-2:
+            reason = "m_schedule=log with eta < 1e-2 is refused outside mode=simulation"
+        else:
+            reason = None
+        return super().simulation_only() or reason
+
     routes_rows_by_round = True
     supports_released_model = True
 
     def __init__(
         self,
-        d: int,
-        s: int = 10,
-        epsilon: float = 1.0,
-        delta: float = 1e-6,
-        eta: float | str = "auto",
-        b_max: float = 1.0,
-        l1_radius: float | None = None,
-        x_max: float | None = None,
-        sigma_prior: float = 0.1,
-        reward_clip: float | None = None,
-        calibration: str = "certified",
-        grad_clip: float | str = "auto",
-        accountant: str = "auto",
-        m_schedule: str = "fixed",
-        iterations: int = 1,
-        m0: float = 0.16,
-        m_guard: str = "min_one",
-        first_episode_len: int | str = "auto",
-        max_episode_len: int | None = None,
-        swap_delay: int = 0,
-        warm_start: bool | str = "auto",
-        cold_contributions: str = "auto",
+        d: PositiveInt,
+        s: PositiveInt = 10,
+        epsilon: Positive = 1.0,
+        delta: OpenUnit = 1e-6,
+        eta: float | Literal["auto"] = "auto",
+        b_max: Positive = 1.0,
+        l1_radius: Positive | None = None,
+        x_max: Positive | None = None,
+        sigma_prior: NonNegative = 0.1,
+        reward_clip: Positive | None = None,
+        calibration: Literal["certified", "paper"] = "certified",
+        grad_clip: float | Literal["auto", "off", "private"] = "auto",
+        accountant: Literal["auto", "pld", "closed_form"] = "auto",
+        m_schedule: Literal["fixed", "log"] = "fixed",
+        iterations: AtLeastOne = 1,
+        m0: Positive = 0.16,
+        m_guard: Literal["min_one", "allow_zero"] = "min_one",
+        first_episode_len: int | Literal["auto"] = "auto",
+        max_episode_len: AtLeastOne | None = None,
+        swap_delay: NonNegativeInt = 0,
+        warm_start: bool | Literal["auto"] = "auto",
+        cold_contributions: Literal["auto", "sign", "clipped"] = "auto",
         clip_contexts: bool = True,
         feature_mean: list[float] | None = None,
         feature_scale: list[float] | None = None,
-        form: str = "auto",
+        form: Literal["auto", "h", "gram", "rows"] = "auto",
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: str = "fast",
+        noise_backend: NoiseBackend = "fast",
     ):
         self.d = d
         self.s = s

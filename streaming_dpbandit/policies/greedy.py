@@ -6,10 +6,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from .linucb import LinUCB
+from .registry import register
+from .types import AtLeastOne, NonNegative, PositiveInt
 
 __all__ = ["GreedyRidge"]
 
 
+@register
 class GreedyRidge(LinUCB):
     """Pick argmax_i ⟨θ̂, x_i⟩ with θ̂ the ridge (reg > 0) or least-squares (reg = 0) fit.
 
@@ -53,9 +56,9 @@ class GreedyRidge(LinUCB):
 
     def __init__(
         self,
-        d: int,
-        reg: float = 1.0,
-        batch_size: int = 1,
+        d: PositiveInt,
+        reg: NonNegative = 1.0,
+        batch_size: AtLeastOne = 1,
         ties: str = "coins",
         seed: int | None = None,
     ) -> None:

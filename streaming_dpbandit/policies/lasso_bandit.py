@@ -20,10 +20,13 @@ from ..estimators.lasso import lasso_gram
 from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import ArrayLike, FloatArray
 from .base import DecisionBatch, Policy, argmax_random_ties
+from .registry import register
+from .types import AtLeastOne, Positive, PositiveInt
 
 __all__ = ["LassoBandit"]
 
 
+@register
 class LassoBandit(Policy):
     """Greedy Lasso bandit refitted every ``refit_every`` rounds on all data (non-private).
 
@@ -69,11 +72,11 @@ class LassoBandit(Policy):
 
     def __init__(
         self,
-        d: int,
-        lambda0: float = 1.0,
-        refit_every: int = 200,
-        tol: float = 1e-3,
-        max_iter: int = 1000,
+        d: PositiveInt,
+        lambda0: Positive = 1.0,
+        refit_every: AtLeastOne = 200,
+        tol: Positive = 1e-3,
+        max_iter: AtLeastOne = 1000,
         seed: int | None = None,
     ):
         self.d = d

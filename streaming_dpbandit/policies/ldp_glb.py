@@ -18,8 +18,8 @@ Spec: docs/specs/ldp_glb.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Self
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 
@@ -37,6 +37,16 @@ from ..privacy.statement import PrivacyStatement
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins
 from .base import DecisionBatch, Policy
+from .registry import register
+from .types import (
+    AtLeastOne,
+    NoiseBackend,
+    NonNegative,
+    NonNegativeInt,
+    OpenUnit,
+    Positive,
+    PositiveInt,
+)
 
 __all__ = ["LDPGLB", "PRIVACY_UNIT", "local_privacy_statement", "local_release_record"]
 
@@ -148,6 +158,7 @@ def local_release_record(
     )
 
 
+@register
 class LDPGLB(Policy):
     """LDP-SGD / LDP-OLS, single- or multi-parameter (client and server in one process).
 
@@ -176,6 +187,8 @@ class LDPGLB(Policy):
         ``authors_code`` reproduction switches (see ModelSpec).
     pending_capacity
         Rounds whose decision info is kept for delayed learning.
+    bandit_id
+        Name used in ledger records and noise-stream labels.
     seed
         Seeds the report noise, the tie-break coins and a random θ̂₀.
     noise_backend
@@ -205,6 +218,8 @@ class LDPGLB(Policy):
     """
 
     name = "ldp-glb"
+    #: a configuration gives a prior as one flat list (reshaped per arm)
+    config_types: ClassVar[Mapping[str, Any]] = {"theta_prior": list[float] | None}
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -214,46 +229,60 @@ class LDPGLB(Policy):
 
     private = True
 
+    def secure_by_default(self) -> bool:
+        """Never by default: the noise is drawn on the devices (the client SDK's
+        ``LDPClient(noise_backend="secure")``), which the server cannot see; ``serve``'s
+        in-process simulated devices stay on the fast backend."""
+        return False
+
+    def simulation_only(self) -> str | None:
+        if self.profile == "authors_code":
+            return (
+                "ldp-glb profile=authors_code reproduces the authors' experiments and is refused "
+                "outside mode=simulation (LDP-GLB spec §0, §15.8)"
+            )
+        return None
+
     def __init__(
         self,
-        d: int,
-        n_arms: int = 2,
-        variant: str = "sgd",
-        setting: str = "single",
-        link: str = "linear",
-        epsilon: float = 1.0,
-        delta: float = 0.01,
-        gaussian: str = "classical",
-        context_scale: float = 1.0,
-        c_r: float = 1.0,
-        R: float | None = None,
-        S: float = 1.0,
-        c0: float = 5.0,
-        n0: float = 1.0,
-        weight_decay: float = 0.0,
-        batch_size: int = 1,
-        alpha: float = 0.1,
-        horizon: int = 1_000_000,
+        d: PositiveInt,
+        n_arms: PositiveInt = 2,
+        variant: Literal["sgd", "ols"] = "sgd",
+        setting: Literal["single", "multi"] = "single",
+        link: Literal["linear", "logistic", "poisson"] = "linear",
+        epsilon: Positive = 1.0,
+        delta: OpenUnit = 0.01,
+        gaussian: Literal["classical", "analytic", "discrete"] = "classical",
+        context_scale: Positive = 1.0,
+        c_r: Positive = 1.0,
+        R: Positive | None = None,
+        S: Positive = 1.0,
+        c0: Positive = 5.0,
+        n0: NonNegative = 1.0,
+        weight_decay: NonNegative = 0.0,
+        batch_size: AtLeastOne = 1,
+        alpha: OpenUnit = 0.1,
+        horizon: AtLeastOne = 1_000_000,
         ols_shift: bool = True,
-        refresh_every: int = 1,
-        warmup_rounds: int = 0,
-        warmup_arm: str = "ticket",
-        h: float | None = None,
-        multi_sgd_mechanism: str = "per_arm",
-        theta0: str = "zero",
+        refresh_every: AtLeastOne = 1,
+        warmup_rounds: NonNegativeInt = 0,
+        warmup_arm: Literal["ticket", "uniform"] = "ticket",
+        h: Positive | None = None,
+        multi_sgd_mechanism: Literal["per_arm", "joint"] = "per_arm",
+        theta0: Literal["zero", "random", "prior"] = "zero",
         theta_prior: list[float] | list[list[float]] | None = None,
-        profile: str = "paper",
+        profile: Literal["paper", "authors_code"] = "paper",
         normalise: bool = True,
         clip_reward: bool = True,
-        score_clip: float | None = None,
-        ols_noise: str = "certified",
-        code_sigma_factor: float = 6.0,
-        ball_dim: int | None = None,
-        warmup_variant: str = "same",
-        pending_capacity: int = 1 << 16,
+        score_clip: Positive | None = None,
+        ols_noise: Literal["certified", "code"] = "certified",
+        code_sigma_factor: Positive = 6.0,
+        ball_dim: AtLeastOne | None = None,
+        warmup_variant: Literal["same", "ols"] = "same",
+        pending_capacity: AtLeastOne = 1 << 16,
         bandit_id: str = "default",
         seed: int | None = None,
-        noise_backend: str = "fast",
+        noise_backend: NoiseBackend = "fast",
     ):
         self.d = d
         self.n_arms = n_arms

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 
@@ -51,6 +51,8 @@ from ._argmax import argmax_ties_by_coins
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
 from .base import DecisionBatch
 from .ldp_ucb import ucb_beta
+from .registry import register
+from .types import AtLeastOne, Ge, NonNegative, OpenUnit, Positive, PositiveInt
 
 __all__ = ["LDPGLOC"]
 
@@ -61,12 +63,13 @@ MU_MIN = {
 }
 
 
+@register
 class LDPGLOC(LDPBaseline):
     """LDP-GLOC baseline.
 
     Parameters
     ----------
-    d, n_arms, setting, epsilon, delta, alpha, horizon, refresh_every, seed
+    d, n_arms, setting, epsilon, delta, alpha, horizon, refresh_every, bandit_id, seed
         As in :class:`~.ldp_ucb.LDPUCB`.
     link
         ``"linear"``, ``"logistic"`` or ``"poisson"``.
@@ -98,18 +101,18 @@ class LDPGLOC(LDPBaseline):
 
     def __init__(
         self,
-        d: int,
-        n_arms: int = 2,
-        setting: str = "single",
-        link: str = "linear",
-        epsilon: float = 1.0,
-        delta: float = 0.01,
-        alpha: float = 0.1,
-        horizon: int = 1_000_000,
-        sigma_factor: float = 6.0,
-        profile: str = "spec",
-        v0: float = 0.0,
-        refresh_every: int = 1,
+        d: PositiveInt,
+        n_arms: PositiveInt = 2,
+        setting: Literal["single", "multi"] = "single",
+        link: Literal["linear", "logistic", "poisson"] = "linear",
+        epsilon: Positive = 1.0,
+        delta: OpenUnit = 0.01,
+        alpha: OpenUnit = 0.1,
+        horizon: Annotated[int, Ge(2)] = 1_000_000,
+        sigma_factor: Positive = 6.0,
+        profile: Literal["spec", "authors_multiparam"] = "spec",
+        v0: NonNegative = 0.0,
+        refresh_every: AtLeastOne = 1,
         bandit_id: str = "default",
         seed: int | None = None,
     ):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from ..utils.arrays import ArrayLike, FloatArray
 from ._argmax import argmax_ties_by_coins
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
 from .base import DecisionBatch
+from .registry import register
+from .types import AtLeastOne, Ge, NonNegative, OpenUnit, Positive, PositiveInt
 
 __all__ = ["LDPUCB", "ucb_beta"]
 
@@ -40,6 +42,7 @@ def ucb_beta(sigma: float, t: int, d: int, horizon: int, alpha: float) -> tuple[
     return ups, beta
 
 
+@register
 class LDPUCB(LDPBaseline):
     """LDP-UCB baseline.
 
@@ -59,6 +62,8 @@ class LDPUCB(LDPBaseline):
         σ_code = sigma_factor·√(2 ln(2.5/δ))/ε.
     refresh_every
         Rounds per model refresh (1: per round).
+    bandit_id
+        Name used in ledger records and noise-stream labels.
 
     Examples
     --------
@@ -80,16 +85,16 @@ class LDPUCB(LDPBaseline):
 
     def __init__(
         self,
-        d: int,
-        n_arms: int = 2,
-        setting: str = "single",
-        epsilon: float = 1.0,
-        delta: float = 0.01,
-        alpha: float = 0.1,
-        horizon: int = 1_000_000,
-        v0: float = 1.0,
-        sigma_factor: float = 6.0,
-        refresh_every: int = 1,
+        d: PositiveInt,
+        n_arms: PositiveInt = 2,
+        setting: Literal["single", "multi"] = "single",
+        epsilon: Positive = 1.0,
+        delta: OpenUnit = 0.01,
+        alpha: OpenUnit = 0.1,
+        horizon: Annotated[int, Ge(2)] = 1_000_000,
+        v0: NonNegative = 1.0,
+        sigma_factor: Positive = 6.0,
+        refresh_every: AtLeastOne = 1,
         bandit_id: str = "default",
         seed: int | None = None,
     ):

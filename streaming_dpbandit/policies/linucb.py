@@ -36,6 +36,8 @@ from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import DecisionBatch, Policy
+from .registry import register
+from .types import AtLeastOne, NonNegative, OpenUnit, Positive, PositiveInt
 
 __all__ = ["REFACTOR_EVERY", "LinUCB"]
 
@@ -48,6 +50,7 @@ REFACTOR_EVERY = 256
 FOLD = 256
 
 
+@register
 class LinUCB(Policy):
     """LinUCB, shared parameter over per-arm features, batched and vectorised.
 
@@ -103,13 +106,13 @@ class LinUCB(Policy):
 
     def __init__(
         self,
-        d: int,
-        reg: float = 1.0,
-        beta: float | None = None,
-        alpha: float = 0.01,
-        sigma: float = 1.0,
-        S: float = 1.0,
-        batch_size: int = 1,
+        d: PositiveInt,
+        reg: Positive = 1.0,
+        beta: NonNegative | None = None,
+        alpha: OpenUnit = 0.01,
+        sigma: Positive = 1.0,
+        S: Positive = 1.0,
+        batch_size: AtLeastOne = 1,
         ties: str = "lowest",
         seed: int | None = None,
     ):

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Iterator, Sequence
-from typing import Any, Self
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from scipy.linalg import lapack
@@ -36,6 +36,8 @@ from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ._arm_slots import ArmSlots
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
+from .registry import register
+from .types import AtLeastOne, NonNegative, OpenUnit, Positive, PositiveInt
 
 __all__ = ["LinUCBDisjoint"]
 
@@ -46,6 +48,7 @@ _OUTER_MAX = 1 << 18
 _STACK_MAX_D = 48
 
 
+@register
 class LinUCBDisjoint(Policy):
     """Per-arm ridge models with UCB scores, keyed by arm id, batched and vectorised.
 
@@ -86,6 +89,8 @@ class LinUCBDisjoint(Policy):
     """
 
     name = "linucb-disjoint"
+    #: ``n_arms``, the name of ``max_arms`` before arm-id keying, is still accepted
+    config_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {"max_arms": ("n_arms",)}
 
     # the per-slot models (built by _state/_alloc): statistics, θ, C⁻ᵀ and widths
     _G: FloatArray
@@ -112,15 +117,15 @@ class LinUCBDisjoint(Policy):
 
     def __init__(
         self,
-        d: int,
-        max_arms: int = 1024,
-        reg: float = 1.0,
-        beta: float | None = None,
-        alpha: float = 0.01,
-        sigma: float = 1.0,
-        S: float = 1.0,
-        batch_size: int = 1,
-        pending_capacity: int = 1 << 16,
+        d: PositiveInt,
+        max_arms: PositiveInt = 1024,
+        reg: Positive = 1.0,
+        beta: NonNegative | None = None,
+        alpha: OpenUnit = 0.01,
+        sigma: Positive = 1.0,
+        S: Positive = 1.0,
+        batch_size: AtLeastOne = 1,
+        pending_capacity: AtLeastOne = 1 << 16,
         ties: str = "lowest",
         seed: int | None = None,
     ):

@@ -175,9 +175,9 @@ class MatroidPolicy(SlatePolicy):
         self,
         matroid: Matroid | Mapping[str, Any],
         update_every: int = 1,
-        reward_range: Sequence[float] = (0.0, 1.0),
+        reward_range: tuple[float, float] = (0.0, 1.0),
         default_reward: float = 0.0,
-        item_ids: Sequence[str] | None = None,
+        item_ids: list[str] | None = None,
         bandit_id: str = "default",
         seed: int | None = None,
     ) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import FloatArray, IntArray
 from .matroid_base import MatroidPolicy, RoundNormals, _key
+from .registry import register
 
 __all__ = ["OMM", "CTSGaussian"]
 
@@ -63,6 +64,7 @@ class _CumulativeMatroidPolicy(MatroidPolicy):
         return self
 
 
+@register
 class OMM(_CumulativeMatroidPolicy):
     """Optimistic matroid maximisation: UCB1 indices and the greedy (non-private baseline).
 
@@ -73,6 +75,7 @@ class OMM(_CumulativeMatroidPolicy):
     """
 
     name = "omm"
+    configurable = False  # a non-private baseline for simulations only: no service configuration
 
     def _refresh(self) -> None:
         N = self._N.astype(np.float64)
@@ -87,6 +90,7 @@ class OMM(_CumulativeMatroidPolicy):
         return keys
 
 
+@register
 class CTSGaussian(_CumulativeMatroidPolicy):
     """Combinatorial Thompson sampling with a Gaussian prior and likelihood (non-private).
 
@@ -96,6 +100,7 @@ class CTSGaussian(_CumulativeMatroidPolicy):
     """
 
     name = "cts-gaussian"
+    configurable = False  # a non-private baseline for simulations only: no service configuration
     _fresh_key_order = True
 
     def _init_stats(self) -> None:

@@ -30,8 +30,8 @@ Spec: docs/specs/dp_matroid.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from ..privacy.secure_noise import GRID_MARGIN, grid_of
 from ..privacy.statement import PrivacyStatement
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .matroid_base import MatroidPolicy
+from .types import AtLeastOne, NoiseBackend, Positive, UnitInterval
 
 __all__ = [
     "CALIBRATIONS",
@@ -101,6 +102,17 @@ class PrivateMatroidPolicy(MatroidPolicy):
     """
 
     private = True
+    #: a configuration's ``items`` name the L items (default ``item-0`` … ``item-{L−1}``)
+    config_names: ClassVar[Mapping[str, str]] = {"item_ids": "items"}
+
+    @classmethod
+    def config_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        if params.get("item_ids") is None:
+            from ..matroids import from_description
+
+            n = from_description(dict(params["matroid"])).n_items
+            params = {**params, "item_ids": [f"item-{i}" for i in range(n)]}
+        return params
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -114,17 +126,17 @@ class PrivateMatroidPolicy(MatroidPolicy):
     def __init__(
         self,
         matroid: Matroid | Mapping[str, Any],
-        epsilon: float,
-        calibration: str = "certified",
-        update_every: int = 1,
-        reward_range: Sequence[float] = (0.0, 1.0),
-        default_reward: float = 0.0,
-        item_ids: Sequence[str] | None = None,
+        epsilon: Positive,
+        calibration: Literal["certified", "paper"] = "certified",
+        update_every: AtLeastOne = 1,
+        reward_range: tuple[float, float] = (0.0, 1.0),
+        default_reward: UnitInterval = 0.0,
+        item_ids: list[str] | None = None,
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: str = "fast",
-        exploration: str = "posterior",
+        noise_backend: NoiseBackend = "fast",
+        exploration: Literal["posterior", "thesis"] = "posterior",
     ) -> None:
         super().__init__(
             matroid, update_every, reward_range, default_reward, item_ids, bandit_id, seed

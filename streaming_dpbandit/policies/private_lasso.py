@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 
@@ -60,6 +60,8 @@ from ..privacy.tree_aggregator import TreeAggregator
 from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_pure, rho_sum
 from ..utils.arrays import AnyArray, ArrayLike, BoolArray, FloatArray, IntArray
 from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
+from .registry import register
+from .types import AtLeastOne, Ge, Gt, NoiseBackend, NonNegative, OpenUnit, Positive, PositiveInt
 
 __all__ = ["PrivateLASSO", "clip_rows", "random_argmax"]
 
@@ -113,6 +115,7 @@ def random_argmax(scores: FloatArray, coins: FloatArray) -> tuple[IntArray, Floa
     return argmax_random_ties(adjusted, coins)
 
 
+@register
 class PrivateLASSO(Policy):
     """PrivateLASSO-R: private sparse linear contextual bandit (ρ-zCDP ⇒ (ε, δ)-JDP).
 
@@ -215,6 +218,28 @@ class PrivateLASSO(Policy):
         }
 
     private = True
+    #: public bounds without defaults: a configuration states them
+    required_in_config = frozenset({"clip_l2", "reward_bound"})
+
+    @classmethod
+    def variants(cls) -> dict[tuple[str, object], type]:
+        """``calibration="paper"`` builds the paper's literal algorithm (simulation only)."""
+        from .private_lasso_paper import PrivateLASSOPaper
+
+        return {("calibration", "paper"): PrivateLASSOPaper}
+
+    def secure_by_default(self) -> bool:
+        """The paper's literal calibration has no secure construction."""
+        return self.calibration != "paper"
+
+    def simulation_only(self) -> str | None:
+        if self.support == "oracle":
+            reason = "support=oracle uses the true support and is refused outside mode=simulation"
+        elif self.allow_invalid_privacy:
+            reason = "allow_invalid_privacy is refused outside mode=simulation"
+        else:
+            reason = None
+        return super().simulation_only() or reason
 
     #: True for the paper's literal algorithm (:class:`~.private_lasso_paper.PrivateLASSOPaper`,
     #: the class of ``calibration="paper"``).
@@ -222,38 +247,38 @@ class PrivateLASSO(Policy):
 
     def __init__(
         self,
-        d: int,
-        s0: int,
-        horizon: int,
-        epsilon: float = 1.0,
-        delta: float = 1e-8,
-        mode: str = "forgetful",
-        clip_coord: float = 1.0,
-        clip_l2: float | None = None,
-        reward_bound: float | None = None,
-        theta_bound: float = 1.0,
-        support_cap: int | None = None,
-        l_min: int | None = None,
-        lambda0: float | None = None,
-        sbar_pub: float = 1.0,
-        ridge: float = 1.0,
-        solver_slack: float = 0.05,
+        d: Annotated[int, Gt(1)],
+        s0: PositiveInt,
+        horizon: Annotated[int, Ge(2)],
+        epsilon: Positive = 1.0,
+        delta: OpenUnit = 1e-8,
+        mode: Literal["forgetful", "episodic"] = "forgetful",
+        clip_coord: Positive = 1.0,
+        clip_l2: Positive | None = None,
+        reward_bound: Positive | None = None,
+        theta_bound: Positive = 1.0,
+        support_cap: PositiveInt | None = None,
+        l_min: AtLeastOne | None = None,
+        lambda0: Positive | None = None,
+        sbar_pub: Positive = 1.0,
+        ridge: Positive = 1.0,
+        solver_slack: Positive = 0.05,
         rho_split: dict[str, float] | None = None,
-        shift_beta: float = 0.05,
-        shift_mult: float = 1.0,
-        refresh_every: int = 1,
-        support: str = "svt",
+        shift_beta: OpenUnit = 0.05,
+        shift_mult: NonNegative = 1.0,
+        refresh_every: AtLeastOne = 1,
+        support: Literal["svt", "oracle", "full"] = "svt",
         oracle_support: list[int] | None = None,
-        calibration: str = "certified",
+        calibration: Literal["certified", "repaired", "paper"] = "certified",
         allow_invalid_privacy: bool = False,
         allow_large: bool = False,
-        phi2: float = 0.5,
-        c_x: float = 1.0,
+        phi2: Positive = 0.5,
+        c_x: Positive = 1.0,
         self_check: bool = False,
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: str = "fast",
+        noise_backend: NoiseBackend = "fast",
     ):
         self.d = d
         self.s0 = s0

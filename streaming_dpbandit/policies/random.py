@@ -9,10 +9,13 @@ import numpy as np
 
 from ..utils.arrays import ArrayLike
 from .base import DecisionBatch, Policy
+from .registry import register
+from .types import PositiveInt
 
 __all__ = ["RandomPolicy"]
 
 
+@register
 class RandomPolicy(Policy):
     """Pick an arm uniformly at random (propensity 1/K), learn nothing.
 
@@ -41,7 +44,7 @@ class RandomPolicy(Policy):
         checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4}
 
-    def __init__(self, d: int | None = None, seed: int | None = None):
+    def __init__(self, d: PositiveInt | None = None, seed: int | None = None):
         self.d = d
         self.seed = seed
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 import numpy as np
 
@@ -26,11 +26,14 @@ from ..estimators.sparse_lasso import lasso_rows
 from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import ArrayLike
 from .lasso_bandit import LassoBandit
+from .registry import register
 from .th_lasso import THLassoBandit
+from .types import AtLeastOne, Gt, Positive
 
 __all__ = ["SALassoBandit"]
 
 
+@register
 class SALassoBandit(LassoBandit):
     """Sparsity-agnostic Lasso bandit, spec §6 profile (non-private ε = ∞ reference).
 
@@ -80,13 +83,13 @@ class SALassoBandit(LassoBandit):
 
     def __init__(
         self,
-        d: int,
-        lambda0: float = 0.1,
-        refit_every: int = 200,
-        clip_coord: float | None = None,
-        clip_l2: float | None = None,
-        reward_bound: float | None = None,
-        tol: float = 1e-6,
+        d: Annotated[int, Gt(1)],
+        lambda0: Positive = 0.1,
+        refit_every: AtLeastOne = 200,
+        clip_coord: Positive | None = None,
+        clip_l2: Positive | None = None,
+        reward_bound: Positive | None = None,
+        tol: Positive = 1e-6,
         seed: int | None = None,
     ):
         self.d = d

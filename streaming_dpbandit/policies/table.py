@@ -7,17 +7,20 @@ features — and of any randomised baseline: π(a | position p) for every slate 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .base import DecisionBatch, Policy
+from .registry import register
+from .types import PositiveInt
 
 __all__ = ["TablePolicy"]
 
 
+@register
 class TablePolicy(Policy):
     """Choose arm a at slate position p with probability ``probabilities[p][a]``.
 
@@ -47,6 +50,7 @@ class TablePolicy(Policy):
     """
 
     name = "table"
+    config_types: ClassVar[Mapping[str, Any]] = {"probabilities": list[list[float]] | list[float]}
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -55,7 +59,7 @@ class TablePolicy(Policy):
         yield {"probabilities": [[0.2, 0.5, 0.3]]}
 
     def __init__(
-        self, probabilities: ArrayLike, d: int | None = None, seed: int | None = None
+        self, probabilities: ArrayLike, d: PositiveInt | None = None, seed: int | None = None
     ) -> None:
         self.probabilities = probabilities
         self.d = d

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Protocol, Self
+from typing import Annotated, Any, Protocol, Self
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .base import DecisionBatch, Policy
 from .private_lasso import clip_rows, random_argmax
+from .registry import register
+from .types import AtLeastOne, Gt, Positive
 
 __all__ = ["THLassoBandit"]
 
@@ -39,6 +41,7 @@ class _Clipped(Protocol):
     _counters: dict[str, int]
 
 
+@register
 class THLassoBandit(Policy):
     """Thresholded Lasso bandit (non-private ε = ∞ reference).
 
@@ -90,14 +93,14 @@ class THLassoBandit(Policy):
 
     def __init__(
         self,
-        d: int,
-        lambda0: float = 0.02,
-        refit_every: int = 1,
-        first_refit: int = 2,
-        clip_coord: float | None = None,
-        clip_l2: float | None = None,
-        reward_bound: float | None = None,
-        tol: float = 1e-6,
+        d: Annotated[int, Gt(1)],
+        lambda0: Positive = 0.02,
+        refit_every: AtLeastOne = 1,
+        first_refit: AtLeastOne = 2,
+        clip_coord: Positive | None = None,
+        clip_l2: Positive | None = None,
+        reward_bound: Positive | None = None,
+        tol: Positive = 1e-6,
         seed: int | None = None,
     ):
         self.d = d

@@ -39,7 +39,9 @@ def _check_yaml_types(path) -> None:
         if field is None or field.annotation is None:
             continue  # reported by the full validation
         try:  # JSON mode: str → Path and list → tuple stay allowed; "1.5" → float does not
-            TypeAdapter(field.annotation).validate_json(json.dumps(value, default=str), strict=True)
+            TypeAdapter(field.annotation).validate_json(
+                json.dumps(value, default=str), strict=True, context={"strict": True}
+            )
         except ValidationError as err:
             for e in err.errors():
                 if e["type"] not in _STRICT_TYPES or not isinstance(e["input"], str):

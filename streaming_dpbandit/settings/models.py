@@ -2,7 +2,8 @@
 
 Sources, highest priority first: command-line overrides, ``DPBANDIT_...`` environment
 variables, the YAML file, defaults (:func:`~.loading.load_service_settings`). A bandit's
-``policy`` is a :data:`~streaming_dpbandit.config.PolicyConfig`.
+``policy`` is a :data:`~streaming_dpbandit.config.PolicyField`: any registered policy's
+configuration.
 """
 
 from __future__ import annotations
@@ -20,13 +21,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from ..config import (
-    DPMatroidConfig,
-    LDPGLBConfig,
-    PolicyConfig,
-    UserLevelConfig,
-    validate_for_mode,
-)
+from ..config import PolicyField, UserLevelConfig, validate_for_mode
+from ..policies import is_slate
 
 #: The YAML file :func:`~.loading.load_service_settings` is reading (``{"path": ...}``), for
 #: :meth:`ServiceSettings.settings_customise_sources`.
@@ -268,7 +264,7 @@ class FeaturesSettings(_Section):
 class BanditSettings(_Section):
     """One bandit: its policy and how its rewards are joined."""
 
-    policy: PolicyConfig
+    policy: PolicyField
     privacy: Literal["central", "local"] = Field(
         "central",
         description="local: devices privatise their own reports (policy ldp-glb); the feedback "
@@ -553,7 +549,7 @@ class ServiceSettings(BaseSettings):
     def _check(self):
         for name, b in self.bandits.items():
             validate_for_mode(b.policy, self.mode)
-            is_ldp = isinstance(b.policy, LDPGLBConfig)
+            is_ldp = b.policy.policy == "ldp-glb"  # the local-DP runtime (stream/local/)
             if b.privacy == "local" and not is_ldp:
                 raise ValueError(f"bandit {name}: privacy=local needs policy ldp-glb")
             if is_ldp and b.privacy != "local":
@@ -561,7 +557,7 @@ class ServiceSettings(BaseSettings):
                     f"bandit {name}: policy ldp-glb runs with privacy=local (the devices "
                     "privatise their reports; a central ldp-glb bandit would see raw data)"
                 )
-            if isinstance(b.policy, DPMatroidConfig):
+            if is_slate(b.policy.policy):
                 _check_slate_bandit(name, b)
             if b.reward_bounds is not None and not b.reward_bounds[0] < b.reward_bounds[1]:
                 raise ValueError(

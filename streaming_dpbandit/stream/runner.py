@@ -92,7 +92,7 @@ def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Tr
 
         env = slate_environment(sim.env, sim.env_params)
         bandit = settings.bandits.get(sim.bandit_id)
-        items = bandit.policy.item_ids() if bandit and hasattr(bandit.policy, "item_ids") else None
+        items = bandit.policy.params().get("item_ids") if bandit else None
         source = SlateSimulatedSource(env, sim.events, item_ids=items, **stream, **timing)
         return InProcessTransport(source, keep_outputs)
     env = REGISTRY[sim.env](**sim.env_params)

@@ -25,6 +25,19 @@ def test_every_constructor_parameter_has_a_config_field_and_back(name):
     )
 
 
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_configuration_field_is_documented_by_the_policy(name):
+    """Each field's description is its parameter's entry in the policy's numpydoc
+    ``Parameters`` (the configuration is derived from the class: docs and code are one)."""
+    config = CONFIGS[name]
+    undocumented = [
+        field
+        for field, info in config.model_fields.items()
+        if field not in ("policy", "private") and not info.description
+    ]
+    assert undocumented == []
+
+
 def test_parity_check_fails_on_a_missing_field():
     """The check above can fail: a constructor parameter without a field is caught."""
 
@@ -57,19 +70,24 @@ def test_the_lazy_registry_and_the_union_name_the_same_classes():
     assert [CONFIGS[name] for name in CONFIGS] == list(members)
 
 
-def test_the_lazy_registry_refuses_a_class_of_another_name():
-    """The check that a registered class's ``policy`` is its registry name can fail."""
-    from streaming_dpbandit.config.registry import _policy_default
-    from streaming_dpbandit.utils.lazy import LazyRegistry
+def test_the_registry_refuses_a_second_class_of_one_name():
+    """One name, one policy: registering another class under a registered name fails (and a
+    name that is not a policy name is refused)."""
+    from streaming_dpbandit.policies import register
 
-    wrong = LazyRegistry(
-        "streaming_dpbandit.config",
-        {"random": ("policies", "GreedyConfig")},
-        name_of=(_policy_default, "policy"),
-    )
-    assert "random" in wrong
-    with pytest.raises(RuntimeError, match=r"GreedyConfig\.policy"):
-        wrong["random"]
+    with pytest.raises(ValueError, match=r"'greedy' is taken by .*GreedyRidge"):
+
+        @register
+        class Greedy(REGISTRY["linucb"]):
+            name = "greedy"
+
+    with pytest.raises(ValueError, match="lower-case policy name"):
+
+        @register
+        class Shouting(REGISTRY["linucb"]):
+            name = "GREEDY"
+
+    assert REGISTRY["greedy"].__name__ == "GreedyRidge"
 
 
 def test_slate_policies_have_no_single_arm_interface():

@@ -4,7 +4,8 @@ from typing import reveal_type
 
 import numpy as np
 
-from streaming_dpbandit.policies import FLIPHAT, LinUCBDisjoint
+from streaming_dpbandit.policies.fliphat import FLIPHAT
+from streaming_dpbandit.policies.linucb_disjoint import LinUCBDisjoint
 from streaming_dpbandit.privacy.accountant import Accountant
 
 policy = LinUCBDisjoint(d=2, alpha=1.0, seed=0)

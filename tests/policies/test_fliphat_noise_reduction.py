@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming_dpbandit.config import FliphatConfig
+from streaming_dpbandit.config import CONFIGS
 from streaming_dpbandit.estimators.accumulator import grid_floor
 from streaming_dpbandit.estimators.niht import NIHT, niht_sensitivity
 from streaming_dpbandit.policies.fliphat import FLIPHAT, GRAD_CLIP_FACTOR, default_grad_clip
@@ -26,6 +26,7 @@ from streaming_dpbandit.privacy.peeling_accounting import (
 )
 
 D = 12
+FliphatConfig = CONFIGS["fliphat"]
 
 
 def policy(**kw):

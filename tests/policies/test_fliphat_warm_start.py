@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from streaming_dpbandit.config import FliphatConfig
+from streaming_dpbandit.config import CONFIGS
 from streaming_dpbandit.estimators.accumulator import EpisodeAccumulator, grid_floor
 from streaming_dpbandit.estimators.niht import NIHT
 from streaming_dpbandit.policies.fliphat import (
@@ -28,6 +28,7 @@ from streaming_dpbandit.privacy.peeling_accounting import peeling_pld_ratio
 from streaming_dpbandit.privacy.scale_release import SCALE_GRID, scale_bins, scale_release
 
 D = 12
+FliphatConfig = CONFIGS["fliphat"]
 
 
 def policy(**kw):

@@ -32,7 +32,6 @@ import hashlib
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
@@ -47,9 +46,6 @@ from ...privacy.user_level import user_level_of_records
 from ...settings import BanditSettings
 from ...utils.serialization import dumps
 from .schemas import LDPReportMessage
-
-if TYPE_CHECKING:
-    from ...config import LDPGLBConfig
 
 __all__ = ["DedupWindow", "LocalBanditRuntime", "LocalMetrics", "learned_local_bytes", "model_id"]
 
@@ -192,7 +188,7 @@ class LocalBanditRuntime:
     ):
         self.bandit_id = bandit_id
         self.settings = settings
-        cfg = cast("LDPGLBConfig", settings.policy)  # privacy=local: checked by the settings
+        cfg = settings.policy  # LDP-GLB's (privacy=local: checked by the settings)
         #: user level (docs/privacy/user-level-ldp.md): the model at the per-report calibration
         #: of k reports per user; the devices bound themselves, records carry the bound
         self.user_bound: dict | None = None
