@@ -17,10 +17,14 @@ Nothing here logs; the histogram is raw-derived (snapshot only).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
 from .noise import NoiseGenerator
+
+if TYPE_CHECKING:  # privacy/ and utils/ are independent layers: annotations only
+    from ..utils.arrays import ArrayLike, FloatArray, IntArray
 
 __all__ = ["SCALE_GRID", "scale_bins", "scale_release"]
 
