@@ -30,14 +30,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # dpbandit_testing, the helpers beside the package
 
 from bench_service import start_broker, stop_broker  # noqa: E402
 
+from dpbandit_testing.broadcast_kafka import POLICY, Client, read_partition  # noqa: E402
+from dpbandit_testing.stream_helpers import BANDIT, D, K, bandit_config, kafka_topics  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
 from streaming_dpbandit.policies import FLIPHAT  # noqa: E402
 from streaming_dpbandit.stream.scaling.models_topic import model_message  # noqa: E402
-from streaming_dpbandit.testing.broadcast_kafka import POLICY, Client, read_partition  # noqa: E402
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K, bandit_config, kafka_topics  # noqa: E402
 
 
 def topics_for(name: str) -> dict:

@@ -34,10 +34,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # dpbandit_testing, the helpers beside the package
 
 import bench_service as bs  # noqa: E402
 
-from streaming_dpbandit.testing.stream_helpers import kafka_topics  # noqa: E402
+from dpbandit_testing.stream_helpers import kafka_topics  # noqa: E402
 
 ENCODINGS = ("json", "f64")
 

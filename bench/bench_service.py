@@ -60,7 +60,9 @@ from typing import TypeVar
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # dpbandit_testing, the helpers beside the package
 
+from dpbandit_testing.stream_helpers import kafka_topics  # noqa: E402
 from streaming_dpbandit.envs import FliphatPaperEnv  # noqa: E402
 from streaming_dpbandit.settings import ServiceSettings  # noqa: E402
 from streaming_dpbandit.stream.binary_context import (  # noqa: E402
@@ -77,7 +79,6 @@ from streaming_dpbandit.stream.sim.sources import (  # noqa: E402
     Source,
 )
 from streaming_dpbandit.stream.transport import InProcessTransport  # noqa: E402
-from streaming_dpbandit.testing.stream_helpers import kafka_topics  # noqa: E402
 
 D, K = 100, 3
 TOPICS = ("dpbandit.contexts", "dpbandit.feedback")

@@ -30,7 +30,7 @@ def rng():
 # Real Apache Kafka (see docs/kafka-tests.md). Tests that use these fixtures are marked
 # @pytest.mark.kafka; they never skip: when no broker can be had, the fixture raises with why.
 
-from streaming_dpbandit.testing.kafka_broker import KafkaBroker, unique_topic_name  # noqa: E402
+from dpbandit_testing.kafka_broker import KafkaBroker, unique_topic_name  # noqa: E402
 
 
 @pytest.fixture(scope="session")

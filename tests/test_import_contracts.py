@@ -75,8 +75,8 @@ def test_no_module_of_the_service_is_over_500_lines():
 
 
 def test_no_test_module_imports_another():
-    """Helpers that several tests share live in ``streaming_dpbandit/testing/`` (the top layer
-    of the import contract); a test importing another test module breaks when files move."""
+    """Helpers that several tests share live in ``dpbandit_testing/`` (beside the package,
+    not in its wheel); a test importing another test module breaks when files move."""
     import re
 
     pattern = re.compile(r"^\s*(from|import)\s+(tests\.|test_)", re.MULTILINE)

@@ -161,7 +161,7 @@ def test_reproduce_small_run_json(tmp_path, capsys):
 
 
 def test_budget_reports_spend_and_statement(tmp_path, capsys):
-    from streaming_dpbandit.testing.ledger_helpers import run_into_ledger
+    from dpbandit_testing.ledger_helpers import run_into_ledger
 
     path = tmp_path / "ledger.jsonl"
     pol = FLIPHAT(

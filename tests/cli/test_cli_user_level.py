@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
+from dpbandit_testing.replay_helpers import service_log_lines, write_jsonl
 from streaming_dpbandit.cli import main
-from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -230,8 +230,8 @@ def test_replay_user_bound_changes_what_the_policy_learns(tmp_path):
 
 # -- budget ----------------------------------------------------------------------------------
 def test_budget_states_the_whole_run_guarantee_per_user(tmp_path, capsys):
+    from dpbandit_testing.ledger_helpers import run_into_ledger
     from streaming_dpbandit.config import UserLevelConfig, policy_config
-    from streaming_dpbandit.testing.ledger_helpers import run_into_ledger
 
     pol = UserLevelConfig(max_contributions_per_user=2, max_releases_per_user=3).build(
         policy_config(

@@ -10,9 +10,9 @@ import io
 import pytest
 import yaml
 
+from dpbandit_testing.stream_helpers import BANDIT, bandit_config, record_stream
 from streaming_dpbandit.cli import build_parser, main
 from streaming_dpbandit.commands.serve import build_service_settings
-from streaming_dpbandit.testing.stream_helpers import BANDIT, bandit_config, record_stream
 
 
 @pytest.fixture(scope="module")

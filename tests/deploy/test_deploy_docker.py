@@ -18,14 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streaming_dpbandit.cli import build_parser
-from streaming_dpbandit.commands.serve import build_service_settings
-from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.probes import Readiness
-from streaming_dpbandit.settings import ServiceSettings
-from streaming_dpbandit.stream.runner import start_metrics_server
-from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings
-from streaming_dpbandit.testing.deploy_helpers import (
+from dpbandit_testing.deploy_helpers import (
     DEPLOY,
     DOCKER,
     DOCKERFILE,
@@ -35,6 +28,13 @@ from streaming_dpbandit.testing.deploy_helpers import (
     load_yaml,
     stages,
 )
+from streaming_dpbandit.cli import build_parser
+from streaming_dpbandit.commands.serve import build_service_settings
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.probes import Readiness
+from streaming_dpbandit.settings import ServiceSettings
+from streaming_dpbandit.stream.runner import start_metrics_server
+from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings
 
 COMPOSE = DOCKER / "docker-compose.yml"
 SERVICES = {"kafka", "dpbandit", "loadgen", "prometheus", "grafana"}

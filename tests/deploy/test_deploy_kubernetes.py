@@ -13,9 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from streaming_dpbandit.cli import build_parser
-from streaming_dpbandit.commands.serve import build_service_settings
-from streaming_dpbandit.testing.deploy_helpers import (
+from dpbandit_testing.deploy_helpers import (
     DEPLOY,
     args_default,
     image_env,
@@ -23,6 +21,8 @@ from streaming_dpbandit.testing.deploy_helpers import (
     load_yaml_all,
     rule_groups,
 )
+from streaming_dpbandit.cli import build_parser
+from streaming_dpbandit.commands.serve import build_service_settings
 
 K8S = DEPLOY / "kubernetes"
 KUBE_VERSION = "1.30.0"  # the oldest Kubernetes these manifests target

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from streaming_dpbandit.testing.deploy_helpers import (
+from dpbandit_testing.deploy_helpers import (
     DEPLOY,
     REPO,
     check_promql,

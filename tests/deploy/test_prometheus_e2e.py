@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dpbandit_testing.deploy_helpers import DEPLOY, REPO
 from streaming_dpbandit.envs import FliphatPaperEnv
-from streaming_dpbandit.testing.deploy_helpers import DEPLOY, REPO
 
 EVENTS = 40_000
 BANDIT = "default"

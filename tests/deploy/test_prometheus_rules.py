@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from streaming_dpbandit.testing.deploy_helpers import (
+from dpbandit_testing.deploy_helpers import (
     DEPLOY,
     REPO,
     check_promql,

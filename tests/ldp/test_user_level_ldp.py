@@ -143,8 +143,8 @@ def test_simulate_states_the_user_level_guarantee_of_a_local_policy(tmp_path, ca
 
 
 def test_replay_of_a_local_policy_sends_at_most_k_reports_per_user(tmp_path, capsys):
+    from dpbandit_testing.replay_helpers import service_log_lines, write_jsonl
     from streaming_dpbandit.cli import main
-    from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
     lines = service_log_lines(1200, K=3, d=4, seed=2)
     rng = np.random.default_rng(1)

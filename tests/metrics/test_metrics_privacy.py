@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dpbandit_testing.stream_helpers import BANDIT, dead_letters, record_stream, run_file
 from streaming_dpbandit.metrics import RAW_REWARD_METRICS, ServiceMetrics
-from streaming_dpbandit.testing.stream_helpers import BANDIT, dead_letters, record_stream, run_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,13 +5,13 @@ import copy
 import numpy as np
 import pytest
 
+from dpbandit_testing.dp_linucb_helpers import ENV, fixed_stream, make, run
 from streaming_dpbandit.config import ConfigError, policy_config, validate_for_mode
 from streaming_dpbandit.policies import FLIPHAT
 from streaming_dpbandit.privacy.accountant import Accountant
 from streaming_dpbandit.privacy.ledger import Ledger
 from streaming_dpbandit.privacy.statement import PAPER_LABEL
 from streaming_dpbandit.privacy.symmetric import packing
-from streaming_dpbandit.testing.dp_linucb_helpers import ENV, fixed_stream, make, run
 from streaming_dpbandit.utils.serialization import dumps, loads
 
 

@@ -163,7 +163,7 @@ def test_invalid_blt_combinations_are_refused(kwargs, message):
 
 
 def test_policy_runs_restores_identically_and_ledgers_blt():
-    from streaming_dpbandit.testing.dp_linucb_helpers import fixed_stream, make, run
+    from dpbandit_testing.dp_linucb_helpers import fixed_stream, make, run
 
     stream = fixed_stream(1500, seed=2)
     full, r_full = make(tree_impl="blt"), []
@@ -181,7 +181,7 @@ def test_policy_runs_restores_identically_and_ledgers_blt():
 
 
 def test_blt_is_the_default_where_it_applies_and_snapshots_record_the_mechanism():
-    from streaming_dpbandit.testing.dp_linucb_helpers import fixed_stream, run
+    from dpbandit_testing.dp_linucb_helpers import fixed_stream, run
 
     default = DPLinUCB(d=4, epsilon=1.0, delta=0.1, n_cap=1 << 14, batch_size=32, seed=11)
     assert default.tree_impl == "auto" and default.resolved_tree_impl() == "blt"
@@ -197,7 +197,7 @@ def test_a_snapshot_of_the_old_default_tree_restores_as_the_tree():
     """A snapshot written when the binary tree was the default (no top-level ``tree_impl``;
     its parameters say ``binary``) restores into a default-configured policy as the tree and
     continues exactly as the uninterrupted tree run."""
-    from streaming_dpbandit.testing.dp_linucb_helpers import fixed_stream, make, run
+    from dpbandit_testing.dp_linucb_helpers import fixed_stream, make, run
 
     stream = fixed_stream(1200, seed=5)
     full, r_full = make(tree_impl="binary"), []

@@ -10,6 +10,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpbandit_testing.secure_audit_helpers import (
+    SecureBatches,
+    check_audit_and_mutant,
+    run_audit,
+)
 from streaming_dpbandit.experiments.audits import _rescaled_weights, gram_pair
 from streaming_dpbandit.policies import DPLinUCB
 from streaming_dpbandit.privacy.accountant import Accountant
@@ -19,11 +24,6 @@ from streaming_dpbandit.privacy.rows import prepare_rows
 from streaming_dpbandit.privacy.secure_steps import ExactToeplitzSteps
 from streaming_dpbandit.privacy.symmetric import packing
 from streaming_dpbandit.privacy.zcdp import delta_from_rho_cks
-from streaming_dpbandit.testing.secure_audit_helpers import (
-    SecureBatches,
-    check_audit_and_mutant,
-    run_audit,
-)
 
 
 def _drive(pol, rounds, seed=0, batch=8):

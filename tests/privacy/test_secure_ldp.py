@@ -11,6 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpbandit_testing.secure_audit_helpers import (
+    SecureBatches,
+    check_audit_and_mutant,
+    run_audit,
+)
 from streaming_dpbandit.ldp import ModelSnapshot, ModelSpec
 from streaming_dpbandit.ldp.client import LDPClient
 from streaming_dpbandit.ldp.gaussian import GaussianOLSMechanism, ols_tau
@@ -20,11 +25,6 @@ from streaming_dpbandit.ldp.randomizers import build_payloads
 from streaming_dpbandit.privacy.noise import NoiseSource
 from streaming_dpbandit.privacy.secure_noise import grid_of
 from streaming_dpbandit.privacy.zcdp import delta_from_rho_cks
-from streaming_dpbandit.testing.secure_audit_helpers import (
-    SecureBatches,
-    check_audit_and_mutant,
-    run_audit,
-)
 
 
 def _audit_l2(backend, multiplier, n=40_000, epsilon=1.0, d=3, seed=7):

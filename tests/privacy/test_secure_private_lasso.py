@@ -7,6 +7,11 @@ integer Gram in units of a grid dividing 2⁻³² (docs/privacy/secure-noise.md,
 import numpy as np
 import pytest
 
+from dpbandit_testing.secure_audit_helpers import (
+    SecureBatches,
+    check_audit_and_mutant,
+    run_audit,
+)
 from streaming_dpbandit.envs import MarginEnv
 from streaming_dpbandit.policies import PrivateLASSO, PrivateLASSOPaper
 from streaming_dpbandit.privacy.accountant import Accountant
@@ -18,11 +23,6 @@ from streaming_dpbandit.privacy.gram import (
 )
 from streaming_dpbandit.privacy.noise import NoiseSource
 from streaming_dpbandit.privacy.zcdp import epsilon_from_rho_cks
-from streaming_dpbandit.testing.secure_audit_helpers import (
-    SecureBatches,
-    check_audit_and_mutant,
-    run_audit,
-)
 
 
 def test_secure_gram_release_is_on_the_grid_and_symmetric():

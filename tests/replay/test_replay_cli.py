@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
+from dpbandit_testing.replay_helpers import service_log_lines, write_jsonl
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.replay.datasets import obd_sample
-from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
 RANDOM = str(obd_sample("random"))
 BTS = str(obd_sample("bts"))

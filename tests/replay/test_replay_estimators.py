@@ -4,10 +4,10 @@ exact streaming moments and the bounded-memory bootstrap."""
 import numpy as np
 import pytest
 
+from dpbandit_testing.replay_helpers import DiscreteProblem
 from streaming_dpbandit.replay.bootstrap import BlockBootstrap
 from streaming_dpbandit.replay.moments import RatioMoments
 from streaming_dpbandit.replay.ope import DM, DR, ESTIMATORS, IPS, SNIPS, WeightDiagnostics
-from streaming_dpbandit.testing.replay_helpers import DiscreteProblem
 
 REPS = 1000  # coverage band 93–97%: ±2 points is ±2.9 binomial s.d. at 95% and 1,000 reps
 #: Events per log. Non-uniform logging has heavier weights (here up to 20, E[w²] ≈ 5): at

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
+from dpbandit_testing.replay_helpers import service_log_lines, write_jsonl
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.replay.errors import LogFormatError
 from streaming_dpbandit.replay.readers.kafka_log import KafkaLogReader
 from streaming_dpbandit.replay.readers.service_jsonl import ServiceJsonlReader
-from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
 pytestmark = pytest.mark.kafka
 

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from dpbandit_testing.replay_helpers import service_log_lines, write_jsonl
 from streaming_dpbandit.replay.build import make_reader
 from streaming_dpbandit.replay.datasets import obd_sample
 from streaming_dpbandit.replay.errors import LogFormatError
@@ -18,7 +19,6 @@ from streaming_dpbandit.replay.readers.obd import ObdReader
 from streaming_dpbandit.replay.readers.service_jsonl import ServiceJsonlReader
 from streaming_dpbandit.replay.readers.tabular import ColumnMapping, CsvReader, ParquetReader
 from streaming_dpbandit.stream.messages import context_value
-from streaming_dpbandit.testing.replay_helpers import service_log_lines, write_jsonl
 
 
 def read_all(reader, chunk=None):

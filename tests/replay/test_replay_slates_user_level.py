@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
+from dpbandit_testing.slate_helpers import slate_decision_value
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.privacy.user_bound import UserContributionBound
 from streaming_dpbandit.replay.slates import read_slate_log
-from streaming_dpbandit.testing.slate_helpers import slate_decision_value
 
 L, K, USERS = 6, 2, 40
 MEANS = np.linspace(0.1, 0.8, L)

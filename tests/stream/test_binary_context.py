@@ -10,6 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpbandit_testing.poison_helpers import (
+    T0,
+    good_raw_context,
+    malformed_raw_contexts,
+    raw_context_with_ids,
+)
+from dpbandit_testing.stream_helpers import D, K
 from streaming_dpbandit.stream.binary_context import (
     BadBinaryContext,
     decode_binary_context,
@@ -17,13 +24,6 @@ from streaming_dpbandit.stream.binary_context import (
 )
 from streaming_dpbandit.stream.messages import FEATURE_ENCODINGS, context_value
 from streaming_dpbandit.stream.schemas import ContextEvent
-from streaming_dpbandit.testing.poison_helpers import (
-    T0,
-    good_raw_context,
-    malformed_raw_contexts,
-    raw_context_with_ids,
-)
-from streaming_dpbandit.testing.stream_helpers import D, K
 
 IDS = ["shoes", "hats", "ü-☃"]
 

@@ -17,17 +17,17 @@ import time
 
 import pytest
 
-from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sim.sources import FileSource
-from streaming_dpbandit.stream.transport import InProcessTransport
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     dead_letters,
     record_stream,
     run_file,
     settings,
 )
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.stream.service import Service
+from streaming_dpbandit.stream.sim.sources import FileSource
+from streaming_dpbandit.stream.transport import InProcessTransport
 
 DAY = 86_400.0
 

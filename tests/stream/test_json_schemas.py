@@ -19,6 +19,14 @@ import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
 
+from dpbandit_testing.ldp_stream_helpers import local_bandit, record_reports
+from dpbandit_testing.slate_helpers import SYNTHETIC, record_slate_stream, slate_bandit
+from dpbandit_testing.stream_helpers import (
+    BANDIT,
+    bad_input_stream,
+    record_stream,
+    run_file,
+)
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.envs import FliphatPaperEnv, MatroidSyntheticEnv
 from streaming_dpbandit.stream.json_schemas import MESSAGES, json_schema, schema_text
@@ -31,14 +39,6 @@ from streaming_dpbandit.stream.schemas import (
     parse_feedback,
 )
 from streaming_dpbandit.stream.sim.loadgen import RealTimeStream
-from streaming_dpbandit.testing.ldp_stream_helpers import local_bandit, record_reports
-from streaming_dpbandit.testing.slate_helpers import SYNTHETIC, record_slate_stream, slate_bandit
-from streaming_dpbandit.testing.stream_helpers import (
-    BANDIT,
-    bad_input_stream,
-    record_stream,
-    run_file,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = [REPO / "streaming_dpbandit" / "data" / "schemas", REPO / "docs" / "schemas"]

@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from streaming_dpbandit.testing.stream_helpers import decisions, ledger_digests, run_file
+from dpbandit_testing.stream_helpers import decisions, ledger_digests, run_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "legacy_state"
 
@@ -34,8 +34,8 @@ def test_the_legacy_state_is_refused_under_another_configuration(tmp_path):
     """The snapshot really is read (its fingerprint is checked), not silently replaced."""
     import pytest
 
+    from dpbandit_testing.stream_helpers import bandit_config
     from streaming_dpbandit.stream.service import ServiceStartError
-    from streaming_dpbandit.testing.stream_helpers import bandit_config
 
     stream = tmp_path / "stream.jsonl"
     stream.write_bytes(gzip.decompress((DATA / "stream.jsonl.gz").read_bytes()))

@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
+from dpbandit_testing.stream_helpers import BANDIT, D, K
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.errors import ConfigError
 from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.sim.loadgen import RealTimeStream, check_loadgen_settings
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K
 
 
 def test_real_time_stream_paces_contexts_and_schedules_rewards_after_decisions():

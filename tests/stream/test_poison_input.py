@@ -16,17 +16,7 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.settings import TopicsSettings
-from streaming_dpbandit.stream.bandit import BanditRuntime
-from streaming_dpbandit.stream.binary_context import MAGIC, decode_binary_context
-from streaming_dpbandit.stream.messages import context_value
-from streaming_dpbandit.stream.scaling.broadcast import learner_service
-from streaming_dpbandit.stream.scaling.replica import DecisionReplica, dead_letters_of
-from streaming_dpbandit.stream.schemas import ContextEvent, parse_feedback
-from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.transport import InProcessTransport, Source
-from streaming_dpbandit.testing.poison_helpers import (
+from dpbandit_testing.poison_helpers import (
     CONTEXTS,
     FEEDBACK,
     FIXED,
@@ -41,8 +31,18 @@ from streaming_dpbandit.testing.poison_helpers import (
     good_watermark,
     malformed_raw_contexts,
 )
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K
-from streaming_dpbandit.testing.stream_helpers import settings as service_settings
+from dpbandit_testing.stream_helpers import BANDIT, D, K
+from dpbandit_testing.stream_helpers import settings as service_settings
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.settings import TopicsSettings
+from streaming_dpbandit.stream.bandit import BanditRuntime
+from streaming_dpbandit.stream.binary_context import MAGIC, decode_binary_context
+from streaming_dpbandit.stream.messages import context_value
+from streaming_dpbandit.stream.scaling.broadcast import learner_service
+from streaming_dpbandit.stream.scaling.replica import DecisionReplica, dead_letters_of
+from streaming_dpbandit.stream.schemas import ContextEvent, parse_feedback
+from streaming_dpbandit.stream.service import Service
+from streaming_dpbandit.stream.transport import InProcessTransport, Source
 
 leaves = (
     st.none()

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     dead_letters,
     decisions,
@@ -80,7 +80,7 @@ def test_binary_features_learn_exactly_what_json_features_do(stream, reference, 
     """The binary forms (arm_features_f64 in the JSON; the binary context message) carry the
     same float64 values as the JSON lists: the same decisions, the same learned state and the
     same releases."""
-    from streaming_dpbandit.testing.stream_helpers import binary_copy
+    from dpbandit_testing.stream_helpers import binary_copy
 
     ref_state, ref_svc, ref_transport, _ = reference
     path = tmp_path / "binary.jsonl"
@@ -104,12 +104,12 @@ def test_feedback_far_ahead_of_its_contexts_is_paced_and_changes_nothing(
     backlog, and the feedback paused above 200 held messages: the outcome is the reference's.
     (How many are held at once is bounded through the real broker, test_service_kafka.py: the
     in-process transport hands over everything queued meanwhile when a partition resumes.)"""
+    from dpbandit_testing.stream_helpers import settings
     from streaming_dpbandit.metrics import ServiceMetrics
     from streaming_dpbandit.stream import feedback as feedback_module
     from streaming_dpbandit.stream import service as service_module
     from streaming_dpbandit.stream.sim.sources import FileSource
     from streaming_dpbandit.stream.transport import InProcessTransport
-    from streaming_dpbandit.testing.stream_helpers import settings
 
     _, ref_svc, _, _ = reference
     lines = stream[0].read_text().splitlines()
@@ -213,7 +213,7 @@ def test_restart_on_a_finished_state_is_a_no_op(stream, reference, tmp_path):
 
 
 def test_config_change_is_refused_on_restart(stream, reference, tmp_path):
-    from streaming_dpbandit.testing.stream_helpers import bandit_config
+    from dpbandit_testing.stream_helpers import bandit_config
 
     run_file(tmp_path, stream[0])
     with pytest.raises(RuntimeError, match="configuration of bandit"):
@@ -248,7 +248,7 @@ def test_blocking_at_releases_is_deterministic(tmp_path):
 def test_bad_input_goes_to_the_dead_letter_topic_and_nothing_else_is_lost(
     stream, reference, tmp_path
 ):
-    from streaming_dpbandit.testing.stream_helpers import (
+    from dpbandit_testing.stream_helpers import (
         CATALOG,
         bad_input_stream,
         bandit_config,
@@ -309,7 +309,7 @@ def test_bad_input_leaves_no_reference_cycles_holding_queued_events(stream, tmp_
     runs rarely) frees, with its batch of parsed events (40 MB in the memory bench)."""
     import gc
 
-    from streaming_dpbandit.testing.stream_helpers import (
+    from dpbandit_testing.stream_helpers import (
         CATALOG,
         bad_input_stream,
         bandit_config,
@@ -417,10 +417,10 @@ def test_a_blocked_bandit_does_not_rescan_its_queued_contexts_at_every_poll(
     through a catch-up. Each context is now looked at once per poll only while the bandit can
     decide it: over the whole run, at most once per record plus once per poll (the queue's
     head). The outcome is the reference's."""
+    from dpbandit_testing.stream_helpers import settings
     from streaming_dpbandit.metrics import ServiceMetrics
     from streaming_dpbandit.stream import service as service_module
     from streaming_dpbandit.stream.contexts import ContextStage
-    from streaming_dpbandit.testing.stream_helpers import settings
 
     _, ref_svc, _, _ = reference
     scanned = [0]

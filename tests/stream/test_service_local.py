@@ -11,13 +11,7 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
-from streaming_dpbandit.errors import ConfigError
-from streaming_dpbandit.ldp import LDPClient, ModelSnapshot, fetch_snapshot
-from streaming_dpbandit.privacy.accountant import Accountant
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.settings import load_service_settings
-from streaming_dpbandit.stream.local.publisher import ModelStore, start_model_server
-from streaming_dpbandit.testing.ldp_stream_helpers import (
+from dpbandit_testing.ldp_stream_helpers import (
     BANDIT,
     MODELS,
     local_bandit,
@@ -29,7 +23,13 @@ from streaming_dpbandit.testing.ldp_stream_helpers import (
     state_leaks,
     text_leaks,
 )
-from streaming_dpbandit.testing.stream_helpers import dead_letters, ledger_digests, run_file
+from dpbandit_testing.stream_helpers import dead_letters, ledger_digests, run_file
+from streaming_dpbandit.errors import ConfigError
+from streaming_dpbandit.ldp import LDPClient, ModelSnapshot, fetch_snapshot
+from streaming_dpbandit.privacy.accountant import Accountant
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.settings import load_service_settings
+from streaming_dpbandit.stream.local.publisher import ModelStore, start_model_server
 
 REPORTS = 3000
 

@@ -8,15 +8,7 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
-from streaming_dpbandit.cli import main
-from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.privacy.user_level import user_level_of_records
-from streaming_dpbandit.stream.local.clients import SimulatedLDPClients
-from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sim.sources import RecordingSource
-from streaming_dpbandit.stream.transport import InProcessTransport
-from streaming_dpbandit.testing.ldp_stream_helpers import (
+from dpbandit_testing.ldp_stream_helpers import (
     BANDIT,
     MODELS,
     TOPICS,
@@ -25,7 +17,15 @@ from streaming_dpbandit.testing.ldp_stream_helpers import (
     local_settings,
     published,
 )
-from streaming_dpbandit.testing.stream_helpers import run_file
+from dpbandit_testing.stream_helpers import run_file
+from streaming_dpbandit.cli import main
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.privacy.user_level import user_level_of_records
+from streaming_dpbandit.stream.local.clients import SimulatedLDPClients
+from streaming_dpbandit.stream.service import Service
+from streaming_dpbandit.stream.sim.sources import RecordingSource
+from streaming_dpbandit.stream.transport import InProcessTransport
 
 K_USER = 2
 USERS = 60

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
+from dpbandit_testing.stream_helpers import BANDIT, D, K, settings
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import SimulatedSource
 from streaming_dpbandit.stream.state import REFIT_FAILURES_FILE
 from streaming_dpbandit.stream.transport import InProcessTransport
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K, settings
 
 
 def simulated(events: int = 1500) -> InProcessTransport:

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     any_policy_config,
     ledger_digests,
     record_stream,

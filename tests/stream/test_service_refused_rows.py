@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming_dpbandit.metrics import ServiceMetrics
-from streaming_dpbandit.stream.service import Service
-from streaming_dpbandit.stream.sim.sources import FileSource
-from streaming_dpbandit.stream.transport import InProcessTransport
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     D,
     dead_letters,
@@ -23,6 +19,10 @@ from streaming_dpbandit.testing.stream_helpers import (
     record_stream,
     settings,
 )
+from streaming_dpbandit.metrics import ServiceMetrics
+from streaming_dpbandit.stream.service import Service
+from streaming_dpbandit.stream.sim.sources import FileSource
+from streaming_dpbandit.stream.transport import InProcessTransport
 
 EVENTS = 1500
 

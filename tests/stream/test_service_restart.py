@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     bandit_config,
     decisions,

@@ -9,6 +9,9 @@ import gc
 import json
 import time
 
+from dpbandit_testing.broadcast_helpers import broadcast_stream, run_learner_file
+from dpbandit_testing.stream_helpers import BANDIT, decisions, record_stream, run_file
+from dpbandit_testing.stream_helpers import settings as service_settings
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.settings import TopicsSettings
 from streaming_dpbandit.stream.bandit import BanditRuntime
@@ -19,9 +22,6 @@ from streaming_dpbandit.stream.scaling.task import TaskService
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.transport import InProcessTransport, Record
-from streaming_dpbandit.testing.broadcast_helpers import broadcast_stream, run_learner_file
-from streaming_dpbandit.testing.stream_helpers import BANDIT, decisions, record_stream, run_file
-from streaming_dpbandit.testing.stream_helpers import settings as service_settings
 
 CYCLIC = {"ContextEvent", "BroadcastDecision", "Pending", "BadInput", "ValidationError", "frame"}
 

@@ -12,6 +12,19 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
+from dpbandit_testing.slate_helpers import (
+    SYNTHETIC,
+    PartitionEnv,
+    record_slate_stream,
+    slate_bandit,
+)
+from dpbandit_testing.stream_helpers import (
+    BANDIT,
+    decisions,
+    ledger_digests,
+    run_file,
+    settings,
+)
 from streaming_dpbandit.cli import main
 from streaming_dpbandit.envs import MatroidSyntheticEnv
 from streaming_dpbandit.settings import ServiceSettings
@@ -25,19 +38,6 @@ from streaming_dpbandit.stream.schemas import (
     parse_decision,
 )
 from streaming_dpbandit.stream.slates.runtime import slate_runtime
-from streaming_dpbandit.testing.slate_helpers import (
-    SYNTHETIC,
-    PartitionEnv,
-    record_slate_stream,
-    slate_bandit,
-)
-from streaming_dpbandit.testing.stream_helpers import (
-    BANDIT,
-    decisions,
-    ledger_digests,
-    run_file,
-    settings,
-)
 
 ITEMS40 = [f"sku-{i:02d}" for i in range(40)]
 CASES = {

@@ -9,22 +9,22 @@ import logging
 
 import pytest
 
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.privacy.user_level import user_level_of_records
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     bandit_config,
     dead_letters,
     decisions,
     run_file,
 )
-from streaming_dpbandit.testing.user_level_helpers import (
+from dpbandit_testing.user_level_helpers import (
     K_USER,
     N_USERS,
     raw_ids_in,
     user_bandit,
     write_user_stream,
 )
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.privacy.user_level import user_level_of_records
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_serve_private_lasso_bounds_users_per_block(stream, tmp_path):
     """PrivateLASSO-R served user-level (in-process transport): admission at decision time
     uses its forgetful blocks as windows, so each block's release reads ≤ k rows of each user
     and a user is learned from again in the next block; the ledger states the per-user figure."""
-    from streaming_dpbandit.testing.stream_helpers import D
+    from dpbandit_testing.stream_helpers import D
 
     lasso = {"policy": "private-lasso", "d": D, "s0": 2, "horizon": 2048, "epsilon": 4.0}
     lasso |= {"delta": 1e-5, "clip_l2": 3.0, "reward_bound": 3.0}

@@ -10,9 +10,7 @@ import logging
 
 import pytest
 
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.privacy.user_level import user_level_of_records
-from streaming_dpbandit.testing.slate_user_helpers import (
+from dpbandit_testing.slate_user_helpers import (
     K_USER,
     N_USERS,
     POLICY,
@@ -20,7 +18,9 @@ from streaming_dpbandit.testing.slate_user_helpers import (
     user_slate_bandit,
     write_user_slate_stream,
 )
-from streaming_dpbandit.testing.stream_helpers import BANDIT, decisions, run_file, settings
+from dpbandit_testing.stream_helpers import BANDIT, decisions, run_file, settings
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.privacy.user_level import user_level_of_records
 
 EVENTS = 400
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 try:  # a tree with the test helpers in the package
-    from streaming_dpbandit.testing.stream_helpers import ledger_digests, record_stream, run_file
+    from dpbandit_testing.stream_helpers import ledger_digests, record_stream, run_file
 except ImportError:  # the tree the files were made with (a95fd5c): tests/ on PYTHONPATH
     from stream_helpers import ledger_digests, record_stream, run_file
 

@@ -17,12 +17,12 @@ import threading
 
 import pytest
 
+from dpbandit_testing.stream_helpers import BANDIT, D, K, kafka_topics
 from streaming_dpbandit.errors import ConfigError
 from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.loadgen import check_loadgen_settings, run_loadgen
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K, kafka_topics
 
 pytestmark = pytest.mark.kafka
 

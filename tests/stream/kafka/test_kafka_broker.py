@@ -16,7 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.serializer import DefaultSerializer, JsonSerializer
 from kafka.structs import OffsetAndMetadata
 
-from streaming_dpbandit.testing.kafka_broker import parse_bootstrap
+from dpbandit_testing.kafka_broker import parse_bootstrap
 
 pytestmark = pytest.mark.kafka
 

@@ -18,9 +18,9 @@ import pytest
 from kafka import KafkaProducer
 from kafka.structs import MemberState
 
+from dpbandit_testing.stream_helpers import BANDIT, bandit_config, kafka_topics
 from streaming_dpbandit.settings import KafkaSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
-from streaming_dpbandit.testing.stream_helpers import BANDIT, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -149,8 +149,8 @@ def test_a_stalled_rejoin_makes_a_decision_replica_rejoin_with_a_new_consumer(
     kafka_broker, tmp_path
 ):
     """Broadcast mode: a decision replica (stateless) replaces its consumer too."""
+    from dpbandit_testing.broadcast_kafka import settings_for
     from streaming_dpbandit.stream.scaling.replica import DecisionReplica
-    from streaming_dpbandit.testing.broadcast_kafka import settings_for
 
     name = f"rejoinbc{os.getpid()}"
     topics = kafka_topics(name) | {"models": f"{name}.models"}

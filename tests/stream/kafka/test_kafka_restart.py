@@ -22,11 +22,11 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
+from dpbandit_testing.stream_helpers import BANDIT, D, bandit_config, kafka_topics
 from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.messages import context_value
 from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.transport import Transport
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
 

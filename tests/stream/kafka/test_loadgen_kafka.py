@@ -11,12 +11,12 @@ import threading
 import pytest
 import yaml
 
+from dpbandit_testing.kafka_helpers import read_topic
+from dpbandit_testing.stream_helpers import BANDIT, D, K, bandit_config, kafka_topics
 from streaming_dpbandit.settings import ServiceSettings
 from streaming_dpbandit.stream.kafka.transport import KafkaTransport
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.loadgen import run_loadgen
-from streaming_dpbandit.testing.kafka_helpers import read_topic
-from streaming_dpbandit.testing.stream_helpers import BANDIT, D, K, bandit_config, kafka_topics
 
 pytestmark = pytest.mark.kafka
 

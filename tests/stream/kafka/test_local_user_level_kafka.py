@@ -8,6 +8,21 @@ import os
 
 import pytest
 
+from dpbandit_testing.kafka_helpers import (
+    create_topics,
+    kafka_settings,
+    produce_file,
+    run_in_thread,
+)
+from dpbandit_testing.ldp_stream_helpers import (
+    BANDIT,
+    MODELS,
+    TOPICS,
+    env_for,
+    local_bandit,
+    local_settings,
+)
+from dpbandit_testing.stream_helpers import kafka_topics, run_file
 from streaming_dpbandit.privacy.ledger import read_ledger
 from streaming_dpbandit.privacy.user_level import user_level_of_records
 from streaming_dpbandit.settings import ServiceSettings
@@ -16,21 +31,6 @@ from streaming_dpbandit.stream.local.runtime import learned_local_bytes
 from streaming_dpbandit.stream.service import Service
 from streaming_dpbandit.stream.sim.sources import RecordingSource
 from streaming_dpbandit.stream.transport import InProcessTransport
-from streaming_dpbandit.testing.kafka_helpers import (
-    create_topics,
-    kafka_settings,
-    produce_file,
-    run_in_thread,
-)
-from streaming_dpbandit.testing.ldp_stream_helpers import (
-    BANDIT,
-    MODELS,
-    TOPICS,
-    env_for,
-    local_bandit,
-    local_settings,
-)
-from streaming_dpbandit.testing.stream_helpers import kafka_topics, run_file
 
 pytestmark = pytest.mark.kafka
 

@@ -11,21 +11,21 @@ import os
 import pytest
 from kafka import KafkaProducer
 
-from streaming_dpbandit.settings import ServiceSettings
-from streaming_dpbandit.testing.kafka_helpers import (
+from dpbandit_testing.kafka_helpers import (
     create_topics,
     kafka_settings,
     read_topic,
     run_in_thread,
 )
-from streaming_dpbandit.testing.poison_helpers import (
+from dpbandit_testing.poison_helpers import (
     CONTEXTS,
     FIXED,
     dumps,
     good_context,
     good_feedback,
 )
-from streaming_dpbandit.testing.stream_helpers import BANDIT, kafka_topics
+from dpbandit_testing.stream_helpers import BANDIT, kafka_topics
+from streaming_dpbandit.settings import ServiceSettings
 
 pytestmark = pytest.mark.kafka
 

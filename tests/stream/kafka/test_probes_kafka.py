@@ -21,8 +21,8 @@ import urllib.request
 import pytest
 import yaml
 
-from streaming_dpbandit.testing.kafka_helpers import free_port, kafka_settings
-from streaming_dpbandit.testing.stream_helpers import kafka_topics
+from dpbandit_testing.kafka_helpers import free_port, kafka_settings
+from dpbandit_testing.stream_helpers import kafka_topics
 
 from .conftest import CLIENTS
 

@@ -19,13 +19,13 @@ import time
 import pytest
 import yaml
 
-from streaming_dpbandit.testing.kafka_helpers import (
+from dpbandit_testing.kafka_helpers import (
     create_topics,
     kafka_settings,
     produce_file,
     read_topic,
 )
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     any_policy_config,
     bandit_config,

@@ -25,12 +25,7 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.settings import ServiceSettings
-from streaming_dpbandit.stream.runner import kafka_transport
-from streaming_dpbandit.stream.service import Service, learned_state_bytes
-from streaming_dpbandit.stream.snapshot import SnapshotStore
-from streaming_dpbandit.testing.kafka_helpers import (
+from dpbandit_testing.kafka_helpers import (
     PARTITIONS,
     create_topics,
     free_port,
@@ -41,7 +36,7 @@ from streaming_dpbandit.testing.kafka_helpers import (
     sample,
     scrape,
 )
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     CATALOG,
     bad_input_stream,
@@ -52,6 +47,11 @@ from streaming_dpbandit.testing.stream_helpers import (
     record_stream,
     run_file,
 )
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.settings import ServiceSettings
+from streaming_dpbandit.stream.runner import kafka_transport
+from streaming_dpbandit.stream.service import Service, learned_state_bytes
+from streaming_dpbandit.stream.snapshot import SnapshotStore
 
 pytestmark = pytest.mark.kafka
 

@@ -25,20 +25,20 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
-from streaming_dpbandit.envs import LDPSingleParamEnv
-from streaming_dpbandit.ldp import LDPClient, fetch_snapshot
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.local.runtime import learned_local_bytes
-from streaming_dpbandit.stream.snapshot import SnapshotStore
-from streaming_dpbandit.testing.kafka_helpers import free_port, read_topic, sample, scrape
-from streaming_dpbandit.testing.ldp_stream_helpers import (
+from dpbandit_testing.kafka_helpers import free_port, read_topic, sample, scrape
+from dpbandit_testing.ldp_stream_helpers import (
     BANDIT,
     local_bandit,
     raw_values,
     state_leaks,
     text_leaks,
 )
-from streaming_dpbandit.testing.stream_helpers import kafka_topics, run_file
+from dpbandit_testing.stream_helpers import kafka_topics, run_file
+from streaming_dpbandit.envs import LDPSingleParamEnv
+from streaming_dpbandit.ldp import LDPClient, fetch_snapshot
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.stream.local.runtime import learned_local_bytes
+from streaming_dpbandit.stream.snapshot import SnapshotStore
 
 pytestmark = pytest.mark.kafka
 

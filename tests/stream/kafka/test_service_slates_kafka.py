@@ -21,10 +21,7 @@ import time
 import pytest
 import yaml
 
-from streaming_dpbandit.stream.schemas import SlateDecision, parse_decision
-from streaming_dpbandit.stream.service import learned_state_bytes
-from streaming_dpbandit.stream.snapshot import SnapshotStore
-from streaming_dpbandit.testing.kafka_helpers import (
+from dpbandit_testing.kafka_helpers import (
     create_topics,
     free_port,
     kafka_settings,
@@ -33,14 +30,17 @@ from streaming_dpbandit.testing.kafka_helpers import (
     sample,
     scrape,
 )
-from streaming_dpbandit.testing.slate_helpers import PartitionEnv, record_slate_stream, slate_bandit
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.slate_helpers import PartitionEnv, record_slate_stream, slate_bandit
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     decisions,
     kafka_topics,
     ledger_digests,
     run_file,
 )
+from streaming_dpbandit.stream.schemas import SlateDecision, parse_decision
+from streaming_dpbandit.stream.service import learned_state_bytes
+from streaming_dpbandit.stream.snapshot import SnapshotStore
 
 pytestmark = pytest.mark.kafka
 

@@ -9,13 +9,13 @@ import os
 
 import pytest
 
-from streaming_dpbandit.testing.kafka_helpers import read_topic, serve_file_over_kafka
-from streaming_dpbandit.testing.slate_user_helpers import (
+from dpbandit_testing.kafka_helpers import read_topic, serve_file_over_kafka
+from dpbandit_testing.slate_user_helpers import (
     raw_shoppers_in,
     user_slate_bandit,
     write_user_slate_stream,
 )
-from streaming_dpbandit.testing.stream_helpers import BANDIT, run_file
+from dpbandit_testing.stream_helpers import BANDIT, run_file
 
 pytestmark = pytest.mark.kafka
 

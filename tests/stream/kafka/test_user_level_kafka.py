@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from streaming_dpbandit.testing.kafka_helpers import read_topic, serve_file_over_kafka
-from streaming_dpbandit.testing.stream_helpers import BANDIT, run_file
-from streaming_dpbandit.testing.user_level_helpers import (
+from dpbandit_testing.kafka_helpers import read_topic, serve_file_over_kafka
+from dpbandit_testing.stream_helpers import BANDIT, run_file
+from dpbandit_testing.user_level_helpers import (
     raw_ids_in,
     user_bandit,
     write_user_stream,

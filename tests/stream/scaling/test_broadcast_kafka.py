@@ -24,13 +24,8 @@ import time
 import numpy as np
 import pytest
 
-from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.kafka.transport import KafkaTransport
-from streaming_dpbandit.stream.scaling.broadcast import learner_kafka_settings, learner_service
-from streaming_dpbandit.stream.scaling.replica import DecisionReplica
-from streaming_dpbandit.stream.service import learned_state_bytes
-from streaming_dpbandit.testing.broadcast_helpers import pickup_delays, run_learner_file
-from streaming_dpbandit.testing.broadcast_kafka import (
+from dpbandit_testing.broadcast_helpers import pickup_delays, run_learner_file
+from dpbandit_testing.broadcast_kafka import (
     EVENTS,
     LAST_RELEASE_AT,
     PARTITIONS,
@@ -41,13 +36,18 @@ from streaming_dpbandit.testing.broadcast_kafka import (
     read_partition,
     settings_for,
 )
-from streaming_dpbandit.testing.stream_helpers import BANDIT, bandit_config, ledger_digests
-from streaming_dpbandit.testing.user_level_helpers import (
+from dpbandit_testing.stream_helpers import BANDIT, bandit_config, ledger_digests
+from dpbandit_testing.user_level_helpers import (
     K_USER,
     expected_counts,
     raw_ids_in,
     user_for,
 )
+from streaming_dpbandit.privacy.ledger import read_ledger
+from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.stream.scaling.broadcast import learner_kafka_settings, learner_service
+from streaming_dpbandit.stream.scaling.replica import DecisionReplica
+from streaming_dpbandit.stream.service import learned_state_bytes
 
 pytestmark = pytest.mark.kafka
 

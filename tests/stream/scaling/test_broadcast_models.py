@@ -9,17 +9,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from streaming_dpbandit.errors import ConfigError
-from streaming_dpbandit.policies import FLIPHAT, RandomPolicy
-from streaming_dpbandit.settings import ServiceSettings
-from streaming_dpbandit.stream.scaling.broadcast import check_broadcast, user_hashes
-from streaming_dpbandit.stream.scaling.models_topic import ModelMessage, model_message
-from streaming_dpbandit.testing.broadcast_helpers import (
+from dpbandit_testing.broadcast_helpers import (
     broadcast_stream,
     leaked_numbers,
     run_learner_file,
 )
-from streaming_dpbandit.testing.stream_helpers import (
+from dpbandit_testing.stream_helpers import (
     BANDIT,
     dead_letters,
     decisions,
@@ -27,7 +22,12 @@ from streaming_dpbandit.testing.stream_helpers import (
     record_stream,
     run_file,
 )
-from streaming_dpbandit.testing.user_level_helpers import raw_ids_in, user_bandit, write_user_stream
+from dpbandit_testing.user_level_helpers import raw_ids_in, user_bandit, write_user_stream
+from streaming_dpbandit.errors import ConfigError
+from streaming_dpbandit.policies import FLIPHAT, RandomPolicy
+from streaming_dpbandit.settings import ServiceSettings
+from streaming_dpbandit.stream.scaling.broadcast import check_broadcast, user_hashes
+from streaming_dpbandit.stream.scaling.models_topic import ModelMessage, model_message
 from streaming_dpbandit.utils.serialization import dumps
 
 D = 20
@@ -310,8 +310,8 @@ def test_learner_dead_letters_decisions_without_its_users_hash_key(tmp_path):
     """A user-level learner learns only from decisions hashed with its own key: a decision
     hashed with another key (a replica with another ``key_file``) or without a user hash is
     dead-lettered, never counted, so no user's count is ever split between two keys."""
+    from dpbandit_testing.stream_helpers import D, settings
     from streaming_dpbandit.stream.scaling.broadcast import BroadcastDecision, user_key_id
-    from streaming_dpbandit.testing.stream_helpers import D, settings
 
     bandit = user_bandit()
     st = settings(tmp_path / "cfg", bandit=bandit, broadcast={"role": "learner"})

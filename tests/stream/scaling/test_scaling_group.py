@@ -26,6 +26,8 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 
+from dpbandit_testing.stream_helpers import D, bandit_config, kafka_topics
+from dpbandit_testing.user_level_helpers import K_USER, raw_ids_in, with_user_ids
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.metrics import ServiceMetrics
 from streaming_dpbandit.privacy.ledger import ReleaseRecord, read_ledger
@@ -37,8 +39,6 @@ from streaming_dpbandit.stream.service import Service, learned_state_bytes
 from streaming_dpbandit.stream.sim.sources import FileSource
 from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
 from streaming_dpbandit.stream.transport import InProcessTransport
-from streaming_dpbandit.testing.stream_helpers import D, bandit_config, kafka_topics
-from streaming_dpbandit.testing.user_level_helpers import K_USER, raw_ids_in, with_user_ids
 from streaming_dpbandit.utils.serialization import dumps
 
 pytestmark = pytest.mark.kafka

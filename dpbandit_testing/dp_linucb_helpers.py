@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..envs import ShariffSheffetEnv
-from ..policies import DPLinUCB
-from ..privacy.ledger import ReleaseRecord
+from streaming_dpbandit.envs import ShariffSheffetEnv
+from streaming_dpbandit.policies.dp_linucb import DPLinUCB
+from streaming_dpbandit.privacy.ledger import ReleaseRecord
 
 ENV = ShariffSheffetEnv(d=4, gap=0.1)
 

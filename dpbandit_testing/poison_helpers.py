@@ -8,8 +8,9 @@ import struct
 
 import numpy as np
 
-from ..stream.binary_context import MAGIC, encode_binary_context
-from ..stream.messages import encode_f64
+from streaming_dpbandit.stream.binary_context import MAGIC, encode_binary_context
+from streaming_dpbandit.stream.messages import encode_f64
+
 from .stream_helpers import BANDIT, D, K
 
 CONTEXTS, FEEDBACK = "dpbandit.contexts", "dpbandit.feedback"

@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from streaming_dpbandit.metrics import ServiceMetrics
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 DOCKER = REPO / "docker"
 DOCKERFILE = DOCKER / "Dockerfile"

@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 ENV_BOOTSTRAP = "DPBANDIT_TEST_KAFKA"
 ENV_RUN_DIR = "DPBANDIT_KAFKA_RUN_DIR"
