@@ -240,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="reader option (repeatable): bandit=, arms=, feedback_window=, missing_reward=, "
         "default_reward= (service logs), topics= or topic_prefix= (kafka), features= (obd)",
     )
+    p.add_argument(
+        "--config",
+        metavar="FILE.yaml",
+        help="service logs whose contexts carry feature objects: the settings file (as for "
+        "serve) whose bandit's featuriser (its features section) hashes them, as the service "
+        "did (docs/features.md)",
+    )
     p.add_argument("--start", help="kafka: first offset, partition offsets or time of the range")
     p.add_argument("--end", help="kafka: end (exclusive) of the range, same forms as --start")
     p.add_argument(

@@ -53,14 +53,17 @@ def run(args) -> int:
                 "logs: replay them separately"
             )
         return _run_slates(args, names, wanted)
+    log_params = parse_kv(args.log_param, "--log-param")
+    featuriser = _featuriser(args.config, log_params) if args.config else None
     try:
         reader = make_reader(
             args.log,
             args.format,
             mapping=parse_kv(args.map, "--map") if args.map else None,
-            params=parse_kv(args.log_param, "--log-param"),
+            params=log_params,
             start=args.start,
             end=args.end,
+            featuriser=featuriser,
         ).open()
         specs = _replay_specs(args, reader)
         result = replay_log(
@@ -104,6 +107,30 @@ def run(args) -> int:
     return 0
 
 
+def _featuriser(config: str, log_params: dict):
+    """The featuriser of the log's bandit in the settings file ``config`` (the one the service
+    hashed the contexts' feature objects with): ``--log-param bandit=ID``, or the only bandit."""
+    from ..settings import load_service_settings
+
+    bandits = load_service_settings(config).bandits
+    name = log_params.get("bandit")
+    if not bandits:
+        raise ConfigError(f"{config}: no bandits configured (--config gives the log's bandit)")
+    if name is None:
+        if len(bandits) != 1:
+            raise ConfigError(
+                f"{config} configures {len(bandits)} bandits: name the log's with "
+                "--log-param bandit=ID"
+            )
+        name = next(iter(bandits))
+    if name not in bandits:
+        raise ConfigError(f"{config}: no bandit {name!r} is configured")
+    bs = bandits[name]
+    if not hasattr(bs.policy, "d"):
+        raise ConfigError(f"{config}: bandit {name!r} has no feature dimension to hash into")
+    return bs.featuriser()
+
+
 def _run_slates(args, names: list[str], wanted: list[str]) -> int:
     """Slate policies: the queue method on per-item reward tapes (replay/slates.py)."""
     import numpy as np
@@ -122,6 +149,8 @@ def _run_slates(args, names: list[str], wanted: list[str]) -> int:
         raise ConfigError("slate replay reads service-jsonl or csv files (no kafka ranges yet)")
     if args.warmup:
         raise ConfigError("--warmup does not apply to slate replay (policies learn throughout)")
+    if args.config:
+        raise ConfigError("--config (a featuriser of feature objects) does not apply to slates")
     user = parse_kv(args.policy_param)
     reject_unknown_params(user, names)
     if "matroid" not in user:

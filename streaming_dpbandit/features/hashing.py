@@ -265,17 +265,19 @@ class FeatureHasher:
         self,
         context: Sequence[dict[str, Any]],
         actions: Sequence[Sequence[dict[str, Any]]],
+        fields: tuple[str, str] = ("contextFeatures", "actions"),
     ) -> FloatArray:
         """The (K, d) matrix of K actions (each a list of feature objects) in ``context``.
 
-        Raises :class:`FeatureError` with the field named as in a Personalizer request
-        (``contextFeatures[i]...``, ``actions[k].features[j]...``).
+        Raises :class:`FeatureError` with the field named as in the request: by default as
+        in a Personalizer Rank (``contextFeatures[i]...``, ``actions[k].features[j]...``);
+        ``fields`` names the two lists otherwise (a context message's ``context_features``).
         """
         if not hasattr(self, "_ns"):
             self._reset()
         self._flush_pending = False
         try:
-            return self._transform(context, actions)
+            return self._transform(context, actions, fields)
         finally:
             if self._flush_pending:  # the caches outgrew cache_size: start again
                 self._reset()
@@ -284,6 +286,7 @@ class FeatureHasher:
         self,
         context: Sequence[dict[str, Any]],
         actions: Sequence[Sequence[dict[str, Any]]],
+        fields: tuple[str, str],
     ) -> FloatArray:
         K, d = len(actions), self.d
         # one list of hashes, values and namespace ids: the context's features, then the actions'
@@ -297,17 +300,17 @@ class FeatureHasher:
                 counts.append(len(out[0]) - n)
                 n = len(out[0])
         except FeatureError:
-            raise self._locate(context, actions) from None
+            raise self._locate(context, actions, fields) from None
         if n > self.max_features:
             limit = self.max_features
-            raise FeatureError("actions", f"{n} features in one request, at most {limit}")
+            raise FeatureError(fields[1], f"{n} features in one request, at most {limit}")
         h = np.fromiter(out[0], np.int64, n)
         try:
             v = np.fromiter(out[1], np.float64, n)
         except OverflowError:  # an integer beyond float64's range
-            raise self._locate(context, actions) from None
+            raise self._locate(context, actions, fields) from None
         if not math.isfinite(v.sum()) and not np.isfinite(v).all():
-            raise self._locate(context, actions)
+            raise self._locate(context, actions, fields)
         hc, vc, ha, va = h[:m], v[:m], h[m:], v[m:]
         base = np.repeat(np.arange(0, K * d, d, dtype=np.int64), counts)  # row k starts at k·d
         idx = h * d
@@ -352,16 +355,19 @@ class FeatureHasher:
 
     # -- errors -------------------------------------------------------------------------------
     @classmethod
-    def _locate(cls, context: Sequence[Any], actions: Sequence[Sequence[Any]]) -> FeatureError:
+    def _locate(
+        cls, context: Sequence[Any], actions: Sequence[Sequence[Any]], fields: tuple[str, str]
+    ) -> FeatureError:
         """The first unusable value, named by its path in the request."""
-        sides = [(f"contextFeatures[{i}]", o) for i, o in enumerate(context)]
+        cf, af = fields
+        sides = [(f"{cf}[{i}]", o) for i, o in enumerate(context)]
         for k, feats in enumerate(actions):
-            sides += [(f"actions[{k}].features[{j}]", o) for j, o in enumerate(feats)]
+            sides += [(f"{af}[{k}].features[{j}]", o) for j, o in enumerate(feats)]
         for path, obj in sides:
             found = cls._bad(obj, path, top=True)
             if found is not None:
                 return found
-        return FeatureError("contextFeatures", "unusable feature value")  # pragma: no cover
+        return FeatureError(cf, "unusable feature value")  # pragma: no cover
 
     @classmethod
     def _bad(cls, v: Any, path: str, top: bool = False) -> FeatureError | None:

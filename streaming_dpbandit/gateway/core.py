@@ -145,7 +145,6 @@ class Gateway:
     # -- set-up -------------------------------------------------------------------------------
     def open(self) -> None:
         from ..probes import Readiness
-        from ..settings import FeaturesSettings
 
         s, g = self.settings, self.settings.gateway
         # /livez and /readyz (probes.Readiness): the log, the delivery to the learner, the
@@ -159,7 +158,7 @@ class Gateway:
         self.bandit = choose_bandit(s)
         self.bs = bs = s.bandits[self.bandit]
         self.d = int(bs.policy.d)
-        self.hasher = (bs.features or FeaturesSettings()).build(self.d)
+        self.hasher = bs.featuriser()
         self.replica = g.replica_id or f"gateway-{socket.gethostname()}-{os.getpid()}"
         self.window = float(bs.feedback_window)
         self.bounds = bs.reward_bounds

@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Entry", "Kind", "WriteAheadLog"]
+__all__ = ["Entry", "Kind", "WriteAheadLog", "read_log"]
 
 
 class Kind:
@@ -168,14 +168,7 @@ class WriteAheadLog:
 
     def _read_segment(self, path: Path) -> list[Entry]:
         data = path.read_bytes()
-        out, p = [], 0
-        while p + _FRAME.size <= len(data):
-            n, crc = _FRAME.unpack_from(data, p)
-            body = data[p + _FRAME.size : p + _FRAME.size + n]
-            if len(body) < n or zlib.crc32(body) != crc:
-                break
-            out.append(Entry.decode(body))
-            p += _FRAME.size + n
+        out, p = _whole_records(data)
         if p < len(data):  # a torn tail: cut it, so that new records follow a whole one
             with open(path, "r+b") as f:
                 f.truncate(p)
@@ -297,6 +290,28 @@ class WriteAheadLog:
         self.sync()
         with self.lock:
             os.close(self.fd)
+
+
+def _whole_records(data: bytes) -> tuple[list[Entry], int]:
+    """The whole records at the start of a segment's bytes, and where they end."""
+    out, p = [], 0
+    while p + _FRAME.size <= len(data):
+        n, crc = _FRAME.unpack_from(data, p)
+        body = data[p + _FRAME.size : p + _FRAME.size + n]
+        if len(body) < n or zlib.crc32(body) != crc:
+            break
+        out.append(Entry.decode(body))
+        p += _FRAME.size + n
+    return out, p
+
+
+def read_log(directory: str | Path) -> list[Entry]:
+    """Every whole record of a log directory, in order, read only (a log in use included:
+    nothing is truncated or created) — for inspection and tests."""
+    out: list[Entry] = []
+    for path in sorted(Path(directory).glob("*.wal")):
+        out += _whole_records(path.read_bytes())[0]
+    return out
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -61,6 +61,8 @@ def _list(v: Any) -> list[str] | None:
 
 def _service_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    if params.get("featuriser") is not None:  # (make_reader's argument, not a --log-param)
+        out["featuriser"] = params["featuriser"]
     if "bandit" in params:
         out["bandit_id"] = str(params["bandit"])
     if "arms" in params:
@@ -92,19 +94,28 @@ def make_reader(
     params: Mapping[str, Any] | None = None,
     start: str | None = None,
     end: str | None = None,
+    featuriser: Any = None,
 ) -> LogReader:
     """A reader for ``log`` (path, campaign directory or ``kafka://HOST:PORT``).
 
     ``mapping`` is the column mapping of CSV/Parquet logs; ``params`` the reader options:
     ``bandit``, ``arms``, ``feedback_window``, ``missing_reward``, ``default_reward``,
     ``max_pending`` (service logs), ``topics`` (Kafka: contexts,decisions,feedback names) or
-    ``topic_prefix`` (default ``dpbandit``), ``features`` (OBD).
+    ``topic_prefix`` (default ``dpbandit``), ``features`` (OBD). ``featuriser`` hashes the
+    contexts in feature objects of a service log (``BanditSettings.featuriser``).
     """
     if not log.startswith("kafka://") and not Path(log).exists():
         raise LogFormatError(f"no such log {log}")
     origin = "given with --format" if fmt else "detected from its name"
     fmt = fmt or guess_format(log)
-    reader = _make_reader(log, fmt, mapping, dict(params or {}), start, end)
+    if featuriser is not None and fmt not in ("service-jsonl", "kafka"):
+        raise LogFormatError(
+            f"a featuriser (--config) hashes the feature objects of service logs, not {fmt} logs"
+        )
+    params = dict(params or {})
+    if featuriser is not None:
+        params["featuriser"] = featuriser
+    reader = _make_reader(log, fmt, mapping, params, start, end)
     reader.format_origin = origin  # named by errors about what the log lacks
     return reader
 
@@ -126,7 +137,7 @@ def _make_reader(
         "csv": set(),
         "parquet": set(),
     }[fmt]
-    extra = set(params) - allowed
+    extra = set(params) - allowed - {"featuriser"}
     if extra:
         raise LogFormatError(
             f"--log-param {', '.join(sorted(extra))} does not apply to {fmt} logs"

@@ -302,6 +302,12 @@ class BanditSettings(_Section):
         "docs/features.md): feature hashing into the policy's d",
     )
 
+    def featuriser(self):
+        """The bandit's :class:`~streaming_dpbandit.features.FeatureHasher`: its ``features``
+        section (the defaults without one) into the policy's d — the one featuriser of feature
+        objects for the gateway, the service's contexts and replay (docs/features.md)."""
+        return (self.features or FeaturesSettings()).build(int(getattr(self.policy, "d", 0)))
+
     def fingerprint(self) -> str:
         """What a snapshot records of this bandit's configuration: its policy configuration
         (and its user-level bound and featuriser, when it has them; not its key file's path:

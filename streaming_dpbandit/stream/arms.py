@@ -98,6 +98,10 @@ class SingleArms(ActionKind):
         d, catalogue = rt.d, rt.catalogue
         ids = ev.candidate_ids()
         X = ev.arm_features()
+        if X is None:
+            objects = ev.feature_objects()
+            if objects is not None:  # hashed into d by the bandit's featuriser
+                X = rt.featurise(*objects)
         if X is not None:
             width = X.shape[1]
             if width != d:

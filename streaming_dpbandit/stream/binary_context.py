@@ -130,6 +130,10 @@ class BinaryContext:
         """None: this form carries per-arm features only."""
         return None
 
+    def feature_objects(self) -> None:
+        """None: this form carries per-arm feature vectors, not feature objects."""
+        return None
+
 
 def encode_binary_context(
     event_id: str,

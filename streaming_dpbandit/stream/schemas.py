@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _json_str
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
@@ -17,6 +17,7 @@ from pydantic_core import PydanticCustomError
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ActionFeatureObjects",
     "ArmFeatures",
     "ContextEvent",
     "DeadLetter",
@@ -141,17 +142,43 @@ class ArmFeatures(_Event):
     features: list[float] = Field(min_length=1)
 
 
+#: A JSON feature object (docs/features.md): top-level keys whose values are objects name
+#: namespaces; numbers, strings, booleans, nulls, lists and objects inside.
+FeatureObject = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "a feature object (docs/features.md): a key whose value is an "
+            "object names a namespace; numbers are numeric features, strings indicators "
+            "(key=value), true an indicator, false and null absent, lists and nested objects "
+            "flattened",
+        }
+    ),
+]
+
+
+class ActionFeatureObjects(_Event):
+    """One candidate action described by feature objects, hashed by the bandit's featuriser
+    (its ``features`` section, docs/features.md) into a row of its dimension d."""
+
+    arm_id: Id
+    features: list[FeatureObject] = Field(default_factory=list, max_length=10_000)
+
+
 class ContextEvent(_Event):
     """A request for a decision (topic ``contexts``, key = bandit_id).
 
-    Four forms carry features — ``arms`` (per-arm feature vectors), ``arm_ids`` +
+    Five forms carry features — ``arms`` (per-arm feature vectors), ``arm_ids`` +
     ``arm_features_f64`` (the same matrix in binary), ``shared`` + ``arm_ids`` (one shared
-    context; the bandit's configuration maps it to per-arm features) and ``shared_f64`` +
-    ``arm_ids`` (the same in binary) — and a slate bandit takes only ``slate_size``: a request
-    for a slate of that many items from the bandit's item catalogue (its matroid's ground set;
-    a slate request carries no features). The binary fields are base64 text of float64 values,
-    little-endian, row-major (:func:`~.messages.encode_f64`): no number is parsed from text, so
-    they are read several times faster than the JSON lists.
+    context; the bandit's configuration maps it to per-arm features), ``shared_f64`` +
+    ``arm_ids`` (the same in binary) and ``actions`` with ``context_features`` (feature objects,
+    as Azure Personalizer's Rank takes them, hashed by the bandit's featuriser into per-arm rows
+    of its dimension: docs/features.md) — and a slate bandit takes only ``slate_size``: a
+    request for a slate of that many items from the bandit's item catalogue (its matroid's
+    ground set; a slate request carries no features). The binary fields are base64 text of
+    float64 values, little-endian, row-major (:func:`~.messages.encode_f64`): no number is
+    parsed from text, so they are read several times faster than the JSON lists.
 
     >>> ContextEvent.model_validate_json(
     ...     '{"v": 1, "event_id": "e1", "bandit_id": "b", "event_time": 1.5,'
@@ -166,6 +193,13 @@ class ContextEvent(_Event):
     ...     f' "arm_features_f64": "{encode_f64([[1.0, -0.5], [0.25, 2.0]])}"}}')
     >>> ev.arm_features().tolist()
     [[1.0, -0.5], [0.25, 2.0]]
+    >>> ev = ContextEvent.model_validate_json(
+    ...     '{"event_id": "e4", "bandit_id": "b", "event_time": 2,'
+    ...     ' "context_features": [{"user": {"tier": "gold"}}],'
+    ...     ' "actions": [{"arm_id": "news", "features": [{"type": "news"}]},'
+    ...     ' {"arm_id": "sports", "features": [{"type": "sports"}]}]}')
+    >>> ev.candidate_ids(), ev.arm_features(), ev.feature_objects()[0]
+    (['news', 'sports'], None, [{'user': {'tier': 'gold'}}])
     """
 
     model_config = ConfigDict(val_json_bytes="base64", ser_json_bytes="base64")
@@ -181,6 +215,8 @@ class ContextEvent(_Event):
     arm_ids: list[Id] | None = Field(None, min_length=1, max_length=10_000)
     user_id: Id | None = None
     slate_size: int | None = Field(None, ge=1, le=10_000)
+    context_features: list[FeatureObject] | None = Field(None, max_length=10_000)
+    actions: list[ActionFeatureObjects] | None = Field(None, min_length=1, max_length=10_000)
 
     @model_validator(mode="after")
     def _one_form(self) -> ContextEvent:
@@ -192,6 +228,7 @@ class ContextEvent(_Event):
             and self.shared is None
             and self.shared_f64 is None
             and self.slate_size is None
+            and self.actions is None
         ):
             ids = self.arm_ids
             if len(set(ids)) != len(ids):
@@ -205,9 +242,11 @@ class ContextEvent(_Event):
             return self
         forms = [
             name
-            for name in ("arms", "arm_features_f64", "shared", "shared_f64")
+            for name in ("arms", "arm_features_f64", "shared", "shared_f64", "actions")
             if getattr(self, name) is not None
         ]
+        if self.context_features is not None and self.actions is None:
+            raise ValueError("'context_features' goes with 'actions' (feature objects)")
         if self.slate_size is not None:
             if forms or self.arm_ids is not None:
                 raise ValueError(
@@ -217,13 +256,13 @@ class ContextEvent(_Event):
             return self
         if len(forms) != 1:
             raise ValueError(
-                "give either 'arms', 'arm_features_f64' with 'arm_ids', or 'shared' (or "
-                "'shared_f64') with 'arm_ids'"
+                "give either 'arms', 'arm_features_f64' with 'arm_ids', 'shared' (or "
+                "'shared_f64') with 'arm_ids', or 'actions' (with 'context_features')"
             )
         form = forms[0]
-        if form == "arms":
+        if form in ("arms", "actions"):
             if self.arm_ids is not None:
-                raise ValueError("'arms' carries its own arm ids: drop 'arm_ids'")
+                raise ValueError(f"'{form}' carries its own arm ids: drop 'arm_ids'")
         elif self.arm_ids is None:
             raise ValueError(f"'{form}' and 'arm_ids' go together")
         ids = self.candidate_ids()
@@ -239,11 +278,21 @@ class ContextEvent(_Event):
         """The candidate arm ids, in order (none for a slate request)."""
         if self.arms is not None:
             return [a.arm_id for a in self.arms]
+        if self.actions is not None:
+            return [a.arm_id for a in self.actions]
         return list(self.arm_ids or [])
+
+    def feature_objects(self) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]] | None:
+        """``(context_features, each action's features)`` of the feature-object form (for the
+        bandit's featuriser, docs/features.md), or None for the other forms."""
+        if self.actions is None:
+            return None
+        return list(self.context_features or ()), [a.features for a in self.actions]
 
     def arm_features(self) -> np.ndarray | None:
         """The per-arm feature matrix (K, d) of ``arms`` or ``arm_features_f64``, or None for
-        a shared context or a slate request (read-only for the binary form)."""
+        a shared context, feature objects or a slate request (read-only for the binary
+        form)."""
         if self.arms is not None:
             return np.array([a.features for a in self.arms], dtype=np.float64)
         if self.arm_features_f64 is None:

@@ -79,6 +79,10 @@ class EventJoin:
         ``"drop"`` (default) or ``"default"`` (use ``default_reward``).
     max_pending
         Bound on held contexts, decisions, rewards and unresolved events.
+    featuriser
+        The bandit's :class:`~streaming_dpbandit.features.FeatureHasher`
+        (``BanditSettings.featuriser``) for contexts in feature objects (``actions``,
+        ``context_features``): the rows the service decided with.
 
     Examples
     --------
@@ -101,6 +105,7 @@ class EventJoin:
         missing_reward: str = "drop",
         default_reward: float = 0.0,
         max_pending: int = 200_000,
+        featuriser: Any = None,
     ):
         if missing_reward not in ("drop", "default"):
             raise ValueError("missing_reward must be 'drop' or 'default'")
@@ -112,6 +117,7 @@ class EventJoin:
         self.missing_reward = missing_reward
         self.default_reward = float(default_reward)
         self.max_pending = max_pending
+        self.featuriser = featuriser
         self.d: int | None = None
         self._ctx: OrderedDict[str, tuple[FloatArray, list[str], float, str | None]] = OrderedDict()
         self._dec: OrderedDict[str, Decision] = OrderedDict()
@@ -174,7 +180,10 @@ class EventJoin:
 
     def _encode(self, ev: ContextEvent | BinaryContext, where: str) -> FloatArray:
         X = ev.arm_features()
-        if X is None:
+        objects = None if X is not None else ev.feature_objects()
+        if objects is not None:
+            X = self._featurise(ev.event_id, objects, where)
+        elif X is None:
             assert isinstance(ev, ContextEvent)  # (the binary form has per-arm features)
             shared = ev.shared_features()
             if shared is None or ev.arm_ids is None:  # a slate request: no candidates to join
@@ -201,6 +210,22 @@ class EventJoin:
                 f"{where}: event {ev.event_id!r}: arms have {X.shape[1]} features, earlier "
                 f"events {self.d} (mismatched dimensions)"
             )
+        return X
+
+    def _featurise(self, event_id: str, objects: tuple[Any, Any], where: str) -> FloatArray:
+        """The rows of a context in feature objects, by the bandit's featuriser."""
+        from ...features import FeatureError
+
+        if self.featuriser is None:
+            raise LogFormatError(
+                f"{where}: event {event_id!r} carries feature objects: replay hashes them with "
+                "the bandit's featuriser — give the bandit's configuration (--config FILE.yaml, "
+                "its features section; docs/features.md)"
+            )
+        try:
+            X: FloatArray = self.featuriser.transform(*objects, ("context_features", "actions"))
+        except FeatureError as err:
+            raise LogFormatError(f"{where}: event {event_id!r}: {err}") from None
         return X
 
     def _context(self, ev: ContextEvent | BinaryContext, where: str) -> None:

@@ -88,7 +88,7 @@ class KafkaLogReader(LogReader):
         Names of the (contexts, decisions, feedback) topics.
     start, end
         Range bounds (see the module docstring).
-    bandit_id, arms, feedback_window, missing_reward, default_reward, max_pending
+    bandit_id, arms, feedback_window, missing_reward, default_reward, max_pending, featuriser
         How events are joined (:class:`~.join.EventJoin`).
     idle_timeout
         Seconds without any record before an unfinished read fails.
@@ -114,6 +114,7 @@ class KafkaLogReader(LogReader):
         missing_reward: str = "drop",
         default_reward: float = 0.0,
         max_pending: int = 200_000,
+        featuriser: Any = None,
         idle_timeout: float = 20.0,
         consumer_config: dict[str, Any] | None = None,
     ):
@@ -127,6 +128,7 @@ class KafkaLogReader(LogReader):
         self.missing_reward = missing_reward
         self.default_reward = default_reward
         self.max_pending = max_pending
+        self.featuriser = featuriser
         self.idle_timeout = idle_timeout
         self.consumer_config = consumer_config or {}
         self._done = 0
@@ -282,6 +284,7 @@ class KafkaLogReader(LogReader):
             missing_reward=self.missing_reward,
             default_reward=self.default_reward,
             max_pending=self.max_pending,
+            featuriser=self.featuriser,
         )
 
     def _open(self) -> None:

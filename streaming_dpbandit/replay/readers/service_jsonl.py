@@ -48,7 +48,7 @@ class ServiceJsonlReader(LogReader):
     ----------
     path
         The file (``.jsonl`` or ``.jsonl.gz``).
-    bandit_id, arms, feedback_window, missing_reward, default_reward, max_pending
+    bandit_id, arms, feedback_window, missing_reward, default_reward, max_pending, featuriser
         How events are joined (see :class:`~.join.EventJoin`).
 
     Examples
@@ -80,6 +80,7 @@ class ServiceJsonlReader(LogReader):
         missing_reward: str = "drop",
         default_reward: float = 0.0,
         max_pending: int = 200_000,
+        featuriser: Any = None,
     ):
         self.path = Path(path)
         self.bandit_id = bandit_id
@@ -88,6 +89,7 @@ class ServiceJsonlReader(LogReader):
         self.missing_reward = missing_reward
         self.default_reward = default_reward
         self.max_pending = max_pending
+        self.featuriser = featuriser
         self._done = 0
         self.counters: dict[str, int] = {}
 
@@ -102,6 +104,7 @@ class ServiceJsonlReader(LogReader):
             missing_reward=self.missing_reward,
             default_reward=self.default_reward,
             max_pending=self.max_pending,
+            featuriser=self.featuriser,
         )
 
     def _messages(self) -> Iterator[tuple[str, Any, str]]:  # (kind, JSON value, where)
