@@ -83,6 +83,7 @@ class SingleArms(ActionKind):
 
     def __init__(self) -> None:
         self._encode: Callable[..., list[bytes]] | None = None  # made at the first decision
+        self._featuriser = None  # (features.FeatureHasher, built at the first feature objects)
 
     def row_width(self, policy) -> int:
         return int(policy.d)  # the chosen context
@@ -101,7 +102,7 @@ class SingleArms(ActionKind):
         if X is None:
             objects = ev.feature_objects()
             if objects is not None:  # hashed into d by the bandit's featuriser
-                X = rt.featurise(*objects)
+                X = self.featurise(rt, *objects)
         if X is not None:
             width = X.shape[1]
             if width != d:
@@ -142,6 +143,20 @@ class SingleArms(ActionKind):
                 raise BadInput("unknown_arm", f"arm {a!r} is not in the catalogue")
             X[row, k * width : (k + 1) * width] = shared
         return X, ids
+
+    def featurise(self, rt: BanditRuntime, context: list, actions: list) -> np.ndarray:
+        """The (K, d) rows of a context in feature objects, hashed by the bandit's featuriser
+        (``BanditSettings.featuriser``), or :class:`BadInput` ``invalid_features``."""
+        from ..features import FeatureError
+
+        hasher = self._featuriser
+        if hasher is None:
+            hasher = self._featuriser = rt.settings.featuriser()
+        try:
+            X: np.ndarray = hasher.transform(context, actions, ("context_features", "actions"))
+        except FeatureError as err:
+            raise BadInput("invalid_features", str(err)) from None
+        return X
 
     def decide_messages(self, rt: BanditRuntime, batch: list[Pending]) -> list[bytes]:
         """Decide a batch (same bandit, no model update inside) with the frozen model; returns

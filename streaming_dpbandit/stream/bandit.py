@@ -84,22 +84,6 @@ class BanditRuntime:
         #: ``on_refused(bandit_id, reason, rounds)``: rows the policy refused (the service
         #: dead-letters them); None: counted and logged only
         self.on_refused: Callable[[str, str, list[int]], None] | None = None
-        self._featuriser = None  # (features.FeatureHasher, built when first needed)
-
-    def featurise(self, context: list, actions: list) -> np.ndarray:
-        """The (K, d) rows of a context in feature objects, hashed by the bandit's featuriser
-        (``BanditSettings.featuriser``, built at the first such context), or
-        :class:`BadInput` ``invalid_features`` naming the value."""
-        from ..features import FeatureError
-
-        hasher = self._featuriser
-        if hasher is None:
-            hasher = self._featuriser = self.settings.featuriser()
-        try:
-            X: np.ndarray = hasher.transform(context, actions, ("context_features", "actions"))
-        except FeatureError as err:
-            raise BadInput("invalid_features", str(err)) from None
-        return X
 
     def encode(self, ev: AnyContext):
         """The rows of a validated context event (:meth:`~.arms.ActionKind.encode`)."""

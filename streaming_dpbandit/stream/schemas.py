@@ -142,25 +142,15 @@ class ArmFeatures(_Event):
     features: list[float] = Field(min_length=1)
 
 
-#: A JSON feature object (docs/features.md): top-level keys whose values are objects name
-#: namespaces; numbers, strings, booleans, nulls, lists and objects inside.
+#: A JSON feature object, hashed by the bandit's featuriser (docs/features.md).
+_FEATURE_OBJECT = "a feature object (docs/features.md): an object-valued key names a namespace"
 FeatureObject = Annotated[
-    dict[str, Any],
-    WithJsonSchema(
-        {
-            "type": "object",
-            "description": "a feature object (docs/features.md): a key whose value is an "
-            "object names a namespace; numbers are numeric features, strings indicators "
-            "(key=value), true an indicator, false and null absent, lists and nested objects "
-            "flattened",
-        }
-    ),
+    dict[str, Any], WithJsonSchema({"type": "object", "description": _FEATURE_OBJECT})
 ]
 
 
 class ActionFeatureObjects(_Event):
-    """One candidate action described by feature objects, hashed by the bandit's featuriser
-    (its ``features`` section, docs/features.md) into a row of its dimension d."""
+    """One candidate action in feature objects (hashed by the bandit's featuriser)."""
 
     arm_id: Id
     features: list[FeatureObject] = Field(default_factory=list, max_length=10_000)
