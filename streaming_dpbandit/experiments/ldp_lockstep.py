@@ -666,7 +666,7 @@ class _GLOCGroup(_IndexGroup):
         return 2.0 * upsilon(ss, t, d, T, a), math.sqrt((ss / mu_min) * math.sqrt(d * t))
 
     def _init_centre(self) -> None:
-        self.centre[:] = np.vstack([p._theta_c for p in self.policies])
+        self.centre[:] = np.vstack([p._theta for p in self.policies])
 
     def draw(self, n: int, d: int) -> None:
         self.N = self._noise_block(n, 7)  # matrix (3), vector (2), gradient (2)

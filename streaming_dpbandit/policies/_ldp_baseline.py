@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from scipy import linalg
@@ -19,8 +19,9 @@ from ..ldp.model import AUTHORS_CODE_LABEL
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
-from ..utils.arrays import FloatArray, IntArray
-from .base import Policy
+from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ._argmax import argmax_ties_by_coins
+from .base import DecisionBatch, Policy
 
 __all__ = ["LDPBaseline", "code_sigma", "upsilon"]
 
@@ -64,7 +65,73 @@ class LDPBaseline(Policy):
 
     @abc.abstractmethod
     def _refresh(self) -> None:
-        """Recompute the model in force from the reports so far."""
+        """Recompute the model in force from the reports so far (θ and its width β)."""
+
+    @abc.abstractmethod
+    def _learn_reports(self, Xs: FloatArray, y: FloatArray) -> None:
+        """Privatise and add the reports: the chosen stacked contexts ``Xs`` and rewards."""
+
+    #: the state's arrays beside the common state: key → attribute
+    _state_arrays: ClassVar[tuple[tuple[str, str], ...]] = ()
+    _theta: FloatArray
+    _beta: float
+    _Ainv: FloatArray
+    _reports: int
+
+    def decide(
+        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
+    ) -> DecisionBatch:
+        self._state()
+        X = self._check_batch(X, self.d)
+        B = X.shape[0]
+        Xs = self._stack(X)
+        width = np.sqrt(np.maximum(np.einsum("bkd,de,bke->bk", Xs, self._Ainv, Xs), 0.0))
+        scores = Xs @ self._theta + self._beta * width
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
+        arms, prop = argmax_ties_by_coins(scores, lambda rows: self._coins(rounds[rows], None))
+        self._remember(rounds, arms)
+        self._t += B
+        self._since += B
+        return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
+
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
+        self._state()
+        X = np.atleast_2d(np.asarray(contexts, dtype=np.float64))
+        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        self._learn_reports(self._chosen_stacked(X, rounds), y)
+
+    @property
+    def coefficients(self) -> FloatArray:
+        return self._state()._theta.copy()
+
+    def state_dict(self) -> dict[str, Any]:
+        self._state()
+        arrays = {key: getattr(self, attr).copy() for key, attr in self._state_arrays}
+        return {
+            "policy": self.name,
+            "params": self.public_params(),
+            **self._common_state(),
+            **arrays,
+            "reports": self._reports,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> Self:
+        self._state()
+        self._load_common(state)
+        for key, attr in self._state_arrays:
+            setattr(self, attr, np.array(state[key], dtype=np.float64))
+        self._reports = int(state["reports"])
+        self._refresh()
+        return self
 
     def _dims(self) -> tuple[int, int]:
         """(per-arm d, model dimension: d single-param, dK stacked multi-param)."""

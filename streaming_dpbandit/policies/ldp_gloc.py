@@ -46,10 +46,8 @@ from typing import Annotated, Any, Literal, Self
 import numpy as np
 
 from ..ldp.links import get_link
-from ..utils.arrays import ArrayLike, FloatArray
-from ._argmax import argmax_ties_by_coins
+from ..utils.arrays import FloatArray
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
-from .base import DecisionBatch
 from .ldp_ucb import ucb_beta
 from .registry import register
 from .types import AtLeastOne, Ge, NonNegative, OpenUnit, Positive, PositiveInt
@@ -157,7 +155,7 @@ class LDPGLOC(LDPBaseline):
             g = rng.standard_normal((2, D))
             g /= np.linalg.norm(g, axis=1, keepdims=True)
             self._theta_h: FloatArray = g[0].copy()
-            self._theta_c: FloatArray = g[1].copy()
+            self._theta: FloatArray = g[1].copy()
             self._V = self.v0 * np.eye(D)
             self._u = np.zeros(D)
             self._rows, self._cols = np.triu_indices(D)
@@ -174,42 +172,13 @@ class LDPGLOC(LDPBaseline):
         c = 2.0 * upsilon(self._sigma_s, t, d, self.horizon, self.alpha)
         self._Ainv = self._inverse(self._V + c * np.eye(D), c / 2.0)
         if self._reports > 0:
-            self._theta_c = self._Ainv @ self._u
+            self._theta = self._Ainv @ self._u
         if self.setting == "multi":
             self._beta = ucb_beta(self._sigma_ucb, t, d, self.horizon, self.alpha)[1]
         else:
             self._beta = math.sqrt((self._sigma_s / MU_MIN[self.link]) * math.sqrt(d * t))
 
-    def decide(
-        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
-    ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
-        B = X.shape[0]
-        Xs = self._stack(X)
-        width = np.sqrt(np.maximum(np.einsum("bkd,de,bke->bk", Xs, self._Ainv, Xs), 0.0))
-        scores = Xs @ self._theta_c + self._beta * width
-        if mask is not None:
-            scores = np.where(mask, scores, -np.inf)
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
-        arms, prop = argmax_ties_by_coins(scores, lambda rows: self._coins(rounds[rows], None))
-        self._remember(rounds, arms)
-        self._t += B
-        self._since += B
-        return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
-
-    def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
-    ) -> None:
-        self._state()
-        X = np.atleast_2d(np.asarray(contexts, dtype=np.float64))
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        Xs = self._chosen_stacked(X, rounds)
+    def _learn_reports(self, Xs: FloatArray, y: FloatArray) -> None:
         n, D = Xs.shape
         rng = self._noise
         for i in range(n):  # sequential: the gradient uses the current θ_h
@@ -229,30 +198,5 @@ class LDPGLOC(LDPBaseline):
             self._theta_h -= grad / math.sqrt(self.horizon)
             self._reports += 1
 
-    @property
-    def coefficients(self) -> FloatArray:
-        return self._state()._theta_c.copy()
-
-    def state_dict(self) -> dict[str, Any]:
-        self._state()
-        return {
-            "policy": self.name,
-            "params": self.public_params(),
-            **self._common_state(),
-            "V": self._V.copy(),
-            "u": self._u.copy(),
-            "theta_h": self._theta_h.copy(),
-            "theta_c": self._theta_c.copy(),
-            "reports": self._reports,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> LDPGLOC:
-        self._state()
-        self._load_common(state)
-        self._V = np.array(state["V"], dtype=np.float64)
-        self._u = np.array(state["u"], dtype=np.float64)
-        self._theta_h = np.array(state["theta_h"], dtype=np.float64)
-        self._theta_c = np.array(state["theta_c"], dtype=np.float64)
-        self._reports = int(state["reports"])
-        self._refresh()
-        return self
+    #: the state's arrays: key → attribute
+    _state_arrays = (("V", "_V"), ("u", "_u"), ("theta_h", "_theta_h"), ("theta_c", "_theta"))

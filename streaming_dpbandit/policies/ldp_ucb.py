@@ -21,10 +21,8 @@ from typing import Annotated, Any, Literal, Self
 import numpy as np
 
 from ..ldp.gaussian import GaussianOLSMechanism
-from ..utils.arrays import ArrayLike, FloatArray
-from ._argmax import argmax_ties_by_coins
+from ..utils.arrays import FloatArray
 from ._ldp_baseline import LDPBaseline, code_sigma, upsilon
-from .base import DecisionBatch
 from .registry import register
 from .types import AtLeastOne, Ge, NonNegative, OpenUnit, Positive, PositiveInt
 
@@ -134,36 +132,7 @@ class LDPUCB(LDPBaseline):
         self._theta = self._Ainv @ self._U
         self._beta = beta
 
-    def decide(
-        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
-    ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
-        B = X.shape[0]
-        Xs = self._stack(X)
-        width = np.sqrt(np.maximum(np.einsum("bkd,de,bke->bk", Xs, self._Ainv, Xs), 0.0))
-        scores = Xs @ self._theta + self._beta * width
-        if mask is not None:
-            scores = np.where(mask, scores, -np.inf)
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
-        arms, prop = argmax_ties_by_coins(scores, lambda rows: self._coins(rounds[rows], None))
-        self._remember(rounds, arms)
-        self._t += B
-        self._since += B
-        return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
-
-    def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
-    ) -> None:
-        self._state()
-        X = np.atleast_2d(np.asarray(contexts, dtype=np.float64))
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        Xs = self._chosen_stacked(X, rounds)
+    def _learn_reports(self, Xs: FloatArray, y: FloatArray) -> None:
         M, u = self._mech.privatize(Xs, y, self._noise)
         D = Xs.shape[1]
         Msum = M.sum(axis=0)
@@ -174,26 +143,5 @@ class LDPUCB(LDPBaseline):
         self._U += u.sum(axis=0)
         self._reports += y.size
 
-    @property
-    def coefficients(self) -> FloatArray:
-        return self._state()._theta.copy()
-
-    def state_dict(self) -> dict[str, Any]:
-        self._state()
-        return {
-            "policy": self.name,
-            "params": self.public_params(),
-            **self._common_state(),
-            "V": self._V.copy(),
-            "U": self._U.copy(),
-            "reports": self._reports,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> LDPUCB:
-        self._state()
-        self._load_common(state)
-        self._V = np.array(state["V"], dtype=np.float64)
-        self._U = np.array(state["U"], dtype=np.float64)
-        self._reports = int(state["reports"])
-        self._refresh()
-        return self
+    #: the state's arrays: key → attribute
+    _state_arrays = (("V", "_V"), ("U", "_U"))
