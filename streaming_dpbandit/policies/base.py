@@ -490,6 +490,37 @@ class Policy(BasePolicy):
             )
         return X
 
+    def _learn_rows(
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike
+    ) -> tuple[FloatArray, FloatArray, IntArray]:
+        """``learn``'s contexts (B, d), rewards (B,) and rounds (B,) as arrays (ValueError on
+        other shapes): the one check of what a policy is given to learn from."""
+        shapes = "learn expects contexts (B, d), rewards (B,) and rounds (B,)"
+        X, y = self._learn_xy(contexts, rewards, shapes)
+        r = np.asarray(rounds, dtype=np.int64).reshape(-1)
+        if r.shape != y.shape:
+            raise ValueError(shapes)
+        return X, y, r
+
+    def _learn_xy(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        shapes: str = "learn expects contexts (B, d) and rewards (B,)",
+    ) -> tuple[FloatArray, FloatArray]:
+        """``learn``'s contexts (B, d) and rewards (B,) as arrays (ValueError ``shapes``
+        otherwise), for a policy that does not read the rounds."""
+        X = np.asarray(contexts, dtype=np.float64)
+        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        if X.shape != (y.size, getattr(self, "d", None)):
+            raise ValueError(shapes)
+        return X, y
+
+    def _check_decided(self, rounds: IntArray, unit: str = "round") -> None:
+        """Refuse rows of rounds this policy never decided (outside 1 … t)."""
+        if rounds.size and (rounds.min() < 1 or rounds.max() > self.t):
+            raise ValueError(f"learn() got a {unit} that was never decided")
+
     # -- River compatibility ---------------------------------------------------------------
     def _pull(self, arm_ids: Iterable[ArmId], context: Context) -> ArmId:
         # River's abstract hook (kept for River's callers)

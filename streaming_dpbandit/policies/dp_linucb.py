@@ -632,16 +632,11 @@ class DPLinUCB(Policy):
     ) -> None:
         """Insert the chosen actions and rewards (clipped: ‖x‖ ≤ L, |y| ≤ B̃) into the tree."""
         self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if X.shape != (y.size, self.d) or rounds.shape != y.shape:
-            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        X, y, rounds = self._learn_rows(contexts, rewards, rounds)
         if y.size == 0:
             return
+        self._check_decided(rounds)
         r_lo, r_hi = int(rounds.min()), int(rounds.max())
-        if r_hi > self._t or r_lo < 1:
-            raise ValueError("learn() got a round that was never decided")
         rows, n_x, n_y = prepare_rows(X, y, self.L, self.B_tilde)
         # a round learned before (or twice in this call) is refused, nothing of the call learned
         self._learned.claim(rounds, "dp-linucb")

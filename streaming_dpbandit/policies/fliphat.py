@@ -691,15 +691,10 @@ class FLIPHAT(Policy):
     ) -> None:
         self._state()
         self._check_learner("learn")
-        contexts = np.asarray(contexts, dtype=np.float64)
-        rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if contexts.shape != (rounds.size, self.d) or rewards.shape != rounds.shape:
-            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        contexts, rewards, rounds = self._learn_rows(contexts, rewards, rounds)
         if rounds.size == 0:
             return
-        if rounds.max() > self._t or rounds.min() < 1:
-            raise ValueError("learn() got a round that was never decided")
+        self._check_decided(rounds)
         cmax, cmin = float(contexts.max()), float(contexts.min())  # NaN/inf propagate
         if not (math.isfinite(cmax) and math.isfinite(cmin) and np.isfinite(rewards).all()):
             raise ValueError("contexts and rewards must be finite")

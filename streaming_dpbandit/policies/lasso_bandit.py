@@ -157,10 +157,7 @@ class LassoBandit(Policy):
         ids: ArrayLike | None = None,
     ) -> None:
         self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        if X.shape != (y.size, self.d):
-            raise ValueError("learn expects contexts (B, d) and rewards (B,)")
+        X, y = self._learn_xy(contexts, rewards)
         self._G += X.T @ X
         self._h += X.T @ y
         self._yty += float(y @ y)

@@ -245,10 +245,7 @@ class LinUCB(Policy):
         ids: ArrayLike | None = None,
     ) -> None:
         self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        if X.shape != (y.size, self.d):
-            raise ValueError("learn expects contexts (B, d) and rewards (B,)")
+        X, y = self._learn_xy(contexts, rewards)
         if y.size == 0:
             return
         if np.max(rounds) > self._t:

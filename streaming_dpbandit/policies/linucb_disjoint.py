@@ -413,15 +413,10 @@ class LinUCBDisjoint(Policy):
     ) -> None:
         """Learn the rewards of earlier decisions (by round); the ring remembers their arms."""
         self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if X.shape != (y.size, self.d) or rounds.shape != y.shape:
-            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        X, y, rounds = self._learn_rows(contexts, rewards, rounds)
         if y.size == 0:
             return
-        if rounds.max() > self._t or rounds.min() < 1:
-            raise ValueError("learn() got a round that was never decided")
+        self._check_decided(rounds)
         slot = rounds % self.pending_capacity
         known = self._ring_round[slot] == rounds
         arms = self._ring_slot[slot]

@@ -671,15 +671,10 @@ class PrivateLASSO(Policy):
     ) -> None:
         """Attach clipped records to their slots (duplicates and late records are dropped)."""
         self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if X.shape != (rnd.size, self.d) or y.shape != rnd.shape:
-            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        X, y, rnd = self._learn_rows(contexts, rewards, rounds)
         if rnd.size == 0:
             return
-        if rnd.min() < 1 or rnd.max() > self._t:
-            raise ValueError("learn() got a slot that was never decided")
+        self._check_decided(rnd, "slot")
         if not (np.isfinite(X).all() and np.isfinite(y).all()):
             raise ValueError("contexts and rewards must be finite")
         # one record per slot (the sensitivities assume it): a slot learned before, or twice in

@@ -364,11 +364,7 @@ class PrivateLASSOPaper(PrivateLASSO):
         ids: ArrayLike | None = None,
     ) -> None:
         self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rnd = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if X.shape != (rnd.size, self.d) or y.shape != rnd.shape:
-            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
+        X, y, rnd = self._learn_rows(contexts, rewards, rounds)
         order = np.argsort(rnd, kind="stable")
         first = self._tree.count + 1
         if not np.array_equal(rnd[order], np.arange(first, first + rnd.size)):

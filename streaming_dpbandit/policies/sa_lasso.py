@@ -24,17 +24,16 @@ import numpy as np
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows
 from ..privacy.ledger import ReleaseRecord
-from ..utils.arrays import ArrayLike
 from .lasso_bandit import LassoBandit
 from .registry import register
-from .th_lasso import THLassoBandit
+from .th_lasso import ClippedRows
 from .types import AtLeastOne, Gt, Positive
 
 __all__ = ["SALassoBandit"]
 
 
 @register
-class SALassoBandit(LassoBandit):
+class SALassoBandit(ClippedRows, LassoBandit):
     """Sparsity-agnostic Lasso bandit, spec §6 profile (non-private ε = ∞ reference).
 
     Parameters
@@ -114,10 +113,6 @@ class SALassoBandit(LassoBandit):
             self._coin_key()
         return self
 
-    @property
-    def counters(self) -> dict[str, Any]:
-        return dict(self._state()._counters)
-
     def lambda_n(self, n: int) -> float:
         """λ_n = 2λ0·√((4 ln n + 2 ln d)/n).
 
@@ -139,22 +134,6 @@ class SALassoBandit(LassoBandit):
         self._next_refit += self.refit_every
         self._version += 1
         return []
-
-    def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
-    ) -> None:
-        self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if X.shape != (y.size, self.d) or rounds.shape != y.shape:
-            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
-        X, y = THLassoBandit._clip(self, X, y)
-        self._store.add(rounds, X, y)
 
     def state_dict(self) -> dict[str, Any]:
         self._state()

@@ -13,9 +13,10 @@ optional public bounds (the ε = ∞ reference keeps the private policies' input
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Iterator
-from typing import Annotated, Any, Protocol, Self
+from typing import Annotated, Any, Self
 
 import numpy as np
 
@@ -28,21 +29,58 @@ from .private_lasso import clip_rows, random_argmax
 from .registry import register
 from .types import AtLeastOne, Gt, Positive
 
-__all__ = ["THLassoBandit"]
+__all__ = ["ClippedRows", "THLassoBandit"]
 
 
-class _Clipped(Protocol):
-    """The clipping parameters and counters that :meth:`THLassoBandit._clip` reads (shared
-    with ``SALassoBandit``)."""
+class ClippedRows(Policy):
+    """What the non-private Lasso references share (TH-Lasso, SA-Lasso): learned rows are
+    clipped to the optional public bounds (each clip counted) and kept in a row store for the
+    next refit."""
 
     clip_coord: float | None
     clip_l2: float | None
     reward_bound: float | None
     _counters: dict[str, int]
+    _store: RowStore
+
+    @abc.abstractmethod
+    def _state(self) -> Self:
+        """Build the state on first use (the row store, the counters); returns the policy."""
+
+    @property
+    def counters(self) -> dict[str, Any]:
+        return dict(self._state()._counters)
+
+    def _clip(self, X: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+        if self.clip_coord is not None or self.clip_l2 is not None:
+            X, nc, nr = clip_rows(
+                X,
+                self.clip_coord if self.clip_coord is not None else np.inf,
+                self.clip_l2 if self.clip_l2 is not None else np.inf,
+            )
+            self._counters["clipped_coords"] += nc
+            self._counters["clipped_norms"] += nr
+        if self.reward_bound is not None:
+            yc = np.clip(y, -self.reward_bound, self.reward_bound)
+            self._counters["clipped_rewards"] += int(np.count_nonzero(yc != y))
+            y = yc
+        return X, y
+
+    def learn(
+        self,
+        contexts: ArrayLike,
+        rewards: ArrayLike,
+        rounds: ArrayLike,
+        ids: ArrayLike | None = None,
+    ) -> None:
+        self._state()
+        X, y, rounds = self._learn_rows(contexts, rewards, rounds)
+        X, y = self._clip(X, y)
+        self._store.add(rounds, X, y)
 
 
 @register
-class THLassoBandit(Policy):
+class THLassoBandit(ClippedRows):
     """Thresholded Lasso bandit (non-private ε = ∞ reference).
 
     Parameters
@@ -138,10 +176,6 @@ class THLassoBandit(Policy):
     def model_version(self) -> int:
         return self._state()._version
 
-    @property
-    def counters(self) -> dict[str, Any]:
-        return dict(self._state()._counters)
-
     def lambda_n(self, n: int) -> float:
         """λ = λ0·√(2 ln n ln d / n).
 
@@ -194,37 +228,6 @@ class THLassoBandit(Policy):
         arms, prop = random_argmax(scores, self._coins(rounds, event_ids))
         self._t += B
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
-
-    def _clip(self: _Clipped, X: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-        if self.clip_coord is not None or self.clip_l2 is not None:
-            X, nc, nr = clip_rows(
-                X,
-                self.clip_coord if self.clip_coord is not None else np.inf,
-                self.clip_l2 if self.clip_l2 is not None else np.inf,
-            )
-            self._counters["clipped_coords"] += nc
-            self._counters["clipped_norms"] += nr
-        if self.reward_bound is not None:
-            yc = np.clip(y, -self.reward_bound, self.reward_bound)
-            self._counters["clipped_rewards"] += int(np.count_nonzero(yc != y))
-            y = yc
-        return X, y
-
-    def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
-    ) -> None:
-        self._state()
-        X = np.asarray(contexts, dtype=np.float64)
-        y = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        rounds = np.asarray(rounds, dtype=np.int64).reshape(-1)
-        if X.shape != (y.size, self.d) or rounds.shape != y.shape:
-            raise ValueError("learn expects contexts (B, d), rewards (B,) and rounds (B,)")
-        X, y = self._clip(X, y)
-        self._store.add(rounds, X, y)
 
     def state_dict(self) -> dict[str, Any]:
         self._state()
