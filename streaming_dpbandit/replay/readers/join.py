@@ -17,9 +17,11 @@ learned:
 
 from __future__ import annotations
 
+import abc
 import collections
 import math
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -29,6 +31,7 @@ from ...stream.binary_context import MAGIC, BinaryContext, decode_binary_context
 from ...stream.schemas import ContextEvent, Decision, Feedback, Watermark
 from ...utils.arrays import FloatArray
 from ..errors import LogFormatError
+from .base import LogReader
 
 if TYPE_CHECKING:
     from ..batch import LoggedBatch
@@ -119,6 +122,7 @@ class EventJoin:
         self.max_pending = max_pending
         self.featuriser = featuriser
         self.d: int | None = None
+        self.first_k: int | None = None  # the number of arms of the first context
         self._ctx: OrderedDict[str, tuple[FloatArray, list[str], float, str | None]] = OrderedDict()
         self._dec: OrderedDict[str, Decision] = OrderedDict()
         self._fb: OrderedDict[str, tuple[float, float]] = OrderedDict()  # (reward, time)
@@ -204,7 +208,7 @@ class EventJoin:
                     raise LogFormatError(f"{where}: arm {a!r} is not in the catalogue")
                 X[row, k * width : (k + 1) * width] = shared
         if self.d is None:
-            self.d = int(X.shape[1])
+            self.d, self.first_k = int(X.shape[1]), int(X.shape[0])
         elif X.shape[1] != self.d:
             raise LogFormatError(
                 f"{where}: event {ev.event_id!r}: arms have {X.shape[1]} features, earlier "
@@ -369,8 +373,7 @@ def open_service_log(reader: Any, join: EventJoin, messages: Any, where: str, un
         if kind == "contexts" and join.d is None:
             join.add(kind, value, at)
             if join.d is not None:
-                X = next(iter(join._ctx.values()))[0]
-                reader.d, reader.n_arms = join.d, int(X.shape[0])
+                reader.d, reader.n_arms = join.d, join.first_k
                 reader.first_bandit = join.bandit_id
         if join.d is not None and counts["decisions"]:
             return
@@ -384,6 +387,57 @@ def open_service_log(reader: Any, join: EventJoin, messages: Any, where: str, un
         "with its propensity) beside them — the decisions topic; for a file run, dpbandit "
         "serve --decisions-out writes them"
     )
+
+
+class ServiceLogReader(LogReader):
+    """A log of the service's topics (a ``service-jsonl`` file, a Kafka range): its messages,
+    joined into events by :class:`EventJoin`. A subclass yields the messages
+    (:meth:`_messages`: ``(topic kind, value, where)``) and stores the join's parameters."""
+
+    bandit_id: str | None
+    arms: list[str] | None
+    feedback_window: float
+    missing_reward: str
+    default_reward: float
+    max_pending: int
+    featuriser: Any
+    counters: dict[str, int]
+    #: what the log is called in messages ("log", "range")
+    unit = "log"
+
+    @abc.abstractmethod
+    def _messages(self) -> Iterator[tuple[str, Any, str]]:
+        """The log's messages in order: (``contexts``/``decisions``/``feedback``, value, where)."""
+
+    def _join(self) -> EventJoin:
+        return EventJoin(
+            bandit_id=self.bandit_id,
+            arms=self.arms,
+            feedback_window=self.feedback_window,
+            missing_reward=self.missing_reward,
+            default_reward=self.default_reward,
+            max_pending=self.max_pending,
+            featuriser=self.featuriser,
+        )
+
+    def _open(self) -> None:
+        open_service_log(self, self._join(), self._messages(), self.where(), self.unit)
+
+    def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
+        join = self._join()
+        join.d = self.d
+        pending: list[JoinedEvent] = []
+        for kind, value, where in self._messages():
+            join.add(kind, value, where)
+            pending += join.ready()
+            while len(pending) >= chunk_size:
+                yield to_batch(pending[:chunk_size], self.d)
+                pending = pending[chunk_size:]
+        pending += join.finish()
+        while pending:
+            yield to_batch(pending[:chunk_size], self.d)
+            pending = pending[chunk_size:]
+        self.counters = {k: v for k, v in join.counters.items() if v}
 
 
 def _is_watermark(value: dict[str, Any] | str | bytes) -> bool:

@@ -19,10 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..batch import LoggedBatch
 from ..errors import LogFormatError
-from .base import LogReader
-from .join import EventJoin, JoinedEvent, open_service_log, to_batch
+from .join import ServiceLogReader
 
 __all__ = ["KafkaLogReader", "parse_bound"]
 
@@ -77,7 +75,7 @@ def parse_bound(text: str | None) -> ParsedBound:
     return dt.timestamp()
 
 
-class KafkaLogReader(LogReader):
+class KafkaLogReader(ServiceLogReader):
     """Read the service's topics from a Kafka broker.
 
     Parameters
@@ -97,6 +95,7 @@ class KafkaLogReader(LogReader):
     """
 
     format = "kafka"
+    unit = "range"
 
     def __init__(
         self,
@@ -209,7 +208,7 @@ class KafkaLogReader(LogReader):
         end = {tp: min(max(end[tp], start[tp]), last[tp]) for tp in tps}
         return tps, start, end
 
-    def _records(self) -> Iterator[tuple[str, bytes, str]]:
+    def _messages(self) -> Iterator[tuple[str, bytes, str]]:
         """Records of the range, merged in timestamp order."""
         consumer = self._consumer()
         try:
@@ -274,37 +273,6 @@ class KafkaLogReader(LogReader):
                 live = [tp for tp in live if buf[tp] or fetched[tp] < end[tp]]
         finally:
             consumer.close()
-
-    # -- reader ----------------------------------------------------------------------------
-    def _join(self) -> EventJoin:
-        return EventJoin(
-            bandit_id=self.bandit_id,
-            arms=self.arms,
-            feedback_window=self.feedback_window,
-            missing_reward=self.missing_reward,
-            default_reward=self.default_reward,
-            max_pending=self.max_pending,
-            featuriser=self.featuriser,
-        )
-
-    def _open(self) -> None:
-        open_service_log(self, self._join(), self._records(), self.where(), "range")
-
-    def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
-        join = self._join()
-        join.d = self.d
-        pending: list[JoinedEvent] = []
-        for kind, value, where in self._records():
-            join.add(kind, value, where)
-            pending += join.ready()
-            while len(pending) >= chunk_size:
-                yield to_batch(pending[:chunk_size], self.d)
-                pending = pending[chunk_size:]
-        pending += join.finish()
-        while pending:
-            yield to_batch(pending[:chunk_size], self.d)
-            pending = pending[chunk_size:]
-        self.counters = {k: v for k, v in join.counters.items() if v}
 
     def progress(self) -> tuple[int, int | None, str]:
         return self._done, self._total, "record"

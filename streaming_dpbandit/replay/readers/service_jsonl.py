@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..batch import LoggedBatch
 from ..errors import LogFormatError
-from .base import LogReader, open_text, require_file
-from .join import EventJoin, JoinedEvent, open_service_log, to_batch
+from .base import open_text, require_file
+from .join import ServiceLogReader
 
 __all__ = ["ServiceJsonlReader", "topic_kind"]
 
@@ -41,7 +40,7 @@ def topic_kind(topic: object) -> str | None:
     return None
 
 
-class ServiceJsonlReader(LogReader):
+class ServiceJsonlReader(ServiceLogReader):
     """Read a JSONL log of the service's topics.
 
     Parameters
@@ -96,17 +95,6 @@ class ServiceJsonlReader(LogReader):
     def where(self) -> str:
         return str(self.path)
 
-    def _join(self) -> EventJoin:
-        return EventJoin(
-            bandit_id=self.bandit_id,
-            arms=self.arms,
-            feedback_window=self.feedback_window,
-            missing_reward=self.missing_reward,
-            default_reward=self.default_reward,
-            max_pending=self.max_pending,
-            featuriser=self.featuriser,
-        )
-
     def _messages(self) -> Iterator[tuple[str, Any, str]]:  # (kind, JSON value, where)
         total = self.path.stat().st_size
         with open_text(self.path) as fh:
@@ -147,23 +135,7 @@ class ServiceJsonlReader(LogReader):
 
     def _open(self) -> None:
         require_file(self.path, self.format)
-        open_service_log(self, self._join(), self._messages(), str(self.path), "log")
-
-    def _chunks(self, chunk_size: int) -> Iterator[LoggedBatch]:
-        join = self._join()
-        join.d = self.d
-        pending: list[JoinedEvent] = []
-        for kind, value, where in self._messages():
-            join.add(kind, value, where)
-            pending += join.ready()
-            while len(pending) >= chunk_size:
-                yield to_batch(pending[:chunk_size], self.d)
-                pending = pending[chunk_size:]
-        pending += join.finish()
-        while pending:
-            yield to_batch(pending[:chunk_size], self.d)
-            pending = pending[chunk_size:]
-        self.counters = {k: v for k, v in join.counters.items() if v}
+        super()._open()
 
     def progress(self) -> tuple[int, int | None, str]:
         return self._done, self.path.stat().st_size if self.path.exists() else None, "B"
