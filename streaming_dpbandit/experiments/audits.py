@@ -57,9 +57,7 @@ Spec: docs/specs/fliphat.md.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import math
 from typing import Literal
 
@@ -79,6 +77,7 @@ from ..privacy.noise import NoiseSource
 from ..privacy.peeling import Peeling
 from ..privacy.rows import prepare_rows
 from ..privacy.symmetric import packing
+from .audit_cli import audit_main
 
 __all__ = [
     "audit_blt",
@@ -701,29 +700,7 @@ def run_all(quick: bool = False) -> list[AuditResult]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Run the privacy audits of every mechanism.")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quick", action="store_true", help="a quarter of the runs")
-    args = p.parse_args(argv)
-    results = run_all(args.quick)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=1))
-        return 0
-    from .report import format_table
-
-    rows = [
-        [
-            r.name,
-            f"{r.claimed_epsilon:.4g}",
-            f"{r.claimed_delta:g}",
-            f"{r.epsilon_lb:.3f}",
-            "pass" if r.passed else "VIOLATION",
-            f"{r.n:,}",
-        ]
-        for r in results
-    ]
-    print(format_table(["audit", "claimed ε", "δ", "ε lower bound", "result", "runs/side"], rows))
-    return 0
+    return audit_main("Run the privacy audits of every mechanism.", run_all, argv)
 
 
 if __name__ == "__main__":

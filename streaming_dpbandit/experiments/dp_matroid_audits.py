@@ -28,8 +28,6 @@ Spec: docs/specs/dp_matroid.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Literal
 
 import numpy as np
@@ -38,6 +36,7 @@ from ..estimators.batch_means import UNIT
 from ..policies.dpucb_mat import DPUCBMAT
 from ..privacy.audit import AuditResult, audit
 from ..privacy.noise import NoiseSource
+from .audit_cli import audit_main
 
 __all__ = ["audit_batch_release", "audit_round", "round_pair", "run_all"]
 
@@ -162,28 +161,9 @@ def run_all(quick: bool = False) -> list[AuditResult]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Privacy audits of the DP-matroid batch means.")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args(argv)
-    results = run_all(args.quick)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=1))
-        return 0
-    from .report import format_table
-
-    rows = [
-        [
-            r.name,
-            f"{r.claimed_epsilon:.4g}",
-            f"{r.epsilon_lb:.3f}",
-            "pass" if r.passed else "VIOLATION",
-            f"{r.n:,}",
-        ]
-        for r in results
-    ]
-    print(format_table(["audit", "claimed ε", "ε lower bound", "result", "runs/side"], rows))
-    return 0
+    return audit_main(
+        "Privacy audits of the DP-matroid batch means.", run_all, argv, delta=None, quick_help=None
+    )
 
 
 if __name__ == "__main__":

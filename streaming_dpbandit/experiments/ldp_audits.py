@@ -30,8 +30,6 @@ Spec: docs/specs/ldp_glb.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 import numpy as np
@@ -43,6 +41,7 @@ from ..ldp.model import ModelSpec
 from ..ldp.preprocess import clip_rewards, normalise_contexts
 from ..ldp.randomizers import build_payloads, l2_mechanism, ols_mechanism
 from ..privacy.audit import AuditResult, audit
+from .audit_cli import audit_main
 
 __all__ = ["audit_gaussian_report", "audit_l2_ball", "audit_multi_sgd_report", "run_all"]
 
@@ -194,29 +193,13 @@ def run_all(quick: bool = False) -> list[AuditResult]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Privacy audits of the LDP-GLB local randomizers.")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args(argv)
-    results = run_all(args.quick)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=1))
-        return 0
-    from .report import format_table
-
-    rows = [
-        [
-            r.name,
-            f"{r.claimed_epsilon:.4g}",
-            f"{r.claimed_delta:.3g}",
-            f"{r.epsilon_lb:.3f}",
-            "pass" if r.passed else "VIOLATION",
-            f"{r.n:,}",
-        ]
-        for r in results
-    ]
-    print(format_table(["audit", "claimed ε", "δ", "ε lower bound", "result", "runs/side"], rows))
-    return 0
+    return audit_main(
+        "Privacy audits of the LDP-GLB local randomizers.",
+        run_all,
+        argv,
+        delta=".3g",
+        quick_help=None,
+    )
 
 
 if __name__ == "__main__":

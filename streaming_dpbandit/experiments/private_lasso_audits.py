@@ -34,8 +34,6 @@ Which claims are audited, and why (the honest-analysis rule of ``experiments/aud
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 import numpy as np
@@ -48,6 +46,7 @@ from ..privacy.gaussian import analytic_gaussian_sigma, gaussian_delta
 from ..privacy.gram import sym_gauss, u_vector
 from ..privacy.svt import SparseVector, svt_epsilon0
 from ..privacy.zcdp import epsilon_from_rho
+from .audit_cli import audit_main
 
 __all__ = [
     "audit_gram",
@@ -288,29 +287,7 @@ def run_all(quick: bool = False) -> list[AuditResult]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Run the privacy audits of PrivateLASSO-R.")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quick", action="store_true", help="a quarter of the runs")
-    args = p.parse_args(argv)
-    results = run_all(args.quick)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=1))
-        return 0
-    from .report import format_table
-
-    rows = [
-        [
-            r.name,
-            f"{r.claimed_epsilon:.4g}",
-            f"{r.claimed_delta:.3g}",
-            f"{r.epsilon_lb:.3f}",
-            "pass" if r.passed else "VIOLATION",
-            f"{r.n:,}",
-        ]
-        for r in results
-    ]
-    print(format_table(["audit", "claimed ε", "δ", "ε lower bound", "result", "runs/side"], rows))
-    return 0
+    return audit_main("Run the privacy audits of PrivateLASSO-R.", run_all, argv, delta=".3g")
 
 
 if __name__ == "__main__":
