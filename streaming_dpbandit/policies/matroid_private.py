@@ -273,14 +273,22 @@ class PrivateMatroidPolicy(MatroidPolicy):
         K = self.K
         scale = self._est.laplace_scale
         # secure backend: each of the 2K affected sums moves by ≤ 1 + γ on its grid γ
+        # (the scale 1/(ε0 − 2⁻³⁰) keeps 2K(1 + γ)/b within the certified ε: recorded as that
+        # pure ε, the statement's number; the drawn one is a hair below it)
         gamma = grid_of(scale) if self._est.rounding_margin else 0.0
-        sens = 2.0 * K * (1.0 + gamma) if gamma else 2.0 * K
+        component: dict[str, Any] = (
+            {"type": "pure", "epsilon": self.epsilon_certified, "count": 1}
+            if gamma
+            else {"type": "laplace", "sensitivity": 2.0 * K, "scale": scale, "count": 1}
+        )
+        if gamma and 2.0 * K * (1.0 + gamma) / scale > self.epsilon_certified:
+            raise RuntimeError("the secure batch-mean scale does not cover its grid term")
         return ReleaseRecord(
             release_id=f"{self.bandit_id}/{self.name}/guarantee",
             mechanism="doubling-batch-laplace",
             epsilon=self.epsilon_certified,
             delta=0.0,
-            accounting=[{"type": "laplace", "sensitivity": sens, "scale": scale, "count": 1}],
+            accounting=[component],
             params={
                 "epsilon": float(self.epsilon),
                 "epsilon0": self.epsilon0,
@@ -290,6 +298,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
                 "matroid": self.structure.kind,
                 "unreachable_items": self.unreachable,
                 "laplace_scale": scale,
+                "sensitivity": 2.0 * K,
                 "rounding_margin": gamma,
                 "reward_range": [float(x) for x in self.reward_range],
                 "default_reward": float(self.default_reward),

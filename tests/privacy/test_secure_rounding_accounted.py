@@ -83,12 +83,13 @@ def test_batch_mean_laplace_component_covers_the_grid_term(name):
         b = pol.decide_slates(1)
         pol.learn(b.slates, np.full((1, 2), 0.7), b.rounds)
     recs += pol.refit()
-    comp = recs[0].accounting[0]
-    scale, K = comp["scale"], pol.K
-    assert 2 * K * (1 + grid_of(scale)) / scale <= pol.epsilon_certified  # drawn, with rounding
-    assert comp["sensitivity"] >= 2 * K * (1 + grid_of(scale))  # what the ledger composes
+    scale, K = recs[0].params["laplace_scale"], pol.K
+    assert recs[0].params["rounding_margin"] == grid_of(scale)
+    drawn = 2 * K * (1 + grid_of(scale)) / scale  # the noise drawn, with the grid's rounding
+    assert drawn <= pol.epsilon_certified
+    # what the ledger composes covers it, and is the statement's number exactly
     spend = Accountant(recs).spend("default").of_record()
-    assert spend["epsilon"] <= pol.epsilon_certified
+    assert drawn <= spend["epsilon"] == pol.epsilon_certified == pol.privacy.epsilon
 
 
 def test_the_statement_covers_a_person_whose_rounds_fall_in_several_episodes():
