@@ -386,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mechanism",
         default=None,
-        help="comma-separated subset of fliphat,dp-linucb,private-lasso (default: all)",
+        help="comma-separated subset of fliphat,fliphat-warm,fliphat-private-clip,dp-linucb,"
+        "private-lasso (default: all)",
     )
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
