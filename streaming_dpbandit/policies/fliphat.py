@@ -72,6 +72,7 @@ __all__ = [
     "SCALE_MIN_EVIDENCE",
     "SCALE_SHARE",
     "WARM_ETA",
+    "WARM_MIN_X_MAX",
     "auto_first_episode_len",
     "default_grad_clip",
 ]
@@ -106,6 +107,10 @@ SCALE_SHARE = 0.05
 #: median reliable: n₀·ε′ ≥ SCALE_MIN_EVIDENCE (report-noisy-max over 81 grid points misranks by
 #: about (2/ε′)·ln 81 ≈ 9/ε′ rows); otherwise G comes from the public priors (§1).
 SCALE_MIN_EVIDENCE = 30.0
+
+#: ``warm_start="auto"`` needs contexts standardised to unit variance: a coordinate clip
+#: x_max ≥ 2 (the default √(2 ln d) is 2.4 at d = 20, 3.5 at d = 400).
+WARM_MIN_X_MAX = 2.0
 
 #: Step size of a warm-started fit: with the no-½ loss, θ⁰ − η∇L(θ⁰) = θ⁰ + 2η·(ĉ − Σ̂θ⁰), so
 #: η = ½ and standardised contexts (Σ ≈ I) make one step land near the least-squares point.
@@ -365,10 +370,17 @@ class FLIPHAT(Policy):
 
     @property
     def warm(self) -> bool:
-        """Warm start in force: fits start from the released model (needs clipped contributions)."""
+        """Warm start in force: fits start from the released model (needs clipped contributions).
+
+        ``auto``: on with clipped contributions and standardised contexts — the warm step's
+        η = ½ assumes unit-variance coordinates, which a coordinate clip x_max ≥ 2 states (the
+        default √(2 ln d)); with x_max < 2 (e.g. unit-norm actions, whose coordinates have mean
+        square 1/d) one step would move β̂ by a fraction of the correction and keep the first
+        fits' noise, so the default stays the cold one-step fit of issue 20.
+        """
         w = self.warm_start
         if w == "auto":
-            return self.clips_contributions
+            return self.clips_contributions and self.x_bound >= WARM_MIN_X_MAX
         return bool(w)
 
     @property

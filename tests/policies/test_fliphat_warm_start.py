@@ -21,6 +21,7 @@ from streaming_dpbandit.policies.fliphat import (
     SCALE_MIN_EVIDENCE,
     SCALE_SHARE,
     WARM_ETA,
+    WARM_MIN_X_MAX,
     auto_first_episode_len,
 )
 from streaming_dpbandit.privacy.noise import NoiseSource
@@ -273,3 +274,12 @@ def test_auto_clip_is_private_only_where_the_first_fit_can_afford_the_median():
         "private_clip" in sparse.explain(10)["formula"]
         and "private" not in small.explain(10)["formula"]
     )
+
+
+def test_auto_warm_start_needs_standardised_contexts():
+    """η = ½ is a Newton step for unit-variance coordinates: a coordinate clip x_max < 2 (e.g.
+    unit-norm actions, mean square 1/d per coordinate) keeps issue 20's cold fits."""
+    assert policy().x_bound >= WARM_MIN_X_MAX and policy().warm  # √(2 ln 12) = 2.23
+    unit = policy(x_max=1.0)
+    assert not unit.warm and unit.cold_form == "clipped" and unit.step == 1e-4
+    assert policy(x_max=1.0, warm_start=True).warm  # an explicit choice is kept
