@@ -36,7 +36,8 @@ UNSOURCED = {
     (
         "docs/fliphat.md",
         "## Reproduction of the paper (`dpbandit reproduce fliphat`)",
-    ): "commit, JSON",
+    ): "date, commit, JSON",
+    ("docs/fliphat.md", "## The certified calibration on the same environment"): "commit, JSON",
     ("docs/private-lasso.md", "### The comparison table (issue 8)"): "date, commit, JSON",
     (
         "docs/privacy/fliphat-noise-reduction.md",
