@@ -147,7 +147,13 @@ def throughput(bootstrap: str, replicas: int, events: int, work: Path) -> dict:
             "event_time": 1.7e9 + i * 1e-3,
             "arms": [{"arm_id": f"a{k}", "features": X[i, k].tolist()} for k in range(K)],
         }
-        p.send(topics["contexts"], key=f"e{i}".encode(), value=json.dumps(ctx).encode())
+        stamp = round(ctx["event_time"] * 1000)  # CreateTime = event time: the stream clock
+        p.send(
+            topics["contexts"],
+            key=f"e{i}".encode(),
+            value=json.dumps(ctx).encode(),
+            timestamp_ms=stamp,
+        )
     p.flush()
     p.close()
     procs = [

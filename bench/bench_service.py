@@ -375,7 +375,8 @@ def produce(bootstrap, path: Path, topics: dict) -> dict:
         v = value_of(rec)
         if rec["topic"] == "contexts":
             sizes.append(len(v))
-        p.send(topics[rec["topic"]], key=b"shop", value=v)
+        # the recorded stream's clock (record timestamps: the service's stream clock)
+        p.send(topics[rec["topic"]], key=b"shop", value=v, timestamp_ms=rec.get("timestamp"))
         counts[rec["topic"]] += 1
     p.flush()
     p.close()
@@ -674,7 +675,12 @@ def latency(
                             "reward": 0.5,
                             "event_time": event_time[eid] + 0.01,
                         }
-                        fb.send(topics["feedback"], key=b"shop", value=json.dumps(reward).encode())
+                        fb.send(
+                            topics["feedback"],
+                            key=b"shop",
+                            value=json.dumps(reward).encode(),
+                            timestamp_ms=round(reward["event_time"] * 1000),
+                        )
 
     rt = threading.Thread(target=reader, daemon=True)
     rt.start()
@@ -686,7 +692,9 @@ def latency(
         v["event_id"] = f"lat-{i}"
         event_time[v["event_id"]] = float(v["event_time"])
         sent[v["event_id"]] = time.perf_counter()
-        p.send(topics["contexts"], key=b"shop", value=json.dumps(v).encode())
+        # stamped with its (recorded) event time: the stream clock of these contexts
+        stamp = round(v["event_time"] * 1000)
+        p.send(topics["contexts"], key=b"shop", value=json.dumps(v).encode(), timestamp_ms=stamp)
 
     # warm-up: wait until the service has joined its group and answers (not timed). A start
     # whose group join stalls (kafka-python 3.0.12, see docs/operations.md) is restarted and

@@ -79,7 +79,10 @@ def broadcast_stream(stream: Path, decisions: list[dict], out: Path, users=None)
             if dec is None:
                 continue
             msg = as_broadcast_decision(dec, ctx, users=users)
-            rec = {"topic": "contexts", "value": json.dumps(msg)}
+            # a replica stamps a decision with its context record's timestamp
+            rec = {"topic": "contexts", "value": json.dumps(msg)} | (
+                {"timestamp": rec["timestamp"]} if "timestamp" in rec else {}
+            )
         lines.append(json.dumps(rec))
     out.write_text("".join(x + "\n" for x in lines))
 

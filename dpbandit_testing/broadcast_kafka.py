@@ -12,6 +12,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.settings import ServiceSettings
+from streaming_dpbandit.stream.sim.sources import stamp
 
 from .stream_helpers import BANDIT, D, K, bandit_config
 from .user_level_helpers import user_for
@@ -114,7 +115,12 @@ class Client:
             }
             if self.users:
                 ctx["user_id"] = user_for(i)
-            p.send(self.topics["contexts"], key=f"e{i}".encode(), value=json.dumps(ctx).encode())
+            p.send(  # stamped with its event time (CreateTime): the stream clock of the run
+                self.topics["contexts"],
+                key=f"e{i}".encode(),
+                value=json.dumps(ctx).encode(),
+                timestamp_ms=stamp(ctx["event_time"]),
+            )
         p.flush()
         p.close()
 
@@ -149,12 +155,20 @@ class Client:
                         "event_time": dec["event_time"] + 0.05,
                     }
                     p.send(
-                        self.topics["feedback"], key=BANDIT.encode(), value=json.dumps(fb).encode()
+                        self.topics["feedback"],
+                        key=BANDIT.encode(),
+                        value=json.dumps(fb).encode(),
+                        timestamp_ms=stamp(fb["event_time"]),
                     )
                     self.answered += 1
         # a final heartbeat expires whatever is still pending (same in the recomputation)
         wm = {"type": "watermark", "bandit_id": BANDIT, "event_time": last + 100.0}
-        p.send(self.topics["feedback"], key=BANDIT.encode(), value=json.dumps(wm).encode())
+        p.send(
+            self.topics["feedback"],
+            key=BANDIT.encode(),
+            value=json.dumps(wm).encode(),
+            timestamp_ms=stamp(wm["event_time"]),
+        )
         p.flush()
         p.close()
         c.close()

@@ -32,7 +32,9 @@ def create_topics(broker, topics: dict) -> None:
 
 
 def produce_file(bootstrap: str, path: Path, topics: dict) -> dict[str, int]:
-    """Write a recorded JSONL stream to the contexts and feedback topics, keyed by bandit."""
+    """Write a recorded JSONL stream to the contexts and feedback topics, keyed by bandit, each
+    record stamped with its line's ``timestamp`` (or the last one before it, as ``serve
+    --file`` reads a line without one; none before the first)."""
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
@@ -41,8 +43,10 @@ def produce_file(bootstrap: str, path: Path, topics: dict) -> dict[str, int]:
         max_request_size=2 * 1024 * 1024,
     )
     counts = {"contexts": 0, "feedback": 0}
+    stamp = None  # a line without a timestamp takes the one before it (as serve --file does)
     for line in path.read_text().splitlines():
         rec = json.loads(line)
+        stamp = rec.get("timestamp", stamp)
         value = rec["value"].encode()
         index = str(counts[rec["topic"]]).encode()  # position in the file, per topic
         try:
@@ -52,7 +56,11 @@ def produce_file(bootstrap: str, path: Path, topics: dict) -> dict[str, int]:
         if not isinstance(key, str):
             key = BANDIT
         producer.send(
-            topics[rec["topic"]], key=key.encode(), value=value, headers=[("index", index)]
+            topics[rec["topic"]],
+            key=key.encode(),
+            value=value,
+            headers=[("index", index)],
+            timestamp_ms=stamp,  # the recorded stream's clock (CreateTime)
         )
         counts[rec["topic"]] += 1
     producer.flush()

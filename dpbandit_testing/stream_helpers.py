@@ -367,17 +367,20 @@ def bad_input_stream(valid_path: Path, out_path: Path):
     moved = {}
     orig = {"contexts": 0, "feedback": 0}
 
-    def put(topic, value, reason=None):
+    def put(topic, value, reason=None, stamp=None):
         if reason is not None:
             expected[(topic, counts[topic])] = reason
-        out.append({"topic": topic, "value": value})
+        # (an inserted line has no timestamp: it takes the one of the line before it)
+        out.append(
+            {"topic": topic, "value": value} | ({} if stamp is None else {"timestamp": stamp})
+        )
         counts[topic] += 1
 
     for line in lines:
         v = json.loads(line["value"])
         moved[(line["topic"], orig[line["topic"]])] = counts[line["topic"]]
         orig[line["topic"]] += 1
-        put(line["topic"], line["value"])
+        put(line["topic"], line["value"], stamp=line.get("timestamp"))
         if line["topic"] == "feedback":
             wm = max(wm, v["event_time"])
         if line["topic"] == "contexts" and counts["contexts"] == 100 and not placed_ctx:

@@ -413,7 +413,10 @@ num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
 background.threads=4
-log.retention.hours=168
+# No time-based retention: the tests replay recorded streams stamped in the past (the record
+# timestamps are the service's stream clock, docs/service.md), which a 7-day retention would
+# delete at the broker's next retention check.
+log.retention.ms=-1
 log.segment.bytes=67108864
 EOF
   if [ -n "${DPBANDIT_KAFKA_EXTRA_PROPERTIES:-}" ]; then

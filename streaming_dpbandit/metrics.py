@@ -141,7 +141,7 @@ class ServiceMetrics:
         )
         self.forced_expiries = Counter(
             "dpbandit_forced_expiries_total",
-            "Pending joins expired by the idle timeout instead of the feedback watermark",
+            "Pending joins expired by the idle timeout instead of the feedback clock",
             ["bandit"],
             registry=r,
         )

@@ -515,10 +515,20 @@ class ServiceSettings(BaseSettings):
         300.0,
         gt=0,
         allow_inf_nan=False,
-        description="contexts and rewards stamped more than this many seconds ahead of the "
-        "stream clock (the record's Kafka timestamp, or the wall clock if earlier) are "
-        "dead-lettered (event_time_out_of_range): a far-future event would stall its bandit "
-        "until that time; null disables (simulated streams from the future)",
+        description="contexts, rewards and heartbeats stamped more than this many seconds "
+        "ahead of the stream clock (the record's Kafka timestamp, or the wall clock if earlier) "
+        "are dead-lettered (event_time_out_of_range): a far-future event would stall its "
+        "bandit until that time; null disables (simulated streams from the future)",
+    )
+    max_event_time_lag_s: float | None = Field(
+        86_400.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="contexts, rewards and heartbeats stamped more than this many seconds "
+        "before their record's timestamp are dead-lettered (event_time_out_of_range): a "
+        "context from 1970 would be decided and its join expire at once; null disables. "
+        "Records without a timestamp (a --file line without one) are not bounded below "
+        "(docs/service.md, The stream clock)",
     )
     broadcast: BroadcastSettings | None = None
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)

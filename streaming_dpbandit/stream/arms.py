@@ -62,8 +62,10 @@ class ActionKind(abc.ABC):
         """Decide a batch with the frozen model; the decision messages, in batch order."""
 
     @abc.abstractmethod
-    def on_feedback(self, rt: BanditRuntime, fb, source: tuple[str, int, int], dead) -> None:
-        """A parsed feedback message of this bandit."""
+    def on_feedback(
+        self, rt: BanditRuntime, fb, source: tuple[str, int, int], dead, clock: float
+    ) -> None:
+        """A parsed feedback message of this bandit, read at stream clock ``clock``."""
 
     @abc.abstractmethod
     def on_pending(self, rt: BanditRuntime, event_id, reward, event_time, source, dead) -> None:
@@ -181,7 +183,8 @@ class SingleArms(ActionKind):
         times = [p.event.event_time for p in batch]
         if rt.user_level:  # before any row of the batch can resolve
             rt.admit_users(batch, dec.rounds)
-        for early in rt.join.add_many(ids, rounds, times, chosen):
+        clocks = [p.clock for p in batch]
+        for early in rt.join.add_many(ids, rounds, times, chosen, clocks):
             self.resolved(rt, early, forced=False)
         rt.stats["decided"] += B
         encode = self._encode
@@ -201,7 +204,9 @@ class SingleArms(ActionKind):
         )
 
     # -- feedback ---------------------------------------------------------------------------
-    def on_feedback(self, rt: BanditRuntime, fb, source: tuple[str, int, int], dead) -> None:
+    def on_feedback(
+        self, rt: BanditRuntime, fb, source: tuple[str, int, int], dead, clock: float
+    ) -> None:
         if not isinstance(fb, Feedback):  # per-item slate rewards
             rt.stats["fb_slate_unsupported"] += 1
             dead(source, "slate_unsupported", f"bandit {rt.bandit_id!r} serves single arms")
@@ -218,13 +223,13 @@ class SingleArms(ActionKind):
             # and resolved do here, inline: the window is checked)
             rnd, ctx = js.take_joined(fb.event_id)
             rt.learn_joined(rnd, fb.reward, ctx)
-            rt.advance_watermark(fb.event_time)
+            rt.advance_watermark(clock)
             return
         if p is None and fb.event_id not in js.resolved:
             rt.unseen(fb, fb.reward, source, dead)  # (what status() None would do, sooner)
-            rt.advance_watermark(fb.event_time)
+            rt.advance_watermark(clock)
             return
-        rt.judge(fb, fb.reward, source, dead, "already has its reward")
+        rt.judge(fb, fb.reward, source, dead, "already has its reward", clock)
 
     def on_pending(self, rt: BanditRuntime, event_id, reward, event_time, source, dead) -> None:
         if not rt.outside_window(event_id, event_time, source, dead):

@@ -15,6 +15,7 @@ from ..privacy.contribution import RowRefused
 from ..privacy.ledger import ReleaseRecord
 from ..settings import BanditSettings
 from .arms import ActionKind, SingleArms, arm_id_kwargs
+from .gauges import export_bandit_metrics
 from .join import EarlyFeedback, Resolution
 from .parsing import AnyContext, BadInput, Pending
 
@@ -128,7 +129,7 @@ class BanditRuntime:
         return self.kind.decide_messages(self, batch)
 
     def after_decisions(self, batch: list[Pending], dead) -> None:
-        """Join early feedback of the just-decided events; advance the contexts watermark."""
+        """Join early feedback of the just-decided events; advance the contexts clock."""
         js = self.join
         early, pending, window = js.early, js.pending, js.window
         plain = self.kind.plain_rewards
@@ -138,12 +139,15 @@ class BanditRuntime:
         for p in batch:
             eid = p.event.event_id
             t = p.event.event_time
-            closes = t + window
+            # the join closes a window after its event time, or after its record's clock if
+            # that is earlier (a context stamped ahead waits no longer: JoinStore.add)
+            c = p.clock
+            closes = (t if c is None or c >= t else c) + window
             held = js.take_early(eid) if eid in early else ()
             if (  # the common case: one reward, in the window, before the window closed
                 len(held) == 1
                 and eid in pending
-                and t <= held[0].event_time <= closes
+                and t <= held[0].event_time <= t + window
                 and held[0].watermark <= closes
             ):
                 fb = held[0]
@@ -162,7 +166,8 @@ class BanditRuntime:
                 self.resolved(js.resolve(eid, "expired", None), forced=False)
         if ids:
             self.learn_joined_many(*js.take_joined_many(ids), rewards)
-        t = max(p.event.event_time for p in batch)
+        # the contexts clock: the batch's record clocks (event times of unstamped records)
+        t = max(p.event.event_time if p.clock is None else p.clock for p in batch)
         for orphan in self.join.advance_context_watermark(t):
             self.stats["fb_orphan"] += 1
             dead(
@@ -203,16 +208,22 @@ class BanditRuntime:
                 )
 
     # -- feedback ---------------------------------------------------------------------------
-    def on_feedback(self, fb, source: tuple[str, int, int], dead) -> None:
-        """A parsed feedback message of this bandit (:meth:`~.arms.ActionKind.on_feedback`)."""
+    def on_feedback(
+        self, fb, source: tuple[str, int, int], dead, clock: float | None = None
+    ) -> None:
+        """A parsed feedback message of this bandit, read at stream clock ``clock`` (None: a
+        record without a timestamp, whose clock is its event time;
+        :meth:`~.arms.ActionKind.on_feedback`)."""
         self.last_feedback_wall = time.monotonic()
-        self.kind.on_feedback(self, fb, source, dead)
+        self.kind.on_feedback(self, fb, source, dead, fb.event_time if clock is None else clock)
 
-    def judge(self, fb, reward, source: tuple[str, int, int], dead, joined: str) -> None:
+    def judge(
+        self, fb, reward, source: tuple[str, int, int], dead, joined: str, clock: float
+    ) -> None:
         """Feedback (``reward``: what it carries) by the join's status of its event: applied
         to a pending decision, dead-lettered (before the decision, duplicate — ``joined`` says
         why —, after expiry, unknown) or held until its context arrives; then the feedback
-        watermark advances."""
+        clock advances to its record's ``clock``."""
         status = self.join.status(fb.event_id)
         decided_at = self.join.decision_time(fb.event_id)
         if decided_at is not None and fb.event_time < decided_at:
@@ -234,7 +245,7 @@ class BanditRuntime:
             )
         else:
             self.unseen(fb, reward, source, dead)
-        self.advance_watermark(fb.event_time)
+        self.advance_watermark(clock)
 
     def unseen(self, fb, reward, source: tuple[str, int, int], dead) -> None:
         """Feedback for an event neither pending nor remembered: unknown if the contexts have
@@ -269,13 +280,20 @@ class BanditRuntime:
         return False
 
     def advance_watermark(self, t: float) -> None:
+        """The bandit's feedback clock reads ``t`` (a feedback record's stream clock): joins
+        whose window closed before it expire."""
         for res in self.join.advance_feedback_watermark(t):
             self.resolved(res, forced=False)
 
+    def room(self) -> int:
+        """Decisions the join can take now (``max_pending`` minus those pending)."""
+        return self.join.capacity - len(self.join.pending)
+
     def force_expire(self) -> int:
-        """Idle timeout: expire every pending decision the next release waits for."""
+        """Idle timeout: expire every pending decision the next release waits for (all of
+        them when the join is full)."""
         n = 0
-        through = self._reads_through()
+        through = self._reads_through() if self.room() > 0 else 1 << 62
         for eid in [e for e, p in self.join.pending.items() if p.round <= through]:
             self.resolved(self.join.resolve(eid, "expired", None), forced=True)
             n += 1
@@ -419,35 +437,8 @@ class BanditRuntime:
 
     # -- metrics ----------------------------------------------------------------------------
     def export_metrics(self) -> None:
-        m = self.metrics
-        if m is None:
-            return
-        b = self.bandit_id
-        m.model_version.labels(b).set(self.policy.model_version)
-        m.rounds.labels(b).set(self.policy.t)
-        horizon = self.policy.max_decide_batch()
-        if horizon < (1 << 40):
-            done = self.policy.t - self.last_refit_round
-            m.episode_progress.labels(b).set(done / max(1, done + horizon))
-        m.pending.labels(b).set(len(self.join.pending))
-        m.reward_sum.labels(b).set(self.reward_sum)
-        m.early.labels(b).set(self.join.early_count)
-        if self.window:
-            mean = sum(self.window) / len(self.window)
-            m.reward_window.labels(b).set(mean)
-            if len(self.window) == WINDOW:
-                self.best_window = max(self.best_window, mean)
-                m.regret_proxy.labels(b).set(self.best_window - mean)
-        counters = getattr(self.policy, "counters", None) or {}
-        for key, kind in (
-            ("clipped_context_coords", "context_coordinate"),
-            ("clipped_rewards", "reward"),
-        ):
-            v = int(counters.get(key, 0))
-            seen = self._clipped_seen.get(kind, 0)
-            if v > seen:
-                m.clipped.labels(b, kind).inc(v - seen)
-            self._clipped_seen[kind] = v
+        """Refresh the bandit's gauges (:func:`.gauges.export_bandit_metrics`)."""
+        export_bandit_metrics(self)
 
     # -- persistence ------------------------------------------------------------------------
     def state_dict(self) -> dict:

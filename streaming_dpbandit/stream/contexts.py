@@ -12,6 +12,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from .bandit import BanditRuntime
+from .clock import record_clock
 from .parsing import BadInput, parse_context
 from .stalls import BlockedWatch
 from .transport import TP, Record
@@ -51,6 +52,8 @@ class ContextStage:
             max_bytes=self.svc.settings.max_message_bytes,
             time_limit=self.svc.time_limit(r),
             skew=self.svc.settings.max_event_time_skew_s,
+            clock=record_clock(r, self.svc.wall),
+            lag=self.svc.settings.max_event_time_lag_s,
             schema=p.schema,
             invalid=p.invalid,
             rows=p.rows,
@@ -124,13 +127,19 @@ class ContextStage:
 
     def release_gate(self, rt: BanditRuntime) -> bool:
         """Make the bandit's due release, if any: False while it waits for rewards (the
-        release reads decisions not resolved yet), True once the bandit may decide."""
+        release reads decisions not resolved yet) or for room in its join (``max_pending``
+        decisions pending: they expire on the feedback clock, never early, so that which
+        rewards join depends on nothing but the feedback partition), True once the bandit may
+        decide."""
         if rt.policy.refit_due():
             rt.flush_learning()
             if not rt.refit_ready():
                 return False
             self.svc.release(rt)
-        return True
+        if rt.room() > 0:
+            return True
+        rt.stats["join_full"] += 1  # the feedback clock frees room (or the idle timeout)
+        return False
 
     def block(self, tp: TP, rt: BanditRuntime, queued: int) -> None:
         self.svc.blocked[tp] = rt.bandit_id
@@ -150,7 +159,7 @@ class ContextStage:
         while i < len(run):
             if not self.release_gate(rt):
                 return False
-            n = min(pol.max_decide_batch(), len(run) - i)
+            n = min(pol.max_decide_batch(), len(run) - i, rt.room())
             chunk = run[i : i + n]
             decide(rt, chunk)
             self.pop_many(tp, q, n)

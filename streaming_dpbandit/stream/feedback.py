@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from .parsing import first_error, too_late, unreadable, validation_reason
+from .clock import record_clock
+from .parsing import first_error, too_late, too_old, unreadable, validation_reason
 from .schemas import Watermark, parse_feedback
 from .transport import TP, Record
 
@@ -114,18 +115,27 @@ class FeedbackStage:
             svc.dead(r, bad.reason, bad.detail)
             fb.labels("unknown", bad.reason).inc()
             return
-        if isinstance(msg, Watermark):  # (not bounded: an end-of-stream heartbeat may be
-            rt.last_feedback_wall = time.monotonic()  # far ahead on purpose)
-            rt.advance_watermark(msg.event_time)
+        # rewards and heartbeats alike: within the skew ahead of, and the lag behind, the
+        # record's stream clock (a heartbeat from the future would expire every pending join)
+        clock = record_clock(r, svc.wall)
+        latest = svc.time_limit(r)
+        when = (
+            too_late(msg.event_time, latest, svc.settings.max_event_time_skew_s)
+            if msg.event_time > latest
+            else too_old(msg.event_time, clock, svc.settings.max_event_time_lag_s)
+        )
+        if when is not None:
+            svc.dead(r, when.reason, when.detail, bandit=rt.bandit_id)
+            fb.labels(rt.bandit_id, when.reason).inc()
+            return
+        if clock is None:  # a record without a timestamp: its event time is its clock
+            clock = msg.event_time
+        if isinstance(msg, Watermark):  # its record moves the clock (its event time does not)
+            rt.last_feedback_wall = time.monotonic()
+            rt.advance_watermark(clock)
             fb.labels(rt.bandit_id, "watermark").inc()
             return
-        latest = svc.time_limit(r)
-        if msg.event_time > latest:
-            bad = too_late(msg.event_time, latest, svc.settings.max_event_time_skew_s)
-            svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
-            fb.labels(rt.bandit_id, bad.reason).inc()
-            return
-        rt.on_feedback(msg, (r.topic, r.partition, r.offset), self.dead_letter(rt.bandit_id))
+        rt.on_feedback(msg, (r.topic, r.partition, r.offset), self.dead_letter(rt.bandit_id), clock)
 
     def dead_letter(self, bandit_id: str) -> Callable[..., None]:
         """``dead(source, reason, detail)`` of a bandit's feedback (one per bandit)."""

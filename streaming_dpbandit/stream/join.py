@@ -5,20 +5,26 @@ reward is used depends only on the decision itself and on the order of the *feed
 never on how the contexts and feedback topics happen to interleave. That is what makes a run
 with crashes end in exactly the state of a run without them.
 
+Two clocks drive it, both read from the records, never from a producer's event time
+(docs/service.md, "The stream clock"): the *feedback clock* (``feedback_watermark``) — the
+largest stream-clock reading (record timestamp, or the wall clock where earlier) of the bandit's
+feedback records — and the *contexts clock* (``context_watermark``), the same for its decided
+contexts. A record without a timestamp (a ``--file`` line without one) reads as its own event
+time.
+
 * A decision made at event time τ accepts the first feedback with τ ≤ time ≤ τ + window.
-* It expires (default reward or drop) once the feedback watermark — the largest feedback
-  event time seen for the bandit, heartbeats included — passes τ + window.
+* It expires (default reward or drop) once the feedback clock passes τ + window.
 * Feedback for an event that has not been decided yet is held (``early``) together with the
-  feedback watermark before it. When the context arrives, the held feedback is judged as if the
-  decision had been made first: if the watermark had already passed the decision's window, the
-  decision had expired by then. Held feedback is declared an orphan once the contexts watermark
+  feedback clock before it. When the context arrives, the held feedback is judged as if the
+  decision had been made first: if the clock had already passed the decision's window, the
+  decision had expired by then. Held feedback is declared an orphan once the contexts clock
   passes its event time (a context always precedes its feedback).
-* Resolved event ids are remembered for ``retention`` seconds of event time to recognise
+* Resolved event ids are remembered for ``retention`` seconds of the clocks to recognise
   duplicate contexts and duplicate feedback.
 
-Memory is bounded: the pending store holds at most ``capacity`` decisions (the oldest is
-expired early beyond that), chosen contexts live in one preallocated array, and the early and
-resolved memories are pruned by event time.
+Memory is bounded: the pending store holds at most ``capacity`` decisions (a service's contexts
+wait for room rather than expire the oldest early: ``BanditRuntime.room``), chosen contexts live
+in one preallocated array, and the early and resolved memories are pruned by the clocks.
 """
 
 from __future__ import annotations
@@ -26,29 +32,38 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
-import itertools
 import operator
 
 import numpy as np
+
+from .join_state import join_state, load_join_state
 
 __all__ = ["EarlyFeedback", "JoinStore", "Pending", "Resolution"]
 
 
 @dataclasses.dataclass(slots=True)
 class Pending:
-    """A decision waiting for its reward."""
+    """A decision waiting for its reward.
+
+    ``clock`` is its context record's stream clock (its event time for a record without a
+    timestamp). It expires once the feedback clock passes min(event time, clock) + window (a
+    context stamped ahead of its record waits no longer than its window), and once resolved its
+    id is remembered until the clocks pass max(event time, clock) + retention (a context stamped
+    behind its record is still recognised when repeated).
+    """
 
     event_id: str
     round: int
     event_time: float
     slot: int
+    clock: float
 
 
 @dataclasses.dataclass(slots=True)
 class EarlyFeedback:
-    """Feedback read before its decision; ``watermark`` is the feedback watermark *before* it.
+    """Feedback read before its decision; ``watermark`` is the feedback clock *before* it.
 
-    The watermark decides later whether the decision's window had already closed at this
+    The clock decides later whether the decision's window had already closed at this
     feedback's position in the partition, exactly as if the decision had been made first.
     """
 
@@ -57,11 +72,6 @@ class EarlyFeedback:
     event_time: float
     source: tuple[str, int, int]  # topic, partition, offset (for dead letters)
     watermark: float = float("-inf")
-
-
-_EVENT_ID, _REWARD, _EVENT_TIME, _SOURCE, _WATERMARK = map(
-    operator.attrgetter, ("event_id", "reward", "event_time", "source", "watermark")
-)
 
 
 @dataclasses.dataclass
@@ -85,9 +95,9 @@ class JoinStore:
     window
         Feedback window in seconds of event time.
     capacity
-        Maximum number of pending decisions.
+        Maximum number of pending decisions (beyond it :meth:`add` expires the oldest).
     retention
-        Seconds of event time for which resolved ids are remembered.
+        Seconds (of the clocks) for which resolved ids are remembered.
 
     Examples
     --------
@@ -116,7 +126,7 @@ class JoinStore:
         self._rounds_in_order = True  # every decision was added after a smaller round
         self._contexts = np.zeros((min(capacity, 1024), d))
         self._free: list[int] = list(range(self._contexts.shape[0] - 1, -1, -1))
-        self._by_time: list[tuple[float, int, str]] = []  # heap of (event time, seq, id), lazy
+        self._by_time: list[tuple[float, int, str]] = []  # heap of (due, seq, id), lazy
         self._seq = 0
         self.early: dict[str, list[EarlyFeedback]] = {}
         # heap of (feedback event time, insertion seq of its id, id), one item per held
@@ -125,8 +135,9 @@ class JoinStore:
         self._early_seq: dict[str, int] = {}
         self._early_n = 0
         self._early_count = 0  # held feedback messages (sum of the lists' lengths)
-        self.resolved: dict[str, tuple[str, float]] = {}
-        self._resolved_heap: list[tuple[float, str]] = []  # (decision time, id), lazy
+        # id -> (outcome, decision time, remembered from: max(decision time, record clock))
+        self.resolved: dict[str, tuple[str, float, float]] = {}
+        self._resolved_heap: list[tuple[float, str]] = []  # (remembered from, id), lazy
         self.feedback_watermark = float("-inf")
         self.context_watermark = float("-inf")
 
@@ -142,24 +153,38 @@ class JoinStore:
         return self._free.pop()
 
     def add(
-        self, event_id: str, round: int, event_time: float, context: np.ndarray
+        self,
+        event_id: str,
+        round: int,
+        event_time: float,
+        context: np.ndarray,
+        clock: float | None = None,
     ) -> list[Resolution]:
-        """Register a decision; returns decisions expired early to stay within capacity."""
+        """Register a decision (``clock``: its context record's stream clock, None: its event
+        time); returns decisions expired early to stay within capacity (never in a service: its
+        contexts wait for room, ``BanditRuntime.room``)."""
         evicted = []
         while len(self.pending) >= self.capacity:
             evicted.append(self.resolve(next(iter(self.pending)), "expired", None))
         slot = self._slot()
         self._contexts[slot] = context
-        self.pending[event_id] = Pending(event_id, round, event_time, slot)
+        clock = event_time if clock is None else clock
+        due = min(event_time, clock)
+        self.pending[event_id] = Pending(event_id, round, event_time, slot, clock)
         if round < self._last_round:
             self._rounds_in_order = False
         self._last_round = round
-        heapq.heappush(self._by_time, (event_time, self._seq, event_id))
+        heapq.heappush(self._by_time, (due, self._seq, event_id))
         self._seq += 1
         return evicted
 
     def add_many(
-        self, event_ids: list[str], rounds: list[int], event_times: list[float], contexts
+        self,
+        event_ids: list[str],
+        rounds: list[int],
+        event_times: list[float],
+        contexts,
+        clocks: list[float | None] | None = None,
     ) -> list[Resolution]:
         """:meth:`add` for a batch, in order (its contexts, ``(B, d)``, written in one step);
         the same outcome as adding them one by one.
@@ -172,15 +197,19 @@ class JoinStore:
         """
         if len(self.pending) + len(event_ids) > self.capacity:  # evictions: one at a time
             out = []
-            for eid, r, t, x in zip(event_ids, rounds, event_times, contexts):
-                out.extend(self.add(eid, r, t, x))
+            for eid, r, t, x, c in zip(
+                event_ids, rounds, event_times, contexts, clocks or [None] * len(event_ids)
+            ):
+                out.extend(self.add(eid, r, t, x, c))
             return out
         slots = [self._slot() for _ in event_ids]  # may grow the array: before writing
         self._contexts[slots] = contexts
         pending, heap, seq = self.pending, self._by_time, self._seq
-        for eid, r, t, slot in zip(event_ids, rounds, event_times, slots):
-            pending[eid] = Pending(eid, r, t, slot)
-            heapq.heappush(heap, (t, seq, eid))
+        given: list[float | None] | list[float] = event_times if clocks is None else clocks
+        for eid, r, t, slot, c in zip(event_ids, rounds, event_times, slots, given):
+            c = t if c is None else c
+            pending[eid] = Pending(eid, r, t, slot, c)
+            heapq.heappush(heap, (t if t <= c else c, seq, eid))
             seq += 1
         self._seq = seq
         if rounds:
@@ -203,7 +232,7 @@ class JoinStore:
         if event_id in self.pending:
             return "pending"
         r = self.resolved.get(event_id)
-        if r is None or r[1] < self._clock(by) - self.retention:
+        if r is None or r[2] < self._clock(by) - self.retention:
             return None
         return r[0]
 
@@ -212,7 +241,7 @@ class JoinStore:
         if event_id in self.pending:
             return "pending"
         r = self.resolved.get(event_id)
-        if r is None or r[1] < feedback_watermark - self.retention:
+        if r is None or r[2] < feedback_watermark - self.retention:
             return None
         return r[0]
 
@@ -222,7 +251,7 @@ class JoinStore:
         if p is not None:
             return p.event_time
         r = self.resolved.get(event_id)
-        if r is None or r[1] < self.feedback_watermark - self.retention:
+        if r is None or r[2] < self.feedback_watermark - self.retention:
             return None  # feedback lookups use the feedback partition's clock
         return r[1]
 
@@ -232,7 +261,7 @@ class JoinStore:
         p = self.pending.pop(event_id)
         ctx = self._contexts[p.slot].copy()  # (a slot is written whole when it is taken again)
         self._free.append(p.slot)
-        self._remember(event_id, outcome, p.event_time)
+        self._remember(event_id, outcome, p.event_time, p.clock)
         return p.round, ctx
 
     def resolve(self, event_id: str, outcome: str, reward: float | None) -> Resolution:
@@ -273,8 +302,10 @@ class JoinStore:
         self._free.extend(slots)
         resolved, heap, push = self.resolved, self._resolved_heap, heapq.heappush
         for e, p in zip(event_ids, taken):  # (what _remember does)
-            resolved[e] = ("joined", p.event_time)
-            push(heap, (p.event_time, e))
+            t, c = p.event_time, p.clock
+            keep = c if c > t else t
+            resolved[e] = ("joined", t, keep)
+            push(heap, (keep, e))
         return [p.round for p in taken], contexts
 
     # -- feedback ---------------------------------------------------------------------------
@@ -313,7 +344,7 @@ class JoinStore:
         return self._early_count
 
     def advance_context_watermark(self, t: float) -> list[EarlyFeedback]:
-        """Contexts seen up to event time t: early feedback older than t is orphaned."""
+        """Contexts read up to stream clock t: early feedback older than t is orphaned."""
         if t <= self.context_watermark:
             return []
         self.context_watermark = t
@@ -333,7 +364,8 @@ class JoinStore:
         return orphans
 
     def advance_feedback_watermark(self, t: float) -> list[Resolution]:
-        """Feedback seen up to event time t: pending decisions older than t − window expire."""
+        """Feedback read up to stream clock t: pending decisions due before t − window
+        expire."""
         if t <= self.feedback_watermark:
             return []
         self.feedback_watermark = t
@@ -377,9 +409,10 @@ class JoinStore:
             return next(iter(self.pending.values())).round
         return min(p.round for p in self.pending.values())
 
-    def _remember(self, event_id: str, outcome: str, event_time: float) -> None:
-        self.resolved[event_id] = (outcome, event_time)
-        heapq.heappush(self._resolved_heap, (event_time, event_id))
+    def _remember(self, event_id: str, outcome: str, event_time: float, clock: float) -> None:
+        keep = max(event_time, clock)
+        self.resolved[event_id] = (outcome, event_time, keep)
+        heapq.heappush(self._resolved_heap, (keep, event_id))
 
     def _prune(self, t: float | None = None) -> None:
         """Drop resolved ids that neither partition remembers any more."""
@@ -388,87 +421,15 @@ class JoinStore:
         while heap and heap[0][0] < horizon:
             et, eid = heapq.heappop(heap)
             r = self.resolved.get(eid)
-            if r is not None and r[1] == et:
+            if r is not None and r[2] == et:
                 del self.resolved[eid]
 
-    # -- persistence ------------------------------------------------------------------------
-    def _early_state(self) -> dict:
-        """Held feedback as columns (one array per field): a catch-up can hold tens of
-        thousands, and a snapshot encodes an array in one step, a list item by item (the
-        columns are read with ``map``/``zip``, which loop in C)."""
-        held = list(itertools.chain.from_iterable(self.early.values()))
-        rewards = list(map(_REWARD, held))
-        topics, partitions, offsets = zip(*map(_SOURCE, held)) if held else ((), (), ())
-        return {
-            "early_ids": list(map(_EVENT_ID, held)),
-            # per-item dicts for slates; plain rewards as one array
-            "early_rewards": (
-                rewards if dict in set(map(type, rewards)) else np.array(rewards, dtype=np.float64)
-            ),
-            "early_times": np.fromiter(map(_EVENT_TIME, held), np.float64, len(held)),
-            "early_topics": list(topics),
-            "early_partitions": np.array(partitions, dtype=np.int64),
-            "early_offsets": np.array(offsets, dtype=np.int64),
-            "early_watermarks": np.fromiter(map(_WATERMARK, held), np.float64, len(held)),
-        }
-
+    # -- persistence (join_state.py) -------------------------------------------------------
     def state_dict(self) -> dict:
-        self._prune(self.feedback_watermark)  # canonical: only what is still remembered
-        # by (decision time, id); tuples sort without a key function (tens of thousands)
-        resolved = sorted([(t, e, out) for e, (out, t) in self.resolved.items()])
-        ids = list(self.pending)
-        return {
-            "pending_ids": ids,
-            "pending_rounds": np.array([self.pending[e].round for e in ids], dtype=np.int64),
-            "pending_times": np.array([self.pending[e].event_time for e in ids], dtype=np.float64),
-            "pending_contexts": np.array(
-                [self._contexts[self.pending[e].slot] for e in ids]
-            ).reshape(len(ids), self.d),
-            **self._early_state(),
-            # canonical order (resolution order depends on how topics interleaved)
-            "resolved_ids": [e for _, e, _ in resolved],
-            "resolved_outcomes": [out for _, _, out in resolved],
-            "resolved_times": np.array([t for t, _, _ in resolved], dtype=np.float64),
-            "feedback_watermark": self.feedback_watermark,
-            "context_watermark": self.context_watermark,
-        }
+        """The store's state, in a canonical order (:func:`.join_state.join_state`)."""
+        return join_state(self)
 
     def load_state_dict(self, state: dict) -> JoinStore:
+        """Replace the store's contents by a :meth:`state_dict` (of this or an older version)."""
         JoinStore.__init__(self, self.d, self.window, self.capacity, self.retention)
-        for eid, r, t, ctx in zip(
-            state["pending_ids"],
-            state["pending_rounds"],
-            state["pending_times"],
-            state["pending_contexts"],
-        ):
-            self.add(eid, int(r), float(t), np.asarray(ctx))
-        for eid, reward, t, src, wm in _early_rows(state):
-            reward = reward if isinstance(reward, dict) else float(reward)  # slates: per item
-            source = (str(src[0]), int(src[1]), int(src[2]))
-            self.hold_early(EarlyFeedback(eid, reward, float(t), source, float(wm)))
-        for eid, out, t in zip(
-            state["resolved_ids"], state["resolved_outcomes"], state["resolved_times"]
-        ):
-            self._remember(eid, out, float(t))
-        self.feedback_watermark = float(state["feedback_watermark"])
-        self.context_watermark = float(state["context_watermark"])
-        return self
-
-
-#: Where held feedback came from (topic, partition, offset): routing, not learning.
-EARLY_SOURCE_KEYS = ("early_topics", "early_partitions", "early_offsets")
-
-
-def _early_rows(state: dict):
-    """(event id, reward, time, source, watermark) of each held feedback in a join state;
-    reads the columns and the list of rows that snapshots before the columns held."""
-    if "early" in state:  # older snapshots
-        yield from state["early"]
-        return
-    yield from zip(
-        state["early_ids"],
-        state["early_rewards"],
-        state["early_times"],
-        zip(state["early_topics"], state["early_partitions"], state["early_offsets"]),
-        state["early_watermarks"],
-    )
+        return load_join_state(self, state, EarlyFeedback)

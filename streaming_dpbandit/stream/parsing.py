@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from .binary_context import MAGIC, BadBinaryContext, BinaryContext, decode_binary_context
+from .clock import record_clock
 from .schemas import ContextEvent
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "first_error",
     "parse_context",
     "too_late",
+    "too_old",
     "unknown_bandit",
     "unreadable",
     "validation_reason",
@@ -70,6 +72,9 @@ class Pending:
     X: np.ndarray  # (K, d)
     arm_ids: list[str]
     received: float  # perf_counter when polled
+    #: the stream clock of its record (:func:`record_clock`), or its event time for a record
+    #: without a timestamp (None: not known, read as its event time)
+    clock: float | None = None
 
 
 def validation_reason(err: ValidationError, default: str) -> str:
@@ -105,13 +110,11 @@ def unknown_bandit(bandit_id: str) -> BadInput:
 def event_time_limit(record: object, skew: float | None, wall: float) -> float:
     """The latest event time accepted for ``record``: the stream clock plus ``skew``.
 
-    The stream clock is the earlier of the wall clock and the record's timestamp (Kafka's
-    ``CreateTime`` or ``LogAppendTime``; ``timestamp`` of a ``--file`` line). The timestamp is
-    fixed with the record, so a record re-read after a restart is judged as it was the first
-    time, and a replayed past is bounded by its own clock: a context stamped a day ahead of the
-    records around it stalls nothing even when the whole stream lies in the past. Records
-    without a timestamp (simulated streams, ``--file`` lines without one) are bounded by the
-    wall clock only.
+    The stream clock is the record's timestamp, or the wall clock where that is earlier
+    (:func:`record_clock`), so a replayed past is bounded by its own clock: a context stamped a
+    day ahead of the records around it stalls nothing even when the whole stream lies in the
+    past. Records without a timestamp (``--file`` lines without one) are bounded by the wall
+    clock only.
 
     >>> from streaming_dpbandit.stream.transport import Record
     >>> event_time_limit(Record("t", 0, 0, None, b"", timestamp_ms=1_000_000), 50.0, 2000.0)
@@ -121,20 +124,15 @@ def event_time_limit(record: object, skew: float | None, wall: float) -> float:
     """
     if skew is None:
         return math.inf
-    ts = getattr(record, "timestamp_ms", None)
-    if ts is None:
-        ts = getattr(record, "timestamp", None)  # kafka-python's ConsumerRecord
-    if ts is None or ts < 0:  # no timestamp (Kafka: -1)
-        return wall + skew
-    return min(wall, ts / 1000.0) + skew
+    clock = record_clock(record, wall)
+    return (wall if clock is None else clock) + skew
 
 
 def too_late(event_time: float, time_limit: float, skew: float | None) -> BadInput:
     """The dead letter of an event stamped beyond ``time_limit`` (:func:`event_time_limit`).
 
     One event from the future would stall its bandit: its decision stays pending (and blocks
-    the next release) until the feedback watermark reaches its time, and the contexts watermark
-    it sets turns every later reward into ``unknown_event``.
+    the next release) until the stream clock reaches its time.
 
     >>> too_late(1060.0, 1050.0, 50.0).detail
     'event_time is 60 s ahead of the stream clock (max_event_time_skew_s = 50)'
@@ -143,6 +141,25 @@ def too_late(event_time: float, time_limit: float, skew: float | None) -> BadInp
     return BadInput(
         "event_time_out_of_range",
         f"event_time is {ahead:.6g} s ahead of the stream clock (max_event_time_skew_s = {skew:g})",
+    )
+
+
+def too_old(event_time: float, clock: float | None, lag: float | None) -> BadInput | None:
+    """The dead letter of an event stamped more than ``lag`` seconds before its record's
+    stream clock (``clock``, :func:`record_clock`); None when it is within the bound, or when
+    there is no bound (``lag`` None) or no record clock.
+
+    >>> too_old(0.0, 1_760_000_000.0, 86_400.0).detail
+    'event_time is 1.76e+09 s behind the stream clock (max_event_time_lag_s = 86400)'
+    >>> too_old(1_759_990_000.0, 1_760_000_000.0, 86_400.0) is None
+    True
+    """
+    if clock is None or lag is None or event_time >= clock - lag:
+        return None
+    return BadInput(
+        "event_time_out_of_range",
+        f"event_time is {clock - event_time:.6g} s behind the stream clock "
+        f"(max_event_time_lag_s = {lag:g})",
     )
 
 
@@ -159,6 +176,8 @@ def parse_context(
     max_bytes: int,
     time_limit: float,
     skew: float | None,
+    clock: float | None = None,
+    lag: float | None = None,
     schema=ContextEvent,
     invalid: str = "invalid_event",
     rows: Callable = context_rows,
@@ -176,6 +195,9 @@ def parse_context(
         The runtimes by bandit id.
     max_bytes, time_limit, skew
         The size bound, the latest event time accepted now and the skew it allows.
+    clock, lag
+        The record's stream clock (:func:`record_clock`; None: the record has no timestamp)
+        and how far behind it an event time may be (None: no bound).
     schema, invalid
         The message's pydantic model and the reason of a message that does not fit it.
     rows
@@ -210,8 +232,11 @@ def parse_context(
             raise missing(msg.bandit_id)
         if msg.event_time > time_limit:
             raise too_late(msg.event_time, time_limit, skew)
+        old = too_old(msg.event_time, clock, lag)
+        if old is not None:
+            raise old
         X, ids = rows(rt, msg)
-        return rt, Pending(msg, X, ids, received)
+        return rt, Pending(msg, X, ids, received, msg.event_time if clock is None else clock)
     except BadInput as bad:
         # returned without its traceback and the validation error it replaced: their frames
         # hold this one, which holds it (and, through the callers' frames, their queued

@@ -7,7 +7,7 @@ import time
 from ..privacy.accountant import Accountant
 from ..privacy.user_level import user_level_of_records
 from ..utils.serialization import dumps
-from .join import EARLY_SOURCE_KEYS
+from .join_state import EARLY_SOURCE_KEYS
 
 __all__ = ["learned_state_bytes", "service_summary"]
 

@@ -437,8 +437,9 @@ class DeadLetter(_Event):
 
 
 class Watermark(_Event):
-    """A heartbeat on the feedback topic: no later feedback of this bandit is older than
-    ``event_time`` (lets pending joins expire when rewards are sparse)."""
+    """A heartbeat on the feedback topic: its record keeps the bandit's stream clock moving
+    when rewards are sparse (pending joins expire on it); ``event_time``, the producer's
+    progress, is checked against the event-time bounds and moves no clock."""
 
     v: Literal[1] = 1
     type: Literal["watermark"]

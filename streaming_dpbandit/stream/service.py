@@ -39,6 +39,7 @@ from ..metrics import ServiceMetrics
 from ..privacy.accountant import load_pld
 from ..settings import BanditSettings, ServiceSettings, TopicsSettings
 from .bandit import BanditRuntime
+from .clock import repair_snapshot_clocks
 from .contexts import ContextStage
 from .dead_letters import DeadLetters
 from .errors import ServiceStartError, input_overrun, out_of_memory_is_a_start_error
@@ -234,7 +235,7 @@ class Service:
                         f"snapshot ({', '.join(changed)}); restore the old configuration or "
                         "start a new state directory"
                     )
-                self.bandits[name].load_state_dict(st)
+                repair_snapshot_clocks(self.bandits[name].load_state_dict(st), self.settings)
             for k, v in snap["offsets"].items():
                 topic, part = k.rsplit("|", 1)
                 offsets[(topic, int(part))] = int(v)
@@ -346,7 +347,7 @@ class Service:
                 n = rt.force_expire()
                 self.metrics.forced_expiries.labels(name).inc(n)
                 log.warning(
-                    "bandit %s: no feedback for %.0f s while waiting for its next release; "
+                    "bandit %s: no feedback for %.0f s while blocked (release, or a full join); "
                     "expired %d pending joins (idle timeout)",
                     name,
                     self.settings.idle_timeout_s,

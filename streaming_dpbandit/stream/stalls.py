@@ -138,8 +138,17 @@ class BlockedWatch:
     def reason(self, rt: Any, waited: float, queued: int, rate: float | None) -> str:
         """The warning: what the bandit waits for, and what to change (``rate``: the bandit's
         decisions per second before it was blocked, when known)."""
-        pending, through = rt.waiting_for()
         b = rt.settings
+        if rt.room() <= 0:  # max_pending decisions pending: none expires early
+            return (
+                f"bandit {rt.bandit_id}: blocked for {waited:.0f} s, {queued:,} contexts waiting: "
+                f"{b.max_pending:,} decisions (max_pending) are waiting for their rewards; each "
+                f"resolves when its reward arrives, or when the feedback clock passes its time + "
+                f"feedback_window, {b.feedback_window:g} s (if the feedback stops, "
+                f"idle_timeout_s, {self.idle_timeout_s:g} s, expires them). Set max_pending to "
+                f"at least the traffic of one feedback_window, or shorten feedback_window"
+            )
+        pending, through = rt.waiting_for()
         setting, lead = release_lead(b)
         traffic = ""
         if rate:
@@ -149,7 +158,7 @@ class BlockedWatch:
             f"bandit {rt.bandit_id}: blocked for {waited:.0f} s, {queued:,} contexts waiting: "
             f"its next release reads the rewards of the decisions up to round {through:,} and "
             f"{pending:,} of them have none yet (each resolves when its reward arrives, or when "
-            f"the feedback watermark passes its time + feedback_window, {b.feedback_window:g} "
+            f"the feedback clock passes its time + feedback_window, {b.feedback_window:g} "
             f"s; if the feedback stops, idle_timeout_s, {self.idle_timeout_s:g} s, expires "
             f"them). To go on deciding meanwhile, set {setting} (now {lead:,}) to at least the "
             f"traffic of one feedback_window{traffic}, or shorten feedback_window"

@@ -127,7 +127,7 @@ def test_the_load_generator_and_the_simulated_source_write_the_binary_form(encod
     values = live.contexts(0.025)
     sent: list[tuple[str, bytes]] = []
     SimulatedSource(env, 3, "shop", feature_encoding=encoding).generate(
-        lambda topic, key, value: sent.append((topic, value)), 3
+        lambda topic, key, value, *_ts: sent.append((topic, value)), 3
     )
     values += [v for topic, v in sent if topic == "contexts"]
     events = [decode_binary_context(v) for v in values]  # type: ignore[arg-type]

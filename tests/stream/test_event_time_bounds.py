@@ -88,7 +88,9 @@ def test_a_reward_from_the_future_expires_nothing(stream, tmp_path):
 
 def test_the_skew_is_configurable_and_can_be_switched_off(stream, tmp_path):
     path, _, _ = stream
-    bad = _context_line(path, 0) | {"event_id": "soon", "event_time": time.time() + 600}
+    # ten minutes ahead of the line before it (whose timestamp it takes)
+    at = json.loads(path.read_text().splitlines()[399])["timestamp"] / 1000
+    bad = _context_line(path, 0) | {"event_id": "soon", "event_time": at + 600}
     out = tmp_path / "soon.jsonl"
     _insert(path, out, 400, bad, "contexts")
     for skew, dead in ((1200.0, 0), (60.0, 1)):

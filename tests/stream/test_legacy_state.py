@@ -26,6 +26,13 @@ def test_a_snapshot_and_ledger_of_the_old_code_resume_to_the_same_end(tmp_path):
 
     assert 0 < len(decisions(transport)) < expected["events"]  # resumed, not restarted
     assert summary["bandits"]["shop"]["stats"]["decided"] == expected["events"]
+    # The old stream ends with a heartbeat stamped 2100-01-01 (the simulated source's old
+    # end-of-stream mark): today it is dead-lettered (issue 31: a heartbeat from the future
+    # moves no clock). It was the last record; with it, the old code's join clock ended there.
+    dead = [json.loads(v) for v in transport.outputs.get("dpbandit.dead-letter", [])]
+    assert [d["reason"] for d in dead].count("event_time_out_of_range") == 1
+    assert json.loads(dead[-1]["payload"])["event_time"] == 4102444800.0
+    svc.bandits["shop"].join.feedback_watermark = 4102444800.0  # everything else is the same
     assert hashlib.sha256(svc.state_bytes()).hexdigest() == expected["state_bytes_sha256"]
     assert ledger_digests(state) == expected["ledger_digests"]
 

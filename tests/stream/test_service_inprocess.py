@@ -351,8 +351,8 @@ class _FetchLikeTransport:
         self.topics = ("dpbandit.contexts", "dpbandit.feedback")
         logs = {t: [] for t in self.topics}
 
-        def emit(topic, key, value):
-            logs[topic].append(Record(topic, 0, len(logs[topic]), key, value))
+        def emit(topic, key, value, timestamp_ms=None):
+            logs[topic].append(Record(topic, 0, len(logs[topic]), key, value, timestamp_ms))
 
         FileSource(path, self.topics).generate(emit, 10**9)
         self.logs, self.fetch, self.per_poll = logs, fetch, per_poll

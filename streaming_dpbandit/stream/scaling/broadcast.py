@@ -155,7 +155,7 @@ class LearnerRuntime(BanditRuntime):
             hashes = np.array([int(str(d.user_hash), 16) for d in decs], dtype=np.uint64)
             self.admit_users(batch, rounds, hashes)
         for p, t in zip(batch, rounds.tolist()):
-            for early in self.join.add(p.event.event_id, t, p.event.event_time, p.X[0]):
+            for early in self.join.add(p.event.event_id, t, p.event.event_time, p.X[0], p.clock):
                 self.resolved(early, forced=False)
         self.stats["decided"] += len(batch)
 

@@ -25,6 +25,7 @@ from ...metrics import ServiceMetrics
 from ...settings import ServiceSettings
 from ..arms import arm_id_kwargs
 from ..bandit import BanditRuntime
+from ..clock import record_clock
 from ..dead_letters import DeadLetters
 from ..errors import ServiceStartError, out_of_memory_is_a_start_error
 from ..parsing import BadInput, Pending, event_time_limit, parse_context
@@ -300,13 +301,16 @@ class DecisionReplica:
     def parse(self, topic: str, partition: int, m, received: float):
         """(runtime, Pending) of a polled context, or None (it was dead-lettered)."""
         skew = self.settings.max_event_time_skew_s
+        wall = time.time()
         out = parse_context(
             m.value,
             received,
             self.bandits,
             max_bytes=self.settings.max_message_bytes,
-            time_limit=event_time_limit(m, skew, time.time()),
+            time_limit=event_time_limit(m, skew, wall),
             skew=skew,
+            clock=record_clock(m, wall),
+            lag=self.settings.max_event_time_lag_s,
         )
         if isinstance(out, BadInput):
             self.dead_letters.raw(
@@ -368,7 +372,10 @@ class DecisionReplica:
                 **users,
             )
             value = out.model_dump_json(exclude_none=True).encode()
-            self.producer.send(self.topics.decisions, key=key, value=value)
+            # the context's record timestamp goes on: the learner's contexts clock is the
+            # contexts' stream clock (docs/service.md, The stream clock)
+            stamp = None if p.clock is None else round(p.clock * 1000)
+            self.producer.send(self.topics.decisions, key=key, value=value, timestamp_ms=stamp)
             self.metrics.decision_latency.labels(rt.bandit_id).observe(done - p.received)
         self.metrics.events.labels(rt.bandit_id, "decided").inc(B)
         self.decided += B

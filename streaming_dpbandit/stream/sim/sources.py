@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import heapq
 import json
+import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
@@ -19,26 +20,43 @@ from ..transport import Source
 if TYPE_CHECKING:
     from ...envs.matroid_env import MatroidEnvironment
 
-__all__ = ["FileSource", "RecordingSource", "SimulatedSource"]
+__all__ = ["END_OF_STREAM_TAIL", "FileSource", "RecordingSource", "SimulatedSource", "stamp"]
 
-#: Watermark time that closes a finite stream: every pending decision expires.
-END_OF_STREAM = 4102444800.0  # 2100-01-01
+log = logging.getLogger("streaming_dpbandit.sources")
+
+#: A finite simulated stream ends with a heartbeat this long after its last event, stamped
+#: then: the stream clock passes every feedback window of a day or less, so every pending
+#: decision expires (docs/service.md, The stream clock).
+END_OF_STREAM_TAIL = 86_400.0
+
+
+def stamp(t: float) -> int:
+    """The record timestamp (ms) of a message written when it happens, at event time ``t``.
+
+    >>> stamp(1_700_000_000.0012)
+    1700000000002
+    """
+    return math.ceil(t * 1000)
 
 
 class SimulatedSource(Source):
     """A simulated stream of context events with delayed rewards, from an environment.
 
     A discrete-event emulation of real time. Context i happens at ``start + i·dt`` whether or
-    not earlier decisions were made. A decision that comes back in the poll right after its
-    context counts as immediate; one that comes back later (the service was waiting for feedback
-    before a release) happens at the simulated clock of its arrival. The reward then happens an
-    exponential delay after the decision. Rewards are published in event-time order, each poll
-    up to the clock, followed by a heartbeat watermark (``{"type": "watermark"}``) at the clock,
-    so the service can expire joins even when rewards are sparse. The source also tracks the
-    true pseudo-regret of the decisions for the end-of-run summary, and, on the same contexts,
-    the two reference policies a reader compares it with: the uniform random policy (its
-    expected regret and mean reward given the contexts, so no extra randomness) and the oracle
-    that always picks the arm of highest mean reward (regret 0).
+    not earlier decisions were made. Every record is stamped (its Kafka-like timestamp,
+    :func:`stamp`) with the time its message happens, as a producer writing each message when it
+    happens would have it: the service's stream clock is then the simulated clock. A decision
+    that comes back in the poll right after its context counts as immediate; one that comes back
+    later (the service was waiting for feedback before a release) happens at the simulated clock
+    of its arrival. The reward then happens an exponential delay after the decision. Rewards are
+    published in event-time order, each poll up to the clock, followed by a heartbeat watermark
+    (``{"type": "watermark"}``) at the clock, so the service can expire joins even when rewards
+    are sparse; the stream ends with a heartbeat :data:`END_OF_STREAM_TAIL` after its last
+    event. The source also tracks the true pseudo-regret of the decisions for the end-of-run
+    summary, and, on the same contexts, the two reference policies a reader compares it with:
+    the uniform random policy (its expected regret and mean reward given the contexts, so no
+    extra randomness) and the oracle that always picks the arm of highest mean reward (regret
+    0).
 
     Parameters
     ----------
@@ -114,7 +132,8 @@ class SimulatedSource(Source):
     reward_field = "reward"
 
     def _send(self, emit, topic: str, value: dict) -> None:
-        emit(topic, self.bandit_id.encode(), json.dumps(value).encode())
+        """Emit a message, stamped with its event time (it is written when it happens)."""
+        emit(topic, self.bandit_id.encode(), json.dumps(value).encode(), stamp(value["event_time"]))
 
     def _emit_feedback(self, emit, until: float) -> None:
         while self._due and self._due[0][0] <= until:
@@ -140,8 +159,9 @@ class SimulatedSource(Source):
             return False
         self._gen += 1
         if self._i >= self.events and not self._waiting:
+            last = max([self._clock] + [due[0] for due in self._due])
             self._emit_feedback(emit, math.inf)
-            self._watermark(emit, END_OF_STREAM)
+            self._watermark(emit, last + END_OF_STREAM_TAIL)
             self._closed = True
             return False
         # decisions at or before the clock are known (or will happen later): publish rewards
@@ -175,7 +195,7 @@ class SimulatedSource(Source):
             self._i += 1
             self._waiting[eid] = (mu[j], noise[j], t, self._gen)
             value = context_value(eid, self.bandit_id, t, Xr[j], arm_ids, self.feature_encoding)
-            emit(self.topics[0], self.bandit_id.encode(), value)
+            emit(self.topics[0], self.bandit_id.encode(), value, stamp(t))
 
     def _stalled(self) -> bool:
         """Decisions older than the last poll are missing: the service is waiting."""
@@ -246,10 +266,13 @@ class FileSource(Source):
     ``"value_b64"`` instead of ``value`` carries a binary message value (a binary context,
     docs/events.md) as base64 text.
     An optional ``"timestamp"`` (integer milliseconds since the epoch, as a Kafka record's
-    timestamp in a topic dump) is the record's timestamp: the event-time bound then judges the
-    line by it rather than by the wall clock (``max_event_time_skew_s``). Lines that are not of
-    this shape are delivered to the contexts topic verbatim, where they end up in the
-    dead-letter topic with their reason.
+    timestamp in a topic dump) is the record's timestamp: the service's stream clock (join
+    expiry, the event-time bounds ``max_event_time_skew_s`` and ``max_event_time_lag_s``).
+    A line without one takes the timestamp of the line before it; lines before the first
+    timestamp have none, and the service then reads a message's own event time as its clock,
+    bounded by the wall clock only (docs/service.md, "The stream clock"; a warning says so
+    once). Lines that are not of this shape are delivered to the contexts topic verbatim, where
+    they end up in the dead-letter topic with their reason.
     """
 
     def __init__(self, path: str | Path, topics: tuple[str, str] = ("contexts", "feedback")):
@@ -257,6 +280,8 @@ class FileSource(Source):
         self.topics = topics
         self._fh: BinaryIO | None = None
         self._done = False
+        self._stamp: int | None = None  # the last timestamp read (lines without one take it)
+        self._warned = False
 
     def generate(self, emit, max_new: int) -> bool:
         if self._done:
@@ -290,12 +315,23 @@ class FileSource(Source):
                         value = v.encode() if isinstance(v, str) else json.dumps(v).encode()
                     if isinstance(v, dict) and isinstance(v.get("bandit_id"), str):
                         key = v["bandit_id"].encode()
-                    stamp = obj.get("timestamp")
-                    if isinstance(stamp, int) and not isinstance(stamp, bool) and stamp >= 0:
-                        ts = stamp
+                    ts = obj.get("timestamp")
+                    if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+                        ts = None
             except (ValueError, UnicodeDecodeError):
                 pass
+            if ts is not None:
+                self._stamp = ts
+            ts = self._stamp
             if ts is None:
+                if not self._warned:
+                    self._warned = True
+                    log.warning(
+                        '%s: lines without a "timestamp": their own event times are their '
+                        "clock, bounded by the wall clock only (docs/service.md, The stream "
+                        "clock)",
+                        self.path.name,
+                    )
                 emit(topic, key, value)
             else:
                 emit(topic, key, value, ts)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .sources import END_OF_STREAM
+from .sources import END_OF_STREAM_TAIL, stamp
 
 __all__ = ["publish_jsonl", "write_multi_bandit_stream"]
 
@@ -29,8 +29,9 @@ def write_multi_bandit_stream(
     Every bandit gets ``events_per_bandit`` contexts ``dt`` seconds apart (bandits interleaved in
     event time), a reward for each with probability ``feedback_probability`` after an
     exponential delay (the best arm's mean plus noise: the stream is recorded, not answered), a
-    heartbeat watermark every 50 events and an end-of-stream watermark. Returns the number of
-    records per topic.
+    heartbeat watermark every 50 events and, per bandit, a last heartbeat a day after the
+    stream's end. Every line is stamped (``timestamp``) with when its message happens (a
+    heartbeat: when it is sent). Returns the number of records per topic.
 
     Examples
     --------
@@ -72,14 +73,17 @@ def write_multi_bandit_stream(
                 wm = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": t - 1.0}
                 items.append((t, order, "feedback", wm))
                 order += 1
-        end = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": END_OF_STREAM}
-        items.append((END_OF_STREAM, order, "feedback", end))
+    end = max(x[0] for x in items) + END_OF_STREAM_TAIL
+    for b in bandits:
+        wm = {"v": 1, "type": "watermark", "bandit_id": b, "event_time": end}
+        items.append((end, order, "feedback", wm))
         order += 1
     items.sort(key=lambda x: (x[0], x[1]))
     counts = {"contexts": 0, "feedback": 0}
     with Path(path).open("w") as f:
-        for _, _, topic, value in items:
-            f.write(json.dumps({"topic": topic, "value": value}) + "\n")
+        for at, _, topic, value in items:
+            line = {"topic": topic, "value": value, "timestamp": stamp(at)}
+            f.write(json.dumps(line) + "\n")
             counts[topic] += 1
     return counts
 
@@ -102,6 +106,7 @@ def publish_jsonl(bootstrap: str, path: Path, topics: dict[str, str]) -> dict[st
                 topics[rec["topic"]],
                 key=value["bandit_id"].encode(),
                 value=json.dumps(value).encode(),
+                timestamp_ms=rec.get("timestamp"),  # the recorded stream's clock
             )
             counts[rec["topic"]] += 1
         producer.flush()

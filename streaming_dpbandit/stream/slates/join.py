@@ -1,13 +1,13 @@
 """The reward join for slates: per-item rewards under the same event-time rules as single arms.
 
 A slate decision waits in the :class:`~.join.JoinStore` like any decision (same window, same
-watermark expiry, same held-early feedback judged as of its position in the feedback
+clock expiry, same held-early feedback judged as of its position in the feedback
 partition, same remembered ids; docs/service.md, "Why the join is deterministic"). What it
 stores is its row ``[items (K) | values (K)]``: the served item indices and, per item, the first
 reward received (NaN until then). A slate resolves
 
 * ``joined`` when every one of its K items has a reward, or
-* ``expired`` when the feedback watermark passes its deadline (decision time + window); the
+* ``expired`` when the feedback clock passes its deadline (decision time + window); the
   items still missing then get the bandit's default reward (DP-matroid spec §7.2).
 
 Either way each served item yields exactly one reward record, and the *timing* of when a slate

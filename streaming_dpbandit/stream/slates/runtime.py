@@ -130,7 +130,7 @@ class SlateArms(ActionKind):
         for i, p in enumerate(batch):
             items = dec.slates[i]
             for early in _join(rt).add(
-                ids[i], int(dec.rounds[i]), p.event.event_time, _join(rt).row(items)
+                ids[i], int(dec.rounds[i]), p.event.event_time, _join(rt).row(items), p.clock
             ):
                 self.resolved(rt, early, forced=False)
             keys = dec.keys[i].tolist()
@@ -160,7 +160,9 @@ class SlateArms(ActionKind):
         return [d.model_dump_json().encode() for d in self.decide(rt, batch)]
 
     # -- feedback ---------------------------------------------------------------------------
-    def on_feedback(self, rt: BanditRuntime, fb, source: tuple[str, int, int], dead) -> None:
+    def on_feedback(
+        self, rt: BanditRuntime, fb, source: tuple[str, int, int], dead, clock: float
+    ) -> None:
         if not isinstance(fb, SlateFeedback):
             rt.stats["fb_slate_required"] += 1
             dead(source, "slate_required", "a slate bandit takes per-item 'rewards'")
@@ -175,7 +177,7 @@ class SlateArms(ActionKind):
             rt.stats["fb_unknown_item"] += 1
             dead(source, "unknown_item", f"item {unknown[0]!r} is not in the catalogue")
             return
-        rt.judge(fb, dict(fb.rewards), source, dead, "has all its rewards")
+        rt.judge(fb, dict(fb.rewards), source, dead, "has all its rewards", clock)
 
     def on_pending(self, rt: BanditRuntime, event_id, rewards, event_time, source, dead) -> None:
         """Apply per-item rewards to a pending slate (also used for held-early feedback)."""

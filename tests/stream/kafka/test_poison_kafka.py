@@ -20,6 +20,7 @@ from dpbandit_testing.kafka_helpers import (
 from dpbandit_testing.poison_helpers import (
     CONTEXTS,
     FIXED,
+    T0,
     dumps,
     good_context,
     good_feedback,
@@ -28,6 +29,8 @@ from dpbandit_testing.stream_helpers import BANDIT, kafka_topics
 from streaming_dpbandit.settings import ServiceSettings
 
 pytestmark = pytest.mark.kafka
+
+STAMP = round((T0 + 100) * 1000)  # the record timestamp: when the good events happen
 
 
 def test_poison_through_kafka_is_dead_lettered_and_the_loop_goes_on(kafka_broker, tmp_path):
@@ -40,7 +43,8 @@ def test_poison_through_kafka_is_dead_lettered_and_the_loop_goes_on(kafka_broker
     counts = {"contexts": 0, "feedback": 0}
     for is_ctx, value in records:
         kind = "contexts" if is_ctx else "feedback"
-        producer.send(topics[kind], key=BANDIT.encode(), value=value)  # one key: one partition
+        # one key: one partition; stamped when the good events happen (the stream clock)
+        producer.send(topics[kind], key=BANDIT.encode(), value=value, timestamp_ms=STAMP)
         counts[kind] += 1
     producer.flush()
     producer.close()

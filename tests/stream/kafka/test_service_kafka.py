@@ -240,7 +240,12 @@ def test_kill_9_at_random_moments_and_a_broker_restart_change_nothing(
     def produce_slice() -> None:
         for line in slices.pop(0):
             rec = json.loads(line)
-            producer.send(topics[rec["topic"]], key=BANDIT.encode(), value=rec["value"].encode())
+            producer.send(
+                topics[rec["topic"]],
+                key=BANDIT.encode(),
+                value=rec["value"].encode(),
+                timestamp_ms=rec["timestamp"],  # the recorded stream's clock
+            )
         producer.flush()
 
     port = free_port()

@@ -184,10 +184,10 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(
     # the learner's state equals a deterministic recomputation from the topics
     path = tmp_path / "recompute.jsonl"
     with path.open("w") as fh:
-        for m in read_partition(boot, topics["decisions"]):
-            fh.write(json.dumps({"topic": "contexts", "value": m.value.decode()}) + "\n")
-        for m in read_partition(boot, topics["feedback"]):
-            fh.write(json.dumps({"topic": "feedback", "value": m.value.decode()}) + "\n")
+        for topic, kind in ((topics["decisions"], "contexts"), (topics["feedback"], "feedback")):
+            for m in read_partition(boot, topic):  # with each record's timestamp (its clock)
+                line = {"topic": kind, "value": m.value.decode(), "timestamp": m.timestamp}
+                fh.write(json.dumps(line) + "\n")
     bandit = bandit_config(**POLICY) | ({"user_level": ul} if ul else {})
     again, _, _ = run_learner_file(tmp_path / "again", path, bandits={BANDIT: bandit})
     stats = (dict(rt.stats), dict(again.bandits[BANDIT].stats))
