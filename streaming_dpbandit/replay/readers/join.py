@@ -6,9 +6,15 @@ service's own rules (``docs/service.md``), so a replayed reward is the reward th
 learned:
 
 * a decision for a context with event time τ takes the first reward with τ ≤ time ≤ τ + window;
-* it is resolved (reward missing) once the feedback watermark — the largest feedback event time
-  seen, heartbeats included — passes τ + window; a missing reward drops the event (default) or
-  gives it ``default_reward``;
+* it is resolved (reward missing) once the feedback clock passes min(τ, the context record's
+  timestamp) + window; a missing reward drops the event (default) or gives it
+  ``default_reward``. The feedback clock is the largest record timestamp of the feedback read
+  (rewards and heartbeats), as the service's stream clock (docs/service.md, The stream clock):
+  no event time moves it, and a context, reward or heartbeat stamped more than
+  ``max_event_time_skew_s`` ahead of its record, or ``max_event_time_lag_s`` behind it, is
+  skipped (counted ``event_time_out_of_range``). A log without record timestamps (a
+  ``service-jsonl`` file without ``timestamp``) reads each message's event time as its clock,
+  as the service does;
 * events are emitted in decision order; memory is bounded by ``max_pending`` (beyond it the
   oldest unresolved event is resolved early and counted, the service's overload valve);
 * a repeated decision (the service may repeat one after a crash, never change it) is ignored;
@@ -44,7 +50,17 @@ _Model = TypeVar("_Model", bound=BaseModel)
 class JoinedEvent:
     """One event with its context, decision and (maybe) reward."""
 
-    __slots__ = ("X", "arm", "arm_ids", "event_id", "propensity", "reward", "time", "user_id")
+    __slots__ = (
+        "X",
+        "arm",
+        "arm_ids",
+        "due",
+        "event_id",
+        "propensity",
+        "reward",
+        "time",
+        "user_id",
+    )
 
     def __init__(
         self,
@@ -63,6 +79,7 @@ class JoinedEvent:
         self.arm = arm
         self.propensity = propensity
         self.time = time
+        self.due = time  # min(time, its context record's clock): when its window closes
         self.reward: float | None = None
 
 
@@ -109,6 +126,8 @@ class EventJoin:
         default_reward: float = 0.0,
         max_pending: int = 200_000,
         featuriser: Any = None,
+        max_event_time_skew_s: float | None = 300.0,
+        max_event_time_lag_s: float | None = 86_400.0,
     ):
         if missing_reward not in ("drop", "default"):
             raise ValueError("missing_reward must be 'drop' or 'default'")
@@ -121,9 +140,14 @@ class EventJoin:
         self.default_reward = float(default_reward)
         self.max_pending = max_pending
         self.featuriser = featuriser
+        self.skew = max_event_time_skew_s
+        self.lag = max_event_time_lag_s
         self.d: int | None = None
         self.first_k: int | None = None  # the number of arms of the first context
-        self._ctx: OrderedDict[str, tuple[FloatArray, list[str], float, str | None]] = OrderedDict()
+        # id -> (rows, arm ids, event time, user, when its window's clock starts)
+        self._ctx: OrderedDict[str, tuple[FloatArray, list[str], float, str | None, float]] = (
+            OrderedDict()
+        )
         self._dec: OrderedDict[str, Decision] = OrderedDict()
         self._fb: OrderedDict[str, tuple[float, float]] = OrderedDict()  # (reward, time)
         self._queue: OrderedDict[str, JoinedEvent] = OrderedDict()
@@ -134,9 +158,16 @@ class EventJoin:
         self._where = "log"
 
     # -- input -----------------------------------------------------------------------------
-    def add(self, kind: str, value: dict[str, Any] | str | bytes, where: str = "log") -> None:
+    def add(
+        self,
+        kind: str,
+        value: dict[str, Any] | str | bytes,
+        where: str = "log",
+        timestamp_ms: int | None = None,
+    ) -> None:
         """Add one message of topic ``kind`` (``contexts``, ``decisions`` or ``feedback``);
-        ``value`` is the JSON object (dict) or its raw text/bytes."""
+        ``value`` is the JSON object (dict) or its raw text/bytes, ``timestamp_ms`` its
+        record's timestamp (None or negative: none)."""
         self._where = where
         msg: ContextEvent | BinaryContext | Decision | Watermark | Feedback
         try:
@@ -159,14 +190,22 @@ class EventJoin:
             raise LogFormatError(f"{where}: invalid {kind} message: {_first_error(err)}") from None
         if not self._mine(msg.bandit_id, where):
             return
-        if isinstance(msg, ContextEvent | BinaryContext):
-            self._context(msg, where)
-        elif isinstance(msg, Decision):
+        clock = None if timestamp_ms is None or timestamp_ms < 0 else timestamp_ms / 1000.0
+        if isinstance(msg, Decision):
             self._decision(msg, where)
+            return
+        if clock is not None and not (
+            (self.lag is None or msg.event_time >= clock - self.lag)
+            and (self.skew is None or msg.event_time <= clock + self.skew)
+        ):
+            self.counters["event_time_out_of_range"] += 1  # the service dead-letters it
+            return
+        if isinstance(msg, ContextEvent | BinaryContext):
+            self._context(msg, where, clock)
         elif isinstance(msg, Watermark):
-            self._advance(msg.event_time)
+            self._advance(msg.event_time if clock is None else clock)
         else:
-            self._feedback(msg)
+            self._feedback(msg, clock)
 
     def _mine(self, bandit_id: str, where: str) -> bool:
         if self.bandit_id is None:
@@ -232,13 +271,17 @@ class EventJoin:
             raise LogFormatError(f"{where}: event {event_id!r}: {err}") from None
         return X
 
-    def _context(self, ev: ContextEvent | BinaryContext, where: str) -> None:
+    def _context(
+        self, ev: ContextEvent | BinaryContext, where: str, clock: float | None = None
+    ) -> None:
         eid = ev.event_id
         if eid in self._ctx or eid in self._queue or eid in self._done:
             self.counters["duplicate_contexts"] += 1
             return
         X = self._encode(ev, where)
-        self._ctx[eid] = (X, ev.candidate_ids(), ev.event_time, ev.user_id)
+        # its window closes after its event time or its record's clock, whichever is earlier
+        due = ev.event_time if clock is None else min(ev.event_time, clock)
+        self._ctx[eid] = (X, ev.candidate_ids(), ev.event_time, ev.user_id, due)
         self._bound(self._ctx, "contexts_without_decision")
         if eid in self._dec:
             self._pair(eid, self._dec.pop(eid), where)
@@ -269,7 +312,7 @@ class EventJoin:
             self._bound(self._dec, "decisions_without_context")
 
     def _pair(self, eid: str, dec: Decision, where: str) -> None:
-        X, ids, t, user = self._ctx.pop(eid)
+        X, ids, t, user, due = self._ctx.pop(eid)
         k = dec.arm_index
         if not 0 <= k < len(ids) or ids[k] != dec.arm_id:
             raise LogFormatError(
@@ -277,6 +320,7 @@ class EventJoin:
                 "context's candidate at that index"
             )
         ev = JoinedEvent(eid, X, k, float(dec.propensity), t, ids, user)
+        ev.due = due
         self._queue[eid] = ev
         held = self._fb.pop(eid, None)
         if held is not None:
@@ -285,8 +329,9 @@ class EventJoin:
             self._resolve_front(forced=True)
         self._drain()
 
-    def _feedback(self, fb: Feedback) -> None:
-        self._advance(fb.event_time)
+    def _feedback(self, fb: Feedback, clock: float | None = None) -> None:
+        if clock is None:  # no record timestamp: its event time is its clock
+            self._advance(fb.event_time)
         ev = self._queue.get(fb.event_id)
         if ev is not None:
             self._reward(ev, fb.reward, fb.event_time)
@@ -297,6 +342,8 @@ class EventJoin:
         else:
             self._fb[fb.event_id] = (fb.reward, fb.event_time)
             self._bound(self._fb, "feedback_without_decision")
+        if clock is not None:  # judged before its own record moves the clock, as the service
+            self._advance(clock)
         self._drain()
 
     def _reward(self, ev: JoinedEvent, reward: float, t: float) -> None:
@@ -338,7 +385,7 @@ class EventJoin:
         q = self._queue
         while q:
             ev = next(iter(q.values()))
-            if ev.reward is None and self.watermark <= ev.time + self.feedback_window:
+            if ev.reward is None and self.watermark <= ev.due + self.feedback_window:
                 break
             self._resolve_front()
 
@@ -368,10 +415,10 @@ def open_service_log(reader: Any, join: EventJoin, messages: Any, where: str, un
     logged decisions (the arm chosen and its propensity), not only contexts and rewards.
     """
     counts: collections.Counter[str] = collections.Counter()
-    for kind, value, at in messages:
+    for kind, value, at, ts in messages:  # (ts: the record's timestamp in ms, or None)
         counts[kind] += 1
         if kind == "contexts" and join.d is None:
-            join.add(kind, value, at)
+            join.add(kind, value, at, ts)
             if join.d is not None:
                 reader.d, reader.n_arms = join.d, join.first_k
                 reader.first_bandit = join.bandit_id
@@ -392,7 +439,8 @@ def open_service_log(reader: Any, join: EventJoin, messages: Any, where: str, un
 class ServiceLogReader(LogReader):
     """A log of the service's topics (a ``service-jsonl`` file, a Kafka range): its messages,
     joined into events by :class:`EventJoin`. A subclass yields the messages
-    (:meth:`_messages`: ``(topic kind, value, where)``) and stores the join's parameters."""
+    (:meth:`_messages`: ``(topic kind, value, where, record timestamp)``) and stores the join's
+    parameters."""
 
     bandit_id: str | None
     arms: list[str] | None
@@ -406,8 +454,9 @@ class ServiceLogReader(LogReader):
     unit = "log"
 
     @abc.abstractmethod
-    def _messages(self) -> Iterator[tuple[str, Any, str]]:
-        """The log's messages in order: (``contexts``/``decisions``/``feedback``, value, where)."""
+    def _messages(self) -> Iterator[tuple[str, Any, str, int | None]]:
+        """The log's messages in order: (``contexts``/``decisions``/``feedback``, value, where,
+        the record's timestamp in ms or None)."""
 
     def _join(self) -> EventJoin:
         return EventJoin(
@@ -427,8 +476,8 @@ class ServiceLogReader(LogReader):
         join = self._join()
         join.d = self.d
         pending: list[JoinedEvent] = []
-        for kind, value, where in self._messages():
-            join.add(kind, value, where)
+        for kind, value, where, ts in self._messages():
+            join.add(kind, value, where, ts)
             pending += join.ready()
             while len(pending) >= chunk_size:
                 yield to_batch(pending[:chunk_size], self.d)

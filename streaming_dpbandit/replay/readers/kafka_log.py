@@ -208,7 +208,7 @@ class KafkaLogReader(ServiceLogReader):
         end = {tp: min(max(end[tp], start[tp]), last[tp]) for tp in tps}
         return tps, start, end
 
-    def _messages(self) -> Iterator[tuple[str, bytes, str]]:
+    def _messages(self) -> Iterator[tuple[str, bytes, str, int | None]]:
         """Records of the range, merged in timestamp order."""
         consumer = self._consumer()
         try:
@@ -269,6 +269,7 @@ class KafkaLogReader(ServiceLogReader):
                         kind_of[tp.topic],
                         rec.value,
                         f"{self.where()} {tp.topic}:{tp.partition}@{rec.offset}",
+                        rec.timestamp,
                     )
                 live = [tp for tp in live if buf[tp] or fetched[tp] < end[tp]]
         finally:

@@ -95,8 +95,11 @@ class ServiceJsonlReader(ServiceLogReader):
     def where(self) -> str:
         return str(self.path)
 
-    def _messages(self) -> Iterator[tuple[str, Any, str]]:  # (kind, JSON value, where)
+    def _messages(self) -> Iterator[tuple[str, Any, str, int | None]]:
+        """(kind, JSON value, where, record timestamp in ms): a line's ``timestamp``, or the
+        last one before it (as ``serve --file`` reads them), None before the first."""
         total = self.path.stat().st_size
+        stamp: int | None = None
         with open_text(self.path) as fh:
             raw = getattr(fh, "buffer", None)
             for lineno, line in enumerate(fh, 1):
@@ -130,7 +133,10 @@ class ServiceJsonlReader(ServiceLogReader):
                         self._done = min(total, pos)
                     except (OSError, ValueError, AttributeError):
                         pass
-                yield kind, value, where
+                ts = obj.get("timestamp")
+                if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0:
+                    stamp = ts
+                yield kind, value, where, stamp
         self._done = total
 
     def _open(self) -> None:
