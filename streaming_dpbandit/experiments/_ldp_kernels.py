@@ -176,6 +176,7 @@ def _invert_pd(a, b, c):
     return True, p, q, r, s
 
 
+# copy kept: the per-round steps written out (shared helpers: 1.8-2.3x slower, d5282cf)
 @_jit
 def sgd_chunk(
     XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
@@ -235,6 +236,7 @@ def sgd_chunk(
     return 0
 
 
+# copy kept: the per-round steps written out (shared helpers: 1.8-2.3x slower, d5282cf)
 @_jit
 def ols_chunk(
     XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
@@ -284,6 +286,7 @@ def ols_chunk(
     return 0
 
 
+# copy kept: the per-round steps written out (shared helpers: 1.8-2.3x slower, d5282cf)
 @_jit
 def ucb_chunk(
     XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
@@ -321,6 +324,7 @@ def ucb_chunk(
     return 0
 
 
+# copy kept: the per-round steps written out (shared helpers: 1.8-2.3x slower, d5282cf)
 @_jit
 def gloc_chunk(
     XC, src, MS, ES, noisy, best, seeds, t0, kmix, regret,
