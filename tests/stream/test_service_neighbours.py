@@ -82,19 +82,32 @@ def test_the_base_stream_exercises_every_path(event_level, tmp_path):
     assert differing_rounds(rows, rows2) == {rounds[UNIT]}
 
 
+@pytest.fixture(scope="module")
+def fed_per_update(tmp_path_factory):
+    stream = base_stream(800, seed=2)
+    return stream, *learned_rows(tmp_path_factory.mktemp("nb-linucb"), stream, DP_LINUCB)
+
+
 @pytest.mark.parametrize(
     "kind", ["rewards_stamped_ahead", "rewards_removed", "contexts_stamped_ahead"]
 )
-def test_a_policy_fed_per_update_reads_the_same_rows_at_the_same_update(tmp_path, kind):
+def test_a_policy_fed_per_update_reads_the_same_rows_at_the_same_update(
+    fed_per_update, tmp_path, kind
+):
     """DP-LinUCB gets its rows once per update, sorted by round: which update reads a row is
     part of what it learns, and it is the same on neighbours."""
-    stream = base_stream(800, seed=2)
-    rows, rounds, _ = learned_rows(tmp_path / "a", stream, DP_LINUCB)
-    rows2, rounds2, _ = learned_rows(tmp_path / "b", neighbour(stream, kind, {UNIT}), DP_LINUCB)
+    stream, rows, rounds, _ = fed_per_update
+    rows2, rounds2, _ = learned_rows(tmp_path, neighbour(stream, kind, {UNIT}), DP_LINUCB)
     _check(rows, rounds, rows2, rounds2, {UNIT})
 
 
 USER_LEVEL = FLIPHAT | {"user_level": {"max_contributions_per_user": 2}}
+
+
+@pytest.fixture(scope="module")
+def user_level(tmp_path_factory):
+    stream = base_stream(800, seed=3, users=40)
+    return stream, *learned_rows(tmp_path_factory.mktemp("nb-users"), stream, USER_LEVEL)
 
 
 @pytest.mark.parametrize(
@@ -107,11 +120,9 @@ USER_LEVEL = FLIPHAT | {"user_level": {"max_contributions_per_user": 2}}
         "contexts_stamped_ahead",
     ],
 )
-def test_one_user_changes_only_their_own_rows(tmp_path, kind):
-    stream = base_stream(800, seed=3, users=40)
-    user = "u1"  # the second most frequent: many events, most beyond the bound of 2
-    ids = user_ids(stream, user)
+def test_one_user_changes_only_their_own_rows(user_level, tmp_path, kind):
+    stream, rows, rounds, _ = user_level
+    ids = user_ids(stream, "u1")  # the second most frequent: most beyond the bound of 2
     assert len(ids) > 20
-    rows, rounds, _ = learned_rows(tmp_path / "a", stream, USER_LEVEL)
-    rows2, rounds2, _ = learned_rows(tmp_path / "b", neighbour(stream, kind, ids), USER_LEVEL)
+    rows2, rounds2, _ = learned_rows(tmp_path, neighbour(stream, kind, ids), USER_LEVEL)
     _check(rows, rounds, rows2, rounds2, ids)
