@@ -65,7 +65,7 @@ def model_message(bandit_id: str, policy: Policy, now: float | None = None) -> M
 
     >>> import numpy as np
     >>> from streaming_dpbandit.policies import FLIPHAT
-    >>> pol = FLIPHAT(d=4, s=1, delta=0.01, bandit_id="shop", seed=1)
+    >>> pol = FLIPHAT(d=4, s=1, delta=0.01, first_episode_len=1, bandit_id="shop", seed=1)
     >>> _ = pol.decide(np.ones((1, 2, 4))); _ = pol.refit()
     >>> msg = model_message("shop", pol, now=0.0)
     >>> msg.model_version, sorted(msg.model), msg.release_ids
