@@ -43,7 +43,7 @@ UNSOURCED = {
         "docs/privacy/fliphat-noise-reduction.md",
         "### The default G, chosen on a tuning environment",
     ): "date, commit, JSON",
-    (
+    (  # the heading's "spec §14.3" is docs/specs/fliphat.md's
         "docs/privacy/fliphat-noise-reduction.md",
         "## 4. First episode length (`first_episode_len = N₀`, spec §14.3) — unchanged default",
     ): "date, commit, JSON",

@@ -49,6 +49,8 @@ class PolicyConfigBase(BaseModel):
     not_configurable: ClassVar[frozenset[str]] = frozenset()
     #: Configuration field → constructor parameter, where the names differ.
     renamed: ClassVar[dict[str, str]] = {}
+    #: Field → its value before it existed (the policy's ``config_before_added``).
+    before_added: ClassVar[dict[str, Any]] = {}
 
     @model_validator(mode="after")
     def _policy_rules(self):
@@ -83,8 +85,10 @@ class PolicyConfigBase(BaseModel):
         """Fields whose value differs from a snapshot's fingerprint (its ``model_dump_json``).
 
         A field the fingerprint lacks (added by a later version) counts only when this
-        configuration moves it off its default, so that a state written before the field
-        existed still resumes under the behaviour it was written with.
+        configuration moves it off its default — or, for a field whose default changed the
+        behaviour (``before_added``), off the value that reproduces the old one — so that a
+        state written before the field existed resumes only under the behaviour it was written
+        with.
 
         >>> from streaming_dpbandit.config import CONFIGS
         >>> old = '{"policy": "dp-linucb", "private": true, "d": 3, "epsilon": 1.0}'
@@ -102,6 +106,7 @@ class PolicyConfigBase(BaseModel):
                 changed = then[key] != value
             else:
                 default = fields[key].default if key in fields else None
+                default = self.before_added.get(key, default)
                 changed = json.loads(json.dumps(default)) != value
             if changed:
                 out.append(key)

@@ -145,6 +145,7 @@ def config_class(policy: type[BasePolicy]) -> type[PolicyConfigBase]:
     )
     model.renamed = {field: param for param, field in policy.config_names.items()}
     model.not_configurable = policy.not_configurable
+    model.before_added = dict(policy.config_before_added)
     return model
 
 

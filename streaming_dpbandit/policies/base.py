@@ -212,6 +212,10 @@ class BasePolicy(Base, abc.ABC):
     config_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: A parameter's type in a configuration, where the constructor's is not a JSON type.
     config_types: ClassVar[Mapping[str, Any]] = {}
+    #: Parameters added by a later version whose default changes the behaviour: the value
+    #: that reproduces how a state written before the parameter existed behaved (a snapshot
+    #: without the parameter resumes only under that value).
+    config_before_added: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
     def variants(cls) -> dict[tuple[str, object], type]:

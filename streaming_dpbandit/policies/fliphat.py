@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
-from typing import Any, Literal, Self
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 
@@ -187,7 +187,8 @@ class FLIPHAT(Policy):
         :func:`auto_first_episode_len` for the certified calibration with clipped
         contributions, else 1 (the paper's schedule).
     warm_start
-        ``"auto"`` (default: on when contributions are clipped) or a bool: episode k's rows
+        ``"auto"`` (default: on when contributions are clipped and contexts standardised,
+        x_max ≥ 2; versions before issue 35 had none: ``False``) or a bool: episode k's rows
         contribute clip(x̄·(ỹ − x̄ᵀθ⁰), ±G) with θ⁰ the model in force at the episode's first
         round, and the next fit is θ⁰ + (2η/n)·h̃ (one step), then Peeling and Π_C.
     cold_contributions
@@ -241,6 +242,9 @@ class FLIPHAT(Policy):
     """
 
     name = "fliphat"
+    #: issue 35 added the warm start, on by default for standardised contexts: a state written
+    #: before it resumes only with ``warm_start: false`` (and the old default ``eta: 1e-4``)
+    config_before_added: ClassVar[Mapping[str, Any]] = {"warm_start": False}
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:

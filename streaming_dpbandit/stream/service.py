@@ -42,7 +42,12 @@ from .bandit import BanditRuntime
 from .clock import repair_snapshot_clocks
 from .contexts import ContextStage
 from .dead_letters import DeadLetters
-from .errors import ServiceStartError, input_overrun, out_of_memory_is_a_start_error
+from .errors import (
+    ServiceStartError,
+    input_overrun,
+    out_of_memory_is_a_start_error,
+    refuse_changed_policy,
+)
 from .feedback import FeedbackStage
 from .hooks import Decider, PublishDecisions, ReleaseHook
 from .local.hook import LocalBandits
@@ -158,12 +163,8 @@ class Service:
             dp_valid = (
                 getattr(policy, "calibration", "certified") == "certified" or not policy.private
             )
-            self.metrics.calibration.labels(
-                name,
-                policy.name,
-                getattr(policy, "calibration", "non-private"),
-                str(dp_valid).lower(),
-            ).set(1)
+            cal = getattr(policy, "calibration", "non-private")
+            self.metrics.calibration.labels(name, policy.name, cal, str(dp_valid).lower()).set(1)
             if b.epsilon_budget is not None:
                 self.metrics.eps_budget.labels(name).set(b.epsilon_budget)
 
@@ -178,7 +179,11 @@ class Service:
         self.refit_failures = self.state.load_refit_failures()
         for name in self.bandits:  # 0 from the start, so a first failure is an increase
             self.metrics.refit_failures.labels(name).inc(self.refit_failures.get(name, 0))
-        return self._restore(snap), snap
+        try:
+            return self._restore(snap), snap
+        except ServiceStartError:  # a refused snapshot leaves the ledger unlocked
+            self.ledger.close()
+            raise
 
     def open(self) -> None:
         """Load the snapshot (if any), open the ledger, start consuming at the stored offsets."""
@@ -228,13 +233,7 @@ class Service:
                         f"snapshot has bandit {name!r} that is not configured; "
                         "refusing to drop its state"
                     )
-                changed = self.settings.bandits[name].changes_since(snap["fingerprints"][name])
-                if changed:
-                    raise ServiceStartError(
-                        f"the policy configuration of bandit {name!r} changed since the "
-                        f"snapshot ({', '.join(changed)}); restore the old configuration or "
-                        "start a new state directory"
-                    )
+                refuse_changed_policy(name, self.settings.bandits[name], snap["fingerprints"][name])
                 repair_snapshot_clocks(self.bandits[name].load_state_dict(st), self.settings)
             for k, v in snap["offsets"].items():
                 topic, part = k.rsplit("|", 1)
