@@ -32,6 +32,11 @@ def service_summary(svc) -> dict:
             "this_run": dict(rt.stats - rt.stats_restored),
             "mean_reward_window": (sum(rt.window) / len(rt.window)) if rt.window else None,
             "privacy": None if sp is None else sp.to_dict(),
+            # kept in the state for the next records: a decision's reward, or a reward's event
+            "waiting": {
+                "decisions_awaiting_feedback": len(rt.join.pending),
+                "feedback_awaiting_its_event": rt.join.early_count,
+            },
         }
         if rt.user_level:
             c = rt.policy.user_counters()

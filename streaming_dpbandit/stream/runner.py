@@ -406,6 +406,14 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     if summary["dead_letters"]:
         dl = ", ".join(f"{k}: {v}" for k, v in sorted(summary["dead_letters"].items()))
         print(f"dead letters: {dl}", file=out)
+    waiting = [
+        f"{name}: {w['decisions_awaiting_feedback']:,} decisions await feedback, "
+        f"{w['feedback_awaiting_its_event']:,} feedback messages await their event"
+        for name, b in summary["bandits"].items()
+        if (w := b.get("waiting")) and any(w.values())
+    ]
+    if waiting:  # not lost: joined by later records, or expired when the clock passes them
+        print(f"waiting in the state (docs/service.md): {'; '.join(waiting)}", file=out)
     src = summary.get("source")
     if src and "uniform_pseudo_regret" in src:
         print_comparison(summary, out)

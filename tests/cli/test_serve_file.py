@@ -122,3 +122,23 @@ def test_a_run_on_an_existing_state_reports_its_own_counts_and_the_totals_apart(
         out.startswith("served 0 new decisions in ")
         and "the state holds 3 decisions of earlier runs, 3 in all" in out
     )
+
+
+def test_feedback_still_waiting_at_the_end_is_said_not_dropped(config, tmp_path, capsys):
+    """A reward whose event has not arrived when the file ends stays in the state for the next
+    run: the summary says so (it said nothing: the reward seemed lost)."""
+    lines = [("contexts", context("e1", 1000.0)), ("feedback", reward("e2", 1000.5))]
+    first = write(tmp_path / "a.jsonl", lines)
+    out, state = tmp_path / "summary.json", tmp_path / "st"
+    assert serve(config, first, state, "--summary-json", str(out)) == 0
+    assert json.loads(out.read_text())["bandits"]["shop"]["waiting"] == {
+        "decisions_awaiting_feedback": 0,
+        "feedback_awaiting_its_event": 1,
+    }
+    assert "shop: 0 decisions await feedback, 1 feedback messages await" in capsys.readouterr().out
+    # the file grows by the reward's event: the next run's held reward joins it
+    later = write(tmp_path / "b.jsonl", [*lines, ("contexts", context("e2", 1000.2))])
+    assert serve(config, later, state, "--summary-json", str(out)) == 0
+    s = json.loads(out.read_text())["bandits"]["shop"]
+    assert s["this_run"]["joined"] == 1 and not any(s["waiting"].values())
+    assert "waiting in the state" not in capsys.readouterr().out
