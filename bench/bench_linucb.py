@@ -149,7 +149,59 @@ def _prepared(make, loop):
     return prepare
 
 
+class PerEvent:
+    """Our per-event inputs, formatted before the clock as River's dict contexts and VW's text
+    lines are: each round's (1, K, d) decision set (a view; for the per-arm models, the shared
+    context broadcast to the K arms) and its K rewards as a list (River and VW look rewards up
+    in such lists)."""
+
+    def __init__(self, s: Stream, hi: int, per_arm: bool):
+        if per_arm:
+            ctx = s.ctx
+            self.X = [np.broadcast_to(ctx[t : t + 1, None, :], (1, K, s.d)) for t in range(hi)]
+            self.rows = [ctx[t : t + 1] for t in range(hi)]
+            self.rewards = (s.mu_arm[:hi] + s.noise[:hi, None]).tolist()
+        else:
+            self.X = [s.X[t : t + 1] for t in range(hi)]
+            self.rewards = (s.mu[:hi] + s.noise[:hi, None]).tolist()
+
+
+def _per_event_loop(pol, inp: PerEvent, lo: int, hi: int) -> None:
+    """Decide and learn one event per call (``batch_size=1``), as River and VW are driven."""
+    X, rewards = inp.X, inp.rewards
+    for t in range(lo, hi):
+        if pol.refit_due():
+            pol.refit()
+        Xt = X[t]
+        dec = pol.decide(Xt)
+        a = int(dec.arms[0])
+        pol.learn(Xt[0, a : a + 1], [rewards[t][a]], dec.rounds)
+
+
+def _disjoint_per_event_loop(pol, inp: PerEvent, lo: int, hi: int) -> None:
+    X, rows, rewards = inp.X, inp.rows, inp.rewards
+    for t in range(lo, hi):
+        if pol.refit_due():
+            pol.refit()
+        dec = pol.decide(X[t], arm_ids=ARM_IDS)
+        pol.learn(rows[t], [rewards[t][int(dec.arms[0])]], dec.rounds)
+
+
+def _prepared_per_event(make, loop, per_arm: bool):
+    def prepare(s: Stream, lo: int, hi: int):
+        pol = make(s)
+        inp = PerEvent(s, hi, per_arm)
+        loop(pol, inp, 0, lo)
+        return lambda: loop(pol, inp, lo, hi)
+
+    return prepare
+
+
 def ours_linucb(batch: int = BATCH):
+    if batch == 1:
+        return _prepared_per_event(
+            lambda s: LinUCB(d=s.d, beta=1.0, batch_size=1, seed=0), _per_event_loop, False
+        )
     return _prepared(
         lambda s: LinUCB(d=s.d, beta=1.0, batch_size=batch, seed=0),
         lambda pol, s, a, b: _policy_loop(pol, s, a, b, batch),
@@ -191,6 +243,12 @@ def _disjoint_loop(pol, s: Stream, lo: int, hi: int, record: list | None = None)
 
 
 def ours_linucb_disjoint(batch: int = BATCH):
+    if batch == 1:
+        return _prepared_per_event(
+            lambda s: LinUCBDisjoint(d=s.d, beta=1.0, batch_size=1, seed=0),
+            _disjoint_per_event_loop,
+            True,
+        )
     return _prepared(
         lambda s: LinUCBDisjoint(d=s.d, beta=1.0, batch_size=batch, seed=0), _disjoint_loop
     )

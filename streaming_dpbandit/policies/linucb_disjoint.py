@@ -18,6 +18,12 @@ the simulators).
 ``learn`` receives only (context, reward, round), so the policy remembers the arm it chose per
 round in a ring buffer of ``pending_capacity`` rounds; feedback for an older round is dropped and
 counted (``expired_feedback``).
+
+Refits. A refit rebuilds the model of every arm that learned rows since the last one: by one
+Cholesky factorisation of V_a when many rows arrived, or — when at most d/8 rows did (per event,
+b = 1: one) — by one O(d²) square-root Sherman–Morrison step per row on the arm's factor and θ_a
+(as ``UCBModel.add_rows`` does for the shared model); an arm refactors from its sums after
+``REFACTOR_EVERY`` such steps, which bounds the rounding they accumulate.
 """
 
 from __future__ import annotations
@@ -28,18 +34,20 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import numpy as np
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 
-from ..estimators.ucb_model import oful_beta
+from ..estimators.ucb_model import factor_step, oful_beta, sqnorms
 from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ._arm_slots import ArmSlots
 from .base import DecisionBatch, Policy
-from .linucb import decide_arms
+from .linucb import REFACTOR_EVERY, decide_arms
 from .registry import register
 from .types import AtLeastOne, NonNegative, OpenUnit, Positive, PositiveInt
 
 __all__ = ["LinUCBDisjoint"]
+
+_dger, _daxpy = blas.dger, blas.daxpy
 
 #: Largest B·d² (floats) for which ``learn`` forms every row's outer product at once.
 _OUTER_MAX = 1 << 18
@@ -95,15 +103,26 @@ class LinUCBDisjoint(Policy):
     # the per-slot models (built by _state/_alloc): statistics, θ, C⁻ᵀ and widths
     _G: FloatArray
     _u: FloatArray
+    _pt: FloatArray  # (slots, d, d + 1): [C⁻ᵀ | θ] of each slot; _proj and _theta view it
     _theta: FloatArray
     _proj: FloatArray
     _wid: FloatArray
+    _logdet: FloatArray  # log det V_a of each slot's model
+    _nupd: IntArray  # row-by-row updates since the slot's last factorisation
     _epoch: int
     #: cached side-by-side matrix of the last decision set: ((epoch, slot bytes), P, its
-    #: (d, K, d) view of the projection blocks, widths, slot of each position, slot →
-    #: positions), see _concat
+    #: (d, K, d + 1) view of the blocks, widths, slot of each position, slot → positions, the
+    #: slots array last looked up), see _concat
     _cat: (
-        tuple[tuple[int, bytes], FloatArray, FloatArray, FloatArray, IntArray, dict[int, list[int]]]
+        tuple[
+            tuple[int, bytes],
+            FloatArray,
+            FloatArray,
+            FloatArray,
+            IntArray,
+            dict[int, list[int]],
+            IntArray,
+        ]
         | None
     )
 
@@ -156,6 +175,10 @@ class LinUCBDisjoint(Policy):
             self._ring_slot = np.zeros(self.pending_capacity, dtype=np.int64)
             self._ring_gen = np.zeros(self.pending_capacity, dtype=np.int64)
             self._ring_round = np.zeros(self.pending_capacity, dtype=np.int64)
+            #: rows learned since the last refit, for its row-by-row updates while they are few:
+            #: (slot, x, y), or None (the refit refactors the dirty arms)
+            self._pend: list[tuple[int, FloatArray, float]] | None = []
+            self._npend = 0
             self._counters = {
                 "rows_learned": 0,
                 "expired_feedback": 0,
@@ -178,18 +201,29 @@ class LinUCBDisjoint(Policy):
         G = np.empty((n, d, d))
         G[:] = self.reg * np.eye(d)
         u = np.zeros((n, d))
-        theta = np.zeros((n, d))
-        proj = np.empty((n, d, d))
-        proj[:] = np.eye(d) / math.sqrt(self.reg)
+        pt = np.zeros((n, d, d + 1))
+        pt[:, :, :d] = np.eye(d) / math.sqrt(self.reg)
         wid = np.full(n, self._prior_width())
+        logdet = np.full(n, d * math.log(self.reg))
+        nupd = np.zeros(n, dtype=np.int64)  # row-by-row updates since the arm's factorisation
         if k:
-            G[:k], u[:k], theta[:k] = self._G, self._u, self._theta
-            proj[:k], wid[:k] = self._proj, self._wid
+            G[:k], u[:k], pt[:k] = self._G, self._u, self._pt
+            wid[:k], logdet[:k], nupd[:k] = self._wid, self._logdet, self._nupd
         else:
             self._dirty: set[int] = set()  # slots learned since the model was built
-        self._G, self._u, self._theta, self._proj, self._wid = G, u, theta, proj, wid
+        self._G, self._u, self._wid = G, u, wid
+        self._set_models(pt)
+        self._logdet, self._nupd = logdet, nupd
         self._epoch = getattr(self, "_epoch", 0) + 1
         self._cat = None
+
+    def _set_models(self, pt: FloatArray) -> None:
+        """The slots' models ``[C⁻ᵀ | θ]`` side by side, one (d, d + 1) block per slot (one
+        GEMM scores mean and width, one rank-1 update moves both); ``_proj``, ``_theta`` view
+        them."""
+        self._pt = pt
+        self._proj = pt[:, :, :-1]
+        self._theta = pt[:, :, -1]
 
     def _slots_of(self, ids: Sequence[Hashable], stamp: int, insert: bool) -> IntArray:
         """Slots of the arm ids; new arms start from the prior (unless ``insert`` is False)."""
@@ -206,6 +240,10 @@ class LinUCBDisjoint(Policy):
                 self._theta[f] = 0.0
                 self._proj[f] = np.eye(self.d) / math.sqrt(self.reg)
                 self._wid[f] = self._prior_width()
+                self._logdet[f] = self.d * math.log(self.reg)
+                self._nupd[f] = 0
+                if self._pend and self._dirty.intersection(fresh):
+                    self._pend = None  # (rows of an evicted arm: its successor starts cold)
                 self._dirty.difference_update(fresh)
                 self._epoch += 1
         return slots
@@ -240,28 +278,27 @@ class LinUCBDisjoint(Policy):
         self._proj[idx] = Cinv.transpose(0, 2, 1)  # x @ proj[s] = C_s⁻¹ x
         if diag is not None:
             logdet = 2.0 * np.log(diag).sum(axis=1)
+            self._logdet[idx] = logdet
             self._wid[idx] = [
                 oful_beta(float(ld), d, self.reg, self.alpha, self.sigma, self.S) for ld in logdet
             ]
+        self._nupd[idx] = 0
         self._patch_concat(idx)
 
-    def _patch_concat(self, idx: IntArray) -> None:
+    def _patch_concat(self, idx: IntArray | list[int]) -> None:
         """Write the rebuilt models of ``idx`` into the cached side-by-side matrix."""
         cat = self._cat
         if cat is None:
             return
-        _, P, blocks, wid, at, pos = cat
-        d = self.d
+        _, _, blocks, wid, at, pos, _ = cat
         K = wid.size
-        if 2 * idx.size < K:  # a few arms (per event: one): their blocks by slicing
-            for s in idx.tolist():
+        if 2 * len(idx) < K:  # a few arms (per event: one): their blocks by slicing
+            for s in idx if isinstance(idx, list) else idx.tolist():
                 for k in pos.get(s, ()):
-                    P[:, k * d : (k + 1) * d] = self._proj[s]
-                    P[:, K * d + k] = self._theta[s]
+                    blocks[:, k] = self._pt[s]
                     wid[k] = self._wid[s]
-        else:  # many: every block afresh (unchanged arms get their same values) in 3 copies
-            blocks[:] = self._proj[at].transpose(1, 0, 2)
-            P[:, K * d :] = self._theta[at].T
+        else:  # many: every block afresh (unchanged arms get their same values)
+            blocks[:] = self._pt[at].transpose(1, 0, 2)
             wid[:] = self._wid[at]
 
     @property
@@ -299,11 +336,38 @@ class LinUCBDisjoint(Policy):
         if self._since < self.batch_size:
             return []
         if self._dirty:
-            self._build(np.array(sorted(self._dirty)))
-            self._dirty.clear()
+            self._refresh()
         self._since = 0
         self._version += 1
         return []
+
+    def _refresh(self) -> None:
+        """The models of the dirty arms: row by row while few rows arrived (an arm due for
+        its periodic refactorisation refactors), else refactored from their sums."""
+        pend, dirty = self._pend, self._dirty
+        if pend is None:
+            self._build(np.array(sorted(dirty)))
+        else:
+            nupd, logdet, pt = self._nupd, self._logdet, self._pt
+            limit = REFACTOR_EVERY - 1
+            redo = {a for a in dirty if nupd[a] >= limit}
+            for a, x, y in pend:  # the rows in order, each on its arm's model
+                if a not in redo:
+                    logdet[a] += factor_step(pt[a], x, y)
+                    nupd[a] += 1
+            ids = sorted(dirty - redo) if redo else sorted(dirty)
+            if self.beta is None:
+                d = self.d
+                for a in ids:
+                    self._wid[a] = oful_beta(
+                        float(logdet[a]), d, self.reg, self.alpha, self.sigma, self.S
+                    )
+            self._patch_concat(ids)
+            if redo:
+                self._build(np.array(sorted(redo)))
+        dirty.clear()
+        self._pend = []
+        self._npend = 0
 
     # -- deciding ------------------------------------------------------------------------------
     def decide(
@@ -340,7 +404,13 @@ class LinUCBDisjoint(Policy):
             scores = self._scores_by_cell(X, S)
         rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores, mask, rounds, event_ids)
-        if not frozen:
+        if not frozen and B == 1:  # (per event: Python integers, no fancy indexing)
+            c = int(slots[arms[0]] if rows is None else S[0, arms[0]])
+            at = (t0 + 1) % self.pending_capacity
+            self._ring_slot[at] = c
+            self._ring_gen[at] = self._slots.gen[c]
+            self._ring_round[at] = t0 + 1
+        elif not frozen:
             chosen = slots[arms] if rows is None else S[np.arange(B), arms]
             slot = rounds % self.pending_capacity
             self._ring_slot[slot] = chosen
@@ -351,35 +421,37 @@ class LinUCBDisjoint(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
     def _concat(self, slots: IntArray) -> tuple[FloatArray, FloatArray]:
-        """For the K arms of ``slots``: [their projections side by side | their θ] (d, K·d + K)
-        and their widths (K,). Cached while the arms of the decision set stay the same; a
-        refit patches the blocks of the arms it rebuilt (``_patch_concat``)."""
+        """For the K arms of ``slots``: their models side by side, [C_a⁻ᵀ | θ_a] for each arm a
+        (d, K·(d + 1)), and their widths (K,). Cached while the arms of the decision set stay
+        the same; a refit patches the blocks of the arms it rebuilt (``_patch_concat``)."""
+        cat = self._cat
+        if cat is not None and cat[6] is slots and cat[0][0] == self._epoch:
+            return cat[1], cat[3]  # (the same array of slots: ArmSlots' cached lookup)
         key = (self._epoch, slots.tobytes())
-        if self._cat is None or self._cat[0] != key:
+        if cat is None or cat[0] != key:
             K, d = slots.size, self.d
-            P = np.empty((d, K * d + K))
-            blocks = P[:, : K * d].reshape(d, K, d)  # a view: splits the contiguous last axis
-            blocks[:] = self._proj[slots].transpose(1, 0, 2)
-            P[:, K * d :] = self._theta[slots].T
+            P = np.empty((d, K * (d + 1)))
+            blocks = P.reshape(d, K, d + 1)  # a view: splits the contiguous last axis
+            blocks[:] = self._pt[slots].transpose(1, 0, 2)
             pos: dict[int, list[int]] = {}
             for k, s in enumerate(slots.tolist()):
                 pos.setdefault(s, []).append(k)
-            self._cat = (key, P, blocks, self._wid[slots].copy(), slots.copy(), pos)
+            self._cat = (key, P, blocks, self._wid[slots].copy(), slots.copy(), pos, slots)
+        else:
+            self._cat = (*cat[:6], slots)
         return self._cat[1], self._cat[3]
 
     def _scores_shared_ids(self, X: FloatArray, slots: IntArray) -> FloatArray:
         B, K, d = X.shape
         P, wid = self._concat(slots)
         if X.strides[1] == 0 or K == 1:  # one context for every arm: one GEMM for all arms
-            Y = X[:, 0, :] @ P  # (B, K·d + K): C_a⁻¹x for every arm a, then θ_aᵀx
-            mean = Y[:, K * d :]
-            Y = Y[:, : K * d].reshape(B, K, d)
-            sq = np.einsum("bkd,bkd->bk", Y, Y)
+            Y = (X[:, 0, :] @ P).reshape(B, K, d + 1)  # [C_a⁻¹x, θ_aᵀx] for every arm a
+            mean = Y[:, :, d]
+            sq = sqnorms(Y[:, :, :d])
         else:
-            Xk = X.transpose(1, 0, 2)  # (K, B, d)
-            mean = np.einsum("kbd,dk->bk", Xk, P[:, K * d :])
-            Y = np.matmul(Xk, self._proj[slots])  # (K, B, d): C_a⁻¹ x
-            sq = np.einsum("kbd,kbd->bk", Y, Y)
+            Y = np.matmul(X.transpose(1, 0, 2), self._pt[slots])  # (K, B, d + 1)
+            mean = Y[:, :, d].T
+            sq = sqnorms(Y[:, :, :d]).T
         width = np.sqrt(sq, out=sq)
         width *= wid
         width += mean
@@ -416,6 +488,20 @@ class LinUCBDisjoint(Policy):
         X, y, rounds = self._learn_rows(contexts, rewards, rounds)
         if y.size == 0:
             return
+        if y.size == 1:  # one row (per event): the same checks on Python integers
+            r = int(rounds[0])
+            if not 1 <= r <= self._t:
+                raise ValueError("learn() got a round that was never decided")
+            at = r % self.pending_capacity
+            if self._ring_round[at] != r:
+                self._counters["expired_feedback"] += 1
+                return
+            a = int(self._ring_slot[at])
+            if self._slots.gen[a] != self._ring_gen[at]:
+                self._counters["evicted_feedback"] += 1
+                return
+            self._accumulate(X, y, np.array([a]))
+            return
         self._check_decided(rounds)
         slot = rounds % self.pending_capacity
         known = self._ring_round[slot] == rounds
@@ -443,11 +529,29 @@ class LinUCBDisjoint(Policy):
     def _accumulate(self, X: FloatArray, y: FloatArray, arms: IntArray) -> None:
         if y.size == 0:
             return
-        if not math.isfinite(float(np.add.reduce(X, axis=None)) + float(np.add.reduce(y))):
+        yl = y.tolist()
+        if not math.isfinite(float(np.add.reduce(X, axis=None)) + math.fsum(yl)):
             raise ValueError("contexts and rewards must be finite")  # (or sum beyond 1e308)
-        self._slots.touch(arms, self._t)
+        pend = self._pend
+        if pend is not None:  # the rows for the next refit's updates, while they are few
+            self._npend += y.size
+            if self._npend > max(1, self.d // 8):
+                self._pend = None
+            else:
+                pend += zip(arms.tolist(), X.copy(), yl)
         G, u = self._G, self._u
-        if arms.size == 1 or (arms == arms[0]).all():
+        if arms.size == 1:  # one row: rank-1 BLAS updates of the (symmetric) G_a and u_a
+            a = int(arms[0])
+            if self._slots.stamp[a] < self._t:
+                self._slots.stamp[a] = self._t
+            x = X[0]
+            _dger(1.0, x, x, a=G[a].T, overwrite_a=1)
+            _daxpy(x, u[a], a=yl[0])
+            self._dirty.add(a)
+            self._counters["rows_learned"] += 1
+            return
+        self._slots.touch(arms, self._t)
+        if (arms == arms[0]).all():
             a = int(arms[0])
             G[a] += X.T @ X
             u[a] += X.T @ y
@@ -497,7 +601,13 @@ class LinUCBDisjoint(Policy):
             "theta": self._theta.copy(),
             "proj": self._proj.copy(),
             "width": self._wid.copy(),
+            "logdet": self._logdet.copy(),
+            "updates_since_factor": self._nupd.copy(),
             "dirty": sorted(self._dirty),
+            # the rows of the next refit's row-by-row updates (None: it refactors)
+            "pending_updates": None
+            if self._pend is None
+            else [(a, x.copy(), y) for a, x, y in self._pend],
             "pending_rounds": self._ring_round[live].copy(),
             "pending_slots": self._ring_slot[live].copy(),
             "pending_gens": self._ring_gen[live].copy(),
@@ -519,10 +629,28 @@ class LinUCBDisjoint(Policy):
         self._slots = ArmSlots.from_state(state["arms"], self.max_arms)
         self._G = np.asarray(state["G"], dtype=np.float64).copy()
         self._u = np.asarray(state["u"], dtype=np.float64).copy()
-        self._theta = np.asarray(state["theta"], dtype=np.float64).copy()
-        self._proj = np.asarray(state["proj"], dtype=np.float64).copy()
+        theta = np.asarray(state["theta"], dtype=np.float64)
+        pt = np.empty((*theta.shape, theta.shape[1] + 1))
+        pt[:, :, :-1] = np.asarray(state["proj"], dtype=np.float64)
+        pt[:, :, -1] = theta
+        self._set_models(pt)
         self._wid = np.asarray(state["width"], dtype=np.float64).copy()
         self._dirty = {int(a) for a in state["dirty"]}
+        n = self._G.shape[0]
+        logdet = state.get("logdet")  # (absent from a state before row-by-row updates)
+        self._logdet = (
+            np.linalg.slogdet(self._G)[1]  # (the dirty arms' models are rebuilt at the refit)
+            if logdet is None
+            else np.asarray(logdet, dtype=np.float64).copy()
+        )
+        nupd = state.get("updates_since_factor")
+        self._nupd = np.zeros(n, np.int64) if nupd is None else np.asarray(nupd, np.int64).copy()
+        pend = state.get("pending_updates")
+        if pend is None:
+            self._pend, self._npend = None, 0
+        else:
+            self._pend = [(int(a), np.asarray(x, np.float64), float(y)) for a, x, y in pend]
+            self._npend = len(self._pend)
         self._epoch += 1
         self._cat = None
         r = np.asarray(state["pending_rounds"], dtype=np.int64)
@@ -573,6 +701,8 @@ def _id_rows(
     """(ids shared by every round, None) or (None, per-round rows of ids)."""
     if arm_ids is None:
         return list(range(K)), None
+    if type(arm_ids) is list and (not arm_ids or type(arm_ids[0]) not in (list, np.ndarray)):
+        return arm_ids, None  # (the common case: one list of ids; ArmSlots copies what it keeps)
     if isinstance(arm_ids, np.ndarray):
         if arm_ids.ndim == 1:
             return arm_ids.tolist(), None
