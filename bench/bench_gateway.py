@@ -1,9 +1,11 @@
 """The HTTP gateway's benchmarks (issue 36; docs/gateway.md). Prints one JSON document.
 
 1. ``cpu`` — the gateway's own CPU per Rank: featurise the request's feature objects (50
-   actions of 4 features, 10 context features in 3 namespaces) into d = 100 and decide from a
-   released FLIPHAT model (``Gateway.decide``: ``decide_frozen`` and the ranking), in process,
-   CPU time (``time.process_time``), median and best of the repeats.
+   actions of 4 features, 10 context features in 3 namespaces; parsed from JSON per request)
+   into d = 100 as the gateway does (``memo=True``: an equal catalogue's flattening reused)
+   and decide from a released FLIPHAT model (``Gateway.decide``: ``rank_frozen`` and the
+   ranking), in process, CPU time (``time.process_time``), median and best of the repeats;
+   beside it, featurising a catalogue that changes with every request (no reuse).
 2. ``http`` — a real ``dpbandit gateway`` process (embedded learner, FLIPHAT d = 100, a model
    released during a warm-up of Rank + Reward) and a load generator in this process: asyncio,
    raw HTTP/1.1 on keep-alive connections over loopback, every loop bounded in count and time.
@@ -105,14 +107,24 @@ def bench_cpu(quick: bool) -> dict:
         policy = released_fliphat()
 
     gw.models = Holder()
-    reqs = [(context_features(i), [a["features"] for a in actions()]) for i in range(64)]
+    # each request parsed afresh (equal catalogues, distinct objects), as the gateway gets them
+    bodies = [json.loads(rank_body(i)) for i in range(64)]
+    reqs = [(b["contextFeatures"], [a["features"] for a in b["actions"]]) for b in bodies]
+    # the same with a catalogue that changes with every request (the reuse never applies)
+    changing = [
+        (c, [[{**f[0], "price": f[0]["price"] + i}] for f in a]) for i, (c, a) in enumerate(reqs)
+    ]
     X0 = hasher.transform(*reqs[0])
     n = 500 if quick else 2000
     repeats = 5 if quick else 9
 
     def featurise() -> None:
         for i in range(n):
-            hasher.transform(*reqs[i & 63])
+            hasher.transform(*reqs[i & 63], memo=True)
+
+    def featurise_changing_catalogue() -> None:
+        for i in range(n):
+            hasher.transform(*changing[i & 63], memo=True)
 
     def decide() -> None:
         for i in range(n):
@@ -121,10 +133,15 @@ def bench_cpu(quick: bool) -> dict:
     def both() -> None:
         for i in range(n):
             ctx, acts = reqs[i & 63]
-            gw.decide(hasher.transform(ctx, acts), f"e{i}", None)
+            gw.decide(hasher.transform(ctx, acts, memo=True), f"e{i}", None)
 
     out: dict = {"load_average_at_start": os.getloadavg(), "requests_per_sample": n}
-    parts = {"featurise": featurise, "decide": decide, "featurise_and_decide": both}
+    parts = {
+        "featurise": featurise,
+        "featurise_changing_catalogue": featurise_changing_catalogue,
+        "decide": decide,
+        "featurise_and_decide": both,
+    }
     samples: dict[str, list[float]] = {k: [] for k in parts}
     names = list(parts)
     for r in range(repeats):  # the parts interleaved, the order reversed every other repeat

@@ -46,7 +46,7 @@ from typing import Any
 import mmh3
 import numpy as np
 
-from ..utils.arrays import FloatArray
+from ..utils.arrays import FloatArray, IntArray
 
 __all__ = ["FNV_PRIME", "FeatureError", "FeatureHasher", "murmur3"]
 
@@ -157,6 +157,8 @@ class FeatureHasher:
         self._ns: dict[str, _Namespace] = {}
         self._entries = 0
         self._keep = None if self.namespaces is None else frozenset(self.namespaces)
+        #: (actions, their arrays) of the last ``memo`` call (namespace ids are this cache's)
+        self._memo: tuple[Any, ...] | None = None
         self._all_pairs = ("*", "*") in self.interactions
 
     def _space(self, name: str) -> _Namespace | None:
@@ -266,18 +268,26 @@ class FeatureHasher:
         context: Sequence[dict[str, Any]],
         actions: Sequence[Sequence[dict[str, Any]]],
         fields: tuple[str, str] = ("contextFeatures", "actions"),
+        memo: bool = False,
     ) -> FloatArray:
         """The (K, d) matrix of K actions (each a list of feature objects) in ``context``.
 
         Raises :class:`FeatureError` with the field named as in the request: by default as
         in a Personalizer Rank (``contextFeatures[i]...``, ``actions[k].features[j]...``);
         ``fields`` names the two lists otherwise (a context message's ``context_features``).
+
+        ``memo=True`` keeps the flattened actions (and a reference to ``actions``) and reuses
+        them for the next ``memo`` call whose actions are equal (``==``: one comparison
+        instead of walking every action's features), as when every request offers the same
+        catalogue. The matrix is the same either way (equal values hash alike; ``false`` and
+        ``0``, which ``==`` does not tell apart, both add nothing); the caller must not change
+        a list it passed with ``memo=True`` (the gateway passes freshly parsed requests).
         """
         if not hasattr(self, "_ns"):
             self._reset()
         self._flush_pending = False
         try:
-            return self._transform(context, actions, fields)
+            return self._transform(context, actions, fields, memo)
         finally:
             if self._flush_pending:  # the caches outgrew cache_size: start again
                 self._reset()
@@ -287,41 +297,48 @@ class FeatureHasher:
         context: Sequence[dict[str, Any]],
         actions: Sequence[Sequence[dict[str, Any]]],
         fields: tuple[str, str],
+        memo: bool,
     ) -> FloatArray:
         K, d = len(actions), self.d
-        # one list of hashes, values and namespace ids: the context's features, then the actions'
-        out: _Out = ([], [], [])
-        counts = []
+        # the context's features (hashes, values, namespace ids), then the actions' in one list
+        ctx: _Out = ([], [], [])
+        acts = self._memo if memo and self._memo is not None and self._memo[0] == actions else None
         try:
-            self._side(context, "context", out)
-            m = n = len(out[0])
-            for feats in actions:
-                self._side(feats, "action", out)
-                counts.append(len(out[0]) - n)
-                n = len(out[0])
+            self._side(context, "context", ctx)
+            if acts is None:
+                out: _Out = ([], [], [])
+                counts = []
+                n = 0
+                for feats in actions:
+                    self._side(feats, "action", out)
+                    counts.append(len(out[0]) - n)
+                    n = len(out[0])
         except FeatureError:
             raise self._locate(context, actions, fields) from None
-        if n > self.max_features:
+        m = len(ctx[0])
+        total = m + (n if acts is None else acts[1].size)
+        if total > self.max_features:
             limit = self.max_features
-            raise FeatureError(fields[1], f"{n} features in one request, at most {limit}")
-        h = np.fromiter(out[0], np.int64, n)
+            raise FeatureError(fields[1], f"{total} features in one request, at most {limit}")
         try:
-            v = np.fromiter(out[1], np.float64, n)
-        except OverflowError:  # an integer beyond float64's range
+            vc = np.fromiter(ctx[1], np.float64, m)
+            if acts is None:
+                acts = self._action_arrays(out, counts, K)
+                if memo:
+                    self._memo = (actions, *acts)
+            else:
+                acts = acts[1:]
+        except (OverflowError, FloatingPointError):  # an integer beyond float64's range
             raise self._locate(context, actions, fields) from None
-        if not math.isfinite(v.sum()) and not np.isfinite(v).all():
+        if not math.isfinite(vc.sum()) and not np.isfinite(vc).all():
             raise self._locate(context, actions, fields)
-        hc, vc, ha, va = h[:m], v[:m], h[m:], v[m:]
-        base = np.repeat(np.arange(0, K * d, d, dtype=np.int64), counts)  # row k starts at k·d
-        idx = h * d
-        idx >>= 32  # ⌊h·d / 2³²⌋: the index in [0, d) of every feature
-        first = idx[m:]
-        first += base
+        ha, va, base, first, aids = acts
         flat, weights = [first], [va]
-        if m and n > m:
+        hc = np.fromiter(ctx[0], np.int64, m)
+        if m and ha.size:
             hcf = hc * FNV_PRIME
             hcf &= _MASK32
-            for ci, ai in self._pairs(out[2][:m], out[2][m:]):
+            for ci, ai in self._pairs(ctx[2], aids):
                 cross = hcf[ci, None] ^ ha[ai]  # both < 2³²: so is the XOR
                 cross *= d
                 cross >>= 32
@@ -329,12 +346,32 @@ class FeatureHasher:
                 flat.append(cross.ravel())
                 weights.append(np.multiply.outer(vc[ci], va[ai]).ravel())
         X: FloatArray = np.bincount(
-            np.concatenate(flat), np.concatenate(weights), minlength=K * d
+            np.concatenate(flat) if len(flat) > 1 else first,
+            np.concatenate(weights) if len(weights) > 1 else va,
+            minlength=K * d,
         ).astype(np.float64, copy=False)  # (an empty bincount has integers)
         X = X.reshape(K, d)
         if m:
-            X += np.bincount(idx[:m], vc, minlength=d)
+            idx = hc * d
+            idx >>= 32  # ⌊h·d / 2³²⌋: the index in [0, d) of every feature
+            X += np.bincount(idx, vc, minlength=d)
         return X
+
+    def _action_arrays(
+        self, out: _Out, counts: list[int], K: int
+    ) -> tuple[IntArray, FloatArray, IntArray, IntArray, list[int]]:
+        """The actions' hashes, values (finite: else FloatingPointError), row offsets k·d of
+        each feature, its index in the (K·d) flat matrix, and their namespace ids."""
+        n, d = len(out[0]), self.d
+        ha = np.fromiter(out[0], np.int64, n)
+        va = np.fromiter(out[1], np.float64, n)
+        if not math.isfinite(va.sum()) and not np.isfinite(va).all():
+            raise FloatingPointError
+        base = np.repeat(np.arange(0, K * d, d, dtype=np.int64), counts)  # row k starts at k·d
+        first = ha * d
+        first >>= 32  # ⌊h·d / 2³²⌋: the index in [0, d) of every feature
+        first += base
+        return ha, va, base, first, out[2]
 
     def _pairs(self, cids: list[int], aids: list[int]) -> list[tuple[Any, Any]]:
         """Index selections (context features, action features) of each interaction."""

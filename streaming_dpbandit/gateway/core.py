@@ -292,7 +292,9 @@ class Gateway:
                 raise GatewayError(400, "InvalidRequest", "every action is excluded",
                                    "excludedActions")  # fmt: skip
         try:
-            X = self.hasher.transform(req.contextFeatures, [a.features for a in actions])
+            X = self.hasher.transform(
+                req.contextFeatures, [a.features for a in actions], memo=True
+            )  # (a parsed request: not changed after)
         except FeatureError as err:
             raise GatewayError(400, "InvalidFeature", err.message, err.field) from None
         ev = self.decide(X, event_id, mask, digest)
@@ -314,20 +316,15 @@ class Gateway:
     def decide(self, X: Any, event_id: str, mask: Any, digest: bytes = b"\0" * 8) -> Event:
         """Decide one event with the model in force: the chosen action, its propensity and
         the ranking (the chosen action and its ties first, then by score; excluded last)."""
-        pol = self.models.policy
-        Xb = X[None]
-        dec = pol.decide_frozen(Xb, event_ids=[event_id], mask=mask)
-        arm = int(dec.arms[0])
-        prop = float(dec.propensities[0])
-        scores = pol.frozen_scores(Xb)[0]
-        if mask is not None:
-            scores = np.where(mask[0], scores, -np.inf)
+        arm, prop, version, scores = self.models.policy.rank_frozen(X, event_id, mask)
         # by score, highest first (stable): the chosen action's ties lead, excluded ones trail;
         # the chosen action itself first
         order = np.argsort(-scores, kind="stable")
-        order = np.concatenate(([arm], order[order != arm])).astype("<u2")
+        if order[0] != arm:  # (a tie the coins broke for another of the top actions)
+            order = np.concatenate(([arm], order[order != arm]))
+        order = order.astype("<u2")
         n_top = int(np.count_nonzero(scores == scores[arm]))
-        return Event(0.0, arm, prop, int(dec.model_version), order.tobytes(), n_top, digest)
+        return Event(0.0, arm, prop, version, order.tobytes(), n_top, digest)
 
     def _decision(self, event_id: str, arm_id: str, ev: Event, row: Any, t: float) -> bytes:
         """The :class:`~..stream.scaling.broadcast.BroadcastDecision` of an event, as JSON."""

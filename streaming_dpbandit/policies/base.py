@@ -54,7 +54,7 @@ from river.base import Base
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
 from ..utils.hashing import uniform_coins
 from ._river import register_contextual_policy
 
@@ -446,6 +446,21 @@ class Policy(BasePolicy):
         their argmax, exact ties broken by the coins (a ranking of the other arms, e.g. the
         gateway's, orders them by score). Only for policies with ``supports_released_model``."""
         raise NotImplementedError(f"policy {self.name!r} does not expose its scores")
+
+    def rank_frozen(
+        self, x: FloatArray, event_id: str | int, mask: AnyArray | None = None
+    ) -> tuple[int, float, int, FloatArray]:
+        """One round, the K candidates ``x`` (K, d), decided with the model in force and
+        ranked, leaving the state unchanged (the gateway's Rank): ``(arm, propensity, model
+        version, scores)`` — the decision :meth:`decide_frozen` makes for ``event_id`` and the
+        (K,) :meth:`frozen_scores`, −∞ where ``mask`` (1, K) is False. Only for policies with
+        ``supports_released_model``; they may compute both at once."""
+        X = x[None]
+        dec = self.decide_frozen(X, event_ids=[event_id], mask=mask)
+        scores = self.frozen_scores(X)[0]
+        if mask is not None:
+            scores = np.where(mask[0], scores, -np.inf)
+        return int(dec.arms[0]), float(dec.propensities[0]), int(dec.model_version), scores
 
     def load_released_model(self, model: dict[str, Any]) -> Self:
         """Decide from now on with a broadcast released model (see :meth:`released_model`).

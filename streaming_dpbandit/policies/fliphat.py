@@ -51,7 +51,7 @@ from ..privacy.peeling_accounting import (
 from ..privacy.scale_release import SCALE_GRID, scale_bins, scale_release
 from ..privacy.secure_noise import GRID_MARGIN
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement, per_unit_caveat
-from ..utils.arrays import ArrayLike, FloatArray, IntArray, sorted_distinct
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, sorted_distinct
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
 from .registry import register
@@ -685,9 +685,10 @@ class FLIPHAT(Policy):
         idx, val = self._beta_idx, self._beta_val
         if not idx.size:
             return np.zeros(X.shape[:2])
-        Xs = self._standardise(X[:, :, idx], idx)
-        if self.clip_contexts:
-            Xs = np.clip(Xs, -self.x_bound, self.x_bound)
+        Xs = self._standardise(X[:, :, idx], idx)  # (a new array: the columns gathered)
+        if self.clip_contexts:  # np.clip's values by its two ufuncs, in place (a third the cost)
+            b = self.x_bound
+            np.minimum(np.maximum(Xs, -b, out=Xs), b, out=Xs)
         scores: FloatArray = Xs @ val
         return scores
 
@@ -696,6 +697,24 @@ class FLIPHAT(Policy):
         argmax, its ties broken by the coins, is the decision)."""
         self._state()
         return self._scores(np.asarray(X, dtype=np.float64))
+
+    def rank_frozen(
+        self, x: FloatArray, event_id: str | int, mask: AnyArray | None = None
+    ) -> tuple[int, float, int, FloatArray]:
+        """:meth:`Policy.rank_frozen` with the scores computed once (the decision is
+        :meth:`decide`'s: their argmax, ties broken by the coins of the event id)."""
+        self._state()
+        scores = self._scores(np.asarray(x, dtype=np.float64)[None])
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        row = scores[0]
+        arm = int(row.argmax())
+        if np.count_nonzero(row == row[arm]) == 1:  # no tie (argmax_ties_by_coins' result)
+            return arm, 1.0, self._model_episode, row
+        arms, prop = argmax_ties_by_coins(
+            scores, lambda rows: self._coins(rows + self._t + 1, take_ids([event_id], rows))
+        )
+        return int(arms[0]), float(prop[0]), self._model_episode, row
 
     # -- learning -------------------------------------------------------------------------------
     def learn(

@@ -190,3 +190,39 @@ def test_settings_build_the_hasher_and_refuse_another_dimension():
     )
     assert other.changes_since(b.fingerprint()) == ["features"]
     assert b.changes_since(b.fingerprint()) == []
+
+
+@pytest.mark.parametrize(
+    ("make", "reuses"),
+    [
+        (lambda: FeatureHasher(97), True),
+        (lambda: FeatureHasher(97, interactions=[("user", "action"), ("*", "video")]), True),
+        # the caches start again at every call here, the memo with them (namespace ids)
+        (lambda: FeatureHasher(97, namespaces=["user", "action"], cache_size=1), False),
+    ],
+    ids=["all-pairs", "some-pairs", "tiny-cache"],
+)
+def test_memo_reuses_equal_actions_and_changes_nothing(make, reuses):
+    """``memo=True`` (the gateway's Rank) reuses the flattening of the last actions when the
+    next ones are equal, and every matrix equals the plain transform's: repeated catalogues,
+    changed ones, values that compare equal across types (true and 1, false and 0)."""
+    import copy
+
+    rng = np.random.default_rng(3)
+    catalogues = [
+        ACTIONS,
+        [[{"type": "news", "words": 420}], [{"type": "sports"}]],
+        [[{"type": "news", "words": 420.0}], [{"type": "sports"}, {"video": {"hd": 1}}], []],
+        [[{"type": "news", "words": 420, "x": False}], [{"video": {"hd": 1}}], []],
+        [[{"type": "news", "words": 420, "x": 0}], [{"video": {"hd": True}}], []],
+    ]  # fmt: skip
+    memo, plain = make(), make()
+    hits = 0
+    for i in range(60):
+        actions = copy.deepcopy(catalogues[int(rng.integers(len(catalogues)))])
+        context = [{"user": {"tier": ("gold", "silver")[i % 2], "age": i}}, {"hour": i % 24}]
+        kept = memo._memo[0] if getattr(memo, "_memo", None) else None
+        got = memo.transform(context, actions, memo=True)
+        hits += kept is not None and memo._memo is not None and memo._memo[0] is kept
+        np.testing.assert_array_equal(got, plain.transform(context, actions))
+    assert hits >= 10 if reuses else hits == 0  # (the reuse was exercised)

@@ -96,3 +96,36 @@ def test_table_policy_draws_its_distribution_per_position():
 def test_table_config_rejects_bad_tables(probs, message):
     with pytest.raises(ConfigError, match=message):
         policy_config("table", {"probabilities": probs})
+
+
+@pytest.mark.parametrize("released", [False, True], ids=["initial-model", "released-model"])
+def test_rank_frozen_is_decide_frozen_and_the_scores(released):
+    """A policy's own ``rank_frozen`` (FLIPHAT's, scoring once: the gateway's Rank) gives the
+    decision, propensity, version and masked scores of the generic definition — decide_frozen
+    and frozen_scores — for every request, ties (the initial model: all of them) included,
+    and leaves the state unchanged."""
+    from streaming_dpbandit.policies import FLIPHAT
+    from streaming_dpbandit.policies.base import Policy
+
+    d, k = 30, 12
+    pol = FLIPHAT(d=d, s=4, epsilon=1.0, delta=1e-6, seed=0, bandit_id="b")
+    rng = np.random.default_rng(5)
+    if released:
+        pol = pol.load_released_model(
+            {"model_version": 2, "release_ids": ["b/fliphat/fit/episode=2"],
+             "payload": {"indices": [1, 4, 7, 20], "values": rng.normal(size=4).tolist()}}
+        )  # fmt: skip
+    assert Policy.rank_frozen is not FLIPHAT.rank_frozen
+    before = dumps(pol.state_dict())
+    for i in range(200):
+        x = rng.normal(size=(k, d))
+        if i % 4 == 1:
+            x[3] = x[7]  # an exact tie between two candidates
+        mask = None if i % 3 else rng.random((1, k)) < 0.7
+        if mask is not None:
+            mask[0, rng.integers(k)] = True
+        got = pol.rank_frozen(x, f"event-{i}", mask)
+        want = Policy.rank_frozen(pol, x, f"event-{i}", mask)
+        assert got[:3] == want[:3], i
+        np.testing.assert_array_equal(got[3], want[3])
+    assert dumps(pol.state_dict()) == before
