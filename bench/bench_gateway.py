@@ -490,7 +490,12 @@ def main() -> None:
     args = ap.parse_args()
     only = set(args.only.split(","))
     result: dict = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "nice": os.nice(0),  # (the bench's priority; the gateway and services inherit it)
+            "load_average_at_start": os.getloadavg(),
+        },
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip(),
@@ -515,6 +520,7 @@ def main() -> None:
             result["kafka_path"] = bench_kafka(args.quick, bootstrap)
         else:
             result["kafka_path"] = {"skipped": "set DPBANDIT_BENCH_KAFKA=HOST:PORT"}
+    result["machine"]["load_average_at_end"] = os.getloadavg()
     print(json.dumps(result, indent=1))
 
 
