@@ -40,6 +40,9 @@ __all__ = ["Gateway", "GatewayError", "ModelHolder"]
 
 log = logging.getLogger("streaming_dpbandit.gateway")
 
+#: a JSON string literal, as json.dumps writes it (ASCII, escaped)
+_esc = json.encoder.encode_basestring_ascii
+
 
 class GatewayError(Exception):
     """A refused request: HTTP ``status``, a Personalizer-style error ``code``, a message and
@@ -350,16 +353,18 @@ class Gateway:
         ).encode()
 
     def _answer(self, event_id: str, ids: Sequence[str], ev: Event) -> bytes:
-        order = ev.ranking()
-        p = ev.propensity
-        ranking = [
-            {"id": ids[k], "probability": p if i < ev.n_top else 0.0}
-            for i, k in enumerate(order.tolist())
+        """The Rank response, as ``json.dumps(..., separators=(",", ":"))`` writes it, put
+        together from its escaped strings (a quarter of the encoder's cost for 50 actions)."""
+        top = ',"probability":' + float.__repr__(ev.propensity) + "}"
+        n_top = ev.n_top
+        parts = [
+            '{"id":' + _esc(ids[k]) + (top if i < n_top else ',"probability":0.0}')
+            for i, k in enumerate(ev.ranking().tolist())
         ]
-        return json.dumps(
-            {"ranking": ranking, "eventId": event_id, "rewardActionId": ids[ev.arm]},
-            separators=(",", ":"),
-        ).encode()
+        return (
+            '{"ranking":[' + ",".join(parts) + '],"eventId":' + _esc(event_id)
+            + ',"rewardActionId":' + _esc(ids[ev.arm]) + "}"
+        ).encode()  # fmt: skip
 
     # -- Reward, Activate ---------------------------------------------------------------------
     def _event(self, event_id: str) -> Event:
