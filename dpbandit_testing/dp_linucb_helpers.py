@@ -20,10 +20,19 @@ ENV = ShariffSheffetEnv(d=4, gap=0.1)
 
 
 def make(**kw: Any) -> DPLinUCB:
-    """DP-LinUCB at d = 4 on the binary tree unless ``tree_impl`` says otherwise (BLT, the
-    default where it applies, is tested in tests/privacy/test_blt.py)."""
+    """DP-LinUCB at d = 4 on the binary tree unless ``tree_impl`` says otherwise (BLT is
+    tested in tests/privacy/test_blt.py), on the fast noise backend unless ``noise_backend``
+    says otherwise: these tests are about the mechanism's calibration, ledger and state (the
+    secure backend's are tests/privacy/test_secure_gram_tree.py)."""
     params: dict[str, Any] = dict(
-        d=4, epsilon=1.0, delta=0.1, n_cap=1 << 14, batch_size=32, seed=11, tree_impl="binary"
+        d=4,
+        epsilon=1.0,
+        delta=0.1,
+        n_cap=1 << 14,
+        batch_size=32,
+        seed=11,
+        tree_impl="binary",
+        noise_backend="fast",
     )
     params.update(kw)
     return DPLinUCB(**params)

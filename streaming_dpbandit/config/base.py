@@ -54,6 +54,11 @@ class PolicyConfigBase(BaseModel):
 
     @model_validator(mode="after")
     def _policy_rules(self):
+        if getattr(self, "noise_backend", None) == "auto":
+            # one noise story (issue 31 §5): the secure backend wherever the policy has a
+            # secure construction, recorded as what it resolved to (ledgers, fingerprints)
+            backend = self.build().noise_backend_in_force
+            object.__setattr__(self, "noise_backend", backend)
         try:  # the policy's cross-field rules (s ≤ d, calibration options, ...)
             self.build().validate()
         except ValueError as err:
@@ -121,10 +126,6 @@ class PolicyConfigBase(BaseModel):
         the policy's :meth:`~streaming_dpbandit.policies.base.BasePolicy.simulation_only`."""
         reason: str | None = self.build().simulation_only()
         return reason
-
-    def secure_by_default(self) -> bool:
-        """Whether ``serve`` draws the noise from the secure backend unless configured."""
-        return bool(self.build().secure_by_default())
 
 
 def _rebuild(name: str, state: dict[str, Any]) -> PolicyConfigBase:

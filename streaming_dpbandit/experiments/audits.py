@@ -402,6 +402,7 @@ def audit_gram_tree(
             tree_impl="binary",
             seed=0,
             noise_scale_multiplier=multiplier,
+            noise_backend="fast",  # the fast backend's audit (secure: testing/secure_audit_helpers)
         )
         pol.refit()
         tree = pol._agg.aggregator

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..envs.matroid_env import MatroidEnvironment
 from ..policies import REGISTRY
+from .runner import reproduction_params
 
 __all__ = [
     "MatroidResult",
@@ -50,6 +51,9 @@ class MatroidRunSpec:
     horizon: int
     epsilon: float | None = None
     group: str = ""
+
+    def __post_init__(self) -> None:  # reproductions keep the fast backend, labelled
+        self.params = reproduction_params(self.policy, self.params, False)
 
 
 def log_grid(horizon: int, per_decade: int = 40, extra=(100, 1000, 5000, 10_000)) -> np.ndarray:

@@ -25,8 +25,9 @@ def simulation_table(result: SimulationResult) -> str:
             spent = format_of_record(pr["of_record"])
             calib = pr["calibration"] + ("" if pr["dp_valid"] else " (not DP-valid)")
             rel = str(pr["releases"])
+            noise = pr.get("noise_backend", "-")
         else:
-            spent, calib, rel = "non-private", "-", "-"
+            spent, calib, rel, noise = "non-private", "-", "-", "-"
         rows.append(
             [
                 row["key"],
@@ -35,10 +36,12 @@ def simulation_table(result: SimulationResult) -> str:
                 spent,
                 rel,
                 calib,
+                noise,
             ]
         )
     return format_table(
-        ["run", "T", "regret R(T) ± s.e.", "privacy spent", "releases", "calibration"], rows
+        ["run", "T", "regret R(T) ± s.e.", "privacy spent", "releases", "calibration", "noise"],
+        rows,
     )
 
 

@@ -81,6 +81,31 @@ class RunSpec:
     config: PolicyConfigBase | None = None
     user_level: UserLevelConfig | None = None
 
+    def __post_init__(self) -> None:
+        self.params = reproduction_params(self.policy, self.params, self.config is not None)
+
+
+#: The noise backend of the papers' reproductions and the project's studies (``reproduce``:
+#: runs built from parameters, not from a validated configuration): the fast numpy samplers
+#: their published and documented figures were drawn with, labelled in every table and JSON
+#: (``noise`` column, ``privacy.noise_backend``, ``params.noise_backend``). ``simulate``,
+#: ``replay``, ``explain`` and ``serve`` build configurations: the secure backend wherever the
+#: policy has one (issue 31 §5; docs/privacy/secure-noise.md).
+REPRODUCTION_NOISE_BACKEND = "fast"
+
+
+def reproduction_params(policy: str, params: dict, configured: bool) -> dict:
+    """``params`` with the reproductions' noise backend made explicit (a run built from a
+    configuration, or one that names a backend, is left as it is)."""
+    if configured or "noise_backend" in params:
+        return params
+    from ..policies import REGISTRY
+
+    cls = REGISTRY.get(policy)
+    if cls is None or "noise_backend" not in cls._init_param_names():
+        return params
+    return {**params, "noise_backend": REPRODUCTION_NOISE_BACKEND}
+
 
 def make_grid(horizon: int, points: int = 400) -> np.ndarray:
     """Rounds at which cumulative regret is recorded: a regular grid plus every 2^k − 1."""
@@ -279,6 +304,8 @@ class SimulationResult:
             "ledger_records": sp.releases,
             "calibration": ",".join(sp.calibrations) or spec.params.get("calibration", "certified"),
             "dp_valid": sp.dp_valid,
+            # the noise backend each release drew from (docs/privacy/secure-noise.md)
+            "noise_backend": ",".join(sorted({r.noise_backend for r in recs})) or "-",
         }
         if ul is not None:
             out["user_level"] = ul.to_dict()

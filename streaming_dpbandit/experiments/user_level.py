@@ -34,7 +34,7 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.user_level import user_level_spend
 from .frontier import DELTA, _env, _linear_specs
 from .report import format_table
-from .runner import _seed, chunk_rows
+from .runner import _seed, chunk_rows, reproduction_params
 
 __all__ = [
     "ReturningUsers",
@@ -164,7 +164,11 @@ def _specs(setting: str, env, epsilon: float, horizon: int, ks, policies) -> lis
     linear = [] if setting == "ldp-single" else _linear_specs(setting, env, (epsilon,), horizon)
     base = {s.policy: s.params for s in linear if s.policy in policies}
     base.update(
-        {p: v for p, v in _extra_params(setting, env, epsilon, horizon).items() if p in policies}
+        {
+            p: reproduction_params(p, v, False)  # the studies keep the fast backend, labelled
+            for p, v in _extra_params(setting, env, epsilon, horizon).items()
+            if p in policies
+        }
     )
     out = []
     for pol in policies:

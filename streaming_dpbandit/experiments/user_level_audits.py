@@ -112,9 +112,10 @@ def audit_user_tree(
     sent 10× beyond the clip), then distinct other users fill the epoch."""
 
     def acc(e):
-        return DPLinUCB(d=d, epsilon=e, delta=delta, n_cap=n_cap, tree_impl="binary").explain()[
-            "constants"
-        ]["accounting"]
+        pol = DPLinUCB(
+            d=d, epsilon=e, delta=delta, n_cap=n_cap, tree_impl="binary", noise_backend="fast"
+        )
+        return pol.explain()["constants"]["accounting"]
 
     eps_inner = calibrate_for_group(acc, k, epsilon, delta)
     users = user_stream(k, 1, n_cap - k)
@@ -133,6 +134,7 @@ def audit_user_tree(
             seed=0,
             noise_scale_multiplier=multiplier,
             tree_impl="binary",  # the audit reads the tree's nodes
+            noise_backend="fast",  # and samples them with the tree's (numpy) node sampler
         )
         wrapped = UserLevel(pol, k, seed=seed)
         pol.refit()

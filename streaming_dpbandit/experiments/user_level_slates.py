@@ -34,6 +34,7 @@ from ..policies.user_level import UserLevel, group_params
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.user_level import user_level_of_records
 from .matroid_runner import _seed
+from .runner import REPRODUCTION_NOISE_BACKEND
 from .user_level import zipf_popularity
 
 __all__ = ["SlateRun", "run", "run_slates", "table"]
@@ -151,7 +152,13 @@ def run(
 ) -> list[dict]:
     """Every policy at every k of ``ks`` (None: event level) on ``env_name``."""
     runs = [
-        SlateRun(f"{p} {'event' if k is None else f'k={k}'}", p, epsilon, k)
+        SlateRun(
+            f"{p} {'event' if k is None else f'k={k}'}",
+            p,
+            epsilon,
+            k,
+            {"noise_backend": REPRODUCTION_NOISE_BACKEND},  # the study's figures, labelled
+        )
         for p in policies
         for k in ks
     ]

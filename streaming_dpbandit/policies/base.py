@@ -214,8 +214,10 @@ class BasePolicy(Base, abc.ABC):
     config_types: ClassVar[Mapping[str, Any]] = {}
     #: Parameters added by a later version whose default changes the behaviour: the value
     #: that reproduces how a state written before the parameter existed behaved (a snapshot
-    #: without the parameter resumes only under that value).
-    config_before_added: ClassVar[Mapping[str, Any]] = {}
+    #: without the parameter resumes only under that value). Every policy drew its noise from
+    #: the fast backend before ``noise_backend`` existed (its default is ``"auto"`` since issue
+    #: 31 §5): a subclass that adds its own keeps this one (``{**BasePolicy.config_before_added, ...}``).
+    config_before_added: ClassVar[Mapping[str, Any]] = {"noise_backend": "fast"}
 
     @classmethod
     def variants(cls) -> dict[tuple[str, object], type]:
@@ -240,8 +242,10 @@ class BasePolicy(Base, abc.ABC):
         return None
 
     def secure_by_default(self) -> bool:
-        """Whether ``serve`` draws this policy's noise from the secure backend unless its
-        configuration says otherwise (docs/privacy/secure-noise.md)."""
+        """Whether the policy, as configured, has an affordable secure-noise construction:
+        then every command (library, ``simulate``, ``explain``, ``replay``, ``serve``) draws its
+        noise from the secure backend unless ``noise_backend`` says otherwise
+        (``noise_backend="auto"``, issue 31 §5; docs/privacy/secure-noise.md)."""
         return True
 
     def max_decide_batch(self) -> int:
@@ -279,6 +283,16 @@ class BasePolicy(Base, abc.ABC):
         """Windows below this one are released: their per-user counts may be freed (rows that
         still arrive for them are not learned from). Default 0 (the one window stays open)."""
         return 0
+
+    # -- noise backend (docs/privacy/secure-noise.md) -----------------------------------------
+    @property
+    def noise_backend_in_force(self) -> str:
+        """The noise backend drawn from: ``noise_backend``, with ``"auto"`` (the default)
+        resolved to ``"secure"`` where :meth:`secure_by_default` (else ``"fast"``)."""
+        nb = str(getattr(self, "noise_backend", "fast"))
+        if nb == "auto":
+            return "secure" if self.secure_by_default() else "fast"
+        return nb
 
     @property
     def t(self) -> int:

@@ -143,16 +143,19 @@ class DPLinUCB(Policy):
     noise_scale_multiplier
         Audit only; must stay 1.
     noise_backend
+        ``"auto"`` (default: ``"secure"`` where it applies — Gaussian noise, calibration
+        certified or zcdp, the binary tree (``tree_impl`` auto or binary) — else ``"fast"``),
         ``"fast"`` (numpy floating-point samplers) or ``"secure"`` (exact discrete Gaussian
-        node noise on a public grid, certified by its Rényi bound: binary tree, Gaussian noise,
-        calibration certified or zcdp; docs/privacy/secure-noise.md).
+        node noise on a public grid, certified by its Rényi bound;
+        docs/privacy/secure-noise.md). ``tree_impl="auto"`` is BLT on the fast backend only.
 
     Examples
     --------
     >>> import numpy as np
     >>> from streaming_dpbandit.envs import ShariffSheffetEnv
     >>> env = ShariffSheffetEnv(d=3, gap=0.1)
-    >>> pol = DPLinUCB(d=3, epsilon=1.0, delta=0.1, n_cap=4096, batch_size=64, seed=0)
+    >>> pol = DPLinUCB(d=3, epsilon=1.0, delta=0.1, n_cap=4096, batch_size=64, seed=0,
+    ...                noise_backend="fast")  # BLT (the default, secure backend: the binary tree)
     >>> rng = np.random.default_rng(0)
     >>> records = []
     >>> while pol.t < 1024:
@@ -171,8 +174,8 @@ class DPLinUCB(Policy):
     ('blt', 65)
     >>> DPLinUCB(d=3, noise="wishart").resolved_tree_impl()   # BLT is Gaussian-only
     'binary'
-    >>> DPLinUCB(d=3, noise_backend="secure").resolved_tree_impl()  # exact BLT is O(steps)
-    'binary'
+    >>> DPLinUCB(d=3).resolved_tree_impl(), DPLinUCB(d=3).noise_backend_in_force  # the default
+    ('binary', 'secure')
 
     """
 
@@ -242,7 +245,7 @@ class DPLinUCB(Policy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: NoiseBackend = "fast",
+        noise_backend: NoiseBackend = "auto",
     ):
         self.d = d
         self.epsilon = epsilon
@@ -290,7 +293,7 @@ class DPLinUCB(Policy):
             self.noise == "gaussian"
             and self.calibration in ("certified", "zcdp")
             and self.horizon_mode == "fixed"
-            and self.noise_backend == "fast"
+            and self.noise_backend_in_force == "fast"
         )
         return "blt" if blt_applies else "binary"
 
@@ -317,7 +320,7 @@ class DPLinUCB(Policy):
             n_steps=self._steps(),
             horizon_mode=self.horizon_mode,
             n0=self.n0 if self.horizon_mode == "doubling" else None,
-            noise_source=source or NoiseSource(backend=self.noise_backend),
+            noise_source=source or NoiseSource(backend=self.noise_backend_in_force),
             label=(self.bandit_id, "dp-linucb"),
             noise_scale_multiplier=self.noise_scale_multiplier,
         )
@@ -338,7 +341,7 @@ class DPLinUCB(Policy):
     def _state(self) -> Self:
         if not hasattr(self, "_agg"):
             self._validate()
-            self._noise_src = NoiseSource(self.seed, backend=self.noise_backend)
+            self._noise_src = NoiseSource(self.seed, backend=self.noise_backend_in_force)
             self._agg = self._aggregator(self._noise_src)
             self._t = 0
             self._since = 0
@@ -483,7 +486,7 @@ class DPLinUCB(Policy):
     def _record_common(self) -> dict[str, Any]:
         return {
             "bandit_id": self.bandit_id,
-            "noise_backend": self.noise_backend,
+            "noise_backend": self.noise_backend_in_force,
             "privacy_model": "joint",
             "privacy_unit": PRIVACY_UNIT,
             "neighbouring": NEIGHBOURING,
@@ -687,7 +690,7 @@ class DPLinUCB(Policy):
             scope=scope,
             caveats=tuple(caveats),
             label=cal.label,
-            noise_backend=self.noise_backend,
+            noise_backend=self.noise_backend_in_force,
         )
 
     def explain(self, horizon: int | None = None) -> dict[str, Any]:
@@ -800,9 +803,8 @@ class DPLinUCB(Policy):
             )
         self._state()
         self._restored_impl = impl
-        self._noise_src = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
-            state["noise"]
-        )
+        source = NoiseSource(self.seed, backend=self.noise_backend_in_force)
+        self._noise_src = source.load_state_dict(state["noise"])
         self._agg = self._aggregator(self._noise_src).load_state_dict(state["aggregator"])
         self._t = int(state["t"])
         self._since = int(state["since"])

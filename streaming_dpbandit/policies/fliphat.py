@@ -207,13 +207,16 @@ class FLIPHAT(Policy):
         Accumulator form: ``"auto"`` (cheapest that the fit needs), ``"h"``, ``"gram"``, ``"rows"``.
     bandit_id
         Name used in ledger records and noise-stream labels.
-    noise_backend
-        ``"fast"`` (numpy) or ``"secure"`` (docs/privacy/secure-noise.md).
     seed
         Seeds the noise key and the tie-break coins (tests and simulations only; ``None``
         draws both from OS entropy).
     noise_scale_multiplier
         Multiplies the Laplace scales. Must stay 1; exists for the privacy audit only.
+    noise_backend
+        ``"auto"`` (default: ``"secure"``), ``"secure"`` (exact discrete Laplace noise on a public
+        grid, docs/privacy/secure-noise.md) or ``"fast"`` (numpy's floating-point sampler, whose
+        low-order bits can leak; for simulations that need its speed, labelled in every output;
+        the private release of G, ``grad_clip="private"``, is on it only).
 
     Examples
     --------
@@ -244,7 +247,10 @@ class FLIPHAT(Policy):
     name = "fliphat"
     #: issue 35 added the warm start, on by default for standardised contexts: a state written
     #: before it resumes only with ``warm_start: false`` (and the old default ``eta: 1e-4``)
-    config_before_added: ClassVar[Mapping[str, Any]] = {"warm_start": False}
+    config_before_added: ClassVar[Mapping[str, Any]] = {
+        **Policy.config_before_added,
+        "warm_start": False,
+    }
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -298,7 +304,7 @@ class FLIPHAT(Policy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: NoiseBackend = "fast",
+        noise_backend: NoiseBackend = "auto",
     ):
         self.d = d
         self.s = s
@@ -425,7 +431,7 @@ class FLIPHAT(Policy):
             return True
         if not (g == "auto" and self.clips_contributions and self.warm):
             return False
-        if self.noise_backend != "fast":  # the scale release has no secure-grid margin yet
+        if self.noise_backend_in_force != "fast":  # the scale release has no secure-grid margin yet
             return False
         if self.cold_form != "sign":
             return False
@@ -483,7 +489,7 @@ class FLIPHAT(Policy):
             scale_multiplier=self.noise_scale_multiplier,
             grad_clip=self.contribution_clip,
             accountant=self.accountant_in_force,
-            rounding_margin=GRID_MARGIN if self.noise_backend == "secure" else 0.0,
+            rounding_margin=GRID_MARGIN if self.noise_backend_in_force == "secure" else 0.0,
         )
 
     def _validate(self) -> None:
@@ -499,7 +505,7 @@ class FLIPHAT(Policy):
                 raise ValueError("grad_clip is an option of the certified calibration only")
             if self.m_schedule != "fixed" or self.iterations != 1:
                 raise ValueError("grad_clip needs one N-IHT iteration (m_schedule=fixed, M = 1)")
-            if self.noise_backend != "fast":
+            if self.noise_backend_in_force != "fast":
                 raise ValueError(
                     "grad_clip='private' needs noise_backend='fast' (its release has no "
                     "secure-grid rounding margin)"
@@ -574,7 +580,7 @@ class FLIPHAT(Policy):
             # grad_clip="private": the released scale, and the first episode's |ỹ| histogram
             self._scale_q: float | None = None
             self._scale_hist = np.zeros(SCALE_GRID.size + 1, dtype=np.int64)
-            self._noise = NoiseSource(self.seed, backend=self.noise_backend)
+            self._noise = NoiseSource(self.seed, backend=self.noise_backend_in_force)
             self._coin_key()
             self._counters = {
                 "clipped_context_coords": 0,
@@ -925,7 +931,7 @@ class FLIPHAT(Policy):
             privacy_model="joint",
             privacy_unit=PRIVACY_UNIT,
             neighbouring=NEIGHBOURING,
-            noise_backend=self.noise_backend,
+            noise_backend=self.noise_backend_in_force,
         )
         return [record]
 
@@ -1045,7 +1051,7 @@ class FLIPHAT(Policy):
             epsilon=self.epsilon,
             delta=self.delta,
             calibration=self.calibration,
-            noise_backend=self.noise_backend,
+            noise_backend=self.noise_backend_in_force,
             scope=(
                 "the whole, unbounded run: each round enters exactly one fit (forgetting), fits "
                 "use disjoint episodes and compose in parallel."
@@ -1139,7 +1145,7 @@ class FLIPHAT(Policy):
         self._models = {0: _EMPTY_MODEL}
         for j, (i, v) in state.get("start_models", {}).items():
             self._models[int(j)] = (np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64))
-        self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend_in_force).load_state_dict(
             state["noise"]
         )
         self._tie_key = int(state["tie_key"])

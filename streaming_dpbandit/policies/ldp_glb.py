@@ -192,9 +192,11 @@ class LDPGLB(Policy):
     seed
         Seeds the report noise, the tie-break coins and a random θ̂₀.
     noise_backend
-        The simulated devices' noise: ``"fast"`` (numpy) or ``"secure"`` (as
-        ``LDPClient(noise_backend="secure")``: each batch of reports from its own keyed secure
-        stream; OLS needs ``gaussian="discrete"``). docs/privacy/secure-noise.md.
+        The simulated devices' noise: ``"auto"`` (default: ``"fast"``, as the client SDK's
+        default — the devices draw, and a device pins its own backend), ``"fast"`` (numpy) or
+        ``"secure"`` (as ``LDPClient(noise_backend="secure")``: each batch of reports from its
+        own keyed secure stream; OLS needs ``gaussian="discrete"``).
+        docs/privacy/secure-noise.md.
 
     Examples
     --------
@@ -282,7 +284,7 @@ class LDPGLB(Policy):
         pending_capacity: AtLeastOne = 1 << 16,
         bandit_id: str = "default",
         seed: int | None = None,
-        noise_backend: NoiseBackend = "fast",
+        noise_backend: NoiseBackend = "auto",
     ):
         self.d = d
         self.n_arms = n_arms
@@ -411,9 +413,10 @@ class LDPGLB(Policy):
             self._refs: dict[int, int] = {}
             #: rounds reported (or forgotten): each round's device reports once
             self._learned = LearnedRounds()
-            if self.noise_backend not in ("fast", "secure"):
-                raise ValueError("noise_backend must be 'fast' or 'secure'")
-            refusal = self._spec.secure_refusal() if self.noise_backend == "secure" else None
+            if self.noise_backend not in ("auto", "fast", "secure"):
+                raise ValueError("noise_backend must be 'auto', 'fast' or 'secure'")
+            secure = self.noise_backend_in_force == "secure"
+            refusal = self._spec.secure_refusal() if secure else None
             if refusal:
                 raise ValueError(refusal)
             self._noise = NoiseSource(self.seed).generator("ldp-glb", "clients")
@@ -454,7 +457,7 @@ class LDPGLB(Policy):
                 1,
                 max(1, self._t),
                 params={"simulation": True},
-                noise_backend=self.noise_backend,
+                noise_backend=self.noise_backend_in_force,
             )
         ]
 
@@ -623,7 +626,7 @@ class LDPGLB(Policy):
     def _client_rng(self) -> NoiseGenerator:
         """The simulated devices' noise: the fast stream, or a fresh secure stream per batch
         (labelled by a persisted batch counter: a restored policy continues, never repeats)."""
-        if self.noise_backend != "secure":
+        if self.noise_backend_in_force != "secure":
             return self._noise
         k = self._secure_batches
         self._secure_batches = k + 1

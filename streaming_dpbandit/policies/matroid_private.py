@@ -98,7 +98,8 @@ class PrivateMatroidPolicy(MatroidPolicy):
     noise_scale_multiplier
         Multiplies the Laplace scale. Must stay 1; exists for the privacy audit only.
     noise_backend
-        ``"fast"`` or ``"secure"`` (:class:`~streaming_dpbandit.privacy.noise.NoiseSource`).
+        ``"auto"`` (default: ``"secure"``), ``"secure"`` or ``"fast"``
+        (:class:`~streaming_dpbandit.privacy.noise.NoiseSource`; docs/privacy/secure-noise.md).
     """
 
     private = True
@@ -135,7 +136,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: NoiseBackend = "fast",
+        noise_backend: NoiseBackend = "auto",
         exploration: Literal["posterior", "thesis"] = "posterior",
     ) -> None:
         super().__init__(
@@ -175,10 +176,10 @@ class PrivateMatroidPolicy(MatroidPolicy):
 
     # -- statistics ------------------------------------------------------------------------------
     def _init_stats(self) -> None:
-        margin = GRID_MARGIN if self.noise_backend == "secure" else 0.0
+        margin = GRID_MARGIN if self.noise_backend_in_force == "secure" else 0.0
         self._est = DoublingBatchMeans(self.L, self.epsilon0, self.noise_scale_multiplier, margin)
         self._est._state()
-        self._noise = NoiseSource(self.seed, backend=self.noise_backend)
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend_in_force)
         self._registered = False
 
     def _observe(self, items: IntArray, rewards: FloatArray, rounds: IntArray) -> None:
@@ -266,7 +267,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
             "privacy_unit": PRIVACY_UNIT,
             "neighbouring": NEIGHBOURING,
             "note": PAPER_MATROID_LABEL if self.calibration == "paper" else None,
-            "noise_backend": self.noise_backend,
+            "noise_backend": self.noise_backend_in_force,
         }
 
     def _registration_record(self) -> ReleaseRecord:
@@ -344,7 +345,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
             epsilon=self.epsilon_certified,
             delta=0.0,
             calibration=self.calibration,
-            noise_backend=self.noise_backend,
+            noise_backend=self.noise_backend_in_force,
             scope=(
                 "the whole, unbounded run: the sequence of slates and of released batch means "
                 "(every reward enters exactly one Laplace release; thesis Thms 8 and 10)."
@@ -405,7 +406,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
     def load_state_dict(self, state: dict[str, Any]) -> PrivateMatroidPolicy:
         self._load_base(state)
         self._est.load_state_dict(state["estimator"])
-        self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend_in_force).load_state_dict(
             state["noise"]
         )
         self._registered = bool(state["registered"])

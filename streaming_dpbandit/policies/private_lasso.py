@@ -170,6 +170,7 @@ class PrivateLASSO(Policy):
     noise_scale_multiplier
         Multiplies every noise scale. Must stay 1; exists for the privacy audits only.
     noise_backend
+        ``"auto"`` (default: ``"secure"``; ``"fast"`` for the paper's literal algorithm),
         ``"fast"`` (numpy floating-point samplers) or ``"secure"``: every Gram release (block
         Gram, snapshot, tree nodes) exact discrete Gaussian on a grid dividing the rows' unit,
         SVT noise discrete Laplace; the ledger's components are then Rényi-only (ρ, no
@@ -278,7 +279,7 @@ class PrivateLASSO(Policy):
         bandit_id: str = "default",
         seed: int | None = None,
         noise_scale_multiplier: float = 1.0,
-        noise_backend: NoiseBackend = "fast",
+        noise_backend: NoiseBackend = "auto",
     ):
         self.d = d
         self.s0 = s0
@@ -418,7 +419,7 @@ class PrivateLASSO(Policy):
     @property
     def _svt_margin(self) -> float:
         """The secure backend's rounding term of one SVT run, in units of σ (0 on ``fast``)."""
-        return SECURE_SVT_MARGIN if self.noise_backend == "secure" else 0.0
+        return SECURE_SVT_MARGIN if self.noise_backend_in_force == "secure" else 0.0
 
     def boundary_constants(self, ell: int) -> dict[str, Any]:
         """Every public constant of boundary ℓ (spec §5.2–§5.4)."""
@@ -547,7 +548,7 @@ class PrivateLASSO(Policy):
             self._learned = LearnedRounds()
             self._sealed = 0
             self._last_refresh = 0
-            self._noise = NoiseSource(self.seed, backend=self.noise_backend)
+            self._noise = NoiseSource(self.seed, backend=self.noise_backend_in_force)
             self._coin_key()
             self._counters = {
                 "clipped_coords": 0,
@@ -938,7 +939,7 @@ class PrivateLASSO(Policy):
                 },
                 note="registered before any node is released; every node noise is derived once",
                 privacy_model="joint",
-                noise_backend=self.noise_backend,
+                noise_backend=self.noise_backend_in_force,
                 privacy_unit=PRIVACY_UNIT,
                 neighbouring=NEIGHBOURING,
             )
@@ -949,7 +950,7 @@ class PrivateLASSO(Policy):
         self, V: AnyArray, Vf: FloatArray, sigma: float, g: NoiseGenerator
     ) -> FloatArray:
         """V + SymGauss(σ): float noise (fast) or exact discrete Gaussian on a grid (secure)."""
-        if self.noise_backend == "secure":
+        if self.noise_backend_in_force == "secure":
             return secure_sym_gauss_release(V, sigma, secure_stream(g))
         out: FloatArray = Vf + sym_gauss(Vf.shape[0], sigma, numpy_stream(g))
         return out
@@ -959,7 +960,7 @@ class PrivateLASSO(Policy):
         ``gaussian`` on the fast backend (its PLD is the Gaussian's with Δ/σ = √(2ρ)), Rényi-only
         on the secure backend (discrete Gaussian: no continuous PLD)."""
         c = {"type": "zcdp", "rho": rho, "mechanism": mechanism}
-        if self.noise_backend == "secure":
+        if self.noise_backend_in_force == "secure":
             c["renyi_only"] = True
         else:
             c["gaussian"] = True
@@ -976,7 +977,7 @@ class PrivateLASSO(Policy):
         def stream(j: int) -> NoiseGenerator:
             return noise.generator(bid, "private-lasso", "tree", ell, j, track=False)
 
-        if self.noise_backend == "secure":
+        if self.noise_backend_in_force == "secure":
             return TreeAggregator(
                 (p1, p1),
                 node_noise=None,
@@ -1063,7 +1064,7 @@ class PrivateLASSO(Policy):
             release={"support": S.tolist(), "theta": theta.tolist()},
             note="support='oracle': simulation only" if self.support == "oracle" else None,
             privacy_model="joint",
-            noise_backend=self.noise_backend,
+            noise_backend=self.noise_backend_in_force,
             privacy_unit=PRIVACY_UNIT,
             neighbouring=NEIGHBOURING,
         )
@@ -1093,7 +1094,7 @@ class PrivateLASSO(Policy):
                 "(docs/privacy/user-level.md).",
                 "A user's own decision is a function of their context: show it only to that user.",
             ),
-            noise_backend=self.noise_backend,
+            noise_backend=self.noise_backend_in_force,
         )
 
     def explain(self, horizon: int | None = None) -> dict[str, Any]:
@@ -1165,7 +1166,7 @@ class PrivateLASSO(Policy):
         self._theta = np.asarray(state["theta"], dtype=np.float64)
         self._stores = {int(k): RowStore.from_state_dict(v) for k, v in state["stores"].items()}
         self._hist = None if state["hist"] is None else RowStore.from_state_dict(state["hist"])
-        self._noise = NoiseSource(self.seed, backend=self.noise_backend).load_state_dict(
+        self._noise = NoiseSource(self.seed, backend=self.noise_backend_in_force).load_state_dict(
             state["noise"]
         )
         self._tree_l = int(state["tree_l"])

@@ -285,7 +285,7 @@ class PrivateLASSOPaper(PrivateLASSO):
     def _state(self) -> Self:
         if not hasattr(self, "_noise"):
             self._validate()
-            if self.noise_backend != "fast":  # never ignore the setting silently
+            if self.noise_backend == "secure":  # never ignore the setting silently
                 raise ValueError(
                     "calibration='paper' (the literal algorithm, simulation only) draws from the "
                     "fast noise backend only; use noise_backend=fast"

@@ -44,5 +44,7 @@ NonNegative = Annotated[float, Ge(0)]
 OpenUnit = Annotated[float, Gt(0), Lt(1)]
 #: A number in [0, 1].
 UnitInterval = Annotated[float, Ge(0), Le(1)]
-#: Where a private policy draws its noise (docs/privacy/secure-noise.md).
-NoiseBackend = Literal["fast", "secure"]
+#: Where a private policy draws its noise (docs/privacy/secure-noise.md): ``"auto"`` (every
+#: policy's default) is the secure backend wherever the policy has a secure construction
+#: (``Policy.secure_by_default``), else the fast one (``noise_backend_in_force``).
+NoiseBackend = Literal["auto", "fast", "secure"]

@@ -46,6 +46,9 @@ def group_component(c: dict[str, Any], k: int) -> dict[str, Any]:
     3.0
     >>> group_component({"type": "zcdp", "rho": 0.01, "count": 4}, 5)["rho"]
     0.25
+    >>> dg = {"type": "discrete_gaussian", "sensitivity": 2.0, "sigma": 9.0}
+    >>> group_component(dg, 3)["sensitivity"]
+    6.0
     >>> g = group_component({"type": "eps_delta", "epsilon": 0.5, "delta": 1e-6}, 2)
     >>> g["epsilon"], round(g["delta"] / 1e-6, 4)   # (kε, k e^{(k-1)ε} δ)
     (1.0, 3.2974)
@@ -57,7 +60,9 @@ def group_component(c: dict[str, Any], k: int) -> dict[str, Any]:
     if k == 1:
         return out
     t = c["type"]
-    if t in ("laplace", "gaussian"):
+    if t in ("laplace", "gaussian", "discrete_gaussian"):
+        # k rows move the release by at most k times one row's bound (ℓ1 / ℓ2); a discrete
+        # Gaussian's Rényi bound holds for any integer shift, its rounding margin included
         out["sensitivity"] = k * float(c["sensitivity"])
     elif t == "pure":
         out["epsilon"] = k * float(c["epsilon"])

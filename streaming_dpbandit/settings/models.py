@@ -355,23 +355,6 @@ class BanditSettings(_Section):
                 raise ValueError(why)
         return self
 
-    @model_validator(mode="after")
-    def _secure_noise_by_default(self):
-        """``serve`` draws from the secure noise backend unless the policy says otherwise
-        (issue 22 §1; docs/privacy/secure-noise.md). ``simulate``/``replay`` keep ``fast``."""
-        pol = self.policy
-        if (
-            "noise_backend" in type(pol).model_fields
-            and "noise_backend" not in pol.model_fields_set
-            and getattr(pol, "secure_by_default", lambda: True)()
-        ):
-            # validated again: the policy's own rules see the backend it will run on
-            given = pol.model_dump(exclude_unset=True)
-            self.policy = type(pol).model_validate(
-                {**given, "policy": pol.policy, "noise_backend": "secure"}
-            )
-        return self
-
 
 class SnapshotSettings(_Section):
     directory: Path = Path("state")

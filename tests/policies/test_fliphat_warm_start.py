@@ -33,8 +33,10 @@ FliphatConfig = CONFIGS["fliphat"]
 
 
 def policy(**kw):
+    # the fast backend: the private release of the clip scale has no secure-grid margin yet, so
+    # it is a fast-backend option (on the secure default "auto" keeps the public priors' G)
     base = {"d": D, "s": 2, "epsilon": 1.0, "delta": 0.01, "b_max": 1.0, "seed": 0}
-    return FLIPHAT(**(base | kw))
+    return FLIPHAT(**(base | {"noise_backend": "fast"} | kw))
 
 
 def warm_policy(n0=8, **kw):
@@ -259,8 +261,10 @@ def test_invalid_combinations_are_rejected_by_policy_and_config(kw, match):
 def test_auto_clip_is_private_only_where_the_first_fit_can_afford_the_median():
     """``grad_clip="auto"``: the private scale when n₀·ε′ ≥ SCALE_MIN_EVIDENCE (the FLIPHAT
     paper's d = 400, s = 10), the public priors' G otherwise (few rows: d = 12, s = 2)."""
-    sparse = FLIPHAT(d=400, s=10, epsilon=1.0, delta=1e-6, b_max=10.0)
+    sparse = FLIPHAT(d=400, s=10, epsilon=1.0, delta=1e-6, b_max=10.0, noise_backend="fast")
     assert sparse.private_scale and sparse.contribution_clip == 1.0  # unit until released
+    # on the default (secure) backend the scale is the public priors' G: no secure release yet
+    assert not FLIPHAT(d=400, s=10, epsilon=1.0, delta=1e-6, b_max=10.0).private_scale
     n0 = auto_first_episode_len(400, peeling_pld_ratio(10, 1, 1.0, 1e-6))
     assert n0 * SCALE_SHARE * 1.0 >= SCALE_MIN_EVIDENCE
     assert sparse.first_len == auto_first_episode_len(

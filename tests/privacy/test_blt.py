@@ -180,10 +180,14 @@ def test_policy_runs_restores_identically_and_ledgers_blt():
     assert DPLinUCB(d=2, epsilon=1.0, delta=0.1, n_cap=64, tree_impl="blt").n_steps is None
 
 
-def test_blt_is_the_default_where_it_applies_and_snapshots_record_the_mechanism():
+def test_blt_is_auto_on_the_fast_backend_and_snapshots_record_the_mechanism():
     from dpbandit_testing.dp_linucb_helpers import fixed_stream, run
 
-    default = DPLinUCB(d=4, epsilon=1.0, delta=0.1, n_cap=1 << 14, batch_size=32, seed=11)
+    # the default (secure) backend's "auto" is the binary tree (exact BLT is O(steps) per step)
+    assert DPLinUCB(d=4).resolved_tree_impl() == "binary"
+    default = DPLinUCB(
+        d=4, epsilon=1.0, delta=0.1, n_cap=1 << 14, batch_size=32, seed=11, noise_backend="fast"
+    )
     assert default.tree_impl == "auto" and default.resolved_tree_impl() == "blt"
     for other in ({"noise": "wishart"}, {"calibration": "paper"}, {"horizon_mode": "doubling"}):
         assert DPLinUCB(d=4, **other).resolved_tree_impl() == "binary", other

@@ -165,7 +165,7 @@ def test_secure_calibration_is_renyi_certified_and_the_accountant_says_so():
     assert comp["type"] == "discrete_gaussian"
     rho = comp["count"] * comp["sensitivity"] ** 2 / (2 * comp["sigma"] ** 2)
     assert delta_from_rho_cks(rho, 1.0) <= 1e-6 < delta_from_rho_cks(rho * 1.01, 1.0)
-    fast = DPLinUCB(d=3, epsilon=1.0, delta=1e-6, n_cap=256, batch_size=8)
+    fast = DPLinUCB(d=3, epsilon=1.0, delta=1e-6, n_cap=256, batch_size=8, noise_backend="fast")
     assert cal.noise_law["sigma"] > fast.calibration_constants().noise_law["sigma"]
     recs = _drive(pol, 16)
     sp = Accountant(recs).spend(pol.bandit_id, 1e-6)
@@ -188,7 +188,9 @@ def test_configurations_without_a_secure_construction_are_one_line_errors(kw, ma
 
 
 def test_a_fast_snapshot_cannot_resume_a_tree_epoch_on_the_secure_backend():
-    fast = DPLinUCB(d=3, epsilon=1.0, delta=1e-6, n_cap=256, batch_size=8, seed=11)
+    fast = DPLinUCB(
+        d=3, epsilon=1.0, delta=1e-6, n_cap=256, batch_size=8, seed=11, noise_backend="fast"
+    )
     _drive(fast, 16)
     with pytest.raises(ValueError, match="cannot switch to the secure backend"):
         _secure().load_state_dict(fast.state_dict())

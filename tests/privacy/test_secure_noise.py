@@ -217,13 +217,16 @@ def test_fliphat_on_the_secure_backend_releases_on_the_grid_and_says_so(tmp_path
     assert "secure" in out and "Noise: secure backend" in out
 
 
-def test_serve_defaults_to_the_secure_backend_and_simulate_to_fast():
+def test_every_command_defaults_to_the_secure_backend_where_the_policy_has_one():
+    """One noise story (issue 31 §5): ``serve``, ``simulate``/``explain``/``replay`` (through
+    ``policy_config``) and the library constructors resolve ``noise_backend="auto"`` alike."""
     from streaming_dpbandit.config import policy_config
+    from streaming_dpbandit.policies import REGISTRY
     from streaming_dpbandit.settings import BanditSettings
 
     b = BanditSettings(policy={"policy": "fliphat", "d": 10})
     assert b.policy.noise_backend == "secure"
-    assert b.policy.build(seed=1).noise_backend == "secure"
+    assert b.policy.build(seed=1).noise_backend_in_force == "secure"
     b = BanditSettings(policy={"policy": "fliphat", "d": 10, "noise_backend": "fast"})
     assert b.policy.noise_backend == "fast"
     m = BanditSettings(
@@ -234,15 +237,24 @@ def test_serve_defaults_to_the_secure_backend_and_simulate_to_fast():
         }
     )
     assert m.policy.noise_backend == "secure"
-    assert policy_config("fliphat", {"d": 10}).noise_backend == "fast"
+    # simulate, explain and replay build the same configurations: the same default
+    assert policy_config("fliphat", {"d": 10}).noise_backend == "secure"
+    assert policy_config("dp-linucb", {"d": 3}).noise_backend == "secure"
+    # and so do the library's constructors
+    assert REGISTRY["fliphat"](d=10).noise_backend_in_force == "secure"
+    assert REGISTRY["fliphat"](d=10).privacy.noise_backend == "secure"
+    assert REGISTRY["dpts-mat"](matroid={"type": "uniform", "n_items": 5, "k": 2}, epsilon=1.0)\
+        .noise_backend_in_force == "secure"  # fmt: skip
     # DP-LinUCB: secure on the Gaussian binary tree, which "auto" resolves to on that backend
     lin = BanditSettings(policy={"policy": "dp-linucb", "d": 3})
     assert lin.policy.noise_backend == "secure"
     assert lin.policy.build(seed=1).resolved_tree_impl() == "binary"
-    # where no affordable secure construction exists the default stays fast
+    assert REGISTRY["dp-linucb"](d=3).resolved_tree_impl() == "binary"
+    # where no affordable secure construction exists the default is fast
     for extra in ({"noise": "wishart"}, {"tree_impl": "blt"}):
         other = BanditSettings(policy={"policy": "dp-linucb", "d": 3, **extra})
         assert other.policy.noise_backend == "fast", extra
+        assert policy_config("dp-linucb", {"d": 3, **extra}).noise_backend == "fast", extra
     ldp = BanditSettings(policy={"policy": "ldp-glb", "d": 3}, privacy="local")
     assert ldp.policy.noise_backend == "fast"  # drawn on the devices, which serve cannot see
 

@@ -125,9 +125,13 @@ def test_obd_worked_example_bts_from_the_uniform_log(tmp_path, capsys):
 
 def test_replay_private_policies_report_their_spend(tmp_path, capsys):
     js = tmp_path / "out.json"
+    # the fast backend keeps this cheap (DP-LinUCB's secure tree draws ~40 exact Gaussians per
+    # release, one release per matched event; replay's secure default is tested with
+    # policy_config in tests/privacy/test_secure_noise.py)
     argv = ["replay", "--log", RANDOM, "--policy", "fliphat,dp-linucb,linucb",
             "--epsilon", "0.5,2", "--policy-param", "s=5", "--estimator", "replay",
             "--policy-param", "first_episode_len=1",
+            "--policy-param", "noise_backend=fast",
             "--max-events", "1500", "--json", str(js), "--no-progress"]  # fmt: skip
     assert run(argv) == 0
     out = capsys.readouterr().out
