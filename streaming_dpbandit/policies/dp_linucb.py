@@ -190,9 +190,9 @@ class DPLinUCB(Policy):
     private = True
 
     def secure_by_default(self) -> bool:
-        """``serve``'s secure default applies to the Gaussian binary tree (certified or zCDP);
-        the exact factorisations cost O(steps) per step and Wishart has no secure
-        construction (docs/privacy/secure-noise.md)."""
+        """``noise_backend="auto"`` (the default everywhere) is secure for the Gaussian binary
+        tree (certified or zCDP); the exact factorisations cost O(steps) per step and Wishart
+        has no secure construction (docs/privacy/secure-noise.md)."""
         return (
             self.noise == "gaussian"
             and self.calibration in ("certified", "zcdp")
