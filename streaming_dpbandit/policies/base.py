@@ -294,6 +294,26 @@ class BasePolicy(Base, abc.ABC):
             return "secure" if self.secure_by_default() else "fast"
         return nb
 
+    def _check_resumed_backend(self, state: dict[str, Any]) -> None:
+        """Refuse, with one line, a state written on another noise backend than ``"auto"``
+        resolves to here: before issue 31 §5 the library's default was ``fast``, so a state
+        saved then must resume as written (``noise_backend="fast"``) or switch on purpose
+        (``"secure"``: each release records its own backend; docs/privacy/secure-noise.md).
+        An explicit ``noise_backend`` is the caller's choice and is not checked here."""
+        if getattr(self, "noise_backend", None) != "auto":
+            return
+        noise = state.get("noise")
+        written = (noise.get("backend") if isinstance(noise, dict) else None) or state.get(
+            "params", {}
+        ).get("noise_backend", "fast")
+        now = self.noise_backend_in_force
+        if written in ("fast", "secure") and written != now:
+            raise ValueError(
+                f"this state was drawn on the {written} noise backend but noise_backend='auto' "
+                f"is {now} here: pass noise_backend='{written}' to resume it as written, or "
+                f"noise_backend='{now}' to switch"
+            )
+
     @property
     def t(self) -> int:
         """Number of rounds decided so far."""

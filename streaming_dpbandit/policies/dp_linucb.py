@@ -794,6 +794,7 @@ class DPLinUCB(Policy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> DPLinUCB:
+        self._check_resumed_backend(state)
         # snapshots before the "auto" default record the mechanism only in their parameters
         impl = state.get("tree_impl") or state["params"].get("tree_impl", "binary")
         if self.tree_impl not in ("auto", impl):

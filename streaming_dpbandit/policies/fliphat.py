@@ -1130,6 +1130,7 @@ class FLIPHAT(Policy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> FLIPHAT:
+        self._check_resumed_backend(state)
         self._state()
         self._t = int(state["t"])
         self._model_episode = int(state["model_episode"])

@@ -404,6 +404,7 @@ class PrivateMatroidPolicy(MatroidPolicy):
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> PrivateMatroidPolicy:
+        self._check_resumed_backend(state)
         self._load_base(state)
         self._est.load_state_dict(state["estimator"])
         self._noise = NoiseSource(self.seed, backend=self.noise_backend_in_force).load_state_dict(

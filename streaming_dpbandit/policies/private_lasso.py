@@ -1158,6 +1158,7 @@ class PrivateLASSO(Policy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> PrivateLASSO:
+        self._check_resumed_backend(state)
         self._state()
         self._t = int(state["t"])
         self._version = int(state["version"])

@@ -320,3 +320,28 @@ def test_secure_gaussian_mechanism_records_a_discrete_gaussian_at_its_cks_bound(
         _ = GaussianMechanism(1.0, 0.5, delta, calibration="classic", noise_backend="secure").sigma
     with pytest.raises(ValueError, match="dim"):
         mech.release(np.zeros(3), src.generator("k"))
+
+
+@pytest.mark.parametrize("name", ["fliphat", "private-lasso", "dpucb-mat", "dp-linucb"])
+def test_a_state_saved_under_the_old_fast_default_resumes_as_written_or_says_how(name):
+    """Upgrading (issue 31 §5): a state saved when the library's default was ``fast`` is not
+    silently continued on the secure backend by a default-configured policy: one line says
+    which ``noise_backend`` resumes it as written, and with that it resumes exactly (the same
+    next decisions and state as the run that saved it)."""
+    from streaming_dpbandit.checks import contextual, slate
+    from streaming_dpbandit.checks.common import assert_same_state
+    from streaming_dpbandit.policies import REGISTRY
+
+    cls = REGISTRY[name]
+    kind = slate.KIND if name == "dpucb-mat" else contextual.KIND
+    params = next(iter(cls._unit_test_params()))
+    old = kind.warm_up(cls(**params, seed=5, noise_backend="fast"))
+    state = old.state_dict()
+    assert cls(**params).noise_backend_in_force == "secure"  # today's default
+    with pytest.raises(ValueError, match="drawn on the fast noise backend") as err:
+        cls(**params).load_state_dict(state)
+    assert "noise_backend='fast' to resume it as written" in str(err.value)
+    assert "\n" not in str(err.value)
+    resumed = cls(**params, noise_backend="fast").load_state_dict(state)
+    kind.assert_same(kind.next_decisions(old), kind.next_decisions(resumed))
+    assert_same_state(old, resumed)
