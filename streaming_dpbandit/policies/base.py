@@ -216,7 +216,7 @@ class BasePolicy(Base, abc.ABC):
     #: that reproduces how a state written before the parameter existed behaved (a snapshot
     #: without the parameter resumes only under that value). Every policy drew its noise from
     #: the fast backend before ``noise_backend`` existed (its default is ``"auto"`` since issue
-    #: 31 §5): a subclass that adds its own keeps this one (``{**BasePolicy.config_before_added, ...}``).
+    #: 31 §5): a subclass that adds its own entries keeps this one.
     config_before_added: ClassVar[Mapping[str, Any]] = {"noise_backend": "fast"}
 
     @classmethod
