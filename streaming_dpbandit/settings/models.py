@@ -486,7 +486,10 @@ class ServiceSettings(BaseSettings):
     log_json: bool = False
     progress: bool = True
     idle_timeout_s: float = Field(
-        30.0, gt=0, description="force-expire joins of a blocked bandit after this long idle"
+        30.0,
+        gt=0,
+        description="force-expire joins of a blocked bandit after this long idle (at once "
+        "when a finite input has ended)",
     )
     blocked_warning_s: float = Field(
         5.0,

@@ -270,10 +270,9 @@ class Service:
     def run(self, progress: Callable[[Service], object] | None = None) -> dict[str, Any]:
         """Serve until the input is exhausted (finite sources) or a stop is requested."""
         load_pld()  # the spend gauges' accountant: its import would stall the first release
-        timeout = (self.settings.kafka.poll_timeout_ms / 1000) if self.settings.kafka else 0.0
-        max_records = (
-            self.settings.kafka.max_poll_records if self.settings.kafka else self.settings.max_batch
-        )
+        kafka = self.settings.kafka
+        timeout = (kafka.poll_timeout_ms / 1000) if kafka else 0.0
+        max_records = kafka.max_poll_records if kafka else self.settings.max_batch
         while not self.stop.requested:
             records = self.transport.poll(max_records, timeout)
             now = time.perf_counter()
@@ -291,7 +290,7 @@ class Service:
                 self._check_overrun()
                 break
             if not records and self.blocked:
-                self.idle_check()
+                self.idle_check(ended=self.transport.exhausted)
         return self.finish()
 
     def time_limit(self, record: Record) -> float:
@@ -338,20 +337,21 @@ class Service:
                 self.paused.discard(tp)
         self.feedback.pace()
 
-    def idle_check(self) -> None:
-        """A blocked bandit whose feedback stopped: expire its joins after the idle timeout."""
+    def idle_check(self, ended: bool = False) -> None:
+        """A blocked bandit whose feedback stopped: expire its joins after the idle timeout, at
+        once when a finished input (``ended``) holds nothing but blocked records."""
+        done = ended and all(not q or tp in self.blocked for tp, q in self.queues.items())
+        timeout = 0.0 if done else self.settings.idle_timeout_s
         for name in list(self.blocked.values()):
             rt = self.bandits[name]
-            if time.monotonic() - rt.last_feedback_wall > self.settings.idle_timeout_s:
+            if time.monotonic() - rt.last_feedback_wall >= timeout:
                 n = rt.force_expire()
                 self.metrics.forced_expiries.labels(name).inc(n)
+                idle = f"no feedback for {timeout:.0f} s (idle timeout)"
                 log.warning(
-                    "bandit %s: no feedback for %.0f s while blocked (release, or a full join); "
-                    "expired %d pending joins (idle timeout)",
-                    name,
-                    self.settings.idle_timeout_s,
-                    n,
-                )
+                    "bandit %s: %s while blocked (release, or a full join); expired %d pending "
+                    "joins", name, "the input ended" if done else idle, n,
+                )  # fmt: skip
                 rt.last_feedback_wall = time.monotonic()
 
     # -- contexts ---------------------------------------------------------------------------

@@ -101,3 +101,40 @@ def test_the_load_that_blocks_at_every_release_is_refused(policy, lag, rate, p, 
     assert (why is None) == (refused is None)
     if refused:
         assert f"Set {refused} to at least 1,500" in why
+
+
+@pytest.mark.timeout(120)
+def test_a_finished_file_does_not_wait_the_idle_timeout(tmp_path, caplog):
+    """A file whose last decisions get no reward: nothing more can arrive, so the bandit blocked
+    at its release expires them at once (the run waited idle_timeout_s, 30 s by default; here an
+    hour, which the timeout above would catch)."""
+    from streaming_dpbandit.stream.sim.sources import FileSource
+
+    path = tmp_path / "events.jsonl"
+    with path.open("w") as f:
+        for i in range(150):
+            ctx = {"event_id": f"e{i}", "bandit_id": "shop", "event_time": 1000.0 + i,
+                   "arms": ARMS}  # fmt: skip
+            f.write(json.dumps({"topic": "contexts", "timestamp": 1e6 + 1e3 * i, "value": ctx}))
+            f.write("\n")
+    settings = ServiceSettings.model_validate(
+        {
+            "idle_timeout_s": 3600,
+            "bandits": {
+                "shop": {
+                    "policy": {"policy": "fliphat", "d": 4, "s": 2, "first_episode_len": 100},
+                    "feedback_window": 60,
+                }
+            },
+            "snapshots": {"directory": str(tmp_path / "st")},
+            "metrics": {"enabled": False},
+            "progress": False,
+        }
+    )
+    caplog.set_level(logging.INFO, logger="streaming_dpbandit.service")
+    source = FileSource(path, ("dpbandit.contexts", "dpbandit.feedback"))
+    summary = run_service(settings, InProcessTransport(source), io.StringIO())
+    assert summary["decisions"] == 150 and summary["bandits"]["shop"]["model_version"] == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == "streaming_dpbandit.service"]
+    assert "bandit shop: the input ended while blocked (release, or a full join); expired 100 " \
+        "pending joins" in lines  # fmt: skip
