@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import time
 from typing import TYPE_CHECKING
 
 from .bandit import BanditRuntime
@@ -142,6 +143,8 @@ class ContextStage:
         return False
 
     def block(self, tp: TP, rt: BanditRuntime, queued: int) -> None:
+        if tp not in self.svc.blocked:  # the idle timeout counts while blocked, from now
+            rt.last_feedback_wall = max(rt.last_feedback_wall, time.monotonic())
         self.svc.blocked[tp] = rt.bandit_id
         self.svc.metrics.blocked.labels(rt.bandit_id).set(1)
         self.watch.blocked(rt, queued)  # a warning once blocked for blocked_warning_s

@@ -138,3 +138,58 @@ def test_a_finished_file_does_not_wait_the_idle_timeout(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "streaming_dpbandit.service"]
     assert "bandit shop: the input ended while blocked (release, or a full join); expired 100 " \
         "pending joins" in lines  # fmt: skip
+
+
+class QuietStart(Source):
+    """Nothing for ``quiet_s`` of wall time, then 150 contexts at once and, ``lag_s`` later,
+    the rewards of the first 100 (episode 1), then the input ends."""
+
+    topics = ("dpbandit.contexts", "dpbandit.feedback")
+
+    def __init__(self, quiet_s: float, lag_s: float):
+        self.quiet_s, self.lag_s, self.started, self.sent = quiet_s, lag_s, time.monotonic(), None
+
+    def generate(self, emit, max_new: int) -> bool:
+        now = time.monotonic()
+        if self.sent is None:
+            if now - self.started < self.quiet_s:
+                time.sleep(0.01)
+                return True
+            self.sent = now
+            for i in range(150):
+                ctx = {"event_id": f"e{i}", "bandit_id": "shop", "event_time": 1000.0 + i,
+                       "arms": ARMS}  # fmt: skip
+                emit(self.topics[0], b"shop", json.dumps(ctx).encode())
+            return True
+        if now - self.sent < self.lag_s:
+            time.sleep(0.01)
+            return True
+        for i in range(100):
+            fb = {"event_id": f"e{i}", "bandit_id": "shop", "event_time": 1000.5 + i, "reward": 1}
+            emit(self.topics[1], b"shop", json.dumps(fb).encode())
+        return False
+
+
+def test_the_idle_timeout_counts_from_the_block_not_from_the_start(tmp_path):
+    """A service quiet for longer than idle_timeout_s before its first contexts: blocked at its
+    first release, it waits for the rewards (they come 0.5 s later) instead of expiring them at
+    once — its idle timer counted from the runtime's construction."""
+    settings = ServiceSettings.model_validate(
+        {
+            "idle_timeout_s": 3.0,
+            "bandits": {
+                "shop": {
+                    "policy": {"policy": "fliphat", "d": 4, "s": 2, "first_episode_len": 100},
+                    "feedback_window": 60,
+                }
+            },
+            "snapshots": {"directory": str(tmp_path / "st")},
+            "metrics": {"enabled": False},
+            "progress": False,
+        }
+    )
+    source = QuietStart(quiet_s=4.0, lag_s=0.5)
+    summary = run_service(settings, InProcessTransport(source), io.StringIO())
+    stats = summary["bandits"]["shop"]["stats"]
+    assert summary["decisions"] == 150 and stats["joined"] == 100, stats
+    assert "feedback_after_expiry" not in summary["dead_letters"]
