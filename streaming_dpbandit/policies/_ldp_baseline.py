@@ -81,15 +81,13 @@ class LDPBaseline(Policy):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B = X.shape[0]
         Xs = self._stack(X)
         width = np.sqrt(np.maximum(np.einsum("bkd,de,bke->bk", Xs, self._Ainv, Xs), 0.0))
         scores = Xs @ self._theta + self._beta * width
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         arms, prop = argmax_ties_by_coins(scores, lambda rows: self._coins(rounds[rows], None))
         self._remember(rounds, arms)
         self._t += B

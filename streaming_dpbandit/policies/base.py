@@ -45,7 +45,7 @@ import abc
 import dataclasses
 import inspect
 import secrets
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, Self, TypeVar, cast
 
 import numpy as np
@@ -185,6 +185,13 @@ class BasePolicy(Base, abc.ABC):
     #: Otherwise the next update reads every row learned before it, and the caller feeds rows
     #: in round order (see ``stream/bandit.py``, ``feedback_lag_rounds``).
     routes_rows_by_round: bool = False
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        """Small valid constructor parameters (single-arm policies: contexts of 3 arms, d=4) for
+        the generic checks in ``streaming_dpbandit.checks`` and the tests; each policy yields
+        its own."""
+        yield from super()._unit_test_params()
 
     def validate(self) -> None:
         """Raise ``ValueError`` when the parameters contradict each other.
@@ -367,6 +374,10 @@ class BasePolicy(Base, abc.ABC):
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]: ...
 
+    def _state_header(self) -> dict[str, Any]:
+        """The keys a ``state_dict`` starts with: the policy's name, parameters and round."""
+        return {"policy": self.name, "params": self._get_params(), "t": self.t}
+
     @abc.abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> Self: ...
 
@@ -434,9 +445,7 @@ class Policy(BasePolicy):
         >>> pol.t, bool((frozen.arms == pol.decide(np.zeros((5, 3, 2)), np.arange(5)).arms).all())
         (0, True)
         """
-        init = getattr(self, "_state", None)
-        if init is not None:
-            init()
+        self._build_state()
         saved = {a: getattr(self, a) for a in self._DECIDE_STATE if hasattr(self, a)}
         missing = [a for a in self._DECIDE_STATE if a not in saved]
         counters = getattr(self, "_counters", None)
@@ -527,6 +536,19 @@ class Policy(BasePolicy):
     def _coins(self, rounds: ArrayLike, event_ids: ArrayLike | None) -> FloatArray:
         ids = rounds if event_ids is None else event_ids
         return uniform_coins(self._coin_key(), np.asarray(ids))
+
+    def _decide_batch(self, X: ArrayLike) -> tuple[FloatArray, IntArray]:
+        """``decide``'s first step: the state built, ``X`` checked (:meth:`_check_batch`) and
+        the rounds of the batch (t + 1 … t + B)."""
+        self._build_state()
+        X = self._check_batch(X, getattr(self, "d", None))
+        t = self.t
+        return X, np.arange(t + 1, t + X.shape[0] + 1, dtype=np.int64)
+
+    def _build_state(self) -> None:
+        init = getattr(self, "_state", None)  # the policy's lazily built state, if it has one
+        if init is not None:
+            init()
 
     def _check_batch(self, X: ArrayLike, d: int | None) -> FloatArray:
         X = np.asarray(X, dtype=np.float64)

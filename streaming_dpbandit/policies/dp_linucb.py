@@ -183,8 +183,6 @@ class DPLinUCB(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "n_cap": 4096, "batch_size": 8}
 
     private = True
@@ -589,8 +587,7 @@ class DPLinUCB(Policy):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B, K, d = X.shape
         flat = X.reshape(B * K, d)
         scores = self._model.scores(flat, self._beta)
@@ -617,7 +614,6 @@ class DPLinUCB(Policy):
                 self._counters["clipped_candidates"] += n_over
                 scores[over] *= self.L / np.sqrt(sq[over])  # UCB is positively homogeneous
         t0 = self._t
-        rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores.reshape(B, K), mask, rounds, event_ids)
         self._t = t0 + B
         self._since += B

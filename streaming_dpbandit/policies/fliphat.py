@@ -254,8 +254,6 @@ class FLIPHAT(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "s": 2, "first_episode_len": 4}
 
     private = True
@@ -665,10 +663,8 @@ class FLIPHAT(Policy):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B = X.shape[0]
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         scores = self._scores(X)
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
@@ -1113,9 +1109,7 @@ class FLIPHAT(Policy):
     def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "model_episode": self._model_episode,
             "beta_idx": self._beta_idx,
             "beta_val": self._beta_val,

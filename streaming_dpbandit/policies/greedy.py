@@ -50,8 +50,6 @@ class GreedyRidge(LinUCB):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "batch_size": 2}
 
     def __init__(

@@ -66,8 +66,6 @@ class LassoBandit(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "refit_every": 20}
 
     def __init__(
@@ -137,10 +135,8 @@ class LassoBandit(Policy):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B = X.shape[0]
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         nz = np.nonzero(self._w)[0]
         scores = X[:, :, nz] @ self._w[nz] if nz.size else np.zeros(X.shape[:2])
         if mask is not None:
@@ -166,9 +162,7 @@ class LassoBandit(Policy):
     def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "G": self._G,
             "h": self._h,
             "yty": self._yty,

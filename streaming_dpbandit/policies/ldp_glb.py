@@ -225,8 +225,6 @@ class LDPGLB(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "n_arms": 3, "epsilon": 4.0}
 
     private = True
@@ -490,12 +488,10 @@ class LDPGLB(Policy):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B, K, _ = X.shape
         spec = self._spec
         snap = self._snaps[self._server.version]
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         if spec.setting == "multi" and K != spec.K:
             raise ValueError(f"this policy has n_arms = {spec.K}")
         if spec.setting == "multi" and snap.phase == "warmup":

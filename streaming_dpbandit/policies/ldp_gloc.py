@@ -93,8 +93,6 @@ class LDPGLOC(LDPBaseline):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "n_arms": 3, "horizon": 1000}
 
     def __init__(

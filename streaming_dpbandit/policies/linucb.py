@@ -100,8 +100,6 @@ class LinUCB(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "batch_size": 4}
 
     def __init__(
@@ -225,12 +223,10 @@ class LinUCB(Policy):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B, K, d = X.shape
         t0 = self._t
         scores = self._model.scores(X.reshape(B * K, d), self._width).reshape(B, K)
-        rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores, mask, rounds, event_ids)
         self._t = t0 + B
         self._since += B
@@ -278,9 +274,7 @@ class LinUCB(Policy):
     def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "since": self._since,
             "version": self._version,
             "G": self._gram(),

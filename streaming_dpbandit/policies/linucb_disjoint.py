@@ -128,8 +128,6 @@ class LinUCBDisjoint(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "max_arms": 3, "batch_size": 4}
 
     keyed_by_arm_id = True
@@ -590,9 +588,7 @@ class LinUCBDisjoint(Policy):
         self._state()
         live = self._ring_round > max(0, self._t - self.pending_capacity)
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "since": self._since,
             "version": self._version,
             "arms": self._slots.state_dict(),

@@ -614,10 +614,8 @@ class PrivateLASSO(Policy):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B, K, _ = X.shape
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         S = self._S
         if S.size:
             Xc, _, _ = clip_rows(X, self.clip_coord, self._bx)
@@ -1131,9 +1129,7 @@ class PrivateLASSO(Policy):
     def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "version": self._version,
             "next_l": self._next_l,
             "S": self._S,

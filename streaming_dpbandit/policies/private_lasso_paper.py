@@ -341,10 +341,8 @@ class PrivateLASSOPaper(PrivateLASSO):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B, K, _ = X.shape
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         if self._S.size:
             Xc, _, _ = clip_rows(X, self.clip_coord, self._bx)
             scores = Xc[:, :, self._S] @ self._theta
@@ -524,9 +522,7 @@ class PrivateLASSOPaper(PrivateLASSO):
     def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "version": self._version,
             "model_for": self._model_for,
             "S": self._S,

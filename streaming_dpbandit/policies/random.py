@@ -40,8 +40,6 @@ class RandomPolicy(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4}
 
     def __init__(self, d: PositiveInt | None = None, seed: int | None = None):
@@ -79,9 +77,7 @@ class RandomPolicy(Policy):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self.t,
+            **self._state_header(),
             "tie_key": self._coin_key(),
         }
 

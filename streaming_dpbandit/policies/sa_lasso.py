@@ -76,8 +76,6 @@ class SALassoBandit(ClippedRows, LassoBandit):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "refit_every": 20}
 
     def __init__(
@@ -138,9 +136,7 @@ class SALassoBandit(ClippedRows, LassoBandit):
     def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "store": self._store.state_dict(),
             "w": self._w,
             "next_refit": self._next_refit,

@@ -54,8 +54,6 @@ class TablePolicy(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"probabilities": [[0.2, 0.5, 0.3]]}
 
     def __init__(
@@ -165,9 +163,7 @@ class TablePolicy(Policy):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self.t,
+            **self._state_header(),
             "tie_key": self._coin_key(),
         }
 

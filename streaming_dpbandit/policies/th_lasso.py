@@ -125,8 +125,6 @@ class THLassoBandit(ClippedRows):
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
-        """Small valid constructor parameters (contexts of 3 arms, d=4) for the generic
-        checks in ``streaming_dpbandit.checks`` and the tests."""
         yield {"d": 4, "refit_every": 5}
 
     def __init__(
@@ -218,10 +216,8 @@ class THLassoBandit(ClippedRows):
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
     ) -> DecisionBatch:
-        self._state()
-        X = self._check_batch(X, self.d)
+        X, rounds = self._decide_batch(X)
         B, K, _ = X.shape
-        rounds = np.arange(self._t + 1, self._t + B + 1, dtype=np.int64)
         scores = X[:, :, self._S] @ self._beta if self._S.size else np.zeros((B, K))
         if mask is not None:
             scores = np.where(np.asarray(mask, dtype=bool), scores, -np.inf)
@@ -232,9 +228,7 @@ class THLassoBandit(ClippedRows):
     def state_dict(self) -> dict[str, Any]:
         self._state()
         return {
-            "policy": self.name,
-            "params": self._get_params(),
-            "t": self._t,
+            **self._state_header(),
             "store": self._store.state_dict(),
             "beta_lasso": self._beta_lasso,
             "S": self._S,
