@@ -19,7 +19,7 @@ from ..ldp.model import AUTHORS_CODE_LABEL
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, FloatArray, IntArray, MaybeArray
 from ._argmax import argmax_ties_by_coins
 from .base import DecisionBatch, Policy
 
@@ -95,11 +95,7 @@ class LDPBaseline(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         self._state()
         X = np.atleast_2d(np.asarray(contexts, dtype=np.float64))

@@ -54,7 +54,7 @@ from river.base import Base
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource
 from ..privacy.statement import PrivacyStatement
-from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, MaybeArray
 from ..utils.hashing import uniform_coins
 from ._river import register_contextual_policy
 
@@ -342,6 +342,11 @@ class BasePolicy(Base, abc.ABC):
             scope="This policy is a non-private baseline: it gives no privacy guarantee.",
         )
 
+    def _joint_statement(self, unit: str, neighbouring: str, **kw: Any) -> PrivacyStatement:
+        """A joint-DP statement at the policy's own (``epsilon``, ``delta``)."""
+        eps, delta = getattr(self, "epsilon", None), getattr(self, "delta", None)
+        return PrivacyStatement("joint", unit, neighbouring, eps, delta, **kw)
+
     def explain(self, horizon: int | None = None) -> dict[str, Any]:
         return {"policy": self.name, "private": self.private, "params": self.public_params()}
 
@@ -411,11 +416,7 @@ class Policy(BasePolicy):
 
     @abc.abstractmethod
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         """Learn from chosen contexts (B, d) and rewards (B,) of the decisions of ``rounds``."""
 
@@ -566,15 +567,19 @@ class Policy(BasePolicy):
         return X
 
     def _learn_rows(
-        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, decided: str = ""
     ) -> tuple[FloatArray, FloatArray, IntArray]:
-        """``learn``'s contexts (B, d), rewards (B,) and rounds (B,) as arrays (ValueError on
-        other shapes): the one check of what a policy is given to learn from."""
+        """``learn``'s first step: the state built, contexts (B, d), rewards (B,) and rounds (B,)
+        as arrays (ValueError on other shapes), and with ``decided`` (the unit's name, e.g.
+        ``"round"``) rounds this policy never decided refused: the one check of what a policy
+        is given to learn from."""
         shapes = "learn expects contexts (B, d), rewards (B,) and rounds (B,)"
         X, y = self._learn_xy(contexts, rewards, shapes)
         r = np.asarray(rounds, dtype=np.int64).reshape(-1)
         if r.shape != y.shape:
             raise ValueError(shapes)
+        if decided:
+            self._check_decided(r, decided)
         return X, y, r
 
     def _learn_xy(
@@ -583,8 +588,9 @@ class Policy(BasePolicy):
         rewards: ArrayLike,
         shapes: str = "learn expects contexts (B, d) and rewards (B,)",
     ) -> tuple[FloatArray, FloatArray]:
-        """``learn``'s contexts (B, d) and rewards (B,) as arrays (ValueError ``shapes``
-        otherwise), for a policy that does not read the rounds."""
+        """``learn``'s first step for a policy that does not read the rounds: the state built,
+        contexts (B, d) and rewards (B,) as arrays (ValueError ``shapes`` otherwise)."""
+        self._build_state()
         X = np.asarray(contexts, dtype=np.float64)
         y = np.asarray(rewards, dtype=np.float64).reshape(-1)
         if X.shape != (y.size, getattr(self, "d", None)):

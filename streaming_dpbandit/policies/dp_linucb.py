@@ -56,7 +56,7 @@ from ..privacy.noise import NoiseSource
 from ..privacy.rows import overflowing_norms, prepare_rows
 from ..privacy.statement import PrivacyStatement, per_unit_caveat
 from ..privacy.symmetric import packing
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, FloatArray, IntArray, MaybeArray
 from ..utils.hashing import MultisetDigest
 from .base import DecisionBatch, Policy
 from .linucb import decide_arms
@@ -623,18 +623,12 @@ class DPLinUCB(Policy):
 
     # -- learning ----------------------------------------------------------------------------------
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         """Insert the chosen actions and rewards (clipped: ‖x‖ ≤ L, |y| ≤ B̃) into the tree."""
-        self._state()
-        X, y, rounds = self._learn_rows(contexts, rewards, rounds)
+        X, y, rounds = self._learn_rows(contexts, rewards, rounds, "round")
         if y.size == 0:
             return
-        self._check_decided(rounds)
         r_lo, r_hi = int(rounds.min()), int(rounds.max())
         rows, n_x, n_y = prepare_rows(X, y, self.L, self.B_tilde)
         # a round learned before (or twice in this call) is refused, nothing of the call learned
@@ -675,12 +669,9 @@ class DPLinUCB(Policy):
         ]
         if self.calibration == "zcdp":
             caveats.append(f"zCDP (Bun–Steinke 2016), ρ* = {cal.rho_spent:.6g}.")
-        return PrivacyStatement(
-            model="joint",
-            unit=PRIVACY_UNIT,
-            neighbouring=NEIGHBOURING,
-            epsilon=self.epsilon,
-            delta=self.delta,
+        return self._joint_statement(
+            PRIVACY_UNIT,
+            NEIGHBOURING,
             calibration=self.calibration,
             rho=cal.rho_spent,
             scope=scope,

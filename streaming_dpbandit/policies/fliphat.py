@@ -51,7 +51,7 @@ from ..privacy.peeling_accounting import (
 from ..privacy.scale_release import SCALE_GRID, scale_bins, scale_release
 from ..privacy.secure_noise import GRID_MARGIN
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement, per_unit_caveat
-from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, sorted_distinct
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, MaybeArray, sorted_distinct
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import UNBOUNDED, DecisionBatch, Policy
 from .registry import register
@@ -720,18 +720,13 @@ class FLIPHAT(Policy):
 
     # -- learning -------------------------------------------------------------------------------
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         self._state()
         self._check_learner("learn")
-        contexts, rewards, rounds = self._learn_rows(contexts, rewards, rounds)
+        contexts, rewards, rounds = self._learn_rows(contexts, rewards, rounds, "round")
         if rounds.size == 0:
             return
-        self._check_decided(rounds)
         cmax, cmin = float(contexts.max()), float(contexts.min())  # NaN/inf propagate
         if not (math.isfinite(cmax) and math.isfinite(cmin) and np.isfinite(rewards).all()):
             raise ValueError("contexts and rewards must be finite")
@@ -1040,12 +1035,9 @@ class FLIPHAT(Policy):
     # -- privacy and explanation --------------------------------------------------------------
     @property
     def privacy(self) -> PrivacyStatement:
-        return PrivacyStatement(
-            model="joint",
-            unit=PRIVACY_UNIT,
-            neighbouring=NEIGHBOURING,
-            epsilon=self.epsilon,
-            delta=self.delta,
+        return self._joint_statement(
+            PRIVACY_UNIT,
+            NEIGHBOURING,
             calibration=self.calibration,
             noise_backend=self.noise_backend_in_force,
             scope=(

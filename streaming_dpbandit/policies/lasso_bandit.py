@@ -18,7 +18,7 @@ import numpy as np
 
 from ..estimators.lasso import lasso_gram
 from ..privacy.ledger import ReleaseRecord
-from ..utils.arrays import ArrayLike, FloatArray
+from ..utils.arrays import ArrayLike, FloatArray, MaybeArray
 from .base import DecisionBatch, Policy, argmax_random_ties
 from .registry import register
 from .types import AtLeastOne, Positive, PositiveInt
@@ -146,13 +146,8 @@ class LassoBandit(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
-        self._state()
         X, y = self._learn_xy(contexts, rewards)
         self._G += X.T @ X
         self._h += X.T @ y

@@ -34,7 +34,7 @@ from ..privacy.contribution import LearnedRounds
 from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseGenerator, NoiseSource
 from ..privacy.statement import PrivacyStatement
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, FloatArray, IntArray, MaybeArray
 from ._argmax import argmax_ties_by_coins
 from .base import DecisionBatch, Policy
 from .registry import register
@@ -542,11 +542,7 @@ class LDPGLB(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), snap.model_version)
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         """Each round's client builds its report; the server absorbs them in round order."""
         self._state()

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..estimators.ucb_model import UCBModel, oful_beta
 from ..privacy.ledger import ReleaseRecord
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, FloatArray, IntArray, MaybeArray
 from ._argmax import argmax_ties_by_coins, take_ids
 from .base import DecisionBatch, Policy
 from .registry import register
@@ -234,13 +234,8 @@ class LinUCB(Policy):
 
     # -- learning ------------------------------------------------------------------------------
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
-        self._state()
         X, y = self._learn_xy(contexts, rewards)
         n = y.size
         if n == 0:

@@ -38,7 +38,7 @@ from scipy.linalg import blas, lapack
 
 from ..estimators.ucb_model import factor_step, oful_beta, sqnorms
 from ..privacy.ledger import ReleaseRecord
-from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, MaybeArray
 from ._arm_slots import ArmSlots
 from .base import DecisionBatch, Policy
 from .linucb import REFACTOR_EVERY, decide_arms
@@ -475,14 +475,9 @@ class LinUCBDisjoint(Policy):
 
     # -- learning ------------------------------------------------------------------------------
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         """Learn the rewards of earlier decisions (by round); the ring remembers their arms."""
-        self._state()
         X, y, rounds = self._learn_rows(contexts, rewards, rounds)
         if y.size == 0:
             return

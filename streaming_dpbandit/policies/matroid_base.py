@@ -39,7 +39,7 @@ import numpy as np
 from ..matroids import Matroid, from_description, greedy_many
 from ..privacy.contribution import RowRefused
 from ..privacy.ledger import ReleaseRecord
-from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray
+from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, MaybeArray
 from ..utils.hashing import hash_ids
 from .slate_base import SlatePolicy
 
@@ -360,11 +360,7 @@ class MatroidPolicy(SlatePolicy):
         return out
 
     def learn(
-        self,
-        slates: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, slates: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         """Per-item rewards (B, K) of the slates of ``rounds`` (increasing, each round once)."""
         self._state()

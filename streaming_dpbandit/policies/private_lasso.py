@@ -58,7 +58,7 @@ from ..privacy.svt import (
 )
 from ..privacy.tree_aggregator import TreeAggregator
 from ..privacy.zcdp import epsilon_from_rho, rho_from_epsilon_delta, rho_pure, rho_sum
-from ..utils.arrays import AnyArray, ArrayLike, BoolArray, FloatArray, IntArray
+from ..utils.arrays import AnyArray, ArrayLike, BoolArray, FloatArray, IntArray, MaybeArray
 from .base import UNBOUNDED, DecisionBatch, Policy, argmax_random_ties
 from .registry import register
 from .types import AtLeastOne, Ge, Gt, NoiseBackend, NonNegative, OpenUnit, Positive, PositiveInt
@@ -662,18 +662,12 @@ class PrivateLASSO(Policy):
         return Xc, yc
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         """Attach clipped records to their slots (duplicates and late records are dropped)."""
-        self._state()
-        X, y, rnd = self._learn_rows(contexts, rewards, rounds)
+        X, y, rnd = self._learn_rows(contexts, rewards, rounds, "slot")
         if rnd.size == 0:
             return
-        self._check_decided(rnd, "slot")
         if not (np.isfinite(X).all() and np.isfinite(y).all()):
             raise ValueError("contexts and rewards must be finite")
         # one record per slot (the sensitivities assume it): a slot learned before, or twice in
@@ -1070,12 +1064,9 @@ class PrivateLASSO(Policy):
     # -- privacy and explanation -------------------------------------------------------------------
     @property
     def privacy(self) -> PrivacyStatement:
-        return PrivacyStatement(
-            model="joint",
-            unit=PRIVACY_UNIT,
-            neighbouring=NEIGHBOURING,
-            epsilon=self.epsilon,
-            delta=self.delta,
+        return self._joint_statement(
+            PRIVACY_UNIT,
+            NEIGHBOURING,
             rho=self.rho,
             calibration="certified",
             scope=(

@@ -36,7 +36,7 @@ from ..privacy.ledger import ReleaseRecord
 from ..privacy.noise import NoiseSource, numpy_stream
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
 from ..privacy.tree_aggregator import TreeAggregator
-from ..utils.arrays import ArrayLike, BoolArray, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, BoolArray, FloatArray, IntArray, MaybeArray
 from .base import DecisionBatch
 from .private_lasso import NEIGHBOURING, PRIVACY_UNIT, PrivateLASSO, clip_rows, random_argmax
 
@@ -355,13 +355,8 @@ class PrivateLASSOPaper(PrivateLASSO):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
-        self._state()
         X, y, rnd = self._learn_rows(contexts, rewards, rounds)
         order = np.argsort(rnd, kind="stable")
         first = self._tree.count + 1
@@ -478,12 +473,9 @@ class PrivateLASSOPaper(PrivateLASSO):
 
     @property
     def privacy(self) -> PrivacyStatement:
-        return PrivacyStatement(
-            model="joint",
-            unit=PRIVACY_UNIT,
-            neighbouring=NEIGHBOURING,
-            epsilon=self.epsilon,
-            delta=self.delta,
+        return self._joint_statement(
+            PRIVACY_UNIT,
+            NEIGHBOURING,
             calibration="paper",
             scope=(
                 "claimed by the paper; NOT valid: the SVT noise has no sensitivity factor, the "

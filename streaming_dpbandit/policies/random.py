@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..utils.arrays import ArrayLike
+from ..utils.arrays import ArrayLike, MaybeArray
 from .base import DecisionBatch, Policy
 from .registry import register
 from .types import PositiveInt
@@ -67,11 +67,7 @@ class RandomPolicy(Policy):
         return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), 0)
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         return None
 

@@ -18,7 +18,7 @@ import abc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..utils.arrays import AnyArray, ArrayLike
+from ..utils.arrays import AnyArray, ArrayLike, MaybeArray
 from .base import BasePolicy
 
 if TYPE_CHECKING:
@@ -49,10 +49,6 @@ class SlatePolicy(BasePolicy):
 
     @abc.abstractmethod
     def learn(
-        self,
-        slates: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, slates: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         """Per-item rewards (B, K) of the slates of ``rounds`` (increasing, each round once)."""

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, FloatArray, IntArray, MaybeArray
 from .base import DecisionBatch, Policy
 from .registry import register
 from .types import PositiveInt
@@ -143,11 +143,7 @@ class TablePolicy(Policy):
         return DecisionBatch(arms, probs[np.arange(B), arms], rounds, np.zeros(B, np.int64), 0)
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
         return None
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..estimators.rowstore import RowStore
 from ..estimators.sparse_lasso import lasso_rows, least_squares_rows
 from ..privacy.ledger import ReleaseRecord
-from ..utils.arrays import ArrayLike, FloatArray, IntArray
+from ..utils.arrays import ArrayLike, FloatArray, IntArray, MaybeArray
 from .base import DecisionBatch, Policy
 from .private_lasso import clip_rows, random_argmax
 from .registry import register
@@ -67,13 +67,8 @@ class ClippedRows(Policy):
         return X, y
 
     def learn(
-        self,
-        contexts: ArrayLike,
-        rewards: ArrayLike,
-        rounds: ArrayLike,
-        ids: ArrayLike | None = None,
+        self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
     ) -> None:
-        self._state()
         X, y, rounds = self._learn_rows(contexts, rewards, rounds)
         X, y = self._clip(X, y)
         self._store.add(rounds, X, y)

@@ -2,7 +2,8 @@
 
 One home for them so that a signature says what it takes: ``FloatArray`` for features, models
 and noise (float64), ``IntArray`` for indices and counts, ``BoolArray`` for masks, ``AnyArray``
-where the dtype genuinely varies (inputs converted with ``np.asarray``). Also
+where the dtype genuinely varies (inputs converted with ``np.asarray``), ``MaybeArray`` for
+an optional one. Also
 :func:`sorted_distinct`, ``np.unique`` without its import of ``numpy.ma`` (hot paths of a
 short simulation, issue 24).
 
@@ -25,8 +26,18 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 AnyArray = npt.NDArray[Any]
 ArrayLike = npt.ArrayLike
+#: An optional array argument (``learn``'s ``ids``).
+MaybeArray = ArrayLike | None
 
-__all__ = ["AnyArray", "ArrayLike", "BoolArray", "FloatArray", "IntArray", "sorted_distinct"]
+__all__ = [
+    "AnyArray",
+    "ArrayLike",
+    "BoolArray",
+    "FloatArray",
+    "IntArray",
+    "MaybeArray",
+    "sorted_distinct",
+]
 
 
 def sorted_distinct(a: AnyArray) -> AnyArray:
