@@ -40,6 +40,13 @@ def _check(name: str, v, low: int = 1) -> None:
         raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
 
+def _random_regret(env: Environment, seed: int, n: int) -> float:
+    """E[max_a μ_a − μ_random] by Monte Carlo over ``n`` rounds (fixed seed)."""
+    X = env.contexts(np.random.default_rng([seed, 5]), n)
+    mu = env.mean_rewards(X)
+    return float((mu.max(axis=1) - mu.mean(axis=1)).mean())
+
+
 class LDPSingleParamEnv(Environment):
     """E1: K unit-sphere segments per round, one unit θ*, noise-free linear rewards.
 
@@ -102,9 +109,7 @@ class LDPSingleParamEnv(Environment):
 
     def random_regret_per_round(self) -> float:
         """E[max_a μ_a − μ_random] by Monte Carlo over 10⁶ rounds (fixed seed)."""
-        X = self.contexts(np.random.default_rng([self.theta_seed, 5]), 1_000_000)
-        mu = self.mean_rewards(X)
-        return float((mu.max(axis=1) - mu.mean(axis=1)).mean())
+        return _random_regret(self, self.theta_seed, 1_000_000)
 
     def describe(self) -> dict:
         return {
@@ -177,9 +182,7 @@ class LDPMultiParamEnv(Environment):
         return self.noise_sd * rng.standard_normal((n, self.K))
 
     def random_regret_per_round(self) -> float:
-        X = self.contexts(np.random.default_rng([self.theta_seed, 5]), 200_000)
-        mu = self.mean_rewards(X)
-        return float((mu.max(axis=1) - mu.mean(axis=1)).mean())
+        return _random_regret(self, self.theta_seed, 200_000)
 
     def describe(self) -> dict:
         return {

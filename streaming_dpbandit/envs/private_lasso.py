@@ -67,11 +67,20 @@ class _SparseLinearEnv(Environment):
     """Shared machinery: θ, the base feature draws, bounds and rewards."""
 
     m0 = 3
-    # set by the subclasses' constructors
     base: str
     s0: int
     sigma: float
     theta_seed: int
+
+    def _keep(self, d: int, base: str, s0: int, K: int, sigma: float, theta_seed: int) -> None:
+        """Store the shared parameters (the subclasses' constructors) and check them."""
+        self.d = d
+        self.base = base
+        self.s0 = s0
+        self.K = K
+        self.sigma = sigma
+        self.theta_seed = theta_seed
+        self._validate()
 
     def public_bounds(self) -> dict[str, float]:
         raise NotImplementedError
@@ -231,13 +240,7 @@ class MarginEnv(_SparseLinearEnv):
         sigma: float = 0.1,
         theta_seed: int = THETA_SEED,
     ):
-        self.d = d
-        self.base = base
-        self.s0 = s0
-        self.K = K
-        self.sigma = sigma
-        self.theta_seed = theta_seed
-        self._validate()
+        self._keep(d, base, s0, K, sigma, theta_seed)
 
     def contexts(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self._base(rng, n * self.K).reshape(n, self.K, self.d)
@@ -330,14 +333,8 @@ class NoMarginEnv(_SparseLinearEnv):
         kappa_min: float = 1e-4,
         theta_seed: int = THETA_SEED,
     ):
-        self.d = d
-        self.base = base
-        self.s0 = s0
-        self.K = K
-        self.sigma = sigma
         self.kappa_min = kappa_min
-        self.theta_seed = theta_seed
-        self._validate()
+        self._keep(d, base, s0, K, sigma, theta_seed)
         if K != 2:
             raise ValueError("Env-NM has exactly K = 2 arms")
         if not 0 < kappa_min < 1:

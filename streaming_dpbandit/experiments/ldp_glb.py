@@ -45,7 +45,7 @@ from ..envs.ldp_glb import LDPMultiParamEnv, LDPSingleParamEnv
 from ..ldp.model import AUTHORS_CODE_LABEL
 from .fliphat import TargetCheck, checks_table
 from .report import format_table
-from .runner import RunSpec, SimulationResult, make_grid, run_repetition
+from .runner import RunSpec, SimulationResult, assemble_result, make_grid, run_repetition
 
 __all__ = [
     "FULL",
@@ -276,26 +276,8 @@ def run_cell(
                 results[rep] = out
                 if progress:
                     progress(1)
-    from ..privacy.ledger import ReleaseRecord
-
-    curves = {s.key: np.vstack([results[r][s.key]["curve"] for r in range(seeds)]) for s in specs}
-    finals = {s.key: np.array([results[r][s.key]["final"] for r in range(seeds)]) for s in specs}
-    records = {
-        s.key: [ReleaseRecord.from_dict(x) for x in results[0][s.key]["records"]] for s in specs
-    }
-    counters = {s.key: results[0][s.key]["counters"] for s in specs}
-    env0 = env_factory(base_seed)
-    return SimulationResult(
-        env=env0.describe(),
-        specs=specs,
-        grid=grid,
-        curves=curves,
-        finals=finals,
-        records=records,
-        counters=counters,
-        seeds=seeds,
-        base_seed=base_seed,
-        elapsed_s=time.perf_counter() - start,
+    return assemble_result(
+        env_factory(base_seed).describe(), specs, grid, results, seeds, base_seed, start
     )
 
 

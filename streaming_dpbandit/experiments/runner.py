@@ -446,21 +446,42 @@ def simulate(
             th.join()
     if bar is not None:
         bar.close()
+    return assemble_result(env.describe(), specs, grid, results, seeds, base_seed, start, True)
+
+
+def assemble_result(
+    env: dict,
+    specs: list[RunSpec],
+    grid: np.ndarray,
+    results: dict[int, dict],
+    seeds: int,
+    base_seed: int,
+    start: float,
+    by_rep: bool = False,
+) -> SimulationResult:
+    """The result of ``seeds`` repetitions (``results[r][key]``: repetition r's
+    ``curve``, ``final``, ``records`` and ``counters``): the curves and finals of every
+    repetition, the records and counters of the first (``by_rep``: of every one too)."""
     curves = {s.key: np.vstack([results[r][s.key]["curve"] for r in range(seeds)]) for s in specs}
     finals = {s.key: np.array([results[r][s.key]["final"] for r in range(seeds)]) for s in specs}
     records = {
         s.key: [ReleaseRecord.from_dict(d) for d in results[0][s.key]["records"]] for s in specs
     }
     counters = {s.key: results[0][s.key]["counters"] for s in specs}
-    records_by_rep = {
-        s.key: [
-            [ReleaseRecord.from_dict(d) for d in results[r][s.key]["records"]] for r in range(seeds)
-        ]
-        for s in specs
-    }
-    counters_by_rep = {s.key: [results[r][s.key]["counters"] for r in range(seeds)] for s in specs}
+    records_by_rep = counters_by_rep = None
+    if by_rep:
+        records_by_rep = {
+            s.key: [
+                [ReleaseRecord.from_dict(d) for d in results[r][s.key]["records"]]
+                for r in range(seeds)
+            ]
+            for s in specs
+        }
+        counters_by_rep = {
+            s.key: [results[r][s.key]["counters"] for r in range(seeds)] for s in specs
+        }
     return SimulationResult(
-        env=env.describe(),
+        env=env,
         specs=specs,
         grid=grid,
         curves=curves,

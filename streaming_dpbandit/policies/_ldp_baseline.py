@@ -193,10 +193,6 @@ class LDPBaseline(Policy):
         ]
 
     @property
-    def model_version(self) -> int:
-        return self._state()._version
-
-    @property
     def privacy(self) -> PrivacyStatement:
         return PrivacyStatement(
             model="local",

@@ -185,6 +185,9 @@ class BasePolicy(Base, abc.ABC):
     #: Otherwise the next update reads every row learned before it, and the caller feeds rows
     #: in round order (see ``stream/bandit.py``, ``feedback_lag_rounds``).
     routes_rows_by_round: bool = False
+    #: What a private policy protects (its statement's unit and neighbouring relation).
+    privacy_unit: str = "n/a"
+    neighbouring: str = "n/a"
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -328,7 +331,14 @@ class BasePolicy(Base, abc.ABC):
 
     @property
     def model_version(self) -> int:
-        return 0
+        """The version of the model in force (``_version``; 0 before the first update)."""
+        self._build_state()
+        return int(getattr(self, "_version", 0))
+
+    def _build_state(self) -> None:
+        init = getattr(self, "_state", None)  # the policy's lazily built state, if it has one
+        if init is not None:
+            init()
 
     @property
     def privacy(self) -> PrivacyStatement:
@@ -342,10 +352,10 @@ class BasePolicy(Base, abc.ABC):
             scope="This policy is a non-private baseline: it gives no privacy guarantee.",
         )
 
-    def _joint_statement(self, unit: str, neighbouring: str, **kw: Any) -> PrivacyStatement:
-        """A joint-DP statement at the policy's own (``epsilon``, ``delta``)."""
+    def _joint_statement(self, **kw: Any) -> PrivacyStatement:
+        """A joint-DP statement of :attr:`privacy_unit` at the policy's (``epsilon``, ``delta``)."""
         eps, delta = getattr(self, "epsilon", None), getattr(self, "delta", None)
-        return PrivacyStatement("joint", unit, neighbouring, eps, delta, **kw)
+        return PrivacyStatement("joint", self.privacy_unit, self.neighbouring, eps, delta, **kw)
 
     def explain(self, horizon: int | None = None) -> dict[str, Any]:
         return {"policy": self.name, "private": self.private, "params": self.public_params()}
@@ -538,6 +548,12 @@ class Policy(BasePolicy):
         ids = rounds if event_ids is None else event_ids
         return uniform_coins(self._coin_key(), np.asarray(ids))
 
+    def _refitted(self) -> list[ReleaseRecord]:
+        """The end of a refit without a private release: the model version advances, nothing
+        is released (no ledger record)."""
+        self._version: int = getattr(self, "_version", 0) + 1
+        return []
+
     def _decide_batch(self, X: ArrayLike) -> tuple[FloatArray, IntArray]:
         """``decide``'s first step: the state built, ``X`` checked (:meth:`_check_batch`) and
         the rounds of the batch (t + 1 … t + B)."""
@@ -545,11 +561,6 @@ class Policy(BasePolicy):
         X = self._check_batch(X, getattr(self, "d", None))
         t = self.t
         return X, np.arange(t + 1, t + X.shape[0] + 1, dtype=np.int64)
-
-    def _build_state(self) -> None:
-        init = getattr(self, "_state", None)  # the policy's lazily built state, if it has one
-        if init is not None:
-            init()
 
     def _check_batch(self, X: ArrayLike, d: int | None) -> FloatArray:
         X = np.asarray(X, dtype=np.float64)

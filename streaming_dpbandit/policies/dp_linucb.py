@@ -90,6 +90,19 @@ NEIGHBOURING = (
 )
 
 
+def _calibration_fields(cal: GramCalibration) -> dict[str, Any]:
+    """A release record's fields that state its calibration."""
+    return {
+        "calibration": cal.calibration,
+        "formula": cal.formula,
+        "dp_valid": cal.dp_valid,
+        "epsilon": cal.epsilon,
+        "delta": cal.delta,
+        "rho": cal.rho_spent,
+        "accounting": [dict(c) for c in cal.accounting],
+    }
+
+
 @register
 class DPLinUCB(Policy):
     """Jointly differentially private LinUCB (tree or factorisation aggregation).
@@ -180,6 +193,8 @@ class DPLinUCB(Policy):
     """
 
     name = "dp-linucb"
+    privacy_unit = PRIVACY_UNIT
+    neighbouring = NEIGHBOURING
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -374,10 +389,6 @@ class DPLinUCB(Policy):
 
     # -- public views ------------------------------------------------------------------------------
     @property
-    def model_version(self) -> int:
-        return self._state()._version
-
-    @property
     def epoch(self) -> int:
         return self._state()._agg.epoch
 
@@ -508,13 +519,7 @@ class DPLinUCB(Policy):
         return ReleaseRecord(
             release_id=f"{self.bandit_id}/dp-linucb/{cal.tree_impl}/epoch={e}",
             mechanism=f"{cal.tree_impl.replace('binary', 'binary-tree')}/{cal.mechanism}",
-            calibration=cal.calibration,
-            formula=cal.formula,
-            dp_valid=cal.dp_valid,
-            epsilon=cal.epsilon,
-            delta=cal.delta,
-            rho=cal.rho_spent,
-            accounting=[dict(c) for c in cal.accounting],
+            **_calibration_fields(cal),
             data_slice=f"tree-epoch:{e}",
             composition="parallel",
             params=params,
@@ -670,8 +675,6 @@ class DPLinUCB(Policy):
         if self.calibration == "zcdp":
             caveats.append(f"zCDP (Bun–Steinke 2016), ρ* = {cal.rho_spent:.6g}.")
         return self._joint_statement(
-            PRIVACY_UNIT,
-            NEIGHBOURING,
             calibration=self.calibration,
             rho=cal.rho_spent,
             scope=scope,
@@ -746,13 +749,7 @@ class DPLinUCB(Policy):
             release_id="explain",
             bandit_id=self.bandit_id,
             mechanism=cal.mechanism,
-            calibration=cal.calibration,
-            formula=cal.formula,
-            dp_valid=cal.dp_valid,
-            epsilon=cal.epsilon,
-            delta=cal.delta,
-            rho=cal.rho_spent,
-            accounting=[dict(c) for c in cal.accounting],
+            **_calibration_fields(cal),
         )
 
     # -- persistence -------------------------------------------------------------------------------

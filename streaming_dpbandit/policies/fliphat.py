@@ -245,6 +245,8 @@ class FLIPHAT(Policy):
     """
 
     name = "fliphat"
+    privacy_unit = PRIVACY_UNIT
+    neighbouring = NEIGHBOURING
     #: issue 35 added the warm start, on by default for standardised contexts: a state written
     #: before it resumes only with ``warm_start: false`` (and the old default ``eta: 1e-4``)
     config_before_added: ClassVar[Mapping[str, Any]] = {
@@ -1036,8 +1038,6 @@ class FLIPHAT(Policy):
     @property
     def privacy(self) -> PrivacyStatement:
         return self._joint_statement(
-            PRIVACY_UNIT,
-            NEIGHBOURING,
             calibration=self.calibration,
             noise_backend=self.noise_backend_in_force,
             scope=(

@@ -102,10 +102,6 @@ class LassoBandit(Policy):
     def coefficients(self) -> FloatArray:
         return self._state()._w.copy()
 
-    @property
-    def model_version(self) -> int:
-        return self._state()._version
-
     def refit_due(self) -> bool:
         self._state()
         return self._t >= self._next_refit
@@ -129,8 +125,7 @@ class LassoBandit(Policy):
             lam = 2.0 * self.lambda0 * math.sqrt((4.0 * math.log(t) + 2.0 * math.log(self.d)) / t)
             self._w = lasso_gram(self._G, self._h, self._yty, t, lam, self.tol, self.max_iter)
         self._next_refit += self.refit_every
-        self._version += 1
-        return []
+        return self._refitted()
 
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None

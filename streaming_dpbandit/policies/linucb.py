@@ -185,10 +185,6 @@ class LinUCB(Policy):
             self._width = float(self.beta)
 
     @property
-    def model_version(self) -> int:
-        return self._state()._version
-
-    @property
     def coefficients(self) -> FloatArray:
         """θ̂ of the model in force."""
         return self._state()._model.theta.copy()
@@ -216,8 +212,7 @@ class LinUCB(Policy):
             return []
         self._refresh()
         self._since = 0
-        self._version += 1
-        return []
+        return self._refitted()
 
     # -- deciding ------------------------------------------------------------------------------
     def decide(

@@ -300,10 +300,6 @@ class LinUCBDisjoint(Policy):
             wid[:] = self._wid[at]
 
     @property
-    def model_version(self) -> int:
-        return self._state()._version
-
-    @property
     def arm_ids(self) -> list[Hashable]:
         """Ids of the arms whose models are kept (at most ``max_arms``)."""
         return list(self._state()._slots.slot)

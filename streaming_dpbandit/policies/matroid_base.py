@@ -237,10 +237,6 @@ class MatroidPolicy(SlatePolicy):
         return self.structure.n_items
 
     @property
-    def model_version(self) -> int:
-        return self._state()._version
-
-    @property
     def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
@@ -402,6 +398,11 @@ class MatroidPolicy(SlatePolicy):
         self._counters["rows_learned"] += B
 
     # -- persistence ---------------------------------------------------------------------------
+    def public_params(self) -> dict[str, Any]:
+        p = super().public_params()
+        p["matroid"] = self.structure.describe()
+        return p
+
     def _params_state(self) -> dict[str, Any]:
         params = self._get_params()
         params["matroid"] = self.structure.describe()

@@ -45,11 +45,6 @@ class _CumulativeMatroidPolicy(MatroidPolicy):
             self._refresh()
         return []
 
-    def public_params(self) -> dict[str, Any]:
-        p = super().public_params()
-        p["matroid"] = self.structure.describe()
-        return p
-
     def state_dict(self) -> dict[str, Any]:
         out = self._base_state()
         out.update({"N": self._N.copy(), "S": self._S.copy(), "fresh": self._fresh})

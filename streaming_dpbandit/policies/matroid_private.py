@@ -390,11 +390,6 @@ class PrivateMatroidPolicy(MatroidPolicy):
             **({"label": PAPER_MATROID_LABEL} if self.calibration == "paper" else {}),
         }
 
-    def public_params(self) -> dict[str, Any]:
-        p = super().public_params()
-        p["matroid"] = self.structure.describe()
-        return p
-
     # -- persistence -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         out = self._base_state()

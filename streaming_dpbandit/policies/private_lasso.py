@@ -203,6 +203,8 @@ class PrivateLASSO(Policy):
     """
 
     name = "private-lasso"
+    privacy_unit = PRIVACY_UNIT
+    neighbouring = NEIGHBOURING
 
     @classmethod
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
@@ -564,10 +566,6 @@ class PrivateLASSO(Policy):
         return self
 
     @property
-    def model_version(self) -> int:
-        return self._state()._version
-
-    @property
     def counters(self) -> dict[str, Any]:
         return dict(self._state()._counters)
 
@@ -626,7 +624,11 @@ class PrivateLASSO(Policy):
             scores = np.where(np.asarray(mask, dtype=bool), scores, -np.inf)
         arms, prop = random_argmax(scores, self._coins(rounds, event_ids))
         self._t += B
-        return DecisionBatch(arms, prop, rounds, self._episode_of(rounds), self._version)
+        return DecisionBatch(arms, prop, rounds, self._decided_episodes(rounds), self._version)
+
+    def _decided_episodes(self, rounds: IntArray) -> IntArray:
+        """The episode a decision reports for each of ``rounds`` (its block)."""
+        return self._episode_of(rounds)
 
     def contribution_windows(self, rounds: ArrayLike) -> IntArray:
         """Forgetful: a slot enters exactly its block's release (boundary ℓ reads only
@@ -1065,8 +1067,6 @@ class PrivateLASSO(Policy):
     @property
     def privacy(self) -> PrivacyStatement:
         return self._joint_statement(
-            PRIVACY_UNIT,
-            NEIGHBOURING,
             rho=self.rho,
             calibration="certified",
             scope=(

@@ -37,8 +37,7 @@ from ..privacy.noise import NoiseSource, numpy_stream
 from ..privacy.statement import PAPER_LABEL, PrivacyStatement
 from ..privacy.tree_aggregator import TreeAggregator
 from ..utils.arrays import ArrayLike, BoolArray, FloatArray, IntArray, MaybeArray
-from .base import DecisionBatch
-from .private_lasso import NEIGHBOURING, PRIVACY_UNIT, PrivateLASSO, clip_rows, random_argmax
+from .private_lasso import NEIGHBOURING, PRIVACY_UNIT, PrivateLASSO
 
 __all__ = [
     "PaperConstants",
@@ -338,21 +337,8 @@ class PrivateLASSOPaper(PrivateLASSO):
     def max_decide_batch(self) -> int:
         return 0 if self.refit_due() else 1
 
-    def decide(
-        self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None
-    ) -> DecisionBatch:
-        X, rounds = self._decide_batch(X)
-        B, K, _ = X.shape
-        if self._S.size:
-            Xc, _, _ = clip_rows(X, self.clip_coord, self._bx)
-            scores = Xc[:, :, self._S] @ self._theta
-        else:
-            scores = np.zeros((B, K))
-        if mask is not None:
-            scores = np.where(np.asarray(mask, dtype=bool), scores, -np.inf)
-        arms, prop = random_argmax(scores, self._coins(rounds, event_ids))
-        self._t += B
-        return DecisionBatch(arms, prop, rounds, np.zeros(B, dtype=np.int64), self._version)
+    def _decided_episodes(self, rounds: IntArray) -> IntArray:
+        return np.zeros(rounds.size, dtype=np.int64)  # the paper's one run: episode 0
 
     def learn(
         self, contexts: ArrayLike, rewards: ArrayLike, rounds: ArrayLike, ids: MaybeArray = None
@@ -474,8 +460,6 @@ class PrivateLASSOPaper(PrivateLASSO):
     @property
     def privacy(self) -> PrivacyStatement:
         return self._joint_statement(
-            PRIVACY_UNIT,
-            NEIGHBOURING,
             calibration="paper",
             scope=(
                 "claimed by the paper; NOT valid: the SVT noise has no sensitivity factor, the "

@@ -130,8 +130,7 @@ class SALassoBandit(ClippedRows, LassoBandit):
         _, Z, y = self._store.matrix()
         self._w = lasso_rows(Z, y, self.lambda_n(y.size), w0=self._w, tol=self.tol)
         self._next_refit += self.refit_every
-        self._version += 1
-        return []
+        return self._refitted()
 
     def state_dict(self) -> dict[str, Any]:
         self._state()

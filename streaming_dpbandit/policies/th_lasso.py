@@ -165,10 +165,6 @@ class THLassoBandit(ClippedRows):
         self._state()
         return self._S.copy(), self._beta.copy()
 
-    @property
-    def model_version(self) -> int:
-        return self._state()._version
-
     def lambda_n(self, n: int) -> float:
         """λ = λ0·√(2 ln n ln d / n).
 
@@ -205,8 +201,7 @@ class THLassoBandit(ClippedRows):
         self._S = S
         self._beta = least_squares_rows(Z, y, S)[S]
         self._fitted_n = n
-        self._version += 1
-        return []
+        return self._refitted()
 
     def decide(
         self, X: ArrayLike, event_ids: ArrayLike | None = None, mask: ArrayLike | None = None

@@ -36,6 +36,7 @@ __all__ = [
     "LedgerConflictError",
     "LedgerCorruptError",
     "ReleaseRecord",
+    "already_recorded",
     "read_ledger",
 ]
 
@@ -49,6 +50,19 @@ class LedgerCorruptError(RuntimeError):
 
 class LedgerConflictError(RuntimeError):
     """A release id was appended twice with different content (a re-drawn release)."""
+
+
+def already_recorded(existing: ReleaseRecord | None, record: ReleaseRecord) -> bool:
+    """True if ``existing`` (the ledger's record of ``record``'s id, or None) is ``record``
+    itself; :class:`LedgerConflictError` if it differs: a release is never re-drawn."""
+    if existing is None:
+        return False
+    if existing.content_digest() == record.content_digest():
+        return True
+    raise LedgerConflictError(
+        f"release {record.release_id!r} is already in the ledger with different content; "
+        "refusing to record a re-drawn release"
+    )
 
 
 _SECOND: list[Any] = [None, ""]  # [whole UTC second, its ISO text]: one strftime per second
@@ -327,14 +341,8 @@ class Ledger:
     def append(self, record: ReleaseRecord) -> bool:
         """Durably append ``record``; return False if an identical record was already there."""
         fd = self._require_open()
-        existing = self.get(record.release_id)
-        if existing is not None:
-            if existing.content_digest() == record.content_digest():
-                return False
-            raise LedgerConflictError(
-                f"release {record.release_id!r} is already in the ledger with different content; "
-                "refusing to record a re-drawn release"
-            )
+        if already_recorded(self.get(record.release_id), record):
+            return False
         seq = len(self._entries)
         prev = self._entries[-1][1] if self._entries else _GENESIS
         data = record.to_dict()

@@ -40,7 +40,7 @@ class PolicySpec:
     Attributes
     ----------
     key
-        Unique label (e.g. ``"fliphat ε=1"``).
+        Unique label of its estimates (e.g. ``"fliphat ε=1"``).
     policy
         Registry name.
     params

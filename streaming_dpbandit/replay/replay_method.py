@@ -247,15 +247,12 @@ class ReplayMethod:
         boot = None
         if self.bootstrap:
             boot = self._boot.interval(self.level, self.bootstrap, np.random.default_rng(self.seed))
-        return Estimate(
-            estimator=self.name,
-            value=est["value"],
-            se=est["se"],
-            ci_normal=tuple(est["ci"]),
-            ci_bootstrap=boot,
-            n=est["n"],
-            level=self.level,
-            per_position=self._moments.per_position(self.level),
+        return Estimate.from_moments(
+            self.name,
+            est,
+            boot,
+            self.level,
+            self._moments.per_position(self.level),
             diagnostics={
                 "events": self.events,
                 "matched": self.matched,

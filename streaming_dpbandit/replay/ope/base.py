@@ -82,6 +82,22 @@ class Estimate:
     label: str | None = None
     curve: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def from_moments(
+        cls,
+        estimator: str,
+        est: dict[str, Any],
+        boot: tuple[float, float] | None,
+        level: float,
+        per_position: list[dict[str, Any]],
+        **rest: Any,
+    ) -> Estimate:
+        """The estimate of a moments summary ``est`` (``value``, ``se``, ``ci``, ``n``)."""
+        ci = tuple(est["ci"])
+        return cls(
+            estimator, est["value"], est["se"], ci, boot, est["n"], level, per_position, **rest
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["ci_normal"] = list(self.ci_normal)
@@ -256,19 +272,12 @@ class OffPolicyEstimator:
         if self.bootstrap:
             rng = np.random.default_rng(self.seed)
             boot = self._boot.interval(self.level, self.bootstrap, rng)
-        return Estimate(
-            estimator=self.name,
-            value=est["value"],
-            se=est["se"],
-            ci_normal=tuple(est["ci"]),
-            ci_bootstrap=boot,
-            n=est["n"],
-            level=self.level,
-            per_position=self._moments.per_position(self.level),
-            diagnostics=self._diagnostics(),
-            label=self.label,
-            curve=self._curve.to_dict(),
-        )
+        diagnostics = self._diagnostics()
+        per_position = self._moments.per_position(self.level)
+        return Estimate.from_moments(
+            self.name, est, boot, self.level, per_position, diagnostics=diagnostics,
+            label=self.label, curve=self._curve.to_dict(),
+        )  # fmt: skip
 
     def _diagnostics(self) -> dict[str, Any]:
         out: dict[str, Any] = {"nonzero_terms": self._nonzero}

@@ -433,15 +433,7 @@ def _tell(raw: Any, fh: Any, total: int) -> int:  # binary/gzip file objects, du
 
 class ParquetReader(_TabularReader):
     """A Parquet log, streamed by row batches (needs the optional ``pyarrow``:
-    ``pip install 'streaming_dpbandit[parquet]'``).
-
-    Parameters
-    ----------
-    path
-        The file.
-    mapping
-        A :class:`ColumnMapping` or its ``KEY=VALUE`` items as a dict.
-    """
+    ``pip install 'streaming_dpbandit[parquet]'``); its parameters are :class:`CsvReader`'s."""
 
     format = "parquet"
 

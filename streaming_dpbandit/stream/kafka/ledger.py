@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ...privacy.ledger import LedgerConflictError, ReleaseRecord
+from ...privacy.ledger import ReleaseRecord, already_recorded
 from .compacted import CompactedTopicClient
 
 __all__ = ["KafkaLedger"]
@@ -62,14 +62,8 @@ class KafkaLedger(CompactedTopicClient):
 
     def append(self, record: ReleaseRecord, send=None) -> bool:
         """Append ``record`` with ``send`` (default: the ledger's); False if already there."""
-        existing = self.get(record.release_id)
-        if existing is not None:
-            if existing.content_digest() == record.content_digest():
-                return False
-            raise LedgerConflictError(
-                f"release {record.release_id!r} is already in the ledger with different content; "
-                "refusing to record a re-drawn release"
-            )
+        if already_recorded(self.get(record.release_id), record):
+            return False
         send = send or self.send
         if send is None:
             raise RuntimeError("KafkaLedger.append needs a producer (send=...)")
