@@ -66,6 +66,7 @@ import numpy as np
 from ..estimators.niht import NIHT, niht_sensitivity
 from ..policies.dp_linucb import DPLinUCB
 from ..policies.fliphat import FLIPHAT
+from ..policies.types import NoiseBackend
 from ..privacy.audit import AuditResult, audit
 from ..privacy.blt import BLTAggregator, blt_coefficients, blt_inverse
 from ..privacy.factorization import sqrt_toeplitz_coefficients
@@ -120,14 +121,8 @@ def audit_laplace(
     def sampler(which, k, rng):
         return stream(rng).laplace(np.full(k, which * mech.sensitivity), scale, k)
 
-    return audit(
-        sampler,
-        1.0,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"laplace ε=1 (noise ×{multiplier:g}, {backend})",
-    )
+    name = f"laplace ε=1 (noise ×{multiplier:g}, {backend})"
+    return audit(sampler, 1.0, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def audit_gaussian(
@@ -141,14 +136,8 @@ def audit_gaussian(
     def sampler(which, k, rng):
         return stream(rng).normal(np.full(k, float(which)), sigma, k)
 
-    return audit(
-        sampler,
-        1.0,
-        1e-2,
-        n,
-        np.random.default_rng(seed),
-        name=f"gaussian ε=1 δ=1e-2 (noise ×{multiplier:g}, {backend})",
-    )
+    name = f"gaussian ε=1 δ=1e-2 (noise ×{multiplier:g}, {backend})"
+    return audit(sampler, 1.0, 1e-2, n, np.random.default_rng(seed), name=name)
 
 
 def _values_llr(values: np.ndarray, m0: np.ndarray, m1: np.ndarray, scale: float) -> np.ndarray:
@@ -191,15 +180,11 @@ def audit_peeling(
         eps, dl = s * lam / nominal.scale, 0.0
     else:
         eps, dl = epsilon, delta
-    return audit(
-        sampler,
-        eps,
-        dl,
-        n,
-        np.random.default_rng(seed),
-        name=f"peeling {claim} {accountant} s={s} ε={epsilon:g} δ={delta:g} "
-        f"(noise ×{multiplier:g}, {backend})",
+    name = (
+        f"peeling {claim} {accountant} s={s} ε={epsilon:g} δ={delta:g} "
+        f"(noise ×{multiplier:g}, {backend})"
     )
+    return audit(sampler, eps, dl, n, np.random.default_rng(seed), name=name)
 
 
 def niht_pair(d: int, s: int, n_rows: int, x_max: float, R: float):
@@ -282,19 +267,23 @@ def audit_niht(
         pol.decide(np.zeros((n_rows, 2, d)))
         pol.learn(rows[which], rows[2], np.arange(1, n_rows + 1))
         accs.append(pol._acc[0])
-    est = NIHT(
-        s=s,
-        epsilon=epsilon,
-        delta=delta,
-        eta=eta,
-        l1_radius=1e9,
-        x_max=x_max,
-        b_max=b_max,
-        calibration=calibration,
-        scale_multiplier=multiplier,
-        grad_clip=grad_clip,
-        accountant=accountant,
-    )
+
+    def niht(multiplier: float = 1.0) -> NIHT:  # the audited fit (nominal: multiplier 1)
+        return NIHT(
+            s=s,
+            epsilon=epsilon,
+            delta=delta,
+            eta=eta,
+            l1_radius=1e9,
+            x_max=x_max,
+            b_max=b_max,
+            calibration=calibration,
+            scale_multiplier=multiplier,
+            grad_clip=grad_clip,
+            accountant=accountant,
+        )
+
+    est = niht(multiplier)
     lam0 = niht_sensitivity(
         0,
         "certified",
@@ -305,18 +294,7 @@ def audit_niht(
         l1_radius=1e9,
         grad_clip=grad_clip,
     )
-    nominal = NIHT(
-        s=s,
-        epsilon=epsilon,
-        delta=delta,
-        eta=eta,
-        l1_radius=1e9,
-        x_max=x_max,
-        b_max=b_max,
-        calibration=calibration,
-        grad_clip=grad_clip,
-        accountant=accountant,
-    ).calibrate(n_rows, R, 1)[0]
+    nominal = niht().calibrate(n_rows, R, 1)[0]
     m0 = (2 * eta / n_rows) * accs[0].h
     m1 = (2 * eta / n_rows) * accs[1].h
     shift = np.abs(m1 - m0)
@@ -374,6 +352,33 @@ def node_loss_sampler(sampler, m0: np.ndarray, m1: np.ndarray, w: np.ndarray):
     return sampler_fn
 
 
+def _linucb(
+    tree_impl: Literal["binary", "sqrt_toeplitz", "blt"],
+    multiplier: float,
+    calibration: Literal["certified", "paper", "zcdp", "authors_code_2018"],
+    epsilon: float,
+    delta: float,
+    d: int,
+    n_cap: int,
+    n_steps: int | None = None,
+    backend: NoiseBackend = "auto",
+) -> DPLinUCB:
+    """DP-LinUCB as the tree audits build it (seed 0, its noise × ``multiplier``; ``backend``
+    "fast": the fast backend's audit, the secure one's is testing/secure_audit_helpers)."""
+    return DPLinUCB(
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        n_cap=n_cap,
+        calibration=calibration,
+        tree_impl=tree_impl,
+        n_steps=n_steps,
+        seed=0,
+        noise_scale_multiplier=multiplier,
+        noise_backend=backend,
+    )
+
+
 def audit_gram_tree(
     multiplier: float = 1.0,
     calibration: Literal["certified", "paper", "zcdp", "authors_code_2018"] = "certified",
@@ -393,17 +398,7 @@ def audit_gram_tree(
     sums = []
     sampler = None
     for y in (y0, y1):
-        pol = DPLinUCB(
-            d=d,
-            epsilon=epsilon,
-            delta=delta,
-            n_cap=n_cap,
-            calibration=calibration,
-            tree_impl="binary",
-            seed=0,
-            noise_scale_multiplier=multiplier,
-            noise_backend="fast",  # the fast backend's audit (secure: testing/secure_audit_helpers)
-        )
+        pol = _linucb("binary", multiplier, calibration, epsilon, delta, d, n_cap, backend="fast")
         pol.refit()
         tree = pol._agg.aggregator
         sampler = tree.sampler
@@ -426,14 +421,17 @@ def audit_gram_tree(
     m = diff.shape[0]
     assert m == cal.m
 
+    name = (
+        f"dp-linucb tree gaussian {calibration} ε={epsilon:g} δ={delta:g} "
+        f"m={m} (noise ×{multiplier:g})"
+    )
     return audit(
         node_loss_sampler(sampler, m0, m1, w),
         epsilon,
         delta,
         n,
         np.random.default_rng(seed),
-        name=f"dp-linucb tree gaussian {calibration} ε={epsilon:g} δ={delta:g} "
-        f"m={m} (noise ×{multiplier:g})",
+        name=name,
     )
 
 
@@ -449,17 +447,7 @@ def audit_factorisation(
 ) -> AuditResult:
     """The square-root factorisation's T releases, row 1 differing (the longest column of C)."""
     X, y0, y1 = gram_pair(d, n_rows=1)
-    pol = DPLinUCB(
-        d=d,
-        epsilon=epsilon,
-        delta=delta,
-        n_cap=steps,
-        calibration=calibration,
-        tree_impl="sqrt_toeplitz",
-        n_steps=steps,
-        seed=0,
-        noise_scale_multiplier=multiplier,
-    )
+    pol = _linucb("sqrt_toeplitz", multiplier, calibration, epsilon, delta, d, steps, steps)
     agg = pol._state()._agg.aggregator
     sampler = agg.sampler
     pk = packing(d + 1)
@@ -481,15 +469,11 @@ def audit_factorisation(
         obs = np.matmul(Binv, R - prefix1)  # B⁻¹(R − A x′) = C(x − x′) + z
         return (obs * cdiff * w).sum(axis=(1, 2))
 
-    return audit(
-        sampler_fn,
-        epsilon,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"dp-linucb sqrt-toeplitz {calibration} ε={epsilon:g} δ={delta:g} "
-        f"T={steps} (noise ×{multiplier:g})",
+    name = (
+        f"dp-linucb sqrt-toeplitz {calibration} ε={epsilon:g} δ={delta:g} "
+        f"T={steps} (noise ×{multiplier:g})"
     )
+    return audit(sampler_fn, epsilon, delta, n, np.random.default_rng(seed), name=name)
 
 
 def audit_blt(
@@ -510,16 +494,7 @@ def audit_blt(
     (buffers θ̂, ω̂), chunked, projected on the pair's difference only after C is applied.
     """
     X, y0, y1 = gram_pair(d, n_rows=1)
-    pol = DPLinUCB(
-        d=d,
-        epsilon=epsilon,
-        delta=delta,
-        n_cap=n_cap,
-        calibration=calibration,
-        tree_impl="blt",
-        seed=0,
-        noise_scale_multiplier=multiplier,
-    )
+    pol = _linucb("blt", multiplier, calibration, epsilon, delta, d, n_cap)
     agg = pol._state()._agg.aggregator
     assert isinstance(agg, BLTAggregator)  # tree_impl="blt"
     sampler = agg.sampler
@@ -557,15 +532,11 @@ def audit_blt(
             out[lo : lo + m] = score
         return out
 
-    return audit(
-        sampler_fn,
-        epsilon,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"dp-linucb blt {calibration} ε={epsilon:g} δ={delta:g} "
-        f"T={agg.n_steps} audited {steps} steps (noise ×{multiplier:g})",
+    name = (
+        f"dp-linucb blt {calibration} ε={epsilon:g} δ={delta:g} "
+        f"T={agg.n_steps} audited {steps} steps (noise ×{multiplier:g})"
     )
+    return audit(sampler_fn, epsilon, delta, n, np.random.default_rng(seed), name=name)
 
 
 def _wishart_loss_2x2(rng, n: int, k: int, p: int, r: float) -> np.ndarray:
@@ -640,15 +611,8 @@ def audit_wishart_node(
     else:
         dhat, se = wishart_exact_delta(eps_star, k, p, r=lt2 / lt2)
         eps, dl = eps_star, dhat + 5 * se
-    return audit(
-        sampler_fn,
-        eps,
-        dl,
-        n,
-        np.random.default_rng(seed),
-        name=f"dp-linucb wishart node {claim} k={k} (ε*={eps:g}, δ*={dl:.2e}) "
-        f"(noise ×{multiplier:g})",
-    )
+    name = f"dp-linucb wishart node {claim} k={k} (ε*={eps:g}, δ*={dl:.2e}) (noise ×{multiplier:g})"
+    return audit(sampler_fn, eps, dl, n, np.random.default_rng(seed), name=name)
 
 
 def run_all(quick: bool = False) -> list[AuditResult]:

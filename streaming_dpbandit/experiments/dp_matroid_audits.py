@@ -111,14 +111,8 @@ def audit_batch_release(
         noisy = g.laplace(np.full((k, 1), base), scale, size=(k, 1))
         return _llr(noisy, s0[:1], s1[:1], nominal)
 
-    return audit(
-        sampler,
-        pol.epsilon0,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"dp-matroid batch mean ε0={pol.epsilon0:g} (noise ×{multiplier:g}, {backend})",
-    )
+    name = f"dp-matroid batch mean ε0={pol.epsilon0:g} (noise ×{multiplier:g}, {backend})"
+    return audit(sampler, pol.epsilon0, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def audit_round(
@@ -138,15 +132,11 @@ def audit_round(
         noisy = base + rng.laplace(0.0, scale, size=(k, K))
         return _llr(noisy, s0, s1, nominal)
 
-    return audit(
-        sampler,
-        pol.epsilon_certified,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"dp-matroid round ({calibration}, ε={epsilon:g}, certified "
-        f"{pol.epsilon_certified:g}) (noise ×{multiplier:g})",
+    name = (
+        f"dp-matroid round ({calibration}, ε={epsilon:g}, certified "
+        f"{pol.epsilon_certified:g}) (noise ×{multiplier:g})"
     )
+    return audit(sampler, pol.epsilon_certified, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def run_all(quick: bool = False) -> list[AuditResult]:

@@ -406,9 +406,34 @@ def fliphat_pair(
     return X0, X1, np.full(n, 10.0 * R)
 
 
+def _peeling_facts(lam: float, shift: np.ndarray, xi: float, rho: float, acc: dict) -> dict:
+    """The facts of a Peeling audit (s = 1): sensitivity (stated and attained), scale, ratio
+    ρ = λ/ξ, the ledger's PLD ε and the event's loss 3ρ."""
+    return {
+        "sensitivity": lam,
+        "attained_sensitivity": float(np.abs(shift).max()),
+        "scale": xi,
+        "ratio": rho,
+        "ledger_pld_epsilon": acc.get("pld_epsilon"),
+        "loss_on_event": 3 * rho,
+    }
+
+
+#: FLIPHAT's first mutant: a Peeling selection charged ρ instead of 2ρ
+_SELECTION_CHARGED_RHO = Mutant(
+    "selection-charged-rho",
+    "accountant charges each Peeling selection ρ instead of 2ρ (1.5× less noise)",
+    patches=(
+        (
+            "streaming_dpbandit.privacy.peeling_accounting.selection_epsilon",
+            lambda ratio: ratio,
+        ),
+    ),
+)
+
+
 def _fliphat_setup(params: Mapping[str, Any]) -> Trials:
     from ..policies.fliphat import FLIPHAT
-    from ..privacy.peeling import Peeling
 
     cfg = {**FLIPHAT_CONFIG, **params}
     d, n = cfg["d"], cfg["first_episode_len"]
@@ -416,18 +441,8 @@ def _fliphat_setup(params: Mapping[str, Any]) -> Trials:
     for which in (0, 1):
         pol = FLIPHAT(**cfg, seed=which)
         X0, X1, y = fliphat_pair(d, n, pol.x_bound, pol.reward_clip_for(n))
-        X = X0 if which == 0 else X1
-        dec = pol.decide(X[:, None, :])  # one candidate per round: the row is the chosen one
-        pol.learn(X, y, dec.rounds)
-        assert pol.refit_due()
-        with _spy(Peeling, "release_many") as calls:
-            records = pol.refit()
-        assert len(calls) == 1 and len(records) == 1
-        (peel, V, _rng), _, _, (idx, vals) = calls[0]
-        rel = records[0].release or {}
-        # the spied Peeling output is the released model (ℓ1 projection: identity here)
-        assert rel["indices"] == idx[0].tolist() and np.allclose(rel["values"], vals[0])
-        runs.append((pol, peel, np.asarray(V[0]), records))
+        records, (peel, v) = _fliphat_drive(pol, X0 if which == 0 else X1, y)
+        runs.append((pol, peel, v, records))
     (pol, peel, v0, records), (_, peel1, v1, _) = runs
     xi = peel.scale
     assert peel1.scale == xi  # the noise scale is a function of public parameters only
@@ -457,12 +472,7 @@ def _fliphat_setup(params: Mapping[str, Any]) -> Trials:
     facts = {
         **claim,
         "noise_backend": cfg["noise_backend"],
-        "sensitivity": lam,
-        "attained_sensitivity": float(np.abs(shift).max()),
-        "scale": xi,
-        "ratio": rho,
-        "ledger_pld_epsilon": acc.get("pld_epsilon"),
-        "loss_on_event": 3 * rho,
+        **_peeling_facts(lam, shift, xi, rho, acc),
     }
     return Trials(eps, cfg["delta"], sampler, facts)
 
@@ -473,16 +483,7 @@ register(
         title="FLIPHAT: one N-IHT fit with Peeling (selection and value), PLD accountant",
         setup=_fliphat_setup,
         mutants=(
-            Mutant(
-                "selection-charged-rho",
-                "accountant charges each Peeling selection ρ instead of 2ρ (1.5× less noise)",
-                patches=(
-                    (
-                        "streaming_dpbandit.privacy.peeling_accounting.selection_epsilon",
-                        lambda ratio: ratio,
-                    ),
-                ),
-            ),
+            _SELECTION_CHARGED_RHO,
             Mutant(
                 "selection-charged-nothing",
                 "accountant charges the Peeling selections nothing (3× less noise)",
@@ -507,16 +508,7 @@ register(
 
 # -- FLIPHAT (issue 35): a warm-started fit, and the first fit with its private clip scale ---------
 _FLIPHAT_MUTANTS = (
-    Mutant(
-        "selection-charged-rho",
-        "accountant charges each Peeling selection ρ instead of 2ρ (1.5× less noise)",
-        patches=(
-            (
-                "streaming_dpbandit.privacy.peeling_accounting.selection_epsilon",
-                lambda ratio: ratio,
-            ),
-        ),
-    ),
+    _SELECTION_CHARGED_RHO,
     HALVED_NOISE,
 )
 _FLIPHAT_CACHES = (
@@ -567,12 +559,7 @@ def _peeling_trials(
     facts = {
         **claim,
         "noise_backend": "fast",
-        "sensitivity": lam,
-        "attained_sensitivity": float(np.abs(shift).max()),
-        "scale": xi,
-        "ratio": rho,
-        "ledger_pld_epsilon": acc.get("pld_epsilon"),
-        "loss_on_event": 3 * rho,
+        **_peeling_facts(lam, shift, xi, rho, acc),
         "contributions": params0.get("contributions"),
         **extra_facts,
     }

@@ -80,14 +80,8 @@ def audit_l2_ball(
         Z = build_payloads(spec, "main", np.zeros(d), None, X, r, rng, mechs)
         return np.sign(Z[:, 0])  # the exact privacy-loss statistic (±ε)
 
-    return audit(
-        sampler,
-        epsilon,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"ldp l2-ball (sgd report) ε={epsilon:g} d={d} (noise ×{multiplier:g})",
-    )
+    name = f"ldp l2-ball (sgd report) ε={epsilon:g} d={d} (noise ×{multiplier:g})"
+    return audit(sampler, epsilon, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def audit_multi_sgd_report(
@@ -116,14 +110,8 @@ def audit_multi_sgd_report(
         B = Z.reshape(k, K, d)
         return np.sign(B[:, 0, 0]) - np.sign(B[:, 1, 0])  # blocks 0 and 1 carry the evidence
 
-    return audit(
-        sampler,
-        epsilon,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"ldp multi-param sgd report K={K} ε={epsilon:g} (noise ×{multiplier:g})",
-    )
+    name = f"ldp multi-param sgd report K={K} ε={epsilon:g} (noise ×{multiplier:g})"
+    return audit(sampler, epsilon, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def audit_gaussian_report(
@@ -168,15 +156,10 @@ def audit_gaussian_report(
         eps, dl = eps_star, gaussian_delta(1.0, eps_star, sens)
     else:
         eps, dl = epsilon, delta
-    return audit(
-        sampler,
-        eps,
-        dl,
-        n,
-        np.random.default_rng(seed),
-        name=f"ldp gaussian (ols report) {gaussian} {claim} ε={eps:g} δ={dl:.3g} "
-        f"(noise ×{multiplier:g})",
+    name = (
+        f"ldp gaussian (ols report) {gaussian} {claim} ε={eps:g} δ={dl:.3g} (noise ×{multiplier:g})"
     )
+    return audit(sampler, eps, dl, n, np.random.default_rng(seed), name=name)
 
 
 def run_all(quick: bool = False) -> list[AuditResult]:

@@ -506,6 +506,12 @@ class _IndexGroup(_Group):
         self._tab = np.empty((0, 2, self.R))
         self._table: Any = None  # the compiled tabulation of _pair (compile_constants)
 
+    def _ran(self, code: int, n: int) -> int:
+        """A kernel's return code; on success (0) its ``n`` rounds of reports are counted."""
+        if code == 0:
+            self.reports += n
+        return int(code)
+
     def compile_constants(self) -> None:
         """Tabulate (c_t, β_t) with the product's functions compiled (:mod:`._ldp_kernels`)."""
         self._table = _compiled_table(type(self))
@@ -607,9 +613,7 @@ class _UCBGroup(_IndexGroup):
             *common, self.inv[:, :, 0], self.centre, self.beta, self.V, self.U,
             np.ascontiguousarray(self.sigma[:, 0]), self.N, ct, bt,
         )  # fmt: skip
-        if code == 0:
-            self.reports += n
-        return int(code)
+        return self._ran(code, n)
 
     @staticmethod
     def _pair(key, t):
@@ -656,9 +660,7 @@ class _GLOCGroup(_IndexGroup):
             np.ascontiguousarray(self.sigma[:, 0]), np.ascontiguousarray(self.grad_sigma[:, 0]),
             np.ascontiguousarray(self.sqrt_T[:, 0]), self.N, ct, bt,
         )  # fmt: skip
-        if code == 0:
-            self.reports += n
-        return int(code)
+        return self._ran(code, n)
 
     @staticmethod
     def _pair(key, t):

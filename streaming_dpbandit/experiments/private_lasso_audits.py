@@ -105,14 +105,8 @@ def audit_svt(
         return llr[outcome]
 
     claim = svt_epsilon0(sens, sigma)
-    return audit(
-        sampler,
-        claim,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"svt c=1 ε0=1 (noise ×{multiplier:g})",
-    )
+    name = f"svt c=1 ε0=1 (noise ×{multiplier:g})"
+    return audit(sampler, claim, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def _gram_policy(epsilon: float, multiplier: float) -> PrivateLASSO:
@@ -164,14 +158,8 @@ def audit_gram(multiplier: float = 1.0, n: int = 200_000, seed: int = 12) -> Aud
         return (u_vector(G) - u0) @ du / dist  # N(0, σ²) under D, N(dist, σ²) under D′
 
     claim_delta = gaussian_delta(nominal, 1.0, l2sq)
-    return audit(
-        sampler,
-        1.0,
-        claim_delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"gram gaussian ρ_ls={rho_ls:.3g} at ε=1, δ={claim_delta:.3g} (noise ×{multiplier:g})",
-    )
+    name = f"gram gaussian ρ_ls={rho_ls:.3g} at ε=1, δ={claim_delta:.3g} (noise ×{multiplier:g})"
+    return audit(sampler, 1.0, claim_delta, n, np.random.default_rng(seed), name=name)
 
 
 def _selection_policy(multiplier: float) -> PrivateLASSO:
@@ -224,14 +212,8 @@ def audit_selection(multiplier: float = 1.0, n: int = 200_000, seed: int = 13) -
         sel = np.where(pos >= 0, order[np.maximum(pos, 0)], 8)
         return gain[sel].sum(axis=1)
 
-    return audit(
-        sampler,
-        claim,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"selection end-to-end c=2 (noise ×{multiplier:g})",
-    )
+    name = f"selection end-to-end c=2 (noise ×{multiplier:g})"
+    return audit(sampler, claim, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def audit_paper_selection(n: int = 20_000, epsilon: float = 1.0, seed: int = 14) -> AuditResult:
@@ -263,14 +245,8 @@ def audit_paper_selection(n: int = 20_000, epsilon: float = 1.0, seed: int = 14)
             out[i] = float(0 in S)
         return out
 
-    return audit(
-        sampler,
-        epsilon,
-        delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"paper SparseEstimation (claims ε={epsilon:g} for the whole run)",
-    )
+    name = f"paper SparseEstimation (claims ε={epsilon:g} for the whole run)"
+    return audit(sampler, epsilon, delta, n, np.random.default_rng(seed), name=name)
 
 
 def run_all(quick: bool = False) -> list[AuditResult]:

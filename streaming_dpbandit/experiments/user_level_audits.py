@@ -86,15 +86,11 @@ def audit_user_laplace(
     def sampler(which, m, rng):
         return rng.laplace(s0 if which == 0 else s1, scale, m)
 
-    return audit(
-        sampler,
-        epsilon,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"user-level laplace sum k={k} ε={epsilon:g} (noise ×{multiplier:g}, "
-        f"{'bounded' if bound else 'unbounded'})",
+    name = (
+        f"user-level laplace sum k={k} ε={epsilon:g} (noise ×{multiplier:g}, "
+        f"{'bounded' if bound else 'unbounded'})"
     )
+    return audit(sampler, epsilon, 0.0, n, np.random.default_rng(seed), name=name)
 
 
 def audit_user_tree(
@@ -157,14 +153,17 @@ def audit_user_tree(
             size *= 2
         prefixes.append(np.array(nodes))
     m0, m1 = prefixes
+    name = (
+        f"user-level dp-linucb tree k={k} ε={epsilon:g} δ={delta:g} ε′={eps_inner:.4g} "
+        f"(noise ×{multiplier:g})"
+    )
     return audit(
         node_loss_sampler(sampler, m0, m1, _rescaled_weights(d + 1)),
         epsilon,
         delta,
         n,
         np.random.default_rng(seed),
-        name=f"user-level dp-linucb tree k={k} ε={epsilon:g} δ={delta:g} ε′={eps_inner:.4g} "
-        f"(noise ×{multiplier:g})",
+        name=name,
     )
 
 
@@ -247,16 +246,12 @@ def audit_user_lasso_gram(
         return (u_vector(G) - u0) @ du / dist  # N(0, σ²) under D, N(dist, σ²) under D′
 
     claim_delta = gaussian_delta(1.0, 1.0, math.sqrt(2.0 * rho_k))
-    return audit(
-        sampler,
-        1.0,
-        claim_delta,
-        n,
-        np.random.default_rng(seed),
-        name=f"user-level private-lasso gram k={k} ε=1 δ={claim_delta:.3g} "
+    name = (
+        f"user-level private-lasso gram k={k} ε=1 δ={claim_delta:.3g} "
         f"(‖Δu‖/L̃² = {dist / pol.gram_l2sq:.4g}, noise ×{multiplier:g}, "
-        f"{'bounded' if bound else 'unbounded'})",
+        f"{'bounded' if bound else 'unbounded'})"
     )
+    return audit(sampler, 1.0, claim_delta, n, np.random.default_rng(seed), name=name)
 
 
 def audit_user_niht(
@@ -327,13 +322,9 @@ def audit_user_niht(
 
     sampler = niht_values_sampler(est, accs, n_rows, R, m0, m1, xi)
     claim = k * s * lam / xi
-    return audit(
-        sampler,
-        claim,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"user-level n-iht fit values k={k} s={s} ε={epsilon:g} δ={delta:g} "
+    name = (
+        f"user-level n-iht fit values k={k} s={s} ε={epsilon:g} δ={delta:g} "
         f"ε′={pol.epsilon:g} δ′={pol.delta:.3g} (noise ×{multiplier:g}, "
-        f"{'bounded' if bound else 'unbounded'})",
+        f"{'bounded' if bound else 'unbounded'})"
     )
+    return audit(sampler, claim, 0.0, n, np.random.default_rng(seed), name=name)

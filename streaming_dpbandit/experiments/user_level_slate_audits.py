@@ -96,12 +96,8 @@ def audit_user_slate_release(
         noisy = rng.laplace(np.full((m, 1), base), scale, size=(m, 1))
         return _llr(noisy, s0[:1], s1[:1], nominal)
 
-    return audit(
-        sampler,
-        claim,
-        0.0,
-        n,
-        np.random.default_rng(seed),
-        name=f"user-level dp-matroid batch mean k={k} ε={epsilon:g} (claim k·ε0 = {claim:.4g}, "
-        f"noise ×{multiplier:g}, {'bounded' if bound else 'unbounded'})",
+    name = (
+        f"user-level dp-matroid batch mean k={k} ε={epsilon:g} (claim k·ε0 = {claim:.4g}, "
+        f"noise ×{multiplier:g}, {'bounded' if bound else 'unbounded'})"
     )
+    return audit(sampler, claim, 0.0, n, np.random.default_rng(seed), name=name)

@@ -25,6 +25,7 @@ path one matrix product per batch.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Iterator
 from typing import Any, Protocol, Self
@@ -50,8 +51,25 @@ REFACTOR_EVERY = 256
 FOLD = 256
 
 
+class BatchSchedule(Policy):
+    """A model refreshed every ``batch_size`` decided rounds (LinUCB's and disjoint LinUCB's
+    schedule: ``_since`` counts the rounds decided since the last refresh)."""
+
+    batch_size: int
+    _since: int
+
+    @abc.abstractmethod
+    def _state(self) -> Self: ...
+
+    def refit_due(self) -> bool:
+        return self._state()._since >= self.batch_size
+
+    def max_decide_batch(self) -> int:
+        return self.batch_size - self._state()._since
+
+
 @register
-class LinUCB(Policy):
+class LinUCB(BatchSchedule):
     """LinUCB, shared parameter over per-arm features, batched and vectorised.
 
     Parameters
@@ -199,12 +217,6 @@ class LinUCB(Policy):
         return {"rows_learned": self._state()._rows, "cholesky_repairs": 0}
 
     # -- schedule ------------------------------------------------------------------------------
-    def refit_due(self) -> bool:
-        return self._state()._since >= self.batch_size
-
-    def max_decide_batch(self) -> int:
-        return self.batch_size - self._state()._since
-
     def refit(self) -> list[ReleaseRecord]:
         """Refresh the frozen model from every row learned so far (no private release)."""
         self._state()

@@ -40,8 +40,8 @@ from ..estimators.ucb_model import factor_step, oful_beta, sqnorms
 from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, MaybeArray
 from ._arm_slots import ArmSlots
-from .base import DecisionBatch, Policy
-from .linucb import REFACTOR_EVERY, decide_arms
+from .base import DecisionBatch
+from .linucb import REFACTOR_EVERY, BatchSchedule, decide_arms
 from .registry import register
 from .types import AtLeastOne, NonNegative, OpenUnit, Positive, PositiveInt
 
@@ -57,7 +57,7 @@ _STACK_MAX_D = 48
 
 
 @register
-class LinUCBDisjoint(Policy):
+class LinUCBDisjoint(BatchSchedule):
     """Per-arm ridge models with UCB scores, keyed by arm id, batched and vectorised.
 
     Parameters
@@ -318,12 +318,6 @@ class LinUCBDisjoint(Policy):
             "arms_kept": len(self._slots),
             "evicted_arms": self._slots.evicted,
         }
-
-    def refit_due(self) -> bool:
-        return self._state()._since >= self.batch_size
-
-    def max_decide_batch(self) -> int:
-        return self.batch_size - self._state()._since
 
     def refit(self) -> list[ReleaseRecord]:
         self._state()

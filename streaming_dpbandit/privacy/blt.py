@@ -40,7 +40,6 @@ from scipy import optimize
 
 from .matrix_noise import SymmetricGaussianNoise
 from .noise import NoiseSource
-from .rows import units_to_float
 from .secure_steps import ExactToeplitzSteps
 from .stepwise import StepwisePrefix
 from .symmetric import packing
@@ -494,9 +493,8 @@ class BLTAggregator(StepwisePrefix):
         :class:`~.matrix_noise.SymmetricGaussianNoise` (Gaussian only).
     noise
         Noise source; step j draws from the stream (label…, j), exactly once.
-    label
-        Noise-stream label prefix.
-    row_norm_sq
+    label, row_norm_sq
+        As for :class:`~.factorization.SqrtToeplitzAggregator`: the noise-stream label prefix,
         L̃² (enforced by the caller's clipping).
 
     Examples
@@ -575,9 +573,7 @@ class BLTAggregator(StepwisePrefix):
             blt_noise_step(self._noise_sum, self._S, z, self._th_hat, self._w_hat)
             self._step += 1
             self._pending = 0
-        if self.secure:
-            return self._noise_sum.copy()
-        return units_to_float(self._M) + self._noise_sum
+        return self._released()
 
     def _encoder(self) -> ExactToeplitzSteps:
         enc: ExactToeplitzSteps | None = getattr(self, "_enc", None)

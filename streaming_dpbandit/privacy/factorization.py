@@ -39,7 +39,6 @@ import numpy.typing as npt
 
 from .matrix_noise import SymmetricGaussianNoise
 from .noise import NoiseSource
-from .rows import units_to_float
 from .secure_steps import ExactToeplitzSteps
 from .stepwise import StepwisePrefix
 from .symmetric import packing
@@ -164,9 +163,7 @@ class SqrtToeplitzAggregator(StepwisePrefix):
             self._step = i + 1
             self._pending = 0
             self._noise_sum = self._f[i::-1] @ self._Z[: i + 1]
-        if self.secure:
-            return self._noise_sum.copy()
-        return units_to_float(self._M) + self._noise_sum
+        return self._released()
 
     def _encoder(self) -> ExactToeplitzSteps:
         enc: ExactToeplitzSteps | None = getattr(self, "_enc", None)

@@ -59,6 +59,13 @@ class StepwisePrefix(DrawCounter):
 
         def _encoder(self) -> ExactToeplitzSteps: ...
 
+    def _released(self) -> npt.NDArray[np.float64]:
+        """The step's release: the exact prefix plus the noise N_t (secure: N_t alone, its
+        steps γ·Y already carry the rows)."""
+        if self.secure:
+            return self._noise_sum.copy()
+        return units_to_float(self._M) + self._noise_sum
+
     @property
     def s(self) -> int:
         return self._state()._s
