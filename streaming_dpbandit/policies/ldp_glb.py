@@ -38,6 +38,8 @@ from ..utils.arrays import ArrayLike, FloatArray, IntArray, MaybeArray
 from ._argmax import argmax_ties_by_coins
 from .base import DecisionBatch, Policy
 from .registry import register
+
+# copy kept (~ fliphat.py): an import list of the same seven parameter types, not code
 from .types import (
     AtLeastOne,
     NoiseBackend,
@@ -243,6 +245,7 @@ class LDPGLB(Policy):
             )
         return None
 
+    # copy kept (~ LDPServer, which it configures): River idiom, a constructor stores its params
     def __init__(
         self,
         d: PositiveInt,

@@ -79,6 +79,7 @@ class LDPUCB(LDPBaseline):
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         yield {"d": 4, "n_arms": 3, "horizon": 1000}
 
+    # copy kept (~ ldp_gloc.py __init__): River idiom, each constructor stores its own parameters
     def __init__(
         self,
         d: PositiveInt,

@@ -132,6 +132,7 @@ class LinUCBDisjoint(BatchSchedule):
 
     keyed_by_arm_id = True
 
+    # copy kept (~ linucb.py __init__): River idiom, each constructor stores its own parameters
     def __init__(
         self,
         d: PositiveInt,

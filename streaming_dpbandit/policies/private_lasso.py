@@ -248,6 +248,7 @@ class PrivateLASSO(Policy):
     #: the class of ``calibration="paper"``).
     literal_paper = False
 
+    # copy kept (~ fliphat.py __init__): River idiom, each constructor stores its own parameters
     def __init__(
         self,
         d: Annotated[int, Gt(1)],

@@ -78,6 +78,7 @@ class SALassoBandit(ClippedRows, LassoBandit):
     def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
         yield {"d": 4, "refit_every": 20}
 
+    # copy kept (~ th_lasso.py __init__): River idiom, each constructor stores its own parameters
     def __init__(
         self,
         d: Annotated[int, Gt(1)],

@@ -73,6 +73,7 @@ class ContinualGramRelease:
 
     """
 
+    # copy kept (~ calibrate_gram_release, DPLinUCB): the calibration keywords, forwarded as is
     def __init__(
         self,
         d: int,

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import abc
 import collections
+import inspect
 import math
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -436,11 +437,8 @@ def open_service_log(reader: Any, join: EventJoin, messages: Any, where: str, un
     )
 
 
-class ServiceLogReader(LogReader):
-    """A log of the service's topics (a ``service-jsonl`` file, a Kafka range): its messages,
-    joined into events by :class:`EventJoin`. A subclass yields the messages
-    (:meth:`_messages`: ``(topic kind, value, where, record timestamp)``) and stores the join's
-    parameters."""
+class JoinOptions(TypedDict, total=False):
+    """The :class:`EventJoin` keywords a service-log reader takes (with EventJoin's defaults)."""
 
     bandit_id: str | None
     arms: list[str] | None
@@ -449,6 +447,17 @@ class ServiceLogReader(LogReader):
     default_reward: float
     max_pending: int
     featuriser: Any
+
+
+class ServiceLogReader(LogReader):
+    """A log of the service's topics (a ``service-jsonl`` file, a Kafka range): its messages,
+    joined into events by :class:`EventJoin`. A subclass yields the messages
+    (:meth:`_messages`: ``(topic kind, value, where, record timestamp)``) and stores the join's
+    parameters."""
+
+    bandit_id: str | None  # (with the rest of the join's options: see _keep_join)
+    feedback_window: float
+    missing_reward: str
     counters: dict[str, int]
     #: what the log is called in messages ("log", "range")
     unit = "log"
@@ -458,16 +467,18 @@ class ServiceLogReader(LogReader):
         """The log's messages in order: (``contexts``/``decisions``/``feedback``, value, where,
         the record's timestamp in ms or None)."""
 
+    def _keep_join(self, options: JoinOptions) -> None:
+        """Store the join's options as attributes, EventJoin's defaults for those not given (an
+        unknown keyword is a TypeError, as for any constructor)."""
+        params = inspect.signature(EventJoin).parameters
+        for name in options:
+            if name not in JoinOptions.__annotations__:
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword {name!r}")
+        for name in JoinOptions.__annotations__:
+            setattr(self, name, options.get(name, params[name].default))
+
     def _join(self) -> EventJoin:
-        return EventJoin(
-            bandit_id=self.bandit_id,
-            arms=self.arms,
-            feedback_window=self.feedback_window,
-            missing_reward=self.missing_reward,
-            default_reward=self.default_reward,
-            max_pending=self.max_pending,
-            featuriser=self.featuriser,
-        )
+        return EventJoin(**{name: getattr(self, name) for name in JoinOptions.__annotations__})
 
     def _open(self) -> None:
         open_service_log(self, self._join(), self._messages(), self.where(), self.unit)

@@ -17,10 +17,10 @@ import collections
 import datetime as _dt
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from ..errors import LogFormatError
-from .join import ServiceLogReader
+from .join import JoinOptions, ServiceLogReader
 
 __all__ = ["KafkaLogReader", "parse_bound"]
 
@@ -107,27 +107,15 @@ class KafkaLogReader(ServiceLogReader):
         ),
         start: Bound = None,
         end: Bound = None,
-        bandit_id: str | None = None,
-        arms: list[str] | None = None,
-        feedback_window: float = 60.0,
-        missing_reward: str = "drop",
-        default_reward: float = 0.0,
-        max_pending: int = 200_000,
-        featuriser: Any = None,
         idle_timeout: float = 20.0,
         consumer_config: dict[str, Any] | None = None,
+        **join: Unpack[JoinOptions],
     ):
         self.bootstrap = bootstrap
         self.topics = tuple(topics)
         self.start = start
         self.end = end
-        self.bandit_id = bandit_id
-        self.arms = arms
-        self.feedback_window = feedback_window
-        self.missing_reward = missing_reward
-        self.default_reward = default_reward
-        self.max_pending = max_pending
-        self.featuriser = featuriser
+        self._keep_join(join)
         self.idle_timeout = idle_timeout
         self.consumer_config = consumer_config or {}
         self._done = 0

@@ -15,11 +15,11 @@ import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from ..errors import LogFormatError
 from .base import open_text, require_file
-from .join import ServiceLogReader
+from .join import JoinOptions, ServiceLogReader
 
 __all__ = ["ServiceJsonlReader", "topic_kind"]
 
@@ -70,25 +70,9 @@ class ServiceJsonlReader(ServiceLogReader):
 
     format = "service-jsonl"
 
-    def __init__(
-        self,
-        path: str | Path,
-        bandit_id: str | None = None,
-        arms: list[str] | None = None,
-        feedback_window: float = 60.0,
-        missing_reward: str = "drop",
-        default_reward: float = 0.0,
-        max_pending: int = 200_000,
-        featuriser: Any = None,
-    ):
+    def __init__(self, path: str | Path, **join: Unpack[JoinOptions]):
         self.path = Path(path)
-        self.bandit_id = bandit_id
-        self.arms = arms
-        self.feedback_window = feedback_window
-        self.missing_reward = missing_reward
-        self.default_reward = default_reward
-        self.max_pending = max_pending
-        self.featuriser = featuriser
+        self._keep_join(join)
         self._done = 0
         self.counters: dict[str, int] = {}
 
