@@ -28,15 +28,23 @@ POLICY = {"first_episode_len": 150, "swap_delay": 100}
 
 
 def settings_for(
-    role: str, topics: dict, bootstrap: str, state_dir, replica=None, user_level=None
+    role: str,
+    topics: dict,
+    bootstrap: str,
+    state_dir,
+    replica=None,
+    user_level=None,
+    client: str = "kafka-python",
 ) -> ServiceSettings:
-    """A role's settings; ``user_level``: the bandit's user-level section (optional)."""
+    """A role's settings; ``user_level``: the bandit's user-level section (optional);
+    ``client``: ``kafka.client``."""
     bandit = bandit_config(**POLICY) | ({"user_level": user_level} if user_level else {})
     return ServiceSettings.model_validate(
         {
             "mode": "service",
             "kafka": {
                 "bootstrap_servers": bootstrap,
+                "client": client,
                 "group_id": f"{topics['contexts']}.g",
                 "topics": {k: v for k, v in topics.items() if k != "models"},
                 "create_topics": False,

@@ -408,6 +408,17 @@ share.coordinator.state.topic.min.isr=1
 share.coordinator.state.topic.num.partitions=1
 group.initial.rebalance.delay.ms=0
 
+# Both consumer-group protocols (classic, and KIP-848's consumer protocol, which clients choose
+# with group.protocol=consumer; kafka.group_protocol in the service), as Kafka 4.x enables by
+# default. Under the consumer protocol the session and heartbeat are the broker's: the tests'
+# 10-s session and 2-s heartbeat, as the service's classic defaults (the broker's own minimum,
+# 45 s, would make every kill -9 test wait 45 s for the dead member's partitions).
+group.coordinator.rebalance.protocols=classic,consumer
+group.consumer.min.session.timeout.ms=6000
+group.consumer.session.timeout.ms=10000
+group.consumer.min.heartbeat.interval.ms=1000
+group.consumer.heartbeat.interval.ms=2000
+
 # Small thread pools: the test machine is small and shared.
 num.network.threads=2
 num.io.threads=4

@@ -49,6 +49,15 @@ def kafka_broker(tmp_path_factory):
         broker.close()
 
 
+from streaming_dpbandit.stream.kafka.seam import CLIENTS as KAFKA_CLIENTS  # noqa: E402
+
+
+@pytest.fixture(params=KAFKA_CLIENTS)
+def kafka_client(request) -> str:
+    """Each client of ``kafka.client`` in turn: the test's subject runs on it."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka_broker) -> str:
     """``127.0.0.1:PORT`` of the session's real Kafka broker."""

@@ -1,7 +1,8 @@
 """The package's layering is a contract (``[tool.importlinter]`` in pyproject.toml): the test
 command runs ``lint-imports`` and fails on a broken contract — an import cycle between layers,
 ``stream/``, ``replay/`` or ``policies/`` importing ``experiments/`` or the CLI, ``privacy/``
-or ``estimators/`` importing Kafka, Prometheus or pydantic."""
+or ``estimators/`` importing Kafka, Prometheus or pydantic, a module outside ``stream/kafka/``
+(the transport seam) importing a Kafka client."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _lint_imports(*args: str) -> subprocess.CompletedProcess:
+def _lint_imports(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("lint-imports")
     exe = str(exe) if exe.exists() else shutil.which("lint-imports")
     if exe is None:
         pytest.fail("lint-imports is not installed (pip install -e '.[dev]')")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    env = dict(os.environ, PYTHONPATH=str(root), NO_COLOR="1")
     return subprocess.run(
-        [exe, "--no-cache", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [exe, "--no-cache", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300
     )
 
 
@@ -62,6 +63,25 @@ def test_every_package_has_a_layer():
     layered = {name.strip() for layer in top["layers"] for name in layer.split("|")}
     packages = {p.parent.name for p in (ROOT / "streaming_dpbandit").glob("*/__init__.py")}
     assert packages | {"cli"} <= layered, sorted(packages - layered)
+
+
+@pytest.mark.parametrize(
+    "module, line",
+    [
+        ("stream/scaling/partitioning.py", "from kafka.partitioner.default import murmur2"),
+        ("stream/scaling/replica.py", "import confluent_kafka"),
+    ],
+)
+def test_a_kafka_client_imported_outside_the_seam_breaks_the_contract(tmp_path, module, line):
+    """The seam's contract fails on a client import anywhere else (the tree before issue 32
+    had them in scaling/, sim/, replay/ and commands/), lazy imports included."""
+    shutil.copytree(ROOT / "streaming_dpbandit", tmp_path / "streaming_dpbandit")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    path = tmp_path / "streaming_dpbandit" / module
+    path.write_text(path.read_text() + f"\n\ndef _client():\n    {line}\n")
+    out = _lint_imports(root=tmp_path)
+    assert out.returncode != 0
+    assert "Only stream/kafka/ imports a Kafka client BROKEN" in " ".join(out.stdout.split())
 
 
 def test_no_module_of_the_service_is_over_500_lines():

@@ -13,19 +13,19 @@ __all__ = ["run"]
 
 def _kafka_ledger(bootstrap: str, topic: str) -> list:
     """Committed records of a ledger topic (a replica group's ledger)."""
+    from ..settings import KafkaSettings
     from ..stream.kafka.ledger import KafkaLedger
+    from ..stream.kafka.seam import kafka_client
 
     try:
-        from kafka.admin import KafkaAdminClient
-
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
-        exists = topic in set(admin.list_topics())  # a metadata request could create it
-        admin.close()
+        settings = KafkaSettings(bootstrap_servers=bootstrap)
+        with kafka_client(settings.client).admin(settings) as admin:
+            exists = topic in admin.list_topics()  # a metadata request could create it
     except Exception as err:  # NoBrokersAvailable and friends
         raise ConfigError(f"cannot reach Kafka at {bootstrap}: {type(err).__name__}") from None
     if not exists:
         raise ConfigError(f"no ledger topic {topic!r} at {bootstrap}")
-    return KafkaLedger(bootstrap.split(","), topic).open().records()
+    return KafkaLedger(settings, topic).open().records()
 
 
 def run(args) -> int:

@@ -51,9 +51,17 @@ class KafkaSettings(_Section):
     bootstrap_servers: str = Field(min_length=1)
     client: Literal["kafka-python", "confluent-kafka"] = Field(
         "kafka-python",
-        description="the Kafka client of the service's consumer and producer: kafka-python, or "
-        "librdkafka through confluent-kafka (pip install 'streaming_dpbandit[confluent]'; "
-        "scaling.mode single only; docs/service.md, Kafka clients)",
+        description="the Kafka client of the service's consumers and producers: kafka-python, "
+        "or librdkafka through confluent-kafka (pip install 'streaming_dpbandit[confluent]'); "
+        "every scaling mode and the model broadcast run on both (docs/service.md, Kafka "
+        "clients)",
+    )
+    group_protocol: Literal["classic", "consumer"] = Field(
+        "classic",
+        description="the consumer-group protocol: classic (JoinGroup/SyncGroup; a rebalance "
+        "revokes every partition), or consumer (KIP-848, Kafka >= 4.0: the broker assigns and "
+        "partitions move one by one; the session and heartbeat are the broker's "
+        "group.consumer.* settings); consumer needs client confluent-kafka",
     )
     group_id: str = "dpbandit"
     client_id: str = "dpbandit"
@@ -122,6 +130,32 @@ class KafkaSettings(_Section):
                     "client 'confluent-kafka' needs the confluent-kafka package: pip install "
                     "'streaming_dpbandit[confluent]' (or choose client: kafka-python)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _options_of_the_client(self):
+        """An option the chosen client (or group protocol) does not have is an error, never
+        silently ignored."""
+        # (a value other than the default: settings re-validated from a dump set every field)
+        fields = type(self).model_fields
+        given = {n for n in self.model_fields_set if getattr(self, n) != fields[n].default}
+        if self.group_protocol == "consumer" and self.client != "confluent-kafka":
+            raise ValueError(
+                f"kafka.group_protocol 'consumer' (KIP-848) needs kafka.client "
+                f"'confluent-kafka': {self.client} speaks the classic protocol only"
+            )
+        if self.client == "confluent-kafka" and "rejoin_stall_s" in given:
+            raise ValueError(
+                "kafka.rejoin_stall_s is kafka-python's re-join stall watchdog; librdkafka "
+                "re-joins by itself: remove it with client 'confluent-kafka'"
+            )
+        broker_side = sorted({"session_timeout_ms", "heartbeat_interval_ms"} & given)
+        if self.group_protocol == "consumer" and broker_side:
+            raise ValueError(
+                f"kafka.{broker_side[0]} is the broker's under group_protocol 'consumer' "
+                "(KIP-848: group.consumer.session.timeout.ms, "
+                "group.consumer.heartbeat.interval.ms): remove it"
+            )
         return self
 
     @model_validator(mode="after")
@@ -596,12 +630,6 @@ class ServiceSettings(BaseSettings):
             raise ValueError(
                 "privacy=local bandits run in scaling.mode 'single' (their server model is "
                 "small; scale the devices, not the server)"
-            )
-        client = self.kafka.client if self.kafka else "kafka-python"
-        if client != "kafka-python" and (self.scaling.mode != "single" or self.broadcast):
-            raise ValueError(
-                f"kafka.client {client!r} runs scaling.mode 'single' only: group replicas and "
-                "model broadcasts use kafka-python (client: kafka-python)"
             )
         if self.scaling.mode == "group" and self.broadcast is not None:
             raise ValueError(

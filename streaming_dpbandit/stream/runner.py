@@ -48,14 +48,11 @@ class Served(Protocol):
 
 
 def kafka_transport(kafka: KafkaSettings) -> Transport:
-    """The Kafka transport of ``kafka.client``: kafka-python's, or librdkafka's."""
-    if kafka.client == "confluent-kafka":
-        from .kafka.confluent import ConfluentTransport
+    """The Kafka transport over the client of ``kafka.client``: kafka-python's, or
+    librdkafka's (the seam, ``kafka/seam.py``)."""
+    from .kafka.seam import kafka_client
 
-        return ConfluentTransport(kafka)
-    from .kafka.transport import KafkaTransport
-
-    return KafkaTransport(kafka)
+    return kafka_client(kafka.client).transport(kafka)
 
 
 def build_transport(settings: ServiceSettings, keep_outputs: bool = False) -> Transport:
@@ -200,13 +197,11 @@ def run_broadcast(settings: ServiceSettings, out: TextIO | None = None) -> dict[
             readiness.stopped("stopped")
             print(json.dumps(summary), file=out)
             return summary
-        from .kafka.transport import KafkaTransport
-
         try:
             ensure_broadcast_topics(settings)
         except Exception as err:
             raise ServiceStartError(f"cannot create topics: {type(err).__name__}: {err}") from None
-        learner = learner_of(settings, KafkaTransport(learner_kafka_settings(settings)), metrics)
+        learner = learner_of(settings, kafka_transport(learner_kafka_settings(settings)), metrics)
         learner.open()
         learner.install_signal_handlers()
         with service_gc():

@@ -1,10 +1,11 @@
 """Transports: how the service reads its input topics and writes its output topics.
 
-The service loop only sees :class:`Transport`: ``poll`` input records (in partition order),
-``send`` output records, ``flush`` them durably, ``pause``/``resume`` partitions, and start from
+The service loop only sees :class:`Transport`, a :class:`RecordSource` and a :class:`RecordSink`:
+``poll`` input records (in partition order), ``send`` output records, ``flush`` them durably (a
+flush raises when a record was not written), ``pause``/``resume`` partitions, and start from
 given offsets. :class:`InProcessTransport` runs the same loop without a broker, over a
 :class:`Source` (a simulated stream or a JSONL file); the Kafka transport is in
-``kafka/transport.py``.
+``kafka/transport.py``, over the client seam of ``kafka/seam.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import collections
 import dataclasses
 from typing import Any, BinaryIO, Protocol
 
-__all__ = ["InProcessTransport", "Record", "Source", "Transport"]
+__all__ = [
+    "InProcessTransport",
+    "Record",
+    "RecordSink",
+    "RecordSource",
+    "Source",
+    "Transport",
+]
 
 TP = tuple[str, int]
 
@@ -39,8 +47,8 @@ class Record:
 Queue = collections.deque[tuple[Record, float]]
 
 
-class Transport(abc.ABC):
-    """What the service loop needs from a message bus."""
+class RecordSource(abc.ABC):
+    """Where input records come from: a consumer of the input topics' partitions."""
 
     @abc.abstractmethod
     def open(self, start_offsets: dict[TP, int]) -> None:
@@ -49,19 +57,6 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Next input records, each partition in offset order."""
-
-    @abc.abstractmethod
-    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Queue one output record."""
-
-    def send_many(self, topic: str, key: bytes | None, values: list[bytes]) -> None:
-        """Queue output records of one key, in order (the decisions of a decided chunk)."""
-        for value in values:
-            self.send(topic, key, value)
-
-    @abc.abstractmethod
-    def flush(self) -> None:
-        """Block until every queued output record is durably written."""
 
     def pause(self, tp: TP) -> None:  # noqa: B027 - optional
         """Stop returning records of ``tp`` until :meth:`resume`."""
@@ -83,6 +78,36 @@ class Transport(abc.ABC):
         return False
 
     def close(self) -> None:  # noqa: B027 - optional
+        """Release resources."""
+
+
+class RecordSink(abc.ABC):
+    """Where output records go."""
+
+    @abc.abstractmethod
+    def send(self, topic: str, key: bytes | None, value: bytes) -> Any:
+        """Queue one output record."""
+
+    def send_many(self, topic: str, key: bytes | None, values: list[bytes]) -> None:
+        """Queue output records of one key, in order (the decisions of a decided chunk)."""
+        for value in values:
+            self.send(topic, key, value)
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Block until every queued output record is durably written; raise if one was not
+        (the snapshot that would imply it must not be written)."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release resources."""
+
+
+class Transport(RecordSource, RecordSink):
+    """What the service loop needs from a message bus: a source of input records and a sink
+    for output records (the Kafka transport composes a client's consumer and producer,
+    ``kafka/transport.py``; :class:`InProcessTransport` is both without a broker)."""
+
+    def close(self) -> None:
         """Release resources."""
 
 

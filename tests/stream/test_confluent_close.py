@@ -1,10 +1,10 @@
 """A librdkafka consumer's close can hang for ever (confluentinc/librdkafka#4884: an assignment
 that arrives while it closes); the confluent transport's close gives up after a timeout instead
-of hanging the process (``stream/kafka/confluent.py``)."""
+of hanging the process (``stream/kafka/confluent_group.py``)."""
 
 import threading
 
-from streaming_dpbandit.stream.kafka.confluent import close_consumer
+from streaming_dpbandit.stream.kafka.confluent_group import close_consumer
 
 
 class HangingConsumer:

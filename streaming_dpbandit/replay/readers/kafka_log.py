@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, Unpack
 
+from ...stream.kafka.seam import Reader
+from ...stream.transport import TP
 from ..errors import LogFormatError
 from .join import JoinOptions, ServiceLogReader
 
@@ -30,6 +32,14 @@ BUFFER = 20_000  # records buffered per partition before it is paused
 ParsedBound = int | float | dict[str, int] | None
 #: A range bound as given: parsed, an ISO-8601 / command-line string, or a ``datetime``.
 Bound = ParsedBound | str | _dt.datetime
+
+
+def _timestamp(rec: Any) -> int:
+    """A polled record's timestamp in ms (kafka-python's ``timestamp``, else ``timestamp_ms``)."""
+    ts = getattr(rec, "timestamp", None)
+    if ts is None:
+        ts = getattr(rec, "timestamp_ms", None)
+    return -1 if ts is None else int(ts)
 
 
 def parse_bound(text: str | None) -> ParsedBound:
@@ -90,8 +100,8 @@ class KafkaLogReader(ServiceLogReader):
         How events are joined (:class:`~.join.EventJoin`).
     idle_timeout
         Seconds without any record before an unfinished read fails.
-    consumer_config
-        Extra kafka-python ``KafkaConsumer`` settings (security, ...).
+    kafka
+        ``kafka`` settings beyond the bootstrap servers (the client, security, ...).
     """
 
     format = "kafka"
@@ -108,7 +118,7 @@ class KafkaLogReader(ServiceLogReader):
         start: Bound = None,
         end: Bound = None,
         idle_timeout: float = 20.0,
-        consumer_config: dict[str, Any] | None = None,
+        kafka: dict[str, Any] | None = None,
         **join: Unpack[JoinOptions],
     ):
         self.bootstrap = bootstrap
@@ -117,7 +127,7 @@ class KafkaLogReader(ServiceLogReader):
         self.end = end
         self._keep_join(join)
         self.idle_timeout = idle_timeout
-        self.consumer_config = consumer_config or {}
+        self.kafka = kafka or {}
         self._done = 0
         self._total: int | None = None
         self.counters: dict[str, int] = {}
@@ -126,37 +136,28 @@ class KafkaLogReader(ServiceLogReader):
         return f"kafka://{self.bootstrap}"
 
     # -- kafka plumbing ----------------------------------------------------------------------
-    def _consumer(self) -> Any:  # a kafka.KafkaConsumer (kafka-python is untyped)
-        from kafka import KafkaConsumer
-        from kafka.errors import KafkaError
+    def _consumer(self) -> Reader:
+        from ...settings import KafkaSettings
+        from ...stream.kafka.seam import kafka_client
 
+        settings = KafkaSettings(bootstrap_servers=self.bootstrap, **self.kafka)
         try:
-            return KafkaConsumer(
-                bootstrap_servers=self.bootstrap.split(","),
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                reconnect_backoff_max_ms=1000,
-                request_timeout_ms=30000,
-                **self.consumer_config,
-            )
-        except KafkaError as err:
+            return kafka_client(settings.client).reader(settings, read_committed=False)
+        except Exception as err:  # the client's own connection error
             raise LogFormatError(f"{self.where()}: cannot connect ({err})") from None
 
-    def _partitions(self, consumer: Any) -> list[Any]:
-        from kafka import TopicPartition
-
+    def _partitions(self, consumer: Reader) -> list[TP]:
         tps = []
         for topic in self.topics:
-            parts = consumer.partitions_for_topic(topic)
+            parts = consumer.partitions(topic)
             if not parts:
                 raise LogFormatError(f"{self.where()}: no topic {topic!r}")
-            tps += [TopicPartition(topic, p) for p in sorted(parts)]
+            tps += [(topic, p) for p in parts]
         return tps
 
     def _resolve(
-        self, consumer: Any, tps: list[Any], bound: Bound, default: dict[Any, int]
-    ) -> dict[Any, int]:
+        self, consumer: Reader, tps: list[TP], bound: Bound, default: dict[TP, int]
+    ) -> dict[TP, int]:
         if bound is None:
             return dict(default)
         if isinstance(bound, bool):
@@ -165,7 +166,7 @@ class KafkaLogReader(ServiceLogReader):
             return dict.fromkeys(tps, bound)
         if isinstance(bound, dict):
             out = dict(default)
-            names = {f"{tp.topic}:{tp.partition}": tp for tp in tps}
+            names = {f"{t}:{p}": (t, p) for t, p in tps}
             for key, off in bound.items():
                 tp = names.get(key)
                 if tp is None:
@@ -181,12 +182,12 @@ class KafkaLogReader(ServiceLogReader):
             if ts is None or isinstance(ts, (int, dict)):  # "" parses to None: no bound
                 return self._resolve(consumer, tps, ts, default)
             found = consumer.offsets_for_times({tp: int(ts * 1000) for tp in tps})
-            return {
-                tp: (found[tp].offset if found.get(tp) is not None else default[tp]) for tp in tps
-            }
+            out = dict(default)
+            out.update({tp: at for tp in tps if (at := found.get(tp)) is not None})
+            return out
         raise LogFormatError(f"bad range bound {bound!r}")
 
-    def _range(self, consumer: Any) -> tuple[list[Any], dict[Any, int], dict[Any, int]]:
+    def _range(self, consumer: Reader) -> tuple[list[TP], dict[TP, int], dict[TP, int]]:
         tps = self._partitions(consumer)
         first = consumer.beginning_offsets(tps)
         last = consumer.end_offsets(tps)
@@ -205,38 +206,33 @@ class KafkaLogReader(ServiceLogReader):
             self._done = 0
             kind_of = dict(zip(self.topics, ("contexts", "decisions", "feedback")))
             live = [tp for tp in tps if start[tp] < end[tp]]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, start[tp])
-            consumer.pause(*[tp for tp in tps if tp not in live])
-            buf: dict[Any, collections.deque[Any]] = {tp: collections.deque() for tp in live}
+            consumer.assign(tps, start)
+            consumer.pause([tp for tp in tps if tp not in live])
+            buf: dict[TP, collections.deque[Any]] = {tp: collections.deque() for tp in live}
             fetched = {tp: start[tp] for tp in live}
-            paused: set[Any] = set()
+            paused: set[TP] = set()
             last_data = time.monotonic()
             while live:
                 # poll until every live partition has buffered records (or is complete)
                 need = [tp for tp in live if not buf[tp] and fetched[tp] < end[tp]]
                 if need:
-                    batches = consumer.poll(timeout_ms=200, max_records=5000)
                     got = False
-                    for tp, recs in batches.items():
+                    for rec in consumer.poll(0.2, max_records=5000):
+                        tp = (rec.topic, rec.partition)
                         if tp not in buf:
                             continue
-                        for rec in recs:
-                            if rec.offset >= end[tp]:
-                                break
+                        if rec.offset < end[tp]:
                             buf[tp].append(rec)
-                            fetched[tp] = rec.offset + 1
                             got = True
-                        if recs and recs[-1].offset + 1 >= end[tp]:
-                            fetched[tp] = max(fetched[tp], end[tp])
+                        fetched[tp] = min(max(fetched[tp], rec.offset + 1), end[tp])
+                    for tp in live:
                         if len(buf[tp]) > BUFFER and tp not in paused:
-                            consumer.pause(tp)
+                            consumer.pause([tp])
                             paused.add(tp)
                     if got:
                         last_data = time.monotonic()
                     elif time.monotonic() - last_data > self.idle_timeout:
-                        missing = ", ".join(f"{tp.topic}:{tp.partition}" for tp in need)
+                        missing = ", ".join(f"{t}:{p}" for t, p in need)
                         raise LogFormatError(
                             f"{self.where()}: no records from {missing} for "
                             f"{self.idle_timeout:g} s before the end of the range"
@@ -247,17 +243,17 @@ class KafkaLogReader(ServiceLogReader):
                     heads = [tp for tp in live if buf[tp]]
                     if not heads or any(not buf[tp] and fetched[tp] < end[tp] for tp in live):
                         break
-                    tp = min(heads, key=lambda p: (buf[p][0].timestamp, p.topic, p.partition))
+                    tp = min(heads, key=lambda p: (_timestamp(buf[p][0]), p))
                     rec = buf[tp].popleft()
                     self._done += 1
                     if tp in paused and len(buf[tp]) < BUFFER // 2:
-                        consumer.resume(tp)
+                        consumer.resume([tp])
                         paused.discard(tp)
                     yield (
-                        kind_of[tp.topic],
+                        kind_of[tp[0]],
                         rec.value,
-                        f"{self.where()} {tp.topic}:{tp.partition}@{rec.offset}",
-                        rec.timestamp,
+                        f"{self.where()} {tp[0]}:{tp[1]}@{rec.offset}",
+                        _timestamp(rec),
                     )
                 live = [tp for tp in live if buf[tp] or fetched[tp] < end[tp]]
         finally:

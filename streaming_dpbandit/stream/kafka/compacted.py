@@ -5,7 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...settings import KafkaSettings
+from .seam import KafkaClient, NewTopic, kafka_client
+
 __all__ = ["CompactedTopicClient", "ensure_compacted_topic", "read_to_end"]
+
+#: Topic settings of the state, ledger and models topics: compacted, with segments rolled
+#: every ten minutes and cleaned early, so that a partition keeps about one record per key.
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.ms": "600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+
+
+def kafka_settings(kafka: KafkaSettings | str) -> KafkaSettings:
+    """``kafka`` as settings (a ``host:port[,...]`` string: the default settings there)."""
+    return KafkaSettings(bootstrap_servers=kafka) if isinstance(kafka, str) else kafka
 
 
 @dataclass(eq=False)
@@ -15,103 +31,78 @@ class CompactedTopicClient:
 
     Parameters
     ----------
-    bootstrap, topic
-        Where the topic lives.
+    kafka
+        The ``kafka`` settings (client, servers, security), or a bootstrap address.
+    topic
+        The topic.
     send
         ``send(topic, key, value)`` of the producer that writes records — the task's
         transactional producer in the service, so a record commits atomically with the outputs
         it implies.
-    consumer_config
-        Extra kafka-python consumer settings (security).
     partitions
         Read only these partitions of the topic (a task reads its own; default: all).
+    client
+        The client library (default: the one the settings name).
     """
 
-    bootstrap: str | list[str]
+    kafka: KafkaSettings | str
     topic: str
     send: Callable | None = None
-    consumer_config: dict | None = None
     partitions: list[int] | None = None
+    client: KafkaClient | None = None
     _read_to: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.kafka = kafka_settings(self.kafka)
+        if self.client is None:
+            self.client = kafka_client(self.kafka.client)
 
     def start_reading_at(self, partition: int, offset: int) -> None:
         """Skip what lies before ``offset`` in ``partition`` (known to hold only records
         superseded by the ones starting there: e.g. the offset recorded with the last commit)."""
         self._read_to[partition] = max(self._read_to.get(partition, 0), int(offset))
 
-    def read_new(self, on_message: Callable[[bytes, bytes | None], None]) -> None:
+    def read_new(self, on_message: Callable[[bytes | None, bytes | None], None]) -> None:
         """Call ``on_message(key, value)`` for every record committed since the last read."""
-        read_to_end(
-            self.bootstrap,
-            self.topic,
-            self._read_to,
-            on_message,
-            self.consumer_config,
-            self.partitions,
-        )
+        assert isinstance(self.kafka, KafkaSettings) and self.client is not None
+        read_to_end(self.client, self.kafka, self.topic, self._read_to, on_message, self.partitions)
 
 
 def read_to_end(
-    bootstrap: str | list[str],
+    client: KafkaClient,
+    settings: KafkaSettings,
     topic: str,
     read_to: dict[int, int],
-    on_message: Callable[[bytes, bytes | None], None],
-    consumer_config: dict | None = None,
+    on_message: Callable[[bytes | None, bytes | None], None],
     partitions: list[int] | None = None,
 ) -> None:
     """Call ``on_message(key, value)`` for every committed record of ``topic`` after the offsets
     in ``read_to`` (per partition; updated in place) up to the topic's end right now — of every
     partition, or only of ``partitions``."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    c = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        **(consumer_config or {}),
-    )
+    reader = client.reader(settings, read_committed=True)
     try:
-        known = c.partitions_for_topic(topic) or set()
+        known = reader.partitions(topic)
         if partitions is not None:
             missing = set(partitions) - set(known)
             if missing:
                 raise ValueError(f"topic {topic} has no partition {sorted(missing)}")
-            known = partitions
-        parts = [TopicPartition(topic, p) for p in sorted(known)]
-        if not parts:
+            known = list(partitions)
+        tps = [(topic, p) for p in sorted(known)]
+        if not tps:
             return
-        c.assign(parts)
-        ends = c.end_offsets(parts)
-        for tp in parts:
-            c.seek(tp, read_to.get(tp.partition, 0))
-        while any(c.position(tp) < ends[tp] for tp in parts):
-            for batch in c.poll(timeout_ms=500).values():
-                for m in batch:
-                    on_message(m.key, m.value)
-        for tp in parts:
-            read_to[tp.partition] = c.position(tp)
+        reader.assign(tps, {tp: read_to[tp[1]] for tp in tps if tp[1] in read_to})
+        reader.read_to_end(tps, lambda rec: on_message(rec.key, rec.value))
+        for tp in tps:
+            read_to[tp[1]] = reader.position(tp)
     finally:
-        c.close()
+        reader.close()
 
 
-def ensure_compacted_topic(settings, topic: str, partitions: int) -> bool:
-    """Create ``topic`` with ``cleanup.policy=compact`` if it does not exist; True if created
-    (``settings``: :class:`~streaming_dpbandit.settings.KafkaSettings`)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    from .transport import client_options
-
-    admin = KafkaAdminClient(**client_options(settings))
-    try:
-        if topic in set(admin.list_topics()):
-            return False
-        compact = {"cleanup.policy": "compact"}
-        new = NewTopic(topic, partitions, settings.replication_factor, topic_configs=compact)
-        try:
-            admin.create_topics([new])
-        except TopicAlreadyExistsError:
-            return False
-        return True
-    finally:
-        admin.close()
+def ensure_compacted_topic(
+    settings: KafkaSettings, topic: str, partitions: int, client: KafkaClient | None = None
+) -> bool:
+    """Create ``topic`` compacted (:data:`COMPACTED`) if it does not exist; True if created."""
+    client = client or kafka_client(settings.client)
+    with client.admin(settings) as admin:
+        new = NewTopic(topic, partitions, settings.replication_factor, COMPACTED)
+        return bool(admin.create_topics([new]))

@@ -24,7 +24,7 @@ class KafkaLedger(CompactedTopicClient):
 
     Parameters
     ----------
-    bootstrap, topic, send, consumer_config, partitions
+    kafka, topic, send, partitions, client
         The topic, as for :class:`~.compacted.CompactedTopicClient`.
     """
 

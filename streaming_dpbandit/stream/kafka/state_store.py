@@ -20,21 +20,13 @@ from typing import Any
 
 from ...utils.serialization import dumps, loads
 from ..snapshot import SnapshotCorruptError, SnapshotStore
-from .compacted import CompactedTopicClient
+from .compacted import COMPACTED, CompactedTopicClient
 
-__all__ = ["DirectoryStore", "KafkaChangelogStore", "StateStore"]
+__all__ = ["COMPACTED", "DirectoryStore", "KafkaChangelogStore", "StateStore"]
 
 log = logging.getLogger("streaming_dpbandit.state")
 
 CHUNK_BYTES = 900_000
-
-#: Topic settings of the state and ledger topics: compacted, with segments rolled every ten
-#: minutes and cleaned early, so that a partition keeps about one snapshot per task on disk.
-COMPACTED = {
-    "cleanup.policy": "compact",
-    "segment.ms": "600000",
-    "min.cleanable.dirty.ratio": "0.1",
-}
 
 
 class StateStore(abc.ABC):
@@ -75,14 +67,16 @@ class KafkaChangelogStore(CompactedTopicClient, StateStore):
 
     Parameters
     ----------
-    bootstrap, topic, send, consumer_config, partitions
-        The changelog topic (created compacted by :meth:`ensure_topic`), as for
-        :class:`~.compacted.CompactedTopicClient`.
+    kafka, topic, send, partitions, client
+        The changelog topic (created compacted: :func:`~.compacted.ensure_compacted_topic`),
+        as for :class:`~.compacted.CompactedTopicClient`; ``send(topic, key, value,
+        track=False)`` returns, when tracking, the handle of the record's offset.
     """
 
     _values: dict[str, bytes] = field(default_factory=dict, init=False, repr=False)
     _seq: dict[str, int] = field(default_factory=dict, init=False, repr=False)
-    #: Where each task's last snapshot starts (a kafka-python send future, when ``send`` gives one).
+    #: Where each task's last snapshot starts: the handle of its first chunk (the producer's
+    #: ``offset_of`` reads its offset once flushed).
     last_start: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     # -- reading ----------------------------------------------------------------------------
@@ -129,9 +123,11 @@ class KafkaChangelogStore(CompactedTopicClient, StateStore):
             b""
         ]
         for i, part in enumerate(chunks):
-            fut = send(self.topic, f"{task}/{seq}/{i}".encode(), part)
-            if i == 0:  # where this snapshot starts (a producer future, when send gives one)
-                self.last_start[task] = fut
+            key = f"{task}/{seq}/{i}".encode()
+            if i == 0:  # where this snapshot starts
+                self.last_start[task] = send(self.topic, key, part, track=True)
+            else:
+                send(self.topic, key, part)
         head = {"seq": seq, "chunks": len(chunks), "sha256": hashlib.sha256(payload).hexdigest()}
         send(self.topic, f"{task}/head".encode(), json.dumps(head).encode())
         old = self._seq.get(task)
@@ -143,16 +139,3 @@ class KafkaChangelogStore(CompactedTopicClient, StateStore):
         self._seq[task] = seq
         self._values[f"{task}/head"] = json.dumps(head).encode()
         return len(payload)
-
-    @staticmethod
-    def ensure_topic(admin, topic: str, partitions: int = 1, replication: int = 1) -> None:
-        """Create the changelog topic, compacted, if it does not exist."""
-        from kafka.admin import NewTopic
-        from kafka.errors import TopicAlreadyExistsError
-
-        if topic in set(admin.list_topics()):
-            return
-        try:
-            admin.create_topics([NewTopic(topic, partitions, replication, topic_configs=COMPACTED)])
-        except TopicAlreadyExistsError:
-            pass

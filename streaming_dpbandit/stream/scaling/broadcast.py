@@ -104,14 +104,14 @@ def learner_kafka_settings(settings: ServiceSettings):
     return k.model_copy(update={"topics": topics, "group_id": group, "create_topics": False})
 
 
-def ensure_broadcast_topics(settings: ServiceSettings) -> None:
+def ensure_broadcast_topics(settings: ServiceSettings, client=None) -> None:
     """Create the service topics and the compacted models topic (``create_topics``)."""
     from ..kafka.transport import ensure_topics
 
     k, topic = settings.kafka_section(), settings.broadcast_section().models_topic
     if k.create_topics:
-        ensure_topics(k)
-        if ensure_models_topic(k, topic):
+        ensure_topics(k, client)
+        if ensure_models_topic(k, topic, client):
             log.info("created the compacted models topic %s", topic)
 
 

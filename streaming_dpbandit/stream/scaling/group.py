@@ -14,53 +14,76 @@ When a replica gains a task it calls ``init_transactions()`` for the task's id: 
 older producer of that id (a crashed, paused or partitioned replica) and aborts its open
 transaction. Only then does it read the task's last committed snapshot and seek to its offsets.
 A replica that lost a task can never commit for it again; any error of a task's producer drops
-the task and makes the replica rejoin the group. A membership stuck outside the stable state
-for ``kafka.rejoin_stall_s`` (kafka-python's re-join stall) drops every task and joins again
-with a new consumer.
+the task and makes the replica rejoin the group. Partitions taken without a revocation (a
+session that ended; kafka-python's re-join stall, after which it joins again with a new
+consumer) drop their tasks without a commit.
+
+The replica runs on either client of ``kafka.client`` through the seam (``stream/kafka/
+seam.py``): the client's group consumer tells it which partitions it gained and lost
+(:class:`_Tasks`), and each task has the client's transactional producer.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...metrics import ServiceMetrics
 from ...settings import ServiceSettings
 from ..errors import ServiceStartError
+from ..kafka.compacted import COMPACTED
 from ..kafka.ledger import KafkaLedger
+from ..kafka.seam import ClientError, NewTopic, Rebalance, kafka_client
 from ..kafka.state_store import KafkaChangelogStore
-from ..kafka.transport import (
-    JoinWatchdog,
-    client_options,
-    close_stalled,
-    group_consumer_options,
-    producer_options,
-    wait_for_partitions,
-)
 from ..signals import StopSwitch
 from ..state import tp_key
-from ..transport import Record
+from ..transport import TP
 from .task import SNAPSHOT_AT, TaskLost, TaskService
 
 __all__ = ["GroupService", "committed_lag"]
 
 log = logging.getLogger("streaming_dpbandit.group")
 
+by_partition = operator.attrgetter("topic", "partition")
 
-def _partition_count(admin, topic: str, wait_s: float = 30.0) -> int:
-    """Partitions of ``topic`` (0 if it does not exist); waits for a just-created topic."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        (meta,) = admin.describe_topics([topic])
-        if meta.get("error_code", 0) == 3:  # UNKNOWN_TOPIC_OR_PARTITION
-            n = 0
-        else:
-            n = len(meta["partitions"])
-        if n > 0 or time.monotonic() > deadline:
-            return n
-        time.sleep(0.2)
+
+class _Tasks(Rebalance):
+    """The consumer's partitions as tasks: a task opens when the replica holds both of its
+    partitions and closes when it loses one (with the classic protocol every rebalance revokes
+    everything first; with the consumer protocol partitions move one by one)."""
+
+    def __init__(self, group: GroupService):
+        self.group = group
+        self.owned: set[TP] = set()
+
+    def assigned(self, tps: list[TP]) -> Mapping[TP, int | None]:
+        g = self.group
+        self.owned |= set(tps)
+        ready = sorted(
+            p
+            for p in {p for _t, p in tps}
+            if p not in g.tasks and all(tp in self.owned for tp in g.task_tps(p))
+        )
+        offsets = g.open_tasks(ready) if ready else {}
+        out = {}
+        for tp, off in offsets.items():
+            if tp in tps:
+                out[tp] = off
+            else:  # held before its sibling came: read it again from the task's offset
+                g.consumer.seek(tp, off)
+        return out
+
+    def revoked(self, tps: list[TP]) -> None:
+        self.owned -= set(tps)
+        self.group.revoke({p for _t, p in tps})
+
+    def lost(self, tps: list[TP]) -> None:
+        self.owned -= set(tps)
+        self.group.abandon({p for _t, p in tps})
 
 
 class GroupService:
@@ -77,6 +100,7 @@ class GroupService:
     def __init__(self, settings: ServiceSettings, metrics=None):
         self.settings = settings
         self.metrics = metrics or ServiceMetrics()
+        self.client = kafka_client(settings.kafka_section().client)
 
     # -- set-up -----------------------------------------------------------------------------
     @property
@@ -91,29 +115,25 @@ class GroupService:
             self.settings.scaling.ledger_topic or f"{self.settings.kafka_section().group_id}.ledger"
         )
 
+    def task_tps(self, p: int) -> list[TP]:
+        t = self.settings.kafka_section().topics
+        return [(t.contexts, p), (t.feedback, p)]
+
     def _prepare_topics(self) -> int:
         """Create the topics when allowed; check co-partitioning; returns the partition count."""
-        from kafka.admin import KafkaAdminClient, NewTopic
-        from kafka.errors import TopicAlreadyExistsError
-
         k = self.settings.kafka_section()
         t = k.topics
-        admin = KafkaAdminClient(**client_options(k))
-        try:
-            existing = set(admin.list_topics())
+        with self.client.admin(k) as admin:
+            existing = admin.list_topics()
             if k.create_topics:
-                new = [
-                    NewTopic(n, k.partitions, k.replication_factor)
-                    for n in (t.contexts, t.feedback, t.decisions, t.dead_letter)
-                    if n not in existing
-                ]
-                if new:
-                    try:
-                        admin.create_topics(new)
-                    except TopicAlreadyExistsError:
-                        pass
+                admin.create_topics(
+                    [
+                        NewTopic(n, k.partitions, k.replication_factor)
+                        for n in (t.contexts, t.feedback, t.decisions, t.dead_letter)
+                    ]
+                )
             c, f = t.contexts, t.feedback
-            counts = {name: _partition_count(admin, name) for name in (c, f)}
+            counts = {name: admin.partition_count(name) for name in (c, f)}
             for name, n in counts.items():
                 if n == 0:
                     raise ServiceStartError(f"input topic {name} does not exist")
@@ -127,112 +147,56 @@ class GroupService:
                 if topic not in existing:
                     if not k.create_topics:
                         raise ServiceStartError(f"topic {topic} does not exist")
-                    KafkaChangelogStore.ensure_topic(admin, topic, n, k.replication_factor)
-                have = _partition_count(admin, topic)
+                    admin.create_topics([NewTopic(topic, n, k.replication_factor, COMPACTED)])
+                have = admin.partition_count(topic)
                 if have != n:
                     raise ServiceStartError(
                         f"topic {topic} has {have} partitions; the input topics have {n}: "
                         "one state and ledger partition per task"
                     )
             return n
-        finally:
-            admin.close()
 
     def open(self) -> None:
         """Check the topics and join the consumer group (tasks arrive with the assignment)."""
-        from kafka.consumer.subscription_state import ConsumerRebalanceListener
-
         k = self.settings.kafka_section()
+        self.tasks: dict[int, TaskService] = {}
+        self.rebalances: list[dict] = []
+        self.lost: list[str] = []
         try:
             self.n_partitions = self._prepare_topics()
-            self.consumer = self._consumer()
+            self.consumer = self.client.group_consumer(
+                k, k.instance_id(single=False), co_partitioned=True
+            )
+            self._listener = _Tasks(self)
+            self.consumer.subscribe([k.topics.contexts, k.topics.feedback], self._listener)
         except ServiceStartError:
             raise
         except Exception as err:
             raise ServiceStartError(f"cannot reach Kafka: {type(err).__name__}: {err}") from None
-        self.tasks: dict[int, TaskService] = {}
-        self.rebalances: list[dict] = []
-        self.lost: list[str] = []
-        group = self
-
-        class Listener(ConsumerRebalanceListener):
-            # kafka-python 3 runs these on the client's event loop: blocking here would stop
-            # the heartbeats, so they only take note; the loop acts after poll() returns
-            def on_partitions_revoked(self, revoked):
-                group._revoked |= {p.partition for p in revoked}
-
-            def on_partitions_assigned(self, assigned):
-                group._assigned = sorted({p.partition for p in assigned})
-
-        self._listener = Listener()
-        self._watchdog = JoinWatchdog(k.rejoin_stall_s)
-        self.join_restarts = 0
-        self._subscribe()
         self.started = time.monotonic()
         self.stop = StopSwitch()
         self._rejoin = False
-        self._revoked: set[int] = set()
-        self._assigned: list[int] | None = None
 
-    def _consumer(self):
-        from kafka import KafkaConsumer
-        from kafka.coordinator.assignors.range import RangePartitionAssignor
-
-        k = self.settings.kafka_section()
-        return KafkaConsumer(
-            **group_consumer_options(k, k.instance_id(single=False)),
-            # the same indices of both input topics: a replica owns whole tasks
-            partition_assignment_strategy=[RangePartitionAssignor],
-        )
-
-    def _subscribe(self) -> None:
-        """Join once the input topics' partitions are known (an empty first assignment is
-        where kafka-python's re-join stall starts; docs/operations.md)."""
-        k = self.settings.kafka_section()
-        wait_for_partitions(self.consumer, [k.topics.contexts, k.topics.feedback])
-        self.consumer.subscribe([k.topics.contexts, k.topics.feedback], listener=self._listener)
-
-    def _recreate_consumer(self) -> None:
-        """kafka-python's re-join stall: the broker has removed this member and moved its
-        tasks to the other replicas, which fence this one's producers. Drop every task without
-        committing (its open transaction is aborted; the new owner resumes from the last
-        commit, state and offsets from Kafka) and join again with a new consumer: what a
-        process restart would do, without losing the process."""
-        self.join_restarts += 1
-        close_stalled(
-            self.consumer,
-            self.settings.kafka_section().rejoin_stall_s,
-            self.join_restarts,
-            dropping=f"tasks {sorted(self.tasks)}",
-        )
-        for p in list(self.tasks):
-            self.tasks.pop(p).abandon()
-        self._revoked, self._assigned, self._rejoin = set(), None, False
-        try:
-            self.consumer = self._consumer()
-            self._subscribe()
-        except Exception as err:
-            raise ServiceStartError(
-                f"cannot re-create the consumer: {type(err).__name__}: {err}"
-            ) from None
+    @property
+    def join_restarts(self) -> int:
+        """Consumers re-created (kafka-python's re-join stall; librdkafka's fencing right
+        after broker trouble)."""
+        return int(getattr(self.consumer, "join_restarts", 0))
 
     def _producer(self, partition: int):
-        from kafka import KafkaProducer
-
         k = self.settings.kafka_section()
-        return KafkaProducer(
-            **producer_options(k),
-            transactional_id=f"{k.group_id}-task-{partition}",
-            transaction_timeout_ms=self.settings.scaling.transaction_timeout_ms,
+        return self.client.transactional_producer(
+            k, f"{k.group_id}-task-{partition}", self.settings.scaling.transaction_timeout_ms
         )
 
     # -- rebalances -------------------------------------------------------------------------
-    def _revoke(self, partitions: set[int]) -> None:
+    def revoke(self, partitions: set[int]) -> None:
+        """Hand over the tasks of revoked partitions: a final commit each (fenced if their new
+        owner was faster)."""
         t0 = time.monotonic()
-        for p in sorted(partitions):
-            task = self.tasks.pop(p, None)
-            if task is None:
-                continue
+        closed = sorted(p for p in partitions if p in self.tasks)
+        for p in closed:
+            task = self.tasks.pop(p)
             try:
                 task.close_task("rebalance")
             except TaskLost as err:
@@ -240,41 +204,44 @@ class GroupService:
                     "task %d lost while handing it over: %s", p, err, extra={"partition": p}
                 )
                 self.lost.append(str(err))
-        self.rebalances.append({"revoked": sorted(partitions), "s": time.monotonic() - t0})
+        if not closed:
+            return
+        self.rebalances.append({"revoked": closed, "s": time.monotonic() - t0})
         log.info(
             "revoked tasks %s in %.2f s",
-            sorted(partitions),
+            closed,
             time.monotonic() - t0,
-            extra={"partitions": sorted(partitions)},
+            extra={"partitions": closed},
         )
 
-    def _rebalanced(self) -> set[int]:
-        """Act on what the listener noted during the last poll: hand over the revoked tasks
-        (a commit; fenced if their new owner was faster), then open the assigned ones. Returns
-        the partitions whose records of that poll must be dropped (they are re-read)."""
-        revoked, self._revoked = self._revoked, set()
-        assigned, self._assigned = self._assigned, None
-        if revoked:
-            self._revoke(revoked)
-        if assigned is None:
-            return revoked
+    def abandon(self, partitions: set[int]) -> None:
+        """Partitions taken without a revocation (this member's session ended; kafka-python's
+        re-join stall): the broker has moved them, and their new owners fence this replica's
+        producers. Drop the tasks without committing (their open transactions are aborted;
+        the new owner resumes from the last commit)."""
+        dropped = sorted(p for p in partitions if p in self.tasks)
+        for p in dropped:
+            self.tasks.pop(p).abandon()
+        if dropped:
+            log.warning("tasks %s lost without a revocation: dropped uncommitted", dropped)
+
+    def open_tasks(self, partitions: list[int]) -> dict[TP, int | None]:
+        """Open the tasks of ``partitions``; returns where each of their input partitions
+        resumes (None: from the beginning)."""
         try:
-            self._open_tasks(assigned)
+            return self._open_tasks(partitions)
         except ServiceStartError:
             raise
         except Exception as err:
             raise ServiceStartError(
                 f"cannot take over a task: {type(err).__name__}: {err}"
             ) from err
-        return revoked | set(assigned)
 
-    def _open_tasks(self, partitions: list[int]) -> None:
-        from kafka import TopicPartition
-
+    def _open_tasks(self, partitions: list[int]) -> dict[TP, int | None]:
         t0 = time.monotonic()
         new = [p for p in partitions if p not in self.tasks]
         if not new:
-            return
+            return {}
         producers = {}
         for p in new:  # fence every previous owner first: their open transactions are aborted
             producers[p] = self._producer(p)
@@ -282,26 +249,19 @@ class GroupService:
         t_fenced = time.monotonic()
         # then read the committed state and ledger of all the new tasks at once
         k = self.settings.kafka_section()
-        extra = {key: v for key, v in client_options(k).items() if key != "bootstrap_servers"}
-        boot = k.bootstrap_servers.split(",")
-        store = KafkaChangelogStore(boot, self.state_topic, None, extra, new)
-        for p in new:
-            start = self._snapshot_start(p)
-            if start is not None:
-                store.start_reading_at(p, start)
+        store = KafkaChangelogStore(k, self.state_topic, partitions=new, client=self.client)
+        for p, start in self._snapshot_starts(new).items():
+            store.start_reading_at(p, start)
         store.refresh()
-        ledger = KafkaLedger(boot, self.ledger_topic, None, extra, new).open()
+        ledger = KafkaLedger(k, self.ledger_topic, partitions=new, client=self.client).open()
         t_read = time.monotonic()
+        out: dict[TP, int | None] = {}
         for p in new:
             task = TaskService(self.settings, p, producers[p], self.consumer, self.metrics)
             offsets = task.open_task(self.n_partitions, store, ledger)
             for tp in task.tps:
-                part = TopicPartition(*tp)
-                off = offsets.get(tp)
-                if off is None:
-                    self.consumer.seek_to_beginning(part)
-                else:
-                    self.consumer.seek(part, off)
+                out[tp] = offsets.get(tp)
+                self.consumer.resume(tp)  # (a task dropped before paused its partitions)
             self.tasks[p] = task
         t1 = time.monotonic()
         self.rebalances.append({"assigned": partitions, "s": t1 - t0})
@@ -314,38 +274,37 @@ class GroupService:
             t1 - t_read,
             extra={"partitions": sorted(partitions)},
         )
+        return out
 
-    def _snapshot_start(self, p: int) -> int | None:
-        """Offset of task p's last committed snapshot in the state topic, from the metadata of
-        the group's committed offsets (written in the same transaction), if any."""
-        from kafka import TopicPartition
-
-        tp = TopicPartition(self.settings.kafka_section().topics.contexts, p)
+    def _snapshot_starts(self, partitions: list[int]) -> dict[int, int]:
+        """Offsets of the tasks' last committed snapshots in the state topic, from the
+        metadata of the group's committed offsets (written in the same transaction)."""
+        contexts = self.settings.kafka_section().topics.contexts
         try:
-            committed = self.consumer.committed(tp, metadata=True)
-        except Exception as err:  # read the whole partition instead
-            log.debug("no committed offset for %s: %s", tp, err)
-            return None
-        meta = getattr(committed, "metadata", None) or ""
-        if not meta.startswith(SNAPSHOT_AT):
-            return None
-        try:
-            return int(meta[len(SNAPSHOT_AT) :])
-        except ValueError:
-            return None
+            committed = self.consumer.committed([(contexts, p) for p in partitions])
+        except Exception as err:  # read the whole partitions instead
+            log.debug("no committed offsets: %s", err)
+            return {}
+        out = {}
+        for (_t, p), got in committed.items():
+            meta = got[1] if got is not None else ""
+            if meta.startswith(SNAPSHOT_AT):
+                try:
+                    out[p] = int(meta[len(SNAPSHOT_AT) :])
+                except ValueError:
+                    continue
+        return out
 
     def _drop(self, p: int, err: TaskLost) -> None:
         """A task's producer failed: forget the task (its new owner resumes it from the last
         commit). Fenced: another replica owns it now and the group protocol will tell our
         consumer; anything else: rejoin the group so that the task is reopened cleanly."""
-        from kafka import TopicPartition
-
         task = self.tasks.pop(p, None)
         if task is not None:
             task.abandon()
             for tp in task.tps:
                 try:
-                    self.consumer.pause(TopicPartition(*tp))
+                    self.consumer.pause(tp)
                 except Exception:  # already unassigned
                     pass
         self.lost.append(str(err))
@@ -373,41 +332,34 @@ class GroupService:
         """Serve until a stop is requested; returns the summary of the tasks owned at the end."""
         k = self.settings.kafka_section()
         last_commit = time.monotonic()
+        timeout = k.poll_timeout_ms / 1000
         while not self.stop.requested:
             if self._rejoin:
                 self._rejoin = False
-                self.consumer.unsubscribe()
-                self.consumer.subscribe(
-                    [k.topics.contexts, k.topics.feedback], listener=self._listener
-                )
-            batches = self.consumer.poll(
-                timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
-            )
-            # kafka-python's re-join stall (docs/operations.md): the broker has removed this
-            # member and moved its tasks; drop them and join again with a new consumer
-            if not batches and self._watchdog.stalled(self.consumer):
-                self._recreate_consumer()
-                continue
-            skip = set()
-            if self._revoked or self._assigned is not None:
-                try:
-                    skip = self._rebalanced()
-                except ServiceStartError:
-                    self.consumer.close()
-                    raise
+                self.consumer.rejoin()
+            try:  # (tasks are handed over inside, by the listener)
+                records = self.consumer.poll(k.max_poll_records, timeout)
+            except ServiceStartError:
+                self.consumer.close()
+                raise
+            except ClientError as err:
+                self.consumer.close()
+                raise ServiceStartError(str(err)) from None
             now = time.perf_counter()
-            for tp, msgs in batches.items():
-                task = self.tasks.get(tp.partition)
-                if task is None or tp.partition in skip:  # re-read from the task's offsets
-                    continue
-                q = task.service.queues[(tp.topic, tp.partition)]
-                for m in msgs:
-                    q.append(
-                        (Record(tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp), now)
-                    )
+            busy = set()
+            for (_topic, p), run in itertools.groupby(records, by_partition):
+                task = self.tasks.get(p)
+                if task is not None:
+                    task.transport.inbox.extend(run)
+                    busy.add(p)
             for p in list(self.tasks):
                 task = self.tasks[p]
                 try:
+                    if p in busy:  # (a poll holds runs of one partition's records)
+                        for tp, run in itertools.groupby(
+                            task.transport.poll(k.max_poll_records, 0.0), by_partition
+                        ):
+                            task.service.queues[tp].extend(zip(run, itertools.repeat(now)))
                     if any(task.service.queues.values()):
                         task.service.process()
                         task.dirty = True
@@ -474,26 +426,30 @@ class GroupService:
         }
 
 
-def committed_lag(bootstrap: str, group_id: str, topics: list[str]) -> int | None:
+def committed_lag(
+    bootstrap: str, group_id: str, topics: list[str], client: str = "kafka-python"
+) -> int | None:
     """Input records a replica group has not committed yet, summed over the partitions of
     ``topics`` (empty partitions count as done); None while a non-empty partition has no
     commit. With ``scaling.mode: group`` a commit means processed *and* durable."""
-    from kafka import KafkaConsumer, TopicPartition
+    from ...settings import KafkaSettings
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
+    settings = KafkaSettings(bootstrap_servers=bootstrap, client=client)
+    kc = kafka_client(client)
+    with kc.admin(settings) as admin:
+        committed = admin.group_offsets(group_id)
+    reader = kc.reader(settings, read_committed=False)
     try:
-        parts = [
-            TopicPartition(t, p) for t in topics for p in sorted(c.partitions_for_topic(t) or [])
-        ]
-        ends = c.end_offsets(parts)
-        lag = 0
-        for tp in parts:
-            off = c.committed(tp)
-            if off is None:
-                if ends[tp] == 0:
-                    continue
-                return None
-            lag += ends[tp] - off
-        return lag
+        parts = [(t, p) for t in topics for p in reader.partitions(t)]
+        ends = reader.end_offsets(parts)
     finally:
-        c.close()
+        reader.close()
+    lag = 0
+    for tp in parts:
+        off = committed.get(tp)
+        if off is None:
+            if ends[tp] == 0:
+                continue
+            return None
+        lag += ends[tp] - off
+    return lag

@@ -1,7 +1,7 @@
 """The compacted ``models`` topic of a model broadcast (docs/scaling.md, pattern 2).
 
 The learner publishes every released model of a bandit as one record keyed by the bandit id;
-compaction keeps the latest per bandit. Decision replicas read it with a consumer assigned to
+compaction keeps the latest per bandit. Decision replicas read it with a reader assigned to
 every partition (no group: each replica reads everything), ``read_committed``.
 
 A record holds released — already private — values only: the policy's
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...policies.base import Policy
 from ...settings import KafkaSettings
+from ..kafka.seam import KafkaClient, kafka_client
 
 __all__ = ["ModelMessage", "ModelsReader", "ensure_models_topic", "model_message"]
 
@@ -86,11 +87,13 @@ def model_message(bandit_id: str, policy: Policy, now: float | None = None) -> M
     )
 
 
-def ensure_models_topic(settings: KafkaSettings, topic: str) -> bool:
+def ensure_models_topic(
+    settings: KafkaSettings, topic: str, client: KafkaClient | None = None
+) -> bool:
     """Create the compacted models topic if it does not exist; True if created."""
     from ..kafka.compacted import ensure_compacted_topic
 
-    return ensure_compacted_topic(settings, topic, settings.partitions)
+    return ensure_compacted_topic(settings, topic, settings.partitions, client)
 
 
 class ModelsReader:
@@ -99,12 +102,14 @@ class ModelsReader:
     Parameters
     ----------
     settings
-        The ``kafka`` section (bootstrap servers, security).
+        The ``kafka`` section (client, bootstrap servers, security).
     topic
         The models topic.
     on_bad
         ``on_bad(partition, offset, raw, reason, detail)`` for a record that is not a valid
         :class:`ModelMessage` (the caller dead-letters it).
+    client
+        The client library (default: the one the settings name).
     """
 
     def __init__(
@@ -112,61 +117,47 @@ class ModelsReader:
         settings: KafkaSettings,
         topic: str,
         on_bad: Callable[[int, int, bytes, str, str], None] | None = None,
+        client: KafkaClient | None = None,
     ):
         self.settings = settings
         self.topic = topic
         self.on_bad = on_bad
+        self.client = client or kafka_client(settings.client)
 
     def open(self, timeout_s: float = 30.0) -> ModelsReader:
         """Assign every partition, read from the beginning (:meth:`catch_up` next)."""
-        from kafka import KafkaConsumer, TopicPartition
-
-        from ..kafka.transport import client_options
-
-        self.consumer = KafkaConsumer(
-            **client_options(self.settings),
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        )
-        deadline = time.monotonic() + timeout_s
-        parts = self.consumer.partitions_for_topic(self.topic)
-        while not parts:
-            if time.monotonic() > deadline:
-                self.consumer.close()
-                raise RuntimeError(f"models topic {self.topic!r} does not exist")
-            time.sleep(0.2)
-            parts = self.consumer.partitions_for_topic(self.topic)
-        self.parts = [TopicPartition(self.topic, p) for p in sorted(parts)]
-        self.consumer.assign(self.parts)
-        self.consumer.seek_to_beginning(*self.parts)
+        self.reader = self.client.reader(self.settings, read_committed=True)
+        parts = self.reader.partitions(self.topic, timeout_s)
+        if not parts:
+            self.reader.close()
+            raise RuntimeError(f"models topic {self.topic!r} does not exist")
+        self.parts = [(self.topic, p) for p in parts]
+        self.reader.assign(self.parts)
         return self
 
     def catch_up(self) -> dict[str, ModelMessage]:
         """Read up to the topic's current end; the latest model per bandit."""
-        ends = self.consumer.end_offsets(self.parts)
         out: dict[str, ModelMessage] = {}
-        while any(self.consumer.position(p) < ends[p] for p in self.parts):
-            self._merge(out, self.poll(0.5))
+        self.reader.read_to_end(self.parts, lambda rec: self._read(out, rec))
         return out
 
     def poll(self, timeout_s: float = 0.0) -> dict[str, ModelMessage]:
         """Models that arrived since the last call (latest per bandit; may be empty)."""
         out: dict[str, ModelMessage] = {}
-        batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000))
-        for tp, msgs in batches.items():
-            for m in msgs:
-                if m.value is None:  # a tombstone: nothing to serve from
-                    continue
-                try:
-                    msg = ModelMessage.model_validate_json(m.value)
-                except ValidationError as err:
-                    if self.on_bad is not None:
-                        self.on_bad(tp.partition, m.offset, m.value, "invalid_model", str(err))
-                    continue
-                self._merge(out, {msg.bandit_id: msg})
+        for rec in self.reader.poll(timeout_s):
+            self._read(out, rec)
         return out
+
+    def _read(self, into: dict[str, ModelMessage], rec) -> None:
+        if rec.value is None:  # a tombstone: nothing to serve from
+            return
+        try:
+            msg = ModelMessage.model_validate_json(rec.value)
+        except ValidationError as err:
+            if self.on_bad is not None:
+                self.on_bad(rec.partition, rec.offset, rec.value, "invalid_model", str(err))
+            return
+        self._merge(into, {msg.bandit_id: msg})
 
     @staticmethod
     def _merge(into: dict[str, ModelMessage], new: dict[str, ModelMessage]) -> None:
@@ -176,4 +167,4 @@ class ModelsReader:
                 into[b] = msg
 
     def close(self) -> None:
-        self.consumer.close()
+        self.reader.close()

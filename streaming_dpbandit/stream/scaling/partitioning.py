@@ -20,10 +20,9 @@ def partition_of(bandit_id: str, partitions: int) -> int:
     >>> 0 <= partition_of("shop", 12) < 12
     True
     """
-    from kafka.partitioner.default import murmur2
+    from ..kafka.partitioner import murmur2_partition
 
-    h = murmur2(bandit_id.encode())
-    return (h & 0x7FFFFFFF) % partitions
+    return murmur2_partition(bandit_id.encode(), partitions)
 
 
 def task_of_tp(tp: tuple[str, int]) -> int:

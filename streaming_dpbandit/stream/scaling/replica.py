@@ -7,14 +7,18 @@ policy's initial, data-independent model before the first release, and publishes
 :class:`~.broadcast.BroadcastDecision` — tagged with the model version it used and carrying the
 chosen arm's feature row — keyed by the bandit id. Stateless: input offsets are committed to
 Kafka after the decisions they imply are flushed (at-least-once; a context re-decided after a
-crash gets the same decision when the model did not change in between). It reads contexts with
-the service's parser (:func:`~streaming_dpbandit.stream.parsing.parse_context`) and writes dead
-letters with the service's writer.
+crash gets the same decision when the model did not change in between; a decision that could
+not be written stops the replica before the offsets that imply it are committed). It runs on
+either client of ``kafka.client`` through the seam (``stream/kafka/seam.py``). It reads
+contexts with the service's parser (:func:`~streaming_dpbandit.stream.parsing.parse_context`)
+and writes dead letters with the service's writer.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import os
 import socket
 import time
@@ -28,6 +32,7 @@ from ..bandit import BanditRuntime
 from ..clock import record_clock
 from ..dead_letters import DeadLetters
 from ..errors import ServiceStartError, out_of_memory_is_a_start_error
+from ..kafka.seam import ClientError, Rebalance, UndeliveredRecords, kafka_client
 from ..parsing import BadInput, Pending, event_time_limit, parse_context
 from ..signals import StopSwitch
 from .broadcast import (
@@ -69,13 +74,10 @@ class DecisionReplica:
 
     # -- set-up -------------------------------------------------------------------------------
     def open(self) -> None:
-        from kafka import KafkaProducer
-
-        from ..kafka.transport import JoinWatchdog, producer_options
-
         check_broadcast(self.settings)
         s, b = self.settings, self.settings.broadcast_section()
         k = s.kafka_section()
+        self.client = kafka_client(k.client)
         self.replica = b.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.topics = k.topics
         self.bandits: dict[str, BanditRuntime] = {}
@@ -90,119 +92,52 @@ class DecisionReplica:
         self.pickups: list[tuple[str, int, float, float]] = []
         self.decided = 0
         try:
-            ensure_broadcast_topics(s)
-            self.producer = KafkaProducer(**producer_options(k))
+            ensure_broadcast_topics(s, self.client)
+            self.producer = self.client.producer(k)
             self.dead_letters = dead_letters_of(
                 self.producer, k.topics.dead_letter, s, self.metrics
             )
-            self.models = ModelsReader(k, b.models_topic, self._bad_model).open()
+            self.models = ModelsReader(k, b.models_topic, self._bad_model, self.client).open()
             self._apply(self.models.catch_up())
             self._join()
         except Exception as err:  # e.g. kafka.errors.NoBrokersAvailable
             raise ServiceStartError(
                 f"cannot open the transport: {type(err).__name__}: {err}"
             ) from None
-        self._watchdog = JoinWatchdog(k.rejoin_stall_s)
-        self.join_restarts = 0
         self.last_refresh = self.last_commit = time.monotonic()
         self.started = time.monotonic()
         self.stop = StopSwitch()
 
     def _join(self) -> None:
-        """Create the contexts consumer and subscribe, once the contexts topic's partitions
-        are known: a member that joins while its metadata has none gets an empty assignment,
-        and kafka-python 3.0.12's re-join after it can stall (docs/operations.md)."""
-        from kafka import KafkaConsumer
-
-        from ..kafka.consumer_tools import wait_for_partitions
-        from ..kafka.transport import client_options
-
+        """Join the contexts topic's group. Before partitions are given away, the decisions
+        are flushed and the offsets of every polled context committed (all of them are
+        decided when poll runs), so the next owner resumes exactly there. Partitions lost
+        without a revocation (kafka-python's re-join stall; a session that ended) were taken
+        by the others, which resume from the last commit: the decisions published since may
+        be published again, as after a process restart (at-least-once)."""
         k = self.settings.kafka_section()
-        self.consumer = KafkaConsumer(
-            **client_options(k),
-            group_id=k.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
+        self.consumer = self.client.group_consumer(
+            k,
+            k.instance_id(single=False),
+            commit_on_revoke=self.producer.flush,
             max_poll_records=k.max_poll_records,
-            session_timeout_ms=k.session_timeout_ms,
-            heartbeat_interval_ms=k.heartbeat_ms(),
-            group_instance_id=k.instance_id(single=False),
         )
-        wait_for_partitions(self.consumer, [k.topics.contexts])
-        self.consumer.subscribe([k.topics.contexts], listener=self._listener())
+        self.consumer.subscribe([k.topics.contexts], _LogAssignment())
 
-    def _rejoin(self) -> None:
-        """Replace a consumer whose group membership stalled (kafka-python's re-join stall).
+    def assigned(self) -> set[tuple[str, int]]:
+        """The contexts partitions this replica decides now (the probes' ``partitions``)."""
+        return self.consumer.assigned()
 
-        By then the broker has removed this member and handed its partitions to the others,
-        which resume from the committed offsets; the decisions published since the last
-        commit (at most ``broadcast.commit_interval_s`` of them) may be published again, as
-        after a process restart (at-least-once, module docstring). The new consumer joins as
-        a new member; nothing else of the replica (models, producer, dead letters) changes.
-        """
-        from ..kafka.transport import close_stalled
-
-        self.join_restarts += 1
-        self.producer.flush()
-        close_stalled(
-            self.consumer, self.settings.kafka_section().rejoin_stall_s, self.join_restarts
-        )
-        try:
-            self._join()
-        except Exception as err:
-            raise ServiceStartError(
-                f"cannot re-create the consumer: {type(err).__name__}: {err}"
-            ) from None
-        self.last_commit = time.monotonic()
-
-    def _listener(self):
-        """On revocation: flush the decisions, commit the offsets of every polled context (all
-        of them are decided when poll runs), so the next owner resumes exactly there."""
-        import kafka.consumer.subscription_state as subs
-
-        replica = self
-
-        def assigned(parts) -> None:
-            assigned = sorted(p.partition for p in parts)
-            log.info("contexts partitions assigned: %s", assigned, extra={"partitions": assigned})
-
-        if hasattr(subs, "AsyncConsumerRebalanceListener"):  # kafka-python >= 3
-
-            class AsyncListener(subs.AsyncConsumerRebalanceListener):
-                # listeners run on the consumer's IO loop, where the blocking commit() is
-                # refused: await the coordinator's commit instead
-                async def on_partitions_revoked(self, revoked):
-                    replica.producer.flush()
-                    c = replica.consumer
-                    offsets = c._subscription.all_consumed_offsets()
-                    try:
-                        await c._coordinator._commit_offsets_sync_async(offsets)
-                    except Exception as err:
-                        log.warning("offset commit at revocation failed: %s", err)
-
-                async def on_partitions_assigned(self, parts):
-                    assigned(parts)
-
-            return AsyncListener()
-
-        class Listener(subs.ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                replica._commit()
-
-            def on_partitions_assigned(self, parts):
-                assigned(parts)
-
-        return Listener()
+    @property
+    def join_restarts(self) -> int:
+        """Consumers re-created (kafka-python's re-join stall)."""
+        return int(getattr(self.consumer, "join_restarts", 0))
 
     def request_stop(self, *_args) -> None:
         self.stop.request()
 
     def install_signal_handlers(self) -> None:
         self.stop.install()
-
-    def assigned(self) -> set[tuple[str, int]]:
-        """The contexts partitions this replica decides now (the probes' ``partitions``)."""
-        return {(p.topic, p.partition) for p in self.consumer.assignment()}
 
     # -- models -------------------------------------------------------------------------------
     def model_version(self, bandit: str) -> int:
@@ -263,21 +198,17 @@ class DecisionReplica:
         k = self.settings.kafka_section()
         refresh = self.settings.broadcast_section().model_refresh_ms / 1000
         commit_every = self.settings.broadcast_section().commit_interval_s
+        timeout = k.poll_timeout_ms / 1000
         while not self.stop.requested:
             if time.monotonic() - self.last_refresh >= refresh:
                 self.refresh_models()
-            batches = self.consumer.poll(
-                timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records
-            )
-            # kafka-python's re-join stall (docs/operations.md): the broker has removed this
-            # replica and moved its partitions; a decision replica is stateless (models come
-            # from the models topic, offsets from Kafka), so a new consumer is all it needs
-            if not batches and self._watchdog.stalled(self.consumer):
-                self._rejoin()
-                continue
+            try:
+                records = self.consumer.poll(k.max_poll_records, timeout)
+            except ClientError as err:
+                raise ServiceStartError(str(err)) from None
             received = time.perf_counter()
-            for tp, msgs in batches.items():
-                self._process(tp.topic, tp.partition, msgs, received)
+            for (topic, partition), msgs in itertools.groupby(records, _by_partition):
+                self._process(topic, partition, msgs, received)
             if time.monotonic() - self.last_commit >= commit_every:
                 self._commit()
             if progress is not None:
@@ -381,21 +312,30 @@ class DecisionReplica:
         self.decided += B
 
     def _commit(self) -> None:
-        """Flush the decisions, then commit the offsets of the contexts they answer."""
-        self.producer.flush()
+        """Flush the decisions, then commit the offsets of the contexts they answer. A decision
+        that could not be written stops the replica first: its context is decided again by
+        whoever resumes from the last commit."""
+        try:
+            self.producer.flush()
+        except UndeliveredRecords as err:
+            raise ServiceStartError(
+                f"decisions not written, offsets not committed: {err}"
+            ) from None
         try:
             self.consumer.commit()
-        except Exception as err:  # a rebalance in progress: the next commit covers it
+        except ClientError as err:  # a rebalance in progress: the next commit covers it
             log.warning("offset commit failed: %s", err)
         self.last_commit = time.monotonic()
 
     # -- the end ------------------------------------------------------------------------------
     def finish(self) -> dict:
-        self._commit()
-        summary = self.summary()
-        self.consumer.close()
-        self.models.close()
-        self.producer.close()
+        try:
+            self._commit()
+        finally:
+            summary = self.summary()
+            self.consumer.close()
+            self.models.close()
+            self.producer.close()
         return summary
 
     def summary(self) -> dict:
@@ -410,6 +350,19 @@ class DecisionReplica:
             "pickups": len(self.pickups),
             "dead_letters": dict(self.dead_letters.count),
         }
+
+
+_by_partition = operator.attrgetter("topic", "partition")
+
+
+class _LogAssignment(Rebalance):
+    """A decision replica's partitions start at the group's committed offsets: it only logs
+    them."""
+
+    def assigned(self, tps):
+        parts = sorted(p for _t, p in tps)
+        log.info("contexts partitions assigned: %s", parts, extra={"partitions": parts})
+        return {}
 
 
 def dead_letters_of(producer, topic: str, settings: ServiceSettings, metrics) -> DeadLetters:

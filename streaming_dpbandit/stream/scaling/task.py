@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 from ...privacy.ledger import LedgerConflictError, ReleaseRecord
 from ...settings import ServiceSettings
 from ..kafka.ledger import KafkaLedger
+from ..kafka.seam import GroupConsumer, TransactionalProducer, is_fenced
 from ..kafka.state_store import KafkaChangelogStore
 from ..parsing import BadInput, unknown_bandit
 from ..service import Service
@@ -27,8 +29,6 @@ __all__ = ["SNAPSHOT_AT", "TaskLost", "TaskService", "TaskState"]
 
 SNAPSHOT_AT = "dpbandit-snapshot-at="
 
-_FENCED = {"ProducerFencedError", "InvalidProducerEpochError", "CommitFailedError"}
-
 
 class TaskLost(RuntimeError):
     """A task's producer failed (fenced by a newer owner, or a broken transaction)."""
@@ -36,65 +36,56 @@ class TaskLost(RuntimeError):
     @property
     def fenced(self) -> bool:
         """True when another producer of the task's transactional id took over."""
-        err = self.__cause__
-        while err is not None:
-            if type(err).__name__ in _FENCED:
-                return True
-            err = err.__cause__ or (err.args[1] if len(err.args) > 1 else None)
-            if not isinstance(err, BaseException):
-                return False
-        return "Fenced" in str(self)
+        return is_fenced(self.__cause__) or "Fenced" in str(self)
 
 
 class _TaskTransport(Transport):
-    """A task's view of the replica's clients: sends go into the task's transaction."""
+    """A task's view of the replica's clients: the records the replica's consumer polled for
+    the task's partitions (routed by the group service), and sends into the task's
+    transaction."""
 
-    def __init__(self, producer, consumer, tps: list[TP], replica: str):
+    def __init__(
+        self, producer: TransactionalProducer, consumer: GroupConsumer, tps: list[TP], replica: str
+    ):
         self.producer = producer
         self.consumer = consumer
         self.tps = tps
-        self.replica = replica
+        self.headers = [("replica", replica.encode())]
+        self.inbox: list[Record] = []
 
     def open(self, start_offsets: dict[TP, int]) -> None:  # the group service seeks
         return None
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
-        raise NotImplementedError("the group service polls for its tasks")
+        """The records the group service routed to this task since the last call."""
+        out, self.inbox = self.inbox, []
+        return out
 
     def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         try:
-            self.producer.send(topic, key=key, value=value, headers=self._headers)
+            self.producer.send(topic, key, value, headers=self.headers)
         except Exception as err:  # fenced, or the transaction is in an error state
             raise TaskLost(f"send failed: {type(err).__name__}: {err}") from err
 
-    @property
-    def _headers(self) -> list[tuple[str, bytes]]:
-        return [("replica", self.replica.encode())]
-
-    def flush(self) -> None:  # the transaction commit is the durability point
-        return None
+    def flush(self) -> None:
+        """Wait until every record sent is answered (a failed one fails the transaction; the
+        commit is the durability point)."""
+        try:
+            self.producer.flush()
+        except Exception as err:
+            raise TaskLost(f"flush failed: {type(err).__name__}: {err}") from err
 
     def pause(self, tp: TP) -> None:
-        from kafka import TopicPartition
-
-        self.consumer.pause(TopicPartition(*tp))
+        self.consumer.pause(tp)
 
     def resume(self, tp: TP) -> None:
-        from kafka import TopicPartition
-
-        from ..kafka.transport import resume_partition
-
-        resume_partition(self.consumer, TopicPartition(*tp))
+        self.consumer.resume(tp)
 
     def assigned(self) -> set[TP]:
         return set(self.tps)
 
     def lag(self) -> dict[TP, int]:
-        from kafka import TopicPartition
-
-        from ..kafka.transport import consumer_lag
-
-        return consumer_lag(self.consumer, [TopicPartition(*tp) for tp in self.tps])
+        return {tp: n for tp, n in self.consumer.lag().items() if tp in self.tps}
 
 
 class _TaskLedger:
@@ -138,7 +129,8 @@ class TaskState(StateBackend):
 
     def load(self) -> dict | None:
         snap = self.store.load(self.task.name, refresh=False)
-        self.task.producer.begin_transaction()  # unledgered releases go into the first one
+        with self.task.losing_the_task():
+            self.task.producer.begin()  # unledgered releases go into the first transaction
         return snap
 
     def save(self, state: dict) -> int:
@@ -147,8 +139,6 @@ class TaskState(StateBackend):
 
     def after_save(self, service) -> None:
         """Ledger records and input offsets, committed with the snapshot in one transaction."""
-        from kafka.structs import OffsetAndMetadata, TopicPartition
-
         task = self.task
         with task.losing_the_task():
             for rt in service.bandits.values():
@@ -157,17 +147,17 @@ class TaskState(StateBackend):
             # a new owner reads the task's state from there, not from the beginning
             task.producer.flush()
             start = self.store.last_start.get(task.name)
-            meta = f"{SNAPSHOT_AT}{start.get(timeout=30).offset}" if start is not None else ""
+            meta = f"{SNAPSHOT_AT}{task.producer.offset_of(start)}" if start is not None else ""
             offsets = {}
             for tp in task.tps:
                 q = service.queues.get(tp)
                 off = q[0][0].offset if q else service.offsets.get(tp)
                 if off is not None:
-                    offsets[TopicPartition(*tp)] = OffsetAndMetadata(off, meta, -1)
+                    offsets[tp] = (off, meta)
             if offsets:  # for monitoring tools (consumer-group lag); the snapshot rules
-                task.producer.send_offsets_to_transaction(offsets, task.consumer.group_metadata())
-            task.producer.commit_transaction()
-            task.producer.begin_transaction()
+                task.producer.send_offsets(offsets, task.consumer)
+            task.producer.commit()
+            task.producer.begin()
         task.dirty = False
 
 
@@ -185,12 +175,19 @@ class TaskService:
     producer
         The task's transactional producer, after ``init_transactions()``.
     consumer
-        The replica's consumer (shared by its tasks).
+        The replica's group consumer (shared by its tasks).
     metrics
         The replica's collectors.
     """
 
-    def __init__(self, settings: ServiceSettings, partition: int, producer, consumer, metrics):
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        partition: int,
+        producer: TransactionalProducer,
+        consumer: GroupConsumer,
+        metrics: Any,
+    ):
         self.settings = settings
         self.partition = partition
         self.producer = producer
@@ -217,9 +214,11 @@ class TaskService:
         except Exception as err:
             raise TaskLost(f"{self.name}: {type(err).__name__}: {err}") from err
 
-    def send_to_partition(self, topic: str, key: bytes | None, value: bytes | None):
+    def send_to_partition(
+        self, topic: str, key: bytes | None, value: bytes | None, track: bool = False
+    ) -> Any:
         with self.losing_the_task():
-            return self.producer.send(topic, key=key, value=value, partition=self.partition)
+            return self.producer.send(topic, key, value, partition=self.partition, track=track)
 
     def open_task(
         self, n_partitions: int, store: KafkaChangelogStore, ledger: KafkaLedger
@@ -275,11 +274,11 @@ class TaskService:
         try:
             self.snapshot(reason)
         finally:
-            self.producer.close(timeout=5)
+            self.producer.close(timeout_s=5)
 
     def abandon(self) -> None:
         """Drop the task without committing (it was fenced or its transaction broke)."""
         try:
-            self.producer.close(timeout=0)
+            self.producer.close(timeout_s=0)
         except Exception:  # the producer may be in any state
             pass

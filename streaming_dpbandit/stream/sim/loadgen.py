@@ -228,30 +228,21 @@ def check_loadgen_settings(settings: ServiceSettings, rate: float | None = None)
     return env
 
 
-def _decisions_consumer(settings: ServiceSettings, timeout_s: float = 60.0):
-    """A group-less consumer of every partition of the decisions topic, at its end."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    from ..kafka.transport import client_options
+def _decisions_reader(settings: ServiceSettings, timeout_s: float = 60.0):
+    """A group-less reader of every partition of the decisions topic, at its end."""
+    from ..kafka.seam import kafka_client
 
     k = settings.kafka_section()
     topic = k.topics.decisions
-    consumer = KafkaConsumer(**client_options(k), enable_auto_commit=False)
-    deadline = time.monotonic() + timeout_s
-    parts = consumer.partitions_for_topic(topic)
-    while not parts:
-        if time.monotonic() > deadline:
-            consumer.close()
-            raise RuntimeError(f"topic {topic} has no partitions after {timeout_s:g} s")
-        time.sleep(0.5)
-        consumer.topics()  # refresh the metadata
-        parts = consumer.partitions_for_topic(topic)
-    tps = [TopicPartition(topic, p) for p in sorted(parts)]
-    consumer.assign(tps)
-    consumer.seek_to_end(*tps)
-    for tp in tps:  # resolve the end offsets now, before the first context is sent
-        consumer.position(tp)
-    return consumer
+    reader = kafka_client(k.client).reader(k, read_committed=False)
+    parts = reader.partitions(topic, timeout_s)
+    if not parts:
+        reader.close()
+        raise RuntimeError(f"topic {topic} has no partitions after {timeout_s:g} s")
+    tps = [(topic, p) for p in parts]
+    # from the end offsets now, before the first context is sent
+    reader.assign(tps, reader.end_offsets(tps))
+    return reader
 
 
 def run_loadgen(
@@ -267,20 +258,20 @@ def run_loadgen(
     """Publish a simulated stream at ``rate`` events/s until ``events`` were sent, decided and
     rewarded, ``duration_s`` passed, or SIGTERM/SIGINT. Returns the summary (events,
     decisions, rewards sent, true pseudo-regret, mean reward)."""
-    from kafka import KafkaProducer
-
-    from ..kafka.transport import client_options, ensure_topics
+    from ..kafka.seam import kafka_client
+    from ..kafka.transport import ensure_topics
 
     if not rate > 0:
         raise ConfigError("--rate must be positive")
     env = check_loadgen_settings(settings, rate)
     k = settings.kafka_section()
     sim = settings.simulation
+    client = kafka_client(k.client)
     try:
         if k.create_topics:
-            ensure_topics(k)
-        consumer = _decisions_consumer(settings)
-        producer = KafkaProducer(**client_options(k), acks="all", linger_ms=5)
+            ensure_topics(k, client)
+        consumer = _decisions_reader(settings)
+        producer = client.producer(k, linger_ms=5)
     except Exception as err:  # e.g. no broker at that address
         raise ServiceStartError(
             f"cannot reach Kafka at {k.bootstrap_servers}: {type(err).__name__}: {err}"
@@ -310,9 +301,7 @@ def run_loadgen(
 
     def send(topic: str, values: list[bytes] | list[dict]) -> None:
         for v in values:
-            producer.send(
-                topic, key=key, value=v if isinstance(v, bytes) else json.dumps(v).encode()
-            )
+            producer.send(topic, key, v if isinstance(v, bytes) else json.dumps(v).encode())
 
     print(
         f"loadgen: {rate:g} events/s of {sim.env} ({env.d} features × {env.K} arms) for bandit "
@@ -332,14 +321,13 @@ def run_loadgen(
                 wait_ms = int((tick_end - time.monotonic()) * 1000)
                 if wait_ms <= 0:
                     break
-                for msgs in consumer.poll(timeout_ms=wait_ms).values():
-                    for m in msgs:
-                        try:
-                            decision = json.loads(m.value)
-                        except ValueError:
-                            continue
-                        if isinstance(decision, dict):
-                            stream.on_decision(decision, time.time())
+                for m in consumer.poll(wait_ms / 1000):
+                    try:
+                        decision = json.loads(m.value)
+                    except (TypeError, ValueError):
+                        continue
+                    if isinstance(decision, dict):
+                        stream.on_decision(decision, time.time())
             if time.monotonic() >= next_report:
                 s = stream.summary()
                 print(

@@ -88,15 +88,17 @@ def write_multi_bandit_stream(
     return counts
 
 
-def publish_jsonl(bootstrap: str, path: Path, topics: dict[str, str]) -> dict[str, int]:
+def publish_jsonl(
+    bootstrap: str, path: Path, topics: dict[str, str], client: str = "kafka-python"
+) -> dict[str, int]:
     """Produce a JSONL stream (``{"topic", "value"}`` lines) to Kafka, keyed by ``bandit_id``
     (so a bandit's records share a partition); ``topics`` maps ``contexts``/``feedback`` to
     topic names. Returns the number of records per topic."""
-    from kafka import KafkaProducer
+    from ...settings import KafkaSettings
+    from ..kafka.seam import kafka_client
 
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=512 * 1024
-    )
+    settings = KafkaSettings(bootstrap_servers=bootstrap, client=client)
+    producer = kafka_client(client).producer(settings, linger_ms=20, batch_bytes=512 * 1024)
     counts = {"contexts": 0, "feedback": 0}
     try:
         for line in Path(path).read_text().splitlines():

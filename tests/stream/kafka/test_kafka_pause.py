@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streaming_dpbandit.stream.kafka.transport import resume_partition
+from streaming_dpbandit.stream.kafka.python_group import resume_partition
 
 pytestmark = pytest.mark.kafka
 
@@ -100,7 +100,7 @@ def test_librdkafka_resumes_a_paused_partition_next_to_a_busy_one_without_a_work
     kafka_bootstrap, kafka_topic
 ):
     """The same scenario with confluent-kafka's consumer and its plain ``pause``/``resume``
-    (what :class:`~streaming_dpbandit.stream.kafka.confluent.ConfluentTransport` calls):
+    (what the librdkafka source, :mod:`~streaming_dpbandit.stream.kafka.confluent_client`, calls):
     librdkafka drops what it fetched for a paused partition and fetches again from the
     application's position on resume, so kafka-python's workaround is not needed."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer

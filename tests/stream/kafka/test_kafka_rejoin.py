@@ -70,14 +70,15 @@ def test_a_stalled_rejoin_recreates_the_consumer_and_loses_nothing(kafka_broker)
         while len(got) < 100 and time.monotonic() < deadline:
             got += [r.offset for r in transport.poll(50, 0.2)]
         assert len(got) >= 100, "the consumer never started"
-        stalled = transport.consumer
+        stalled = transport.consumer.client  # (kafka-python's KafkaConsumer)
         _stall_the_next_join(stalled)
         deadline = time.monotonic() + 60
         while len(got) < N and time.monotonic() < deadline:
             got += [r.offset for r in transport.poll(50, 0.2)]
     finally:
         transport.close()
-    assert transport.join_restarts == 1 and transport.consumer is not stalled
+    # (one re-creation; a second when the new member also waits out a slow rebalance)
+    assert transport.join_restarts >= 1 and transport.consumer.client is not stalled
     assert got == list(range(N))  # every record once, in order: resumed where deliveries stopped
 
 
@@ -91,11 +92,12 @@ def _assert_recovers_from_a_stalled_rejoin(service, owned) -> None:
     outcome: dict = {}
 
     def progress(svc):
+        client = svc.consumer.client  # (kafka-python's KafkaConsumer)
         if "t0" not in outcome and owned(svc) == [0, 1]:
-            outcome["stalled"] = svc.consumer
+            outcome["stalled"] = client
             outcome["t0"] = time.monotonic()
-            _stall_the_next_join(svc.consumer)
-        elif "t0" in outcome and svc.consumer is not outcome["stalled"] and owned(svc) == [0, 1]:
+            _stall_the_next_join(client)
+        elif "t0" in outcome and client is not outcome["stalled"] and owned(svc) == [0, 1]:
             outcome["t1"] = time.monotonic()
             svc.request_stop()
         if time.monotonic() - outcome.get("t0", time.monotonic()) > 60:
@@ -160,5 +162,5 @@ def test_a_stalled_rejoin_makes_a_decision_replica_rejoin_with_a_new_consumer(
     st = settings_for("decider", topics, kafka_broker.bootstrap, tmp_path / "r", "r0")
     st = st.model_copy(update={"kafka": st.kafka.model_copy(update={"rejoin_stall_s": 2.0})})
     _assert_recovers_from_a_stalled_rejoin(
-        DecisionReplica(st), lambda svc: sorted(p.partition for p in svc.consumer.assignment())
+        DecisionReplica(st), lambda svc: sorted(p for _t, p in svc.assigned())
     )

@@ -177,16 +177,17 @@ def test_librdkafka_recreates_a_consumer_fenced_right_after_broker_trouble(kafka
         assert seconds_to_partitions(second, 60) < 60  # takes the static member's place
         first.commit({(f"{name}.contexts", 0): 0})  # refused: fenced (fatal)
         if trouble:
-            first._trouble_at = time.monotonic()  # as a lost session or a broker error sets it
+            # as a lost session or a broker error sets it
+            first.consumer._trouble_at = time.monotonic()
         return first, second
 
     name = f"selffence-{os.getpid()}"
     first, second = fenced_first(name, trouble=True)
     try:
         deadline = time.monotonic() + 60
-        while first.rejoins == 0 and time.monotonic() < deadline:
+        while first.join_restarts == 0 and time.monotonic() < deadline:
             first.poll(100, 0.1)
-        assert first.rejoins == 1
+        assert first.join_restarts == 1
         assert seconds_to_partitions(first, 60) < 60  # a member again
     finally:
         first.close()
@@ -198,7 +199,7 @@ def test_librdkafka_recreates_a_consumer_fenced_right_after_broker_trouble(kafka
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 first.poll(100, 0.1)
-        assert first.rejoins == 0
+        assert first.join_restarts == 0
     finally:
         first.close()
         second.close()

@@ -23,8 +23,7 @@ import yaml
 
 from dpbandit_testing.kafka_helpers import free_port, kafka_settings
 from dpbandit_testing.stream_helpers import kafka_topics
-
-from .conftest import CLIENTS
+from streaming_dpbandit.stream.kafka.seam import CLIENTS
 
 pytestmark = pytest.mark.kafka
 

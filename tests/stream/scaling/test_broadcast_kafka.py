@@ -1,4 +1,5 @@
-"""Model broadcast through a real Apache Kafka broker (docs/scaling.md, pattern 2).
+"""Model broadcast through a real Apache Kafka broker (docs/scaling.md, pattern 2), on each
+Kafka client (``kafka.client``).
 
 One learner and two decision replicas (threads) serve one bandit while a client produces
 contexts keyed by event id over three partitions and answers every decision with feedback:
@@ -44,7 +45,7 @@ from dpbandit_testing.user_level_helpers import (
     user_for,
 )
 from streaming_dpbandit.privacy.ledger import read_ledger
-from streaming_dpbandit.stream.kafka.transport import KafkaTransport
+from streaming_dpbandit.stream.runner import kafka_transport
 from streaming_dpbandit.stream.scaling.broadcast import learner_kafka_settings, learner_service
 from streaming_dpbandit.stream.scaling.replica import DecisionReplica
 from streaming_dpbandit.stream.service import learned_state_bytes
@@ -54,14 +55,14 @@ pytestmark = pytest.mark.kafka
 
 @pytest.mark.parametrize("user_level", [False, True], ids=["event-level", "user-level"])
 def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(
-    kafka_broker, tmp_path, caplog, user_level
+    kafka_broker, tmp_path, caplog, user_level, kafka_client
 ):
     """User level: the replicas send the keyed hash of each context's user (the key from a
     key file every role reads), the learner admits in the decisions partition's round order:
     its counters are the closed form of the raw users' stream, and no user id is on any topic,
     in the ledger, the snapshots or the logs."""
     caplog.set_level(logging.INFO)
-    name = f"bc{os.getpid()}{'u' if user_level else ''}"
+    name = f"bc{os.getpid()}{'u' if user_level else ''}{kafka_client[:5]}"
     topics = {
         "contexts": f"{name}.contexts",
         "feedback": f"{name}.feedback",
@@ -79,11 +80,15 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(
         key = tmp_path / "user-hash.key"
         key.write_text(secrets.token_hex(32))
         ul = {"max_contributions_per_user": K_USER, "key_file": str(key)}
-    lst = settings_for("learner", topics, boot, tmp_path / "learner", user_level=ul)
-    learner = learner_service(lst, KafkaTransport(learner_kafka_settings(lst)))
+    lst = settings_for(
+        "learner", topics, boot, tmp_path / "learner", user_level=ul, client=kafka_client
+    )
+    learner = learner_service(lst, kafka_transport(learner_kafka_settings(lst)))
     replicas = [
         DecisionReplica(
-            settings_for("decider", topics, boot, tmp_path / "r", f"r{i}", user_level=ul)
+            settings_for(
+                "decider", topics, boot, tmp_path / "r", f"r{i}", user_level=ul, client=kafka_client
+            )
         )
         for i in range(2)
     ]
@@ -102,10 +107,10 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(
     # replicas' pickup of models, not how long the first group join takes (a join caught in
     # kafka-python's re-join stall is replaced after kafka.rejoin_stall_s, 60 s by default)
     deadline = time.monotonic() + 60 + 90
-    while not all(getattr(r, "consumer", None) and r.consumer.assignment() for r in replicas):
+    while not all(getattr(r, "consumer", None) and r.consumer.assigned() for r in replicas):
         assert time.monotonic() < deadline, "decision replicas never got their partitions"
         time.sleep(0.1)
-    while not learner.transport.consumer.assignment():
+    while not learner.transport.assigned():
         assert time.monotonic() < deadline, "the learner never got its partitions"
         time.sleep(0.1)
     answer = threading.Thread(target=client.answer, daemon=True)
