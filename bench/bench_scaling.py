@@ -5,11 +5,17 @@
   every replica holds its tasks to the moment the group has committed the whole input;
 * the rebalance pause when a replica joins a running group (from the first revocation to the
   last task restored, from the replicas' logs);
-* recovery after ``kill -9`` of a replica: from the kill to its tasks running elsewhere.
+* recovery after ``kill -9`` of a replica: from the kill to its tasks running elsewhere;
+* ``--cpu`` (issue 32): contexts per service CPU-second with 2 replicas for each client of
+  ``kafka.client`` × {JSON, binary ``raw-f64``} features — the replicas' CPU time (all their
+  threads, from /proc) from the moment both hold their tasks to the group's last commit, the
+  clients alternated with the order reversed every pair — and the resident memory of a replica
+  at the end of each run.
 
 Needs a broker: ``DPBANDIT_BENCH_KAFKA=host:port`` (e.g. one started with scripts/kafka.sh).
 
     python bench/bench_scaling.py [--bandits 48] [--events 500] [--replicas 1,2,3]
+    python bench/bench_scaling.py --cpu [--pairs 2] [--encodings json,raw-f64]
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from streaming_dpbandit.envs import FliphatPaperEnv
 from streaming_dpbandit.stream.scaling.group import committed_lag
-from streaming_dpbandit.stream.sim.synthetic import publish_jsonl, write_multi_bandit_stream
+from streaming_dpbandit.stream.sim.synthetic import write_multi_bandit_stream
 
 PARTITIONS = 12
 LOG_TIME = re.compile(
@@ -93,6 +99,59 @@ class Replica:
         self.log.close()
 
 
+def proc_stat(pid: int) -> tuple[float, float]:
+    """(CPU seconds so far, resident MB) of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu, int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def binary_stream(path: Path, out: Path) -> Path:
+    """The JSONL stream with every context as the binary ``raw-f64`` message (base64 in the
+    JSONL line; published as raw bytes)."""
+    import base64
+
+    import numpy as np
+
+    from streaming_dpbandit.stream.binary_context import encode_binary_context
+
+    with out.open("w") as fh:
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            v = rec["value"]
+            if rec["topic"] == "contexts":
+                X = np.array([a["features"] for a in v["arms"]])
+                ids = [a["arm_id"] for a in v["arms"]]
+                raw = encode_binary_context(v["event_id"], v["bandit_id"], v["event_time"], X, ids)
+                rec = {
+                    "topic": "contexts",
+                    "key": v["bandit_id"],
+                    "b64": base64.b64encode(raw).decode(),
+                }
+            fh.write(json.dumps(rec) + "\n")
+    return out
+
+
+def publish(bootstrap: str, path: Path, topics: dict) -> None:
+    """A recorded stream to the topics, keyed by bandit (binary contexts as raw bytes)."""
+    import base64
+
+    from streaming_dpbandit.settings import KafkaSettings
+    from streaming_dpbandit.stream.kafka.seam import kafka_client
+
+    settings = KafkaSettings(bootstrap_servers=bootstrap)
+    p = kafka_client("confluent-kafka").producer(settings, linger_ms=20)
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if "b64" in rec:
+            p.send(topics["contexts"], rec["key"].encode(), base64.b64decode(rec["b64"]))
+        else:
+            v = rec["value"]
+            p.send(topics[rec["topic"]], v["bandit_id"].encode(), json.dumps(v).encode())
+    p.flush()
+    p.close()
+
+
 def setup(bootstrap: str, prefix: str, path: Path) -> dict:
     topics = {
         "contexts": f"{prefix}.contexts",
@@ -104,15 +163,18 @@ def setup(bootstrap: str, prefix: str, path: Path) -> dict:
     admin.create_topics([NewTopic(topics[t], PARTITIONS, 1) for t in ("contexts", "feedback")])
     admin.close()
     time.sleep(1.0)
-    publish_jsonl(bootstrap, path, topics)
+    publish(bootstrap, path, topics)
     return topics
 
 
-def config(bootstrap: str, group: str, topics: dict, names: list[str]) -> dict:
+def config(
+    bootstrap: str, group: str, topics: dict, names: list[str], client: str = "kafka-python"
+) -> dict:
     return {
         "mode": "service",
         "kafka": {
             "bootstrap_servers": bootstrap,
+            "client": client,
             "group_id": group,
             "topics": topics,
             "create_topics": True,
@@ -167,6 +229,60 @@ def throughput(boot, tmp, path, names, n_replicas, contexts) -> dict:
     }
 
 
+def cpu_run(boot, tmp, path, names, client: str, contexts: int) -> dict:
+    """Two replicas of ``client`` catch up on the whole stream: contexts per CPU-second of
+    both, from both holding their tasks to the group's last commit."""
+    group = f"bc{os.getpid()}{int(time.time() * 1000) % 10**7}"
+    topics = setup(boot, group, path)
+    cfg = config(boot, group, topics, names, client)
+    replicas = [Replica(tmp, f"{group}-r{i}", cfg) for i in range(2)]
+    wait(
+        lambda: (
+            sum(len(r.tasks()) for r in replicas) == PARTITIONS and all(r.tasks() for r in replicas)
+        ),
+        300,
+        replicas,
+    )
+    t0, cpu0 = time.time(), sum(proc_stat(r.proc.pid)[0] for r in replicas)
+    wait(lambda: group_lag(boot, group, topics) == 0, 1800, replicas)
+    t1, cpu1 = time.time(), sum(proc_stat(r.proc.pid)[0] for r in replicas)
+    rss = [proc_stat(r.proc.pid)[1] for r in replicas]
+    for r in replicas:
+        r.stop()
+    return {
+        "client": client,
+        "contexts": contexts,
+        "s": round(t1 - t0, 2),
+        "cpu_s": round(cpu1 - cpu0, 2),
+        "contexts_per_cpu_s": round(contexts / (cpu1 - cpu0), 1),
+        "contexts_per_s": round(contexts / (t1 - t0), 1),
+        "rss_mb_at_end": rss,
+        "load_average": os.getloadavg(),
+    }
+
+
+def bench_cpu(boot, tmp, path, names, contexts, encodings, pairs) -> dict:
+    """:func:`cpu_run` per encoding, the clients alternated (order reversed every pair)."""
+    clients = ["kafka-python", "confluent-kafka"]
+    out: dict = {}
+    for enc in encodings:
+        src = path if enc == "json" else binary_stream(path, tmp / f"stream-{enc}.jsonl")
+        runs: dict = {c: [] for c in clients}
+        for i in range(pairs):
+            for c in clients if i % 2 == 0 else clients[::-1]:
+                runs[c].append(cpu_run(boot, tmp, src, names, c, contexts))
+                print(json.dumps(runs[c][-1]), file=sys.stderr, flush=True)
+        med = {
+            c: sorted(r["contexts_per_cpu_s"] for r in rs)[len(rs) // 2] for c, rs in runs.items()
+        }
+        out[enc] = {
+            "runs": runs,
+            "contexts_per_cpu_s_median": med,
+            "confluent_over_kafka_python": med["confluent-kafka"] / med["kafka-python"],
+        }
+    return out
+
+
 def rebalance_and_recovery(boot, tmp, path, names) -> dict:
     group = f"bsr{os.getpid()}"
     topics = setup(boot, group, path)
@@ -210,6 +326,9 @@ def main() -> None:
     ap.add_argument("--bandits", type=int, default=48)
     ap.add_argument("--events", type=int, default=500, help="contexts per bandit")
     ap.add_argument("--replicas", default="1,2,3")
+    ap.add_argument("--cpu", action="store_true", help="contexts per CPU-second, both clients")
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--encodings", default="json,raw-f64")
     args = ap.parse_args()
     boot = os.environ.get("DPBANDIT_BENCH_KAFKA")
     if not boot:
@@ -229,6 +348,14 @@ def main() -> None:
         "loadavg_start": os.getloadavg()[0],
         "throughput": [],
     }
+    if args.cpu:
+        out["date"] = time.strftime("%Y-%m-%d")
+        out["cpu"] = bench_cpu(
+            boot, tmp, path, names, counts["contexts"], args.encodings.split(","), args.pairs
+        )
+        out["loadavg_end"] = os.getloadavg()[0]
+        print(json.dumps(out, indent=2))
+        return
     for n in [int(x) for x in args.replicas.split(",")]:
         out["throughput"].append(throughput(boot, tmp, path, names, n, counts["contexts"]))
         print(json.dumps(out["throughput"][-1]), file=sys.stderr)

@@ -82,6 +82,13 @@ from streaming_dpbandit.stream.transport import InProcessTransport  # noqa: E402
 
 D, K = 100, 3
 TOPICS = ("dpbandit.contexts", "dpbandit.feedback")
+#: What each encoding of the JSON output is (issue 32: ``f64`` was once reported as binary)
+ENCODING_LABELS = {
+    "json": "JSON number lists",
+    "f64": "JSON with base64 float64 features (not binary)",
+    "raw-f64": "binary context message, float64 features",
+    "raw-f32": "binary context message, float32 features",
+}
 T = TypeVar("T")
 
 
@@ -402,7 +409,8 @@ def bare_loop(
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     from streaming_dpbandit.settings import KafkaSettings
-    from streaming_dpbandit.stream.kafka.transport import producer_options, wait_for_partitions
+    from streaming_dpbandit.stream.kafka.options import producer_options
+    from streaming_dpbandit.stream.kafka.python_group import wait_for_partitions
 
     ks = KafkaSettings(bootstrap_servers=bootstrap)
     c = KafkaConsumer(
@@ -455,7 +463,9 @@ def service_throughput(
     cpu_out: list | None = None,
 ) -> float:
     """Contexts/s of the service's loop catching up on the topics with ``client``; appends its
-    process's CPU time per context (µs) to ``cpu_out``."""
+    process's CPU time per context (µs) to ``cpu_out``. The timing window is the bare loop's
+    (issue 32): from the first poll that returns records to the outputs flushed after the last
+    context and feedback message is processed."""
     from streaming_dpbandit.stream.runner import kafka_transport
 
     st = settings(
@@ -470,16 +480,25 @@ def service_throughput(
             "poll_timeout_ms": 20,
         },
     )
-    svc = Service(st, kafka_transport(st.kafka))
+    transport = kafka_transport(st.kafka)
+    svc = Service(st, transport)
     svc.open()
-    state = {"t0": None}
+    state: dict = {"t0": None}
+    poll = transport.poll
+
+    def first_poll(max_records: int, timeout_s: float):
+        records = poll(max_records, timeout_s)
+        if records and state["t0"] is None:  # the clock starts as the bare loop's does
+            state["t0"], state["cpu0"] = time.perf_counter(), time.process_time()
+        return records
+
+    transport.poll = first_poll  # type: ignore[method-assign]
 
     def progress(s):
         rt = s.bandits["shop"]
-        if state["t0"] is None and rt.policy.t > 0:
-            state["t0"], state["cpu0"] = time.perf_counter(), time.process_time()
         fb = sum(o for (t, _), o in s.offsets.items() if t == topics["feedback"])
-        if rt.policy.t >= n_contexts and fb >= n_feedback:
+        if rt.policy.t >= n_contexts and fb >= n_feedback and "t1" not in state:
+            s.transport.flush()  # and stops, as the bare loop's, once its outputs are written
             state["t1"], state["cpu1"] = time.perf_counter(), time.process_time()
             s.request_stop()
 
@@ -488,6 +507,12 @@ def service_throughput(
     if cpu_out is not None:
         cpu_out.append((state["cpu1"] - state["cpu0"]) / n_contexts * 1e6)
     return n_contexts / (state["t1"] - state["t0"])
+
+
+def proc_cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system, all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -539,7 +564,7 @@ def echo_main(bootstrap: str, contexts: str, decisions: str) -> None:
     """The floor of the latency harness: a bare consume→produce echo of each context's id."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streaming_dpbandit.stream.kafka.transport import wait_for_partitions
+    from streaming_dpbandit.stream.kafka.python_group import wait_for_partitions
 
     # assigned, not subscribed: no group join to wait for (the service pays one at start only)
     c = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=1)
@@ -601,7 +626,7 @@ def latency(
     import yaml
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streaming_dpbandit.stream.kafka.transport import wait_for_partitions
+    from streaming_dpbandit.stream.kafka.python_group import wait_for_partitions
 
     work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     metrics_port = free_port()
@@ -843,8 +868,11 @@ def live(
                 raise RuntimeError(f"dpbandit serve did not start; see {work / 'serve.log'}")
             time.sleep(0.2)
         gen_log = open(work / "loadgen.log", "w")
+        # the load generator niced (issue 32): the service keeps the CPU it needs; its own CPU
+        # time in the timed window is reported
+        gen_cmd = [*cli, "loadgen", "--config", str(work / "live.yaml"), "--rate", str(rate)]
         gen = subprocess.Popen(
-            [*cli, "loadgen", "--config", str(work / "live.yaml"), "--rate", str(rate)],
+            ["nice", "-n", "10", *gen_cmd],
             stdout=gen_log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -859,9 +887,11 @@ def live(
         time.sleep(warmup)
         m0, t0 = scrape_metrics(port), time.perf_counter()
         h0 = latency_histogram(port)
+        cpu0 = {"service": proc_cpu_s(serve.pid), "loadgen": proc_cpu_s(gen.pid)}
         time.sleep(seconds)
         m1, t1 = scrape_metrics(port), time.perf_counter()
         h1 = latency_histogram(port)
+        cpu1 = {"service": proc_cpu_s(serve.pid), "loadgen": proc_cpu_s(gen.pid)}
     finally:
         for p in (gen, serve):
             if p is not None and p.poll() is None:
@@ -893,6 +923,9 @@ def live(
         "forced_expiries": _sum(m1, "dpbandit_forced_expiries_total"),
         "latency": histogram_summary(h0, h1),
         "loadgen_summary": sent[-1] if sent else None,
+        # CPU seconds per second of the timed window (1.0 = one core), niced load generator
+        "cpu_cores": {k: (cpu1[k] - cpu0[k]) / (t1 - t0) for k in cpu0},
+        "load_average": os.getloadavg(),
         "max_poll_records": max_poll_records,
         "encoding": encoding,
         "client": client,
@@ -954,22 +987,17 @@ def bench_kafka(
         create(bootstrap, topics.values())
         counts = produce(bootstrap, path, topics)
         ceilings, services, ceiling_cpu, service_cpu = [], [], [], []
-        for _ in range(repeats):
-            ceilings.append(
-                bare_loop(
-                    bootstrap,
-                    topics,
-                    counts["contexts"],
-                    counts["feedback"],
-                    260,
-                    cpu_out=ceiling_cpu,
-                )
-            )
-            services.append(
-                service_throughput(
-                    bootstrap, topics, counts["contexts"], counts["feedback"], cpu_out=service_cpu
-                )
-            )
+
+        def run(side: str) -> None:  # (called at once, by alternated below)
+            n, fb = counts["contexts"], counts["feedback"]
+            if side == "bare":
+                ceilings.append(bare_loop(bootstrap, topics, n, fb, 260, cpu_out=ceiling_cpu))
+            else:
+                services.append(service_throughput(bootstrap, topics, n, fb, cpu_out=service_cpu))
+
+        # pairs alternated, the order reversed every pair (issue 32: the bare loop always ran
+        # first before)
+        alternated(["bare", "service"], repeats, run)
         # informational: the ceiling with kafka-python's default producer batch (16 KiB)
         default_batch = bare_loop(
             bootstrap, topics, counts["contexts"], counts["feedback"], 260, batch_bytes=16384
@@ -1026,7 +1054,12 @@ def bench_kafka(
 
 # -- the two Kafka clients (issue 24, item 5) ---------------------------------------------------
 def bare_loop_confluent(
-    bootstrap, topics: dict, n_contexts: int, n_feedback: int, decision_bytes: int
+    bootstrap,
+    topics: dict,
+    n_contexts: int,
+    n_feedback: int,
+    decision_bytes: int,
+    cpu_out: list | None = None,
 ) -> float:
     """:func:`bare_loop` on librdkafka (confluent-kafka): the ceiling of ``kafka.client:
     confluent-kafka``, with that transport's producer properties (idempotent, acks=all, the
@@ -1035,7 +1068,7 @@ def bare_loop_confluent(
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
     from streaming_dpbandit.settings import KafkaSettings
-    from streaming_dpbandit.stream.kafka.confluent import confluent_producer_config
+    from streaming_dpbandit.stream.kafka.options import confluent_producer_config
 
     ks = KafkaSettings(bootstrap_servers=bootstrap, client="confluent-kafka")
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bare", "enable.auto.commit": False})
@@ -1055,7 +1088,7 @@ def bare_loop_confluent(
     while seen < n_contexts or seen_fb < n_feedback:
         msgs = c.consume(ks.max_poll_records, 0.1)
         if msgs and t0 is None:
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
         for m in msgs:
             if m.error() is not None:
                 continue
@@ -1071,8 +1104,10 @@ def bare_loop_confluent(
                 seen_fb += 1
         p.poll(0)
     p.flush()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     c.close()
+    if cpu_out is not None:
+        cpu_out.append(cpu / n_contexts * 1e6)
     return n_contexts / dt
 
 
@@ -1096,25 +1131,42 @@ def bench_clients(
         runs: dict[str, dict[str, list[float]]] = {
             c: {"ceiling": [], "service": []} for c in CLIENTS
         }
-        for _ in range(repeats):
-            runs["kafka-python"]["ceiling"].append(bare_loop(bootstrap, topics, n, fb, 260))
-            runs["confluent-kafka"]["ceiling"].append(
-                bare_loop_confluent(bootstrap, topics, n, fb, 260)
+        cpu: dict[str, dict[str, list[float]]] = {
+            c: {"ceiling": [], "service": []} for c in CLIENTS
+        }
+
+        def ceiling(client: str) -> None:
+            loop = bare_loop if client == "kafka-python" else bare_loop_confluent
+            runs[client]["ceiling"].append(
+                loop(bootstrap, topics, n, fb, 260, cpu_out=cpu[client]["ceiling"])
             )
-            for client in CLIENTS:
-                runs[client]["service"].append(
-                    service_throughput(bootstrap, topics, n, fb, client=client)
+
+        def service(client: str) -> None:
+            runs[client]["service"].append(
+                service_throughput(
+                    bootstrap, topics, n, fb, client=client, cpu_out=cpu[client]["service"]
                 )
+            )
+
+        # each comparison alternated, the order reversed every pair (issue 32: kafka-python
+        # always ran first before)
+        alternated(list(CLIENTS), repeats, ceiling)
+        alternated(list(CLIENTS), repeats, service)
         res: dict = {"contexts": n, "feedback": fb}
         for client in CLIENTS:
             ceil = float(np.median(runs[client]["ceiling"]))
             svc = float(np.median(runs[client]["service"]))
+            own = [a - b for a, b in zip(cpu[client]["service"], cpu[client]["ceiling"])]
             res[client] = {
                 "ceiling_bare_consume_produce_events_per_s": runs[client]["ceiling"],
                 "service_events_per_s": runs[client]["service"],
                 "ceiling_median": ceil,
                 "service_median": svc,
                 "service_over_own_ceiling": svc / ceil,
+                "ceiling_cpu_us_per_context": cpu[client]["ceiling"],
+                "service_cpu_us_per_context": cpu[client]["service"],
+                "service_contexts_per_cpu_s_median": 1e6 / float(np.median(cpu[client]["service"])),
+                "service_own_cpu_us_per_context_median": float(np.median(own)),
             }
         kp, ck = res["kafka-python"], res["confluent-kafka"]
         res["confluent_over_kafka_python_service"] = ck["service_median"] / kp["service_median"]
@@ -1317,9 +1369,23 @@ def main() -> None:
         finally:
             if env is not None:
                 stop_broker(env)
-        print(json.dumps({"events": events, "kafka_clients": clients}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "events": events,
+                    "encodings": ENCODING_LABELS,
+                    "kafka_clients": clients,
+                    "load_average": os.getloadavg(),
+                },
+                indent=1,
+            )
+        )
         return
-    out = {"inprocess": bench_inprocess(paths, events), "floor": bench_floor(paths)}
+    out = {
+        "encodings": ENCODING_LABELS,
+        "inprocess": bench_inprocess(paths, events),
+        "floor": bench_floor(paths),
+    }
     if not args.skip_kafka:
         env = None
         bootstrap = args.kafka
@@ -1342,6 +1408,7 @@ def main() -> None:
                 stop_broker(env)
     if not args.skip_memory:
         out["memory"] = memory_in_fresh_process(50_000 if args.quick else 1_000_000)
+    out["load_average_end"] = os.getloadavg()
     print(json.dumps(out, indent=1))
 
 
