@@ -49,6 +49,16 @@ class InMemoryLedger:
             if _costs(r):
                 self.records.append(r)
 
+    def noise_backend(self, policy: object) -> str | None:
+        """The noise backend the releases drew from (``"fast"``, ``"secure"``; several joined by
+        commas), else the policy's own before its first costly release
+        (docs/privacy/secure-noise.md)."""
+        drawn = sorted({r.noise_backend for r in self.records if r.noise_backend})
+        if drawn:
+            return ",".join(drawn)
+        backend = getattr(policy, "noise_backend_in_force", None)
+        return None if backend is None else str(backend)
+
     def spend(self, delta: float | None = None) -> dict[str, Any]:
         """Composed spend (pure ε, basic (ε, δ), ρ, ε at ``delta`` by the PLD accountant)."""
         if not self.records:

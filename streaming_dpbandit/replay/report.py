@@ -34,7 +34,8 @@ def _spent(p: dict[str, Any]) -> str:
     else:
         eps, delta = rec["epsilon"], rec["delta"]
         by = ACCOUNTANT_NAMES.get(rec["accountant"], rec["accountant"])
-    text = f"ε={_num(eps, 3)}, δ={_num(delta, 2)} ({by}; {p.get('releases', 0)} rel.)"
+    noise = f"; {p['noise_backend']} noise" if p.get("noise_backend") else ""
+    text = f"ε={_num(eps, 3)}, δ={_num(delta, 2)} ({by}; {p.get('releases', 0)} rel.{noise})"
     if not p.get("dp_valid", True):
         text += " NOT DP-valid"
     return text

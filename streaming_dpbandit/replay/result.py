@@ -137,6 +137,7 @@ def _privacy(spec: PolicySpec, ledger: InMemoryLedger, policy: Policy) -> dict[s
         out["user_level"] = ul.to_dict()
     calibration = getattr(policy, "calibration", None)
     out["calibration"] = calibration
+    out["noise_backend"] = ledger.noise_backend(policy)
     if calibration == "paper" and "label" not in out and getattr(policy, "name", "") == "fliphat":
         out["label"] = PAPER_LABEL
     return out

@@ -24,7 +24,17 @@ def slate_replay_table(results: Sequence[SlateReplayResult], log: SlateLog) -> s
     ``log`` is the :class:`~.slates.SlateLog` replayed. Columns are padded to their widest
     cell; the reading of the estimates follows the table.
     """
-    rows = [["policy", "rounds", "return/round", "± se", "ε certified", "releases", "stopped"]]
+    head = [
+        "policy",
+        "rounds",
+        "return/round",
+        "± se",
+        "ε certified",
+        "releases",
+        "noise",
+        "stopped",
+    ]
+    rows = [head]
     for r in results:
         p = r.privacy
         rows.append(
@@ -35,6 +45,7 @@ def slate_replay_table(results: Sequence[SlateReplayResult], log: SlateLog) -> s
                 f"{r.se:.4f}",
                 f"{p.get('epsilon_certified', 0):g}",
                 str(p.get("releases", 0)),
+                str(p.get("noise_backend") or "-"),
                 r.stop,
             ]
         )
@@ -44,6 +55,7 @@ def slate_replay_table(results: Sequence[SlateReplayResult], log: SlateLog) -> s
             f"{log.decisions:,}",
             f"{log.on_policy_return:.4f}",
             f"{log.on_policy_se:.4f}",
+            "",
             "",
             "",
             "",

@@ -520,6 +520,7 @@ def queue_replay(
         privacy["calibration"] = private.calibration
         privacy["epsilon_certified"] = private.epsilon_certified
         recs = ledger.records
+        privacy["noise_backend"] = ledger.noise_backend(policy)
         ul = user_level_of_records(recs, recs[0].bandit_id) if recs else None
         if ul is not None:  # behind a user bound: the guarantee of record is per user
             privacy["of_record"] = ul.of_record()

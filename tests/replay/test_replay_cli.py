@@ -136,6 +136,7 @@ def test_replay_private_policies_report_their_spend(tmp_path, capsys):
     assert run(argv) == 0
     out = capsys.readouterr().out
     assert "fliphat ε=0.5" in out and "dp-linucb ε=2" in out and "non-private" in out
+    assert "rel.; fast noise)" in out
     res = json.loads(js.read_text())
     assert res["events"] == 1500
     runs = {r["key"]: r for r in res["runs"]}
@@ -151,6 +152,7 @@ def test_replay_private_policies_report_their_spend(tmp_path, capsys):
         assert p["private"] and p["calibration"] == "certified" and p["dp_valid"]
         assert p["basic_epsilon"] == pytest.approx(eps)
         assert p["releases"] >= 2
+        assert p["noise_backend"] == "fast"  # named in the JSON and the table (issue 31 §5)
         d = runs[key]["replay"]["estimate"]["diagnostics"]
         assert d["events"] == 1500 and 0 < d["matched"] < 200
     assert runs["linucb"]["replay"]["privacy"] == {"private": False, "releases": 0}
@@ -166,6 +168,8 @@ def test_paper_calibration_is_labelled(tmp_path, capsys):
     assert "not a valid DP guarantee" in out and "NOT DP-valid" in out
     p = json.loads(js.read_text())["runs"][0]["replay"]["privacy"]
     assert p["dp_valid"] is False and "not a valid DP guarantee" in p["label"]
+    # replay's default backend is the library's: secure for FLIPHAT, named in table and JSON
+    assert p["noise_backend"] == "secure" and "secure noise)" in out
 
 
 def test_replay_service_jsonl_log(tmp_path, capsys):

@@ -318,6 +318,11 @@ def test_cli_replays_slate_policies_on_a_service_log(tmp_path, capsys):
         assert r["privacy"]["epsilon_certified"] == float(r["label"].split("=")[1])
         assert r["privacy"]["pure_epsilon"] == pytest.approx(r["privacy"]["epsilon_certified"])
         assert r["privacy"]["releases"] > 1
+        assert r["privacy"]["noise_backend"] == "secure"  # the default, named (issue 31 §5)
+    header = next(ln for ln in text.splitlines() if ln.startswith("policy"))
+    row = next(ln for ln in text.splitlines() if ln.startswith("dpts-mat ε=4"))
+    col = header.index(" noise ") + 1  # the table's noise column
+    assert row[col : col + len("secure")] == "secure"
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
