@@ -222,7 +222,7 @@ def _frontier(args) -> int:
     for name in result["settings"]:
         print(
             f"\n{SETTINGS[name]} — regret, mean ± s.e. over {profile.seeds} repetitions "
-            f"(δ = {result['delta']:g})"
+            f"(δ = {result['delta']:g}; {result['noise_backend']} noise backend)"
         )
         print(frontier_table(result, name))
     if args.json:

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from .report import format_table
-from .runner import RunSpec, simulate
+from .runner import REPRODUCTION_NOISE_BACKEND, RunSpec, simulate
 
 __all__ = [
     "PRIVATE_POLICIES",
@@ -261,6 +261,9 @@ def run_frontier(
     return {
         "profile": dataclasses.asdict(profile),
         "delta": DELTA,
+        # every private run is built from parameters (RunSpec, MatroidRunSpec): the
+        # reproductions' backend, named in the JSON and the table heading (issue 31 §5)
+        "noise_backend": REPRODUCTION_NOISE_BACKEND,
         "rows": out_rows,
         "settings": per_setting,
     }

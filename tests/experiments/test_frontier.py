@@ -35,6 +35,7 @@ def test_every_setting_policy_and_budget_is_reported(quick, capsys):
     res, d = quick
     prof = PROFILES["quick"]
     assert set(res["settings"]) == set(SETTINGS)
+    assert res["noise_backend"] == "fast"  # reproductions keep fast, named (issue 31 §5)
     for setting in SETTINGS:
         assert (d / f"frontier-{setting}.png").stat().st_size > 10_000
         rows = [r for r in res["rows"] if r["setting"] == setting]
