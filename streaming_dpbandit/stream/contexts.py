@@ -2,35 +2,64 @@
 
 Consecutive events of one bandit form a run, up to the next release; a due release is made
 first, once every decision it reads has its reward (until then the partition is blocked). What
-a decided chunk becomes is the service's :class:`~.hooks.Decider`.
+a decided chunk becomes is the service's :class:`~.hooks.Decider`. The stage is handed its
+:class:`~.stage.StageContext` (bandits, dead letters, metrics, the stream state it changes:
+offsets and blocked partitions), the parser, the decider and the release step, never the
+service.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .bandit import BanditRuntime
 from .clock import record_clock
-from .parsing import BadInput, parse_context
+from .parsing import BadInput, ContextParser, parse_context
+from .stage import StageContext
 from .stalls import BlockedWatch
 from .transport import TP, Record
 
 if TYPE_CHECKING:
-    from .service import Service
+    from .hooks import Decider
 
 __all__ = ["ContextStage"]
 
+log = logging.getLogger("streaming_dpbandit.service")  # (the service's log: one story)
+
 
 class ContextStage:
-    """Reads one contexts partition's queue of a :class:`~.service.Service`; caches each
-    record's parse until the record leaves its queue (a blocked run is read again)."""
+    """Reads a contexts partition's queue; caches each record's parse until the record leaves
+    its queue (a blocked run is read again).
 
-    def __init__(self, service: Service) -> None:
-        self.svc = service
-        st = service.settings
+    Parameters
+    ----------
+    ctx
+        The bandits, dead letters, metrics and stream state (offsets, blocked partitions).
+    parser
+        What the contexts topic carries.
+    decider
+        What a decided chunk becomes.
+    release
+        ``release(runtime)``: make the bandit's due release durable (the service's).
+    """
+
+    def __init__(
+        self,
+        ctx: StageContext,
+        parser: ContextParser,
+        decider: Decider,
+        release: Callable[[BanditRuntime], None],
+    ) -> None:
+        self.ctx = ctx
+        self.parser = parser
+        self.decider = decider
+        self.release = release
+        st = ctx.settings
         self.watch = BlockedWatch(st.blocked_warning_s, st.idle_timeout_s)
         self.reset()
 
@@ -45,20 +74,20 @@ class ContextStage:
         cached = self._parsed.get(id(r))
         if cached is not None:
             return cached
-        p = self.svc.parser
+        p, ctx, st = self.parser, self.ctx, self.ctx.settings
         out = parse_context(
             r.value,
             received,
-            self.svc.bandits,
-            max_bytes=self.svc.settings.max_message_bytes,
-            time_limit=self.svc.time_limit(r),
-            skew=self.svc.settings.max_event_time_skew_s,
-            clock=record_clock(r, self.svc.wall),
-            lag=self.svc.settings.max_event_time_lag_s,
+            ctx.bandits,
+            max_bytes=st.max_message_bytes,
+            time_limit=ctx.time_limit(r),
+            skew=st.max_event_time_skew_s,
+            clock=record_clock(r, ctx.state.wall),
+            lag=st.max_event_time_lag_s,
             schema=p.schema,
             invalid=p.invalid,
             rows=p.rows,
-            missing=self.svc.missing_bandit,
+            missing=ctx.missing_bandit,
         )
         if len(self._parsed) > 100_000:
             self._parsed.clear()
@@ -73,25 +102,26 @@ class ContextStage:
             r, _received = popleft()
             forget(id(r), None)
         if r is not None:
-            self.svc.offsets[tp] = r.offset + 1
+            self.ctx.state.offsets[tp] = r.offset + 1
 
     def __call__(self, tp: TP, q: collections.deque) -> None:
-        cap = self.svc.settings.max_batch
+        ctx = self.ctx
+        cap = ctx.settings.max_batch
         while q:
             r, received = q[0]
             parsed = self.parse(r, received)
             if isinstance(parsed, BadInput):
-                self.svc.dead(r, parsed.reason, parsed.detail)
+                ctx.dead(r, parsed.reason, parsed.detail)
                 self.count_event(r, parsed.reason)
-                self.svc.pop(tp, q)
+                self.pop_many(tp, q, 1)
                 continue
             rt, pend = parsed
             try:
                 rt.check_new(pend.event)
             except BadInput as bad:
-                self.svc.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
-                self.svc.metrics.events.labels(rt.bandit_id, bad.reason).inc()
-                self.svc.pop(tp, q)
+                ctx.dead(r, bad.reason, bad.detail, bandit=rt.bandit_id)
+                ctx.metrics.events.labels(rt.bandit_id, bad.reason).inc()
+                self.pop_many(tp, q, 1)
                 continue
             if not self.release_gate(rt):
                 # blocked before deciding anything: the queued contexts behind this one are
@@ -136,29 +166,31 @@ class ContextStage:
             rt.flush_learning()
             if not rt.refit_ready():
                 return False
-            self.svc.release(rt)
+            self.release(rt)
         if rt.room() > 0:
             return True
         rt.stats["join_full"] += 1  # the feedback clock frees room (or the idle timeout)
         return False
 
     def block(self, tp: TP, rt: BanditRuntime, queued: int) -> None:
-        if tp not in self.svc.blocked:  # the idle timeout counts while blocked, from now
+        blocked = self.ctx.state.blocked
+        if tp not in blocked:  # the idle timeout counts while blocked, from now
             rt.last_feedback_wall = max(rt.last_feedback_wall, time.monotonic())
-        self.svc.blocked[tp] = rt.bandit_id
-        self.svc.metrics.blocked.labels(rt.bandit_id).set(1)
+        blocked[tp] = rt.bandit_id
+        self.ctx.metrics.blocked.labels(rt.bandit_id).set(1)
         self.watch.blocked(rt, queued)  # a warning once blocked for blocked_warning_s
 
     def unblock(self, tp: TP) -> None:
-        if tp in self.svc.blocked:
-            name = self.svc.blocked.pop(tp)
-            self.svc.metrics.blocked.labels(name).set(0)
+        blocked = self.ctx.state.blocked
+        if tp in blocked:
+            name = blocked.pop(tp)
+            self.ctx.metrics.blocked.labels(name).set(0)
             self.watch.decided(name)
 
     def decide_run(self, tp: TP, q: collections.deque, rt: BanditRuntime, run: list) -> bool:
         i = 0
         pol = rt.policy
-        decide, outcome = self.svc.decider, self.svc.decider.outcome
+        decide, outcome, ctx = self.decider, self.decider.outcome, self.ctx
         while i < len(run):
             if not self.release_gate(rt):
                 return False
@@ -166,18 +198,35 @@ class ContextStage:
             chunk = run[i : i + n]
             decide(rt, chunk)
             self.pop_many(tp, q, n)
-            self.svc.metrics.events.labels(rt.bandit_id, outcome).inc(n)
+            ctx.metrics.events.labels(rt.bandit_id, outcome).inc(n)
             rt.after_decisions(
-                chunk, functools.partial(self.svc.dead_letters.source, bandit=rt.bandit_id)
+                chunk, functools.partial(ctx.dead_letters.source, bandit=rt.bandit_id)
             )
             i += n
         self.unblock(tp)
         return True
 
+    def expire_idle(self, done: bool) -> None:
+        """Expire the joins of a blocked bandit whose feedback stopped (the idle timeout; at
+        once when ``done``: a finished input holds nothing but blocked records)."""
+        ctx = self.ctx
+        timeout = 0.0 if done else ctx.settings.idle_timeout_s
+        for name in list(ctx.state.blocked.values()):
+            rt = ctx.bandits[name]
+            if time.monotonic() - rt.last_feedback_wall >= timeout:
+                n = rt.force_expire()
+                ctx.metrics.forced_expiries.labels(name).inc(n)
+                idle = f"no feedback for {timeout:.0f} s (idle timeout)"
+                log.warning(
+                    "bandit %s: %s while blocked (release, or a full join); expired %d pending "
+                    "joins", name, "the input ended" if done else idle, n,
+                )  # fmt: skip
+                rt.last_feedback_wall = time.monotonic()
+
     def count_event(self, r: Record, reason: str) -> None:
         bandit = "unknown"
         if reason not in ("malformed_json", "invalid_event", "oversized") and r.key:
             bandit = r.key.decode(errors="replace")[:64]
-        if bandit not in self.svc.bandits:
+        if bandit not in self.ctx.bandits:
             bandit = "unknown"
-        self.svc.metrics.events.labels(bandit, reason).inc()
+        self.ctx.metrics.events.labels(bandit, reason).inc()

@@ -1,7 +1,10 @@
 """The feedback topic of a service: rewards, watermarks and LDP reports (DESIGN §2).
 
 Validate → join by event id under event-time rules (``join.py``) → learn. Feedback never
-blocks; anything unusable goes to the dead-letter topic.
+blocks; anything unusable goes to the dead-letter topic. The stage is handed its
+:class:`~.stage.StageContext` (bandits, dead letters, metrics, the stream state it changes:
+offsets and paused partitions), the privacy=local bandits and the transport it pauses, never
+the service.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from pydantic import ValidationError
 from .clock import record_clock
 from .parsing import first_error, too_late, too_old, unreadable, validation_reason
 from .schemas import Watermark, parse_feedback
-from .transport import TP, Record
+from .stage import StageContext
+from .transport import TP, Record, Transport
 
 if TYPE_CHECKING:
-    from .service import Service
+    from .local.hook import LocalBandits
 
 __all__ = ["EARLY_PAUSE", "FEEDBACK_OUTCOMES", "FeedbackStage"]
 
@@ -46,86 +50,99 @@ FEEDBACK_OUTCOMES = (
 
 
 class FeedbackStage:
-    """Reads one feedback partition's queue of a :class:`~.service.Service` (its bandits,
-    local bandits, dead letters, time limit and offsets)."""
+    """Reads a feedback partition's queue.
 
-    def __init__(self, service: Service) -> None:
-        self.svc = service
+    Parameters
+    ----------
+    ctx
+        The bandits, dead letters, metrics and stream state (offsets, paused partitions).
+    local
+        The privacy=local bandits (their LDP reports arrive on the feedback topic).
+    transport
+        Where the feedback partitions are paused and resumed (:meth:`pace`).
+    topic
+        The feedback topic's name.
+    """
+
+    def __init__(
+        self, ctx: StageContext, local: LocalBandits, transport: Transport, topic: str
+    ) -> None:
+        self.ctx = ctx
+        self.local = local
+        self.transport = transport
+        self.topic = topic
         self._dead: dict[str, functools.partial[None]] = {}
-        self._dead_of: object = None  # the dead letters those write to
 
     def __call__(self, tp: TP, q: collections.deque) -> None:
-        svc = self.svc
+        ctx = self.ctx
         # outcome counters per batch, as differences of the bandits' statistics
-        before = {name: rt.stats.copy() for name, rt in svc.bandits.items()}
-        popleft, offsets = q.popleft, svc.offsets
-        if self._dead_of is not svc.dead_letters:  # (made anew when the bandits are built)
-            self._dead, self._dead_of = {}, svc.dead_letters
-        local = svc.local if svc.local else None  # privacy=local bandits read LDP reports
+        before = {name: rt.stats.copy() for name, rt in ctx.bandits.items()}
+        popleft, offsets = q.popleft, ctx.state.offsets
+        local = self.local if self.local else None  # privacy=local bandits read LDP reports
         one = self.one
         while q:
             r, _ = q[0]
             if r.value is None:  # a tombstone
-                svc.dead(r, "malformed_json", "the message has no value")
-                svc.metrics.feedback.labels("unknown", "malformed_json").inc()
+                ctx.dead(r, "malformed_json", "the message has no value")
+                ctx.metrics.feedback.labels("unknown", "malformed_json").inc()
             elif local is not None and local.claims(r):  # an LDP report
-                local.on_record(r, svc.dead)
+                local.on_record(r, ctx.dead)
             else:
                 one(r)
             popleft()  # (Service.pop without its context-cache lookup: feedback is not cached)
             offsets[tp] = r.offset + 1
         self.count(before)
-        svc.local.after_batch()
+        self.local.after_batch()
 
     def count(self, before: dict[str, collections.Counter]) -> None:
-        for name, rt in self.svc.bandits.items():
+        for name, rt in self.ctx.bandits.items():
             old = before.get(name)
             if old is None or old == rt.stats:
                 continue
             for key, outcome in FEEDBACK_OUTCOMES:
                 diff = rt.stats.get(key, 0) - old.get(key, 0)
                 if diff:
-                    self.svc.metrics.feedback.labels(name, outcome).inc(diff)
+                    self.ctx.metrics.feedback.labels(name, outcome).inc(diff)
 
     def one(self, r: Record) -> None:
-        svc = self.svc
-        fb = svc.metrics.feedback
-        limit = svc.settings.max_message_bytes
+        ctx = self.ctx
+        fb = ctx.metrics.feedback
+        limit = ctx.settings.max_message_bytes
         if len(r.value) > limit:
-            svc.dead(r, "oversized", f"{len(r.value)} bytes > {limit}")
+            ctx.dead(r, "oversized", f"{len(r.value)} bytes > {limit}")
             fb.labels("unknown", "oversized").inc()
             return
         try:
             msg = parse_feedback(r.value)
         except ValidationError as err:
             reason = validation_reason(err, "invalid_feedback")
-            svc.dead(r, reason, first_error(err))
+            ctx.dead(r, reason, first_error(err))
             fb.labels("unknown", reason).inc()
             return
         except Exception as err:  # unforeseen: no input may stop the loop
             bad = unreadable(err)
-            svc.dead(r, bad.reason, bad.detail)
+            ctx.dead(r, bad.reason, bad.detail)
             fb.labels("unknown", bad.reason).inc()
             return
-        rt = svc.bandits.get(msg.bandit_id)
-        if rt is None and svc.local.raw_for_local(msg.bandit_id, r, svc.dead, msg):
+        rt = ctx.bandits.get(msg.bandit_id)
+        if rt is None and self.local.raw_for_local(msg.bandit_id, r, ctx.dead, msg):
             return  # a raw reward or heartbeat for a privacy=local bandit: never used
         if rt is None:
-            bad = svc.missing_bandit(msg.bandit_id)
-            svc.dead(r, bad.reason, bad.detail)
+            bad = ctx.missing_bandit(msg.bandit_id)
+            ctx.dead(r, bad.reason, bad.detail)
             fb.labels("unknown", bad.reason).inc()
             return
         # rewards and heartbeats alike: within the skew ahead of, and the lag behind, the
         # record's stream clock (a heartbeat from the future would expire every pending join)
-        clock = record_clock(r, svc.wall)
-        latest = svc.time_limit(r)
+        clock = record_clock(r, ctx.state.wall)
+        latest = ctx.time_limit(r)
         when = (
-            too_late(msg.event_time, latest, svc.settings.max_event_time_skew_s)
+            too_late(msg.event_time, latest, ctx.settings.max_event_time_skew_s)
             if msg.event_time > latest
-            else too_old(msg.event_time, clock, svc.settings.max_event_time_lag_s)
+            else too_old(msg.event_time, clock, ctx.settings.max_event_time_lag_s)
         )
         if when is not None:
-            svc.dead(r, when.reason, when.detail, bandit=rt.bandit_id)
+            ctx.dead(r, when.reason, when.detail, bandit=rt.bandit_id)
             fb.labels(rt.bandit_id, when.reason).inc()
             return
         if clock is None:  # a record without a timestamp: its event time is its clock
@@ -142,7 +159,7 @@ class FeedbackStage:
         dead = self._dead.get(bandit_id)
         if dead is None:
             dead = self._dead[bandit_id] = functools.partial(
-                self.svc.dead_letters.source, bandit=bandit_id
+                self.ctx.dead_letters.source, bandit=bandit_id
             )
         return dead
 
@@ -163,16 +180,16 @@ class FeedbackStage:
         resuming: at half, about every second feedback message was decoded twice in a
         catch-up (measured 2026-11-27: 9 µs more per context).
         """
-        held = sum(rt.join.early_count for rt in self.svc.bandits.values())
-        if self.svc.feedback_paused:
-            if held <= EARLY_PAUSE // 10 or self.svc.blocked:
-                for tp in self.svc.feedback_paused:
-                    self.svc.transport.resume(tp)
-                self.svc.feedback_paused = set()
-                self.svc.metrics.feedback_paused.set(0)
-        elif held > EARLY_PAUSE and not self.svc.blocked:
-            fb = self.svc.topics.feedback
-            self.svc.feedback_paused = {tp for tp in self.svc.transport.assigned() if tp[0] == fb}
-            for tp in self.svc.feedback_paused:
-                self.svc.transport.pause(tp)
-            self.svc.metrics.feedback_paused.set(1)
+        st, transport = self.ctx.state, self.transport
+        held = sum(rt.join.early_count for rt in self.ctx.bandits.values())
+        if st.feedback_paused:
+            if held <= EARLY_PAUSE // 10 or st.blocked:
+                for tp in st.feedback_paused:
+                    transport.resume(tp)
+                st.feedback_paused = set()
+                self.ctx.metrics.feedback_paused.set(0)
+        elif held > EARLY_PAUSE and not st.blocked:
+            st.feedback_paused = {tp for tp in transport.assigned() if tp[0] == self.topic}
+            for tp in st.feedback_paused:
+                transport.pause(tp)
+            self.ctx.metrics.feedback_paused.set(1)

@@ -10,17 +10,44 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..metrics import observe_many
+from ..metrics import ServiceMetrics, observe_many
+from ..settings import BanditSettings, ServiceSettings, TopicsSettings
 from .bandit import BanditRuntime
 from .parsing import Pending
+from .slates.runtime import slate_runtime
 
 if TYPE_CHECKING:
-    from ..metrics import ServiceMetrics
+    from .local.hook import LocalBandits
     from .transport import Transport
 
-__all__ = ["Decider", "PublishDecisions", "RecordRounds", "ReleaseHook"]
+__all__ = [
+    "Decider",
+    "LocalFactory",
+    "PublishDecisions",
+    "RecordRounds",
+    "ReleaseHook",
+    "RuntimeFactory",
+    "build_runtime",
+]
+
+#: ``runtime(name, bandit_settings, policy, metrics)``: a bandit's runtime
+RuntimeFactory = Callable[[str, BanditSettings, Any, ServiceMetrics], BanditRuntime]
+#: ``local(settings, transport, topics, metrics)``: the privacy=local bandits of a service
+LocalFactory = Callable[
+    [ServiceSettings, "Transport", TopicsSettings, ServiceMetrics], "LocalBandits"
+]
+
+
+def build_runtime(
+    name: str, settings: BanditSettings, policy: Any, metrics: ServiceMetrics
+) -> BanditRuntime:
+    """The runtime of a central bandit: a slate runtime for a slate policy."""
+    if getattr(policy, "slates", False):
+        return slate_runtime(name, settings, policy, metrics)
+    return BanditRuntime(name, settings, policy, metrics)
 
 
 class Decider(abc.ABC):

@@ -49,13 +49,20 @@ from .errors import (
     refuse_changed_policy,
 )
 from .feedback import FeedbackStage
-from .hooks import Decider, PublishDecisions, ReleaseHook
+from .hooks import (
+    Decider,
+    LocalFactory,
+    PublishDecisions,
+    ReleaseHook,
+    RuntimeFactory,
+    build_runtime,
+)
 from .local.hook import LocalBandits
-from .parsing import BadInput, ContextParser, event_time_limit, unknown_bandit
+from .parsing import BadInput, ContextParser, unknown_bandit
 from .reporting import learned_state_bytes, service_summary
 from .signals import StopSwitch
-from .slates.runtime import slate_runtime
 from .spend import SpendGauges
+from .stage import StageContext, StreamState
 from .state import DirectoryState, StateBackend, tp_key
 from .transport import TP, Queue, Record, Transport
 
@@ -67,19 +74,6 @@ QUEUE_PAUSE = 50_000
 #: Gauges (spend, pending joins, lag, ...) are refreshed at most this often from the loop, and
 #: at the end; Prometheus scrapes every few seconds.
 METRICS_EXPORT_INTERVAL_S = 0.5
-
-
-#: ``runtime(name, bandit_settings, policy, metrics)``: a bandit's runtime
-RuntimeFactory = Callable[[str, BanditSettings, Any, ServiceMetrics], BanditRuntime]
-
-
-def build_runtime(
-    name: str, settings: BanditSettings, policy: Any, metrics: ServiceMetrics
-) -> BanditRuntime:
-    """The runtime of a central bandit: a slate runtime for a slate policy."""
-    if getattr(policy, "slates", False):
-        return slate_runtime(name, settings, policy, metrics)
-    return BanditRuntime(name, settings, policy, metrics)
 
 
 class Service:
@@ -108,6 +102,10 @@ class Service:
     missing_bandit
         ``missing_bandit(bandit_id) -> BadInput`` for a message naming a bandit this service
         lacks (``unknown_bandit`` by default).
+    local
+        ``local(settings, transport, topics, metrics)``: the privacy=local bandits.
+
+    The stages get a :class:`~.stage.StageContext` and their collaborators, not the service.
     """
 
     def __init__(
@@ -123,6 +121,7 @@ class Service:
         decider: Decider | None = None,
         hooks: Sequence[ReleaseHook] = (),
         missing_bandit: Callable[[str], BadInput] = unknown_bandit,
+        local: LocalFactory = LocalBandits,
     ) -> None:
         self.settings = settings
         self.transport = transport
@@ -134,10 +133,14 @@ class Service:
         self.decider = decider or PublishDecisions(transport, self.topics.decisions, self.metrics)
         self.hooks = list(hooks)
         self.missing = missing_bandit
+        self.local_factory = local
         self.spend = SpendGauges(self.metrics)
-        self.contexts = ContextStage(self)
-        self.feedback = FeedbackStage(self)
-        self.wall = time.time()  # the wall clock of the event-time bound (set per pass)
+        self.stream = StreamState(wall=time.time())  # what the stages change
+
+    offsets = property(lambda self: self.stream.offsets)  # the stream state's, read here too
+    blocked = property(lambda self: self.stream.blocked)
+    feedback_paused = property(lambda self: self.stream.feedback_paused)
+    wall = property(lambda self: self.stream.wall, lambda self, w: setattr(self.stream, "wall", w))
 
     # -- set-up -----------------------------------------------------------------------------
     def build_bandits(self) -> None:
@@ -148,7 +151,9 @@ class Service:
         )
         # privacy=local bandits (devices privatise, the server only sees reports): stream/local/
         with out_of_memory_is_a_start_error("a privacy=local bandit"):
-            self.local = LocalBandits(self.settings, self.transport, self.topics, self.metrics)
+            self.local = self.local_factory(
+                self.settings, self.transport, self.topics, self.metrics
+            )
         for name, b in self.settings.bandits.items():
             if b.privacy == "local":
                 continue
@@ -167,6 +172,12 @@ class Service:
             self.metrics.calibration.labels(name, policy.name, cal, str(dp_valid).lower()).set(1)
             if b.epsilon_budget is not None:
                 self.metrics.eps_budget.labels(name).set(b.epsilon_budget)
+        ctx = StageContext(
+            self.settings, self.stream, self.bandits, self.dead_letters, self.metrics,
+            self.missing_bandit,
+        )  # fmt: skip
+        self.contexts = ContextStage(ctx, self.parser, self.decider, self.release)
+        self.feedback = FeedbackStage(ctx, self.local, self.transport, self.topics.feedback)
 
     fingerprint = staticmethod(BanditSettings.fingerprint)  # what a snapshot records
 
@@ -242,11 +253,9 @@ class Service:
             log.info("restored snapshot %d (%d bandits)", self.snapshot_seq, len(snap["bandits"]))
         else:
             self.snapshot_seq = 0
-        self.offsets: dict[TP, int] = dict(offsets)
+        self.stream.reset(offsets)
         self.queues: dict[TP, Queue] = collections.defaultdict(collections.deque)
-        self.blocked: dict[TP, str] = {}
         self.paused: set[TP] = set()
-        self.feedback_paused: set[TP] = set()
         self.contexts.reset()
         self._last_export = 0.0
         self.stop = StopSwitch()
@@ -293,10 +302,6 @@ class Service:
                 self.idle_check(ended=self.transport.exhausted)
         return self.finish()
 
-    def time_limit(self, record: Record) -> float:
-        """The latest event time accepted for ``record`` (:func:`.parsing.event_time_limit`)."""
-        return event_time_limit(record, self.settings.max_event_time_skew_s, self.wall)
-
     def _check_overrun(self) -> None:
         """A finite input that ended before the snapshot's offsets: not this state's input."""
         err = input_overrun(self.transport, self.settings.snapshots.directory)
@@ -307,7 +312,7 @@ class Service:
 
     def process(self) -> None:
         """Process every queue as far as possible (contexts may block; feedback never does)."""
-        self.wall = time.time()  # the wall clock of the event-time bound, once per pass
+        self.stream.wall = time.time()  # the wall clock of the event-time bound, once per pass
         for _ in range(3):  # feedback can unblock contexts processed in the same round
             progressed = False
             for tp in list(self.queues):
@@ -341,18 +346,7 @@ class Service:
         """A blocked bandit whose feedback stopped: expire its joins after the idle timeout, at
         once when a finished input (``ended``) holds nothing but blocked records."""
         done = ended and all(not q or tp in self.blocked for tp, q in self.queues.items())
-        timeout = 0.0 if done else self.settings.idle_timeout_s
-        for name in list(self.blocked.values()):
-            rt = self.bandits[name]
-            if time.monotonic() - rt.last_feedback_wall >= timeout:
-                n = rt.force_expire()
-                self.metrics.forced_expiries.labels(name).inc(n)
-                idle = f"no feedback for {timeout:.0f} s (idle timeout)"
-                log.warning(
-                    "bandit %s: %s while blocked (release, or a full join); expired %d pending "
-                    "joins", name, "the input ended" if done else idle, n,
-                )  # fmt: skip
-                rt.last_feedback_wall = time.monotonic()
+        self.contexts.expire_idle(done)
 
     # -- contexts ---------------------------------------------------------------------------
     def missing_bandit(self, bandit_id: str) -> BadInput:
