@@ -721,6 +721,51 @@ def bench_per_event(quick: bool) -> dict:
             "load_average": os.getloadavg(),
         }
     out["load_average_at_end"] = os.getloadavg()
+    out["compiled_kernels"] = kernel_first_use()
+    return out
+
+
+_FIRST_USE = """
+import time
+import numpy as np
+from streaming_dpbandit.estimators import _ucb_kernels
+from streaming_dpbandit.policies import LinUCBDisjoint
+c0 = time.perf_counter()
+if _ucb_kernels.load() is None:
+    raise SystemExit("numba is not installed")
+pol = LinUCBDisjoint(d=20, beta=1.0, batch_size=1, seed=0)
+x = np.full(20, 0.2)
+for _ in range(2):
+    if pol.refit_due():
+        pol.refit()
+    dec = pol.decide(np.broadcast_to(x, (1, 10, 20)), arm_ids=list(range(10)))
+    pol.learn(x[None], [1.0], dec.rounds)
+print(time.perf_counter() - c0)
+"""
+
+
+def kernel_first_use() -> dict:
+    """What the compiled per-event kernels (numba) cost before the first event, outside every
+    timed region (the per-event groups' warm-up runs them first): seconds of wall time from
+    the first use (numba imported then) to two decided and learned events, in a fresh process
+    with an empty JIT cache (compiling) and again with that cache filled (loading)."""
+    import subprocess
+    import tempfile
+
+    out: dict = {}
+    try:
+        import numba
+
+        out["numba"] = numba.__version__
+    except ImportError:
+        return {"numba": None}
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        for key in ("first_use_s_cold_cache", "first_use_s_warm_cache"):
+            res = subprocess.run(
+                [sys.executable, "-c", _FIRST_USE], env=env, capture_output=True, text=True
+            )
+            out[key] = round(float(res.stdout), 2) if res.returncode == 0 else res.stderr[-300:]
     return out
 
 

@@ -24,6 +24,11 @@ Cholesky factorisation of V_a when many rows arrived, or — when at most d/8 ro
 b = 1: one) — by one O(d²) square-root Sherman–Morrison step per row on the arm's factor and θ_a
 (as ``UCBModel.add_rows`` does for the shared model); an arm refactors from its sums after
 ``REFACTOR_EVERY`` such steps, which bounds the rounding they accumulate.
+
+Per event. With numba installed, one event (b = 1, one context for every arm, ``ties="lowest"``)
+is decided, learned and refitted by compiled kernels (:mod:`..estimators._ucb_kernels`: one call
+each instead of a dozen numpy operations); the decisions and models are those of the numpy path
+within rounding.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 from scipy.linalg import blas, lapack
 
+from ..estimators import _ucb_kernels
 from ..estimators.ucb_model import factor_step, oful_beta, sqnorms
 from ..privacy.ledger import ReleaseRecord
 from ..utils.arrays import AnyArray, ArrayLike, FloatArray, IntArray, MaybeArray
@@ -340,9 +346,13 @@ class LinUCBDisjoint(BatchSchedule):
             nupd, logdet, pt = self._nupd, self._logdet, self._pt
             limit = REFACTOR_EVERY - 1
             redo = {a for a in dirty if nupd[a] >= limit}
+            kern = _ucb_kernels.load()
             for a, x, y in pend:  # the rows in order, each on its arm's model
                 if a not in redo:
-                    logdet[a] += factor_step(pt[a], x, y)
+                    if kern is None:
+                        logdet[a] += factor_step(pt[a], x, y)
+                    else:  # (compiled: one call instead of a dozen numpy operations)
+                        logdet[a] += kern.factor_step(pt, a, x, y)
                     nupd[a] += 1
             ids = sorted(dirty - redo) if redo else sorted(dirty)
             if self.beta is None:
@@ -381,6 +391,18 @@ class LinUCBDisjoint(BatchSchedule):
             if len(ids) != K:
                 raise ValueError(f"{len(ids)} arm ids for a decision set of {K} arms")
             slots = self._slots_of(ids, stamp, not frozen)
+            kern = (
+                _ucb_kernels.load()
+                if B == 1 and mask is None and self.ties == "lowest" and X.strides[1] == 0
+                else None
+            )
+            if kern is not None:  # per event, one context for every arm: one compiled call
+                P, wid = self._concat(slots)
+                x = X[0, 0]
+                a = kern.score_argmax(x if x.flags.c_contiguous else x.copy(), P, wid)
+                if a < 0:
+                    raise ValueError("contexts must be finite")
+                return self._decided(np.array([a]), np.ones(1), t0, slots, None, frozen)
             scores = self._scores_shared_ids(X, slots)
         else:
             S = np.zeros((B, K), dtype=np.int64)
@@ -393,14 +415,33 @@ class LinUCBDisjoint(BatchSchedule):
             scores = self._scores_by_cell(X, S)
         rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         arms, prop = decide_arms(self, scores, mask, rounds, event_ids)
+        if rows is None:
+            return self._decided(arms, prop, t0, slots, None, frozen, rounds)
+        return self._decided(arms, prop, t0, None, S, frozen, rounds)
+
+    def _decided(
+        self,
+        arms: IntArray,
+        prop: FloatArray,
+        t0: int,
+        slots: IntArray | None,
+        S: IntArray | None,
+        frozen: bool,
+        rounds: IntArray | None = None,
+    ) -> DecisionBatch:
+        """The decisions of rounds t0 + 1 … t0 + B: their arms (slots ``slots`` of shared ids,
+        else ``S`` per round) remembered for ``learn``, the clock moved."""
+        B = arms.size
+        if rounds is None:
+            rounds = np.arange(t0 + 1, t0 + B + 1, dtype=np.int64)
         if not frozen and B == 1:  # (per event: Python integers, no fancy indexing)
-            c = int(slots[arms[0]] if rows is None else S[0, arms[0]])
+            c = int(slots[arms[0]] if slots is not None else S[0, arms[0]])  # type: ignore[index]
             at = (t0 + 1) % self.pending_capacity
             self._ring_slot[at] = c
             self._ring_gen[at] = self._slots.gen[c]
             self._ring_round[at] = t0 + 1
         elif not frozen:
-            chosen = slots[arms] if rows is None else S[np.arange(B), arms]
+            chosen = slots[arms] if slots is not None else S[np.arange(B), arms]  # type: ignore[index]
             slot = rounds % self.pending_capacity
             self._ring_slot[slot] = chosen
             self._ring_gen[slot] = self._slots.gen[chosen]
@@ -514,7 +555,11 @@ class LinUCBDisjoint(BatchSchedule):
         if y.size == 0:
             return
         yl = y.tolist()
-        if not math.isfinite(float(np.add.reduce(X, axis=None)) + math.fsum(yl)):
+        kern = _ucb_kernels.load() if y.size == 1 else None
+        if kern is not None:  # one row (per event): G_a += xxᵀ, u_a += y·x compiled, if finite
+            if not kern.add_row(self._G, self._u, int(arms[0]), X[0], yl[0]):
+                raise ValueError("contexts and rewards must be finite")
+        elif not math.isfinite(float(np.add.reduce(X, axis=None)) + math.fsum(yl)):
             raise ValueError("contexts and rewards must be finite")  # (or sum beyond 1e308)
         pend = self._pend
         if pend is not None:  # the rows for the next refit's updates, while they are few
@@ -524,13 +569,14 @@ class LinUCBDisjoint(BatchSchedule):
             else:
                 pend += zip(arms.tolist(), X.copy(), yl)
         G, u = self._G, self._u
-        if arms.size == 1:  # one row: rank-1 BLAS updates of the (symmetric) G_a and u_a
+        if arms.size == 1:  # one row: rank-1 updates of the (symmetric) G_a and u_a
             a = int(arms[0])
             if self._slots.stamp[a] < self._t:
                 self._slots.stamp[a] = self._t
-            x = X[0]
-            _dger(1.0, x, x, a=G[a].T, overwrite_a=1)
-            _daxpy(x, u[a], a=yl[0])
+            if kern is None:  # (else added above)
+                x = X[0]
+                _dger(1.0, x, x, a=G[a].T, overwrite_a=1)
+                _daxpy(x, u[a], a=yl[0])
             self._dirty.add(a)
             self._counters["rows_learned"] += 1
             return
