@@ -442,6 +442,7 @@ class ConfluentClient(KafkaClient):
 
     name = "confluent-kafka"
 
+    # copy kept (~ python_client.py): the seam's group_consumer signature, as each client states it
     def group_consumer(
         self,
         settings: KafkaSettings,

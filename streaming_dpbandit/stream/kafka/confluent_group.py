@@ -32,7 +32,7 @@ from ..transport import TP, Record
 from .confluent_client import Message, is_fatal
 from .options import confluent_consumer_config
 from .python_group import MemberFenced
-from .seam import ClientError, GroupConsumer, Rebalance
+from .seam import ClientError, GroupConsumer, Rebalance, cached_partition
 
 __all__ = ["CLOSE_TIMEOUT_S", "ConfluentGroupConsumer", "close_consumer", "consumer_config"]
 
@@ -255,12 +255,9 @@ class ConfluentGroupConsumer(GroupConsumer):
 
     # -- the loop ---------------------------------------------------------------------------
     def _part(self, tp: TP) -> Any:
-        obj = self._parts.get(tp)
-        if obj is None:
-            from confluent_kafka import TopicPartition
+        from confluent_kafka import TopicPartition
 
-            obj = self._parts[tp] = TopicPartition(*tp)
-        return obj
+        return cached_partition(self._parts, tp, TopicPartition)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         self._check()

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...settings import KafkaSettings
 from ..transport import TP, Record
-from .seam import ClientError, GroupConsumer, Rebalance
+from .seam import ClientError, GroupConsumer, Rebalance, cached_partition
 
 __all__ = [
     "JoinWatchdog",
@@ -327,12 +327,9 @@ class KafkaPythonGroupConsumer(GroupConsumer):
 
     # -- the loop ---------------------------------------------------------------------------
     def _part(self, tp: TP) -> Any:
-        obj = self._parts.get(tp)
-        if obj is None:
-            from kafka import TopicPartition
+        from kafka import TopicPartition
 
-            obj = self._parts[tp] = TopicPartition(*tp)
-        return obj
+        return cached_partition(self._parts, tp, TopicPartition)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         from kafka.errors import FencedInstanceIdError

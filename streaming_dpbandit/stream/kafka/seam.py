@@ -49,6 +49,7 @@ __all__ = [
     "Rebalance",
     "TransactionalProducer",
     "UndeliveredRecords",
+    "cached_partition",
     "is_fenced",
     "kafka_client",
 ]
@@ -94,6 +95,15 @@ def is_fenced(err: BaseException | None) -> bool:
         nxt = err.__cause__ or (err.args[1] if len(err.args) > 1 else None)
         err = nxt if isinstance(nxt, BaseException) else None
     return False
+
+
+def cached_partition(cache: dict[TP, Any], tp: TP, make: Callable[[str, int], Any]) -> Any:
+    """A client library's ``TopicPartition`` of ``tp`` (``make(topic, partition)``), made once
+    per consumer (``cache``)."""
+    obj = cache.get(tp)
+    if obj is None:
+        obj = cache[tp] = make(*tp)
+    return obj
 
 
 class Rebalance:
