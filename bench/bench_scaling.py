@@ -8,7 +8,8 @@
 * recovery after ``kill -9`` of a replica: from the kill to its tasks running elsewhere;
 * ``--cpu`` (issue 32): contexts per service CPU-second with 2 replicas for each client of
   ``kafka.client`` × {JSON, binary ``raw-f64``} features — the replicas' CPU time (all their
-  threads, from /proc) from the moment both hold their tasks to the group's last commit, the
+  threads, from /proc) from the moment both hold their tasks on empty topics to the group's
+  last commit, the stream published in between (each record with its recorded timestamp), the
   clients alternated with the order reversed every pair — and the resident memory of a replica
   at the end of each run.
 
@@ -127,13 +128,16 @@ def binary_stream(path: Path, out: Path) -> Path:
                     "topic": "contexts",
                     "key": v["bandit_id"],
                     "b64": base64.b64encode(raw).decode(),
+                    "timestamp": rec.get("timestamp"),
                 }
             fh.write(json.dumps(rec) + "\n")
     return out
 
 
 def publish(bootstrap: str, path: Path, topics: dict) -> None:
-    """A recorded stream to the topics, keyed by bandit (binary contexts as raw bytes)."""
+    """A recorded stream to the topics, keyed by bandit (binary contexts as raw bytes), each
+    record stamped with its line's timestamp (the service's stream clock: a record stamped now
+    with an event time of the recorded past is dead-lettered, ``event_time_out_of_range``)."""
     import base64
 
     from streaming_dpbandit.settings import KafkaSettings
@@ -143,16 +147,20 @@ def publish(bootstrap: str, path: Path, topics: dict) -> None:
     p = kafka_client("confluent-kafka").producer(settings, linger_ms=20)
     for line in path.read_text().splitlines():
         rec = json.loads(line)
+        stamp = rec.get("timestamp")
         if "b64" in rec:
-            p.send(topics["contexts"], rec["key"].encode(), base64.b64decode(rec["b64"]))
+            raw = base64.b64decode(rec["b64"])
+            p.send(topics["contexts"], rec["key"].encode(), raw, timestamp_ms=stamp)
         else:
             v = rec["value"]
-            p.send(topics[rec["topic"]], v["bandit_id"].encode(), json.dumps(v).encode())
+            value = json.dumps(v).encode()
+            p.send(topics[rec["topic"]], v["bandit_id"].encode(), value, timestamp_ms=stamp)
     p.flush()
     p.close()
 
 
-def setup(bootstrap: str, prefix: str, path: Path) -> dict:
+def setup(bootstrap: str, prefix: str, path: Path | None) -> dict:
+    """The group's topics, and ``path`` published to them (unless None)."""
     topics = {
         "contexts": f"{prefix}.contexts",
         "feedback": f"{prefix}.feedback",
@@ -163,7 +171,8 @@ def setup(bootstrap: str, prefix: str, path: Path) -> dict:
     admin.create_topics([NewTopic(topics[t], PARTITIONS, 1) for t in ("contexts", "feedback")])
     admin.close()
     time.sleep(1.0)
-    publish(bootstrap, path, topics)
+    if path is not None:
+        publish(bootstrap, path, topics)
     return topics
 
 
@@ -230,10 +239,11 @@ def throughput(boot, tmp, path, names, n_replicas, contexts) -> dict:
 
 
 def cpu_run(boot, tmp, path, names, client: str, contexts: int) -> dict:
-    """Two replicas of ``client`` catch up on the whole stream: contexts per CPU-second of
-    both, from both holding their tasks to the group's last commit."""
+    """Two replicas of ``client`` decide the whole stream: contexts per CPU-second of both,
+    from both holding their tasks (on empty topics) to the group's last commit, the stream
+    published in between by this process (so no replica works before the window opens)."""
     group = f"bc{os.getpid()}{int(time.time() * 1000) % 10**7}"
-    topics = setup(boot, group, path)
+    topics = setup(boot, group, None)
     cfg = config(boot, group, topics, names, client)
     replicas = [Replica(tmp, f"{group}-r{i}", cfg) for i in range(2)]
     wait(
@@ -244,6 +254,7 @@ def cpu_run(boot, tmp, path, names, client: str, contexts: int) -> dict:
         replicas,
     )
     t0, cpu0 = time.time(), sum(proc_stat(r.proc.pid)[0] for r in replicas)
+    publish(boot, path, topics)
     wait(lambda: group_lag(boot, group, topics) == 0, 1800, replicas)
     t1, cpu1 = time.time(), sum(proc_stat(r.proc.pid)[0] for r in replicas)
     rss = [proc_stat(r.proc.pid)[1] for r in replicas]
