@@ -124,13 +124,28 @@ def test_simulate_of_fliphat_reports_the_pld_accountant_without_dp_accounting(
 
 
 def test_simulate_loads_dp_accounting_when_the_pld_needs_a_convolution(tmp_path):
-    """A ledger of composed mechanisms (DP-LinUCB's tree aggregation) asks dp-accounting."""
+    """A ledger of composed mechanisms (DP-LinUCB's continuous Gaussian releases, on the fast
+    backend) asks dp-accounting."""
     mods, run = simulate_modules(
-        tmp_path, "--policy", "dp-linucb", "--horizon", "300", "--env-param", "d=20"
-    )
+        tmp_path, "--policy", "dp-linucb", "--horizon", "300", "--env-param", "d=20",
+        "--policy-param", "noise_backend=fast",
+    )  # fmt: skip
     assert "dp_accounting" in mods
     assert run["privacy"]["epsilon_at_delta_pld"] <= run["privacy"]["epsilon"] + 1e-9
     assert run["privacy"]["of_record"]["epsilon"] <= run["privacy"]["epsilon"] + 1e-9
+
+
+def test_simulate_of_the_secure_default_reports_a_renyi_guarantee(tmp_path):
+    """The default (secure) backend's discrete Gaussian tree has no PLD here
+    (privacy/accountant.py): its record is the zCDP (CKS) or the basic guarantee, the
+    smaller, within the configured ε."""
+    _, run = simulate_modules(
+        tmp_path, "--policy", "dp-linucb", "--horizon", "300", "--env-param", "d=20"
+    )
+    pr = run["privacy"]
+    assert pr["noise_backend"] == "secure" and pr["epsilon_at_delta_pld"] is None
+    assert pr["of_record"]["accountant"] in ("zcdp", "basic")
+    assert pr["of_record"]["epsilon"] <= pr["epsilon"] + 1e-9
 
 
 def test_lazy_registries_resolve_every_entry_and_name():
