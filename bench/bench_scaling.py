@@ -11,12 +11,18 @@
   threads, from /proc) from the moment both hold their tasks on empty topics to the group's
   last commit, the stream published in between (each record with its recorded timestamp), the
   clients alternated with the order reversed every pair — and the resident memory of a replica
-  at the end of each run.
+  at the end of each run;
+* ``--memory`` (issue 32): the resident memory (VmRSS, and its peak VmHWM) of each of 2
+  replicas of ``--client`` sampled every ``--sample-s`` seconds while they decide the whole
+  stream (published after both hold their tasks), against the input records the group has
+  committed so far — is memory flat over 10^6 events in group mode.
 
 Needs a broker: ``DPBANDIT_BENCH_KAFKA=host:port`` (e.g. one started with scripts/kafka.sh).
 
     python bench/bench_scaling.py [--bandits 48] [--events 500] [--replicas 1,2,3]
     python bench/bench_scaling.py --cpu [--pairs 2] [--encodings json,raw-f64]
+    python bench/bench_scaling.py --memory --events 10600 [--client confluent-kafka]
+        [--encodings raw-f64] [--sample-s 10] [--publish-rate 3000]
 """
 
 from __future__ import annotations
@@ -134,10 +140,14 @@ def binary_stream(path: Path, out: Path) -> Path:
     return out
 
 
-def publish(bootstrap: str, path: Path, topics: dict) -> None:
+def publish(
+    bootstrap: str, path: Path, topics: dict, rate: float = 0.0, sent: list | None = None
+) -> None:
     """A recorded stream to the topics, keyed by bandit (binary contexts as raw bytes), each
     record stamped with its line's timestamp (the service's stream clock: a record stamped now
-    with an event time of the recorded past is dead-lettered, ``event_time_out_of_range``)."""
+    with an event time of the recorded past is dead-lettered, ``event_time_out_of_range``);
+    at most ``rate`` records per second (0: as fast as it goes), the count so far in
+    ``sent[0]``."""
     import base64
 
     from streaming_dpbandit.settings import KafkaSettings
@@ -145,7 +155,12 @@ def publish(bootstrap: str, path: Path, topics: dict) -> None:
 
     settings = KafkaSettings(bootstrap_servers=bootstrap)
     p = kafka_client("confluent-kafka").producer(settings, linger_ms=20)
-    for line in path.read_text().splitlines():
+    t0 = time.time()
+    for i, line in enumerate(path.read_text().splitlines()):
+        if rate and i % 100 == 0:
+            time.sleep(max(0.0, t0 + i / rate - time.time()))
+            if sent is not None:
+                sent[0] = i
         rec = json.loads(line)
         stamp = rec.get("timestamp")
         if "b64" in rec:
@@ -157,6 +172,8 @@ def publish(bootstrap: str, path: Path, topics: dict) -> None:
             p.send(topics[rec["topic"]], v["bandit_id"].encode(), value, timestamp_ms=stamp)
     p.flush()
     p.close()
+    if sent is not None:
+        sent[0] = i + 1
 
 
 def setup(bootstrap: str, prefix: str, path: Path | None) -> dict:
@@ -272,6 +289,93 @@ def cpu_run(boot, tmp, path, names, client: str, contexts: int) -> dict:
     }
 
 
+def proc_mem(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process in MB, from /proc."""
+    vals = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            vals[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return vals["VmRSS"], vals["VmHWM"]
+
+
+def committed_records(bootstrap: str, group: str, topics: dict, client: str) -> int:
+    """Input records (contexts and feedback) the group has committed, summed over partitions
+    (the topics are fresh: an offset is a count; a partition without a commit counts 0)."""
+    from streaming_dpbandit.settings import KafkaSettings
+    from streaming_dpbandit.stream.kafka.seam import kafka_client
+
+    settings = KafkaSettings(bootstrap_servers=bootstrap, client=client)
+    with kafka_client(client).admin(settings) as admin:
+        committed = admin.group_offsets(group)
+    wanted = {topics["contexts"], topics["feedback"]}
+    return sum(off for (t, _), off in committed.items() if t in wanted and off)
+
+
+def memory_run(
+    boot, tmp, path, names, client: str, records: int, sample_s: float, rate: float
+) -> dict:
+    """Two replicas of ``client`` decide the whole stream (published at ``rate`` records/s, 0:
+    at once); every ``sample_s`` seconds each replica's resident memory against the input
+    records published and committed by the group."""
+    import threading
+
+    group = f"bm{os.getpid()}{int(time.time() * 1000) % 10**7}"
+    topics = setup(boot, group, None)
+    cfg = config(boot, group, topics, names, client)
+    replicas = [Replica(tmp, f"{group}-r{i}", cfg) for i in range(2)]
+    wait(
+        lambda: (
+            sum(len(r.tasks()) for r in replicas) == PARTITIONS and all(r.tasks() for r in replicas)
+        ),
+        300,
+        replicas,
+    )
+    t0 = time.time()
+    series = []
+
+    def sample() -> None:
+        mem = [proc_mem(r.proc.pid) for r in replicas]
+        cpu = [proc_stat(r.proc.pid)[0] for r in replicas]
+        row = {
+            "t_s": round(time.time() - t0, 1),
+            "published_records": sent[0],
+            "committed_records": committed_records(boot, group, topics, client),
+            "rss_mb": [round(m[0], 1) for m in mem],
+            "hwm_mb": [round(m[1], 1) for m in mem],
+            "cpu_s": [round(c, 1) for c in cpu],
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        }
+        series.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
+    sent = [0]
+    sample()
+    pub = threading.Thread(target=publish, args=(boot, path, topics, rate, sent), daemon=True)
+    pub.start()
+    deadline = float(os.environ.get("DPBANDIT_BENCH_DEADLINE", "inf"))
+    finished = False
+    while time.time() < deadline:
+        time.sleep(sample_s)
+        for r in replicas:
+            if r.proc.poll() is not None:
+                raise RuntimeError(f"{r.name} exited: {r.log_path.read_text()[-2000:]}")
+        sample()
+        if not pub.is_alive() and series[-1]["committed_records"] >= records:
+            finished = True
+            break
+    for r in replicas:
+        r.stop()
+    return {
+        "client": client,
+        "records_in_stream": records,
+        "finished": finished,
+        "published_all": not pub.is_alive(),
+        "sample_s": sample_s,
+        "publish_rate_per_s": rate or "unpaced",
+        "series": series,
+    }
+
+
 def bench_cpu(boot, tmp, path, names, contexts, encodings, pairs) -> dict:
     """:func:`cpu_run` per encoding, the clients alternated (order reversed every pair)."""
     clients = ["kafka-python", "confluent-kafka"]
@@ -340,6 +444,12 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="contexts per CPU-second, both clients")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--encodings", default="json,raw-f64")
+    ap.add_argument("--memory", action="store_true", help="RSS of 2 replicas over the stream")
+    ap.add_argument("--client", default="confluent-kafka", help="with --memory")
+    ap.add_argument("--sample-s", type=float, default=10.0, help="with --memory")
+    ap.add_argument(
+        "--publish-rate", type=float, default=0.0, help="with --memory: records/s, 0 = unpaced"
+    )
     args = ap.parse_args()
     boot = os.environ.get("DPBANDIT_BENCH_KAFKA")
     if not boot:
@@ -359,6 +469,26 @@ def main() -> None:
         "loadavg_start": os.getloadavg()[0],
         "throughput": [],
     }
+    if args.memory:
+        enc = args.encodings.split(",")[0]
+        src = path if enc == "json" else binary_stream(path, tmp / f"stream-{enc}.jsonl")
+        path.unlink() if src != path else None
+        out["date"] = time.strftime("%Y-%m-%d")
+        out["encoding"] = enc
+        out["counts"] = counts
+        out["memory"] = memory_run(
+            boot,
+            tmp,
+            src,
+            names,
+            args.client,
+            sum(counts.values()),
+            args.sample_s,
+            args.publish_rate,
+        )
+        out["loadavg_end"] = os.getloadavg()[0]
+        print(json.dumps(out, indent=2))
+        return
     if args.cpu:
         out["date"] = time.strftime("%Y-%m-%d")
         out["cpu"] = bench_cpu(
