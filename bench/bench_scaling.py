@@ -255,11 +255,9 @@ def throughput(boot, tmp, path, names, n_replicas, contexts) -> dict:
     }
 
 
-def cpu_run(boot, tmp, path, names, client: str, contexts: int) -> dict:
-    """Two replicas of ``client`` decide the whole stream: contexts per CPU-second of both,
-    from both holding their tasks (on empty topics) to the group's last commit, the stream
-    published in between by this process (so no replica works before the window opens)."""
-    group = f"bc{os.getpid()}{int(time.time() * 1000) % 10**7}"
+def two_replicas(boot, tmp, names, client: str, prefix: str) -> tuple[str, dict, list]:
+    """A fresh group on empty topics and two replicas of ``client`` holding all its tasks."""
+    group = f"{prefix}{os.getpid()}{int(time.time() * 1000) % 10**7}"
     topics = setup(boot, group, None)
     cfg = config(boot, group, topics, names, client)
     replicas = [Replica(tmp, f"{group}-r{i}", cfg) for i in range(2)]
@@ -270,6 +268,14 @@ def cpu_run(boot, tmp, path, names, client: str, contexts: int) -> dict:
         300,
         replicas,
     )
+    return group, topics, replicas
+
+
+def cpu_run(boot, tmp, path, names, client: str, contexts: int) -> dict:
+    """Two replicas of ``client`` decide the whole stream: contexts per CPU-second of both,
+    from both holding their tasks (on empty topics) to the group's last commit, the stream
+    published in between by this process (so no replica works before the window opens)."""
+    group, topics, replicas = two_replicas(boot, tmp, names, client, "bc")
     t0, cpu0 = time.time(), sum(proc_stat(r.proc.pid)[0] for r in replicas)
     publish(boot, path, topics)
     wait(lambda: group_lag(boot, group, topics) == 0, 1800, replicas)
@@ -319,17 +325,7 @@ def memory_run(
     records published and committed by the group."""
     import threading
 
-    group = f"bm{os.getpid()}{int(time.time() * 1000) % 10**7}"
-    topics = setup(boot, group, None)
-    cfg = config(boot, group, topics, names, client)
-    replicas = [Replica(tmp, f"{group}-r{i}", cfg) for i in range(2)]
-    wait(
-        lambda: (
-            sum(len(r.tasks()) for r in replicas) == PARTITIONS and all(r.tasks() for r in replicas)
-        ),
-        300,
-        replicas,
-    )
+    group, topics, replicas = two_replicas(boot, tmp, names, client, "bm")
     t0 = time.time()
     series = []
 
