@@ -171,6 +171,7 @@ class Client:
                     self.answered += 1
         # a final heartbeat expires whatever is still pending (same in the recomputation)
         wm = {"type": "watermark", "bandit_id": BANDIT, "event_time": last + 100.0}
+        self.final_clock = wm["event_time"]  # the learner's feedback clock once it read it
         p.send(
             self.topics["feedback"],
             key=BANDIT.encode(),

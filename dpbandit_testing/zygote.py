@@ -107,6 +107,10 @@ def _child(argv: list[str], log: str) -> None:
         code = int(main(argv) or 0)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # os._exit below would swallow it: say why the service died
+        import traceback
+
+        traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -393,6 +393,8 @@ class KafkaPythonGroupConsumer(GroupConsumer):
             resume_partition(self.client, self._part(tp))
 
     def assigned(self) -> set[TP]:
+        if self.client is None:  # not opened yet (or closed): nothing assigned
+            return set()
         return {(p.topic, p.partition) for p in self.client.assignment()}
 
     def lag(self) -> dict[TP, int]:

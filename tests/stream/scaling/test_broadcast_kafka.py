@@ -53,6 +53,12 @@ from streaming_dpbandit.stream.service import learned_state_bytes
 pytestmark = pytest.mark.kafka
 
 
+def read_all(rt, client) -> bool:
+    """The learner's feedback clock has reached the client's final heartbeat's record."""
+    final = getattr(client, "final_clock", None)
+    return final is not None and rt.join.feedback_watermark >= final - 1e-3  # ms stamps
+
+
 @pytest.mark.parametrize("user_level", [False, True], ids=["event-level", "user-level"])
 def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(
     kafka_broker, tmp_path, caplog, user_level, kafka_client
@@ -131,8 +137,10 @@ def test_decision_replicas_pick_up_every_model_within_a_bounded_delay(
         time.sleep(0.1)
     client.stop.set()
     answer.join(30)
+    assert not answer.is_alive()
     rt = learner.bandits[BANDIT]
-    while rt.stats["decided"] < EVENTS or rt.join.pending:  # the learner has read everything
+    # the learner has read everything, the final heartbeat included (its record's clock)
+    while rt.stats["decided"] < EVENTS or rt.join.pending or not read_all(rt, client):
         assert time.monotonic() < deadline, f"learner: {rt.stats['decided']} decisions"
         time.sleep(0.1)
     elapsed = time.monotonic() - started

@@ -371,9 +371,15 @@ def test_kill_9_of_one_replica_of_two_and_a_late_joiner_equal_the_single_process
     def decided() -> int:
         return len(committed_decisions(boot, topics["decisions"]))
 
+    def committed_by(name: str) -> int:
+        seen = committed_decisions(boot, topics["decisions"]).values()
+        return sum(1 for v in seen if v[0][2] == name)
+
     owns = re.compile(r"assigned tasks \[\d")
     wait_for(lambda: all(owns.search(r.text()) for r in replicas), 300, "tasks for both", replicas)
     wait_for(lambda: decided() >= total // 4, 600, "a quarter of the decisions", replicas)
+    # r1 has committed work of its own (on a loaded machine r0 alone could reach the quarter)
+    wait_for(lambda: committed_by("r1") > 0, 600, "r1's first committed decisions", replicas)
     replicas[1].signal(signal.SIGKILL)  # mid-stream, with an open transaction
     replicas[1].proc.wait()
     alive = [replicas[0]]
