@@ -28,6 +28,21 @@ ARMS = [
 ]
 
 
+def shop_settings(tmp_path, **over) -> ServiceSettings:
+    """A FLIPHAT bandit without swap delay whose first episode (rounds 1-100) blocks its
+    contexts until its rewards resolve; ``over``: service settings (timeouts)."""
+    policy = {"policy": "fliphat", "d": 4, "s": 2, "first_episode_len": 100}
+    return ServiceSettings.model_validate(
+        {
+            "bandits": {"shop": {"policy": policy, "feedback_window": 60}},
+            "snapshots": {"directory": str(tmp_path / "st")},
+            "metrics": {"enabled": False},
+            "progress": False,
+            **over,
+        }
+    )
+
+
 class StalledFeedback(Source):
     """150 contexts at once (episode 1 is rounds 1-100), no reward; after ``hold_s`` of wall
     time a heartbeat past every window expires episode 1's joins, and the input ends."""
@@ -54,20 +69,7 @@ class StalledFeedback(Source):
 
 
 def test_a_blocked_bandit_warns_with_the_reason_and_the_setting(tmp_path, caplog):
-    settings = ServiceSettings.model_validate(
-        {
-            "blocked_warning_s": 0.3,
-            "bandits": {
-                "shop": {
-                    "policy": {"policy": "fliphat", "d": 4, "s": 2, "first_episode_len": 100},
-                    "feedback_window": 60,
-                }
-            },
-            "snapshots": {"directory": str(tmp_path / "st")},
-            "metrics": {"enabled": False},
-            "progress": False,
-        }
-    )
+    settings = shop_settings(tmp_path, blocked_warning_s=0.3)
     caplog.set_level(logging.INFO, logger="streaming_dpbandit.service")
     summary = run_service(settings, InProcessTransport(StalledFeedback(hold_s=1.5)), io.StringIO())
     assert summary["decisions"] == 150
@@ -117,20 +119,7 @@ def test_a_finished_file_does_not_wait_the_idle_timeout(tmp_path, caplog):
                    "arms": ARMS}  # fmt: skip
             f.write(json.dumps({"topic": "contexts", "timestamp": 1e6 + 1e3 * i, "value": ctx}))
             f.write("\n")
-    settings = ServiceSettings.model_validate(
-        {
-            "idle_timeout_s": 3600,
-            "bandits": {
-                "shop": {
-                    "policy": {"policy": "fliphat", "d": 4, "s": 2, "first_episode_len": 100},
-                    "feedback_window": 60,
-                }
-            },
-            "snapshots": {"directory": str(tmp_path / "st")},
-            "metrics": {"enabled": False},
-            "progress": False,
-        }
-    )
+    settings = shop_settings(tmp_path, idle_timeout_s=3600)
     caplog.set_level(logging.INFO, logger="streaming_dpbandit.service")
     source = FileSource(path, ("dpbandit.contexts", "dpbandit.feedback"))
     summary = run_service(settings, InProcessTransport(source), io.StringIO())
@@ -174,20 +163,7 @@ def test_the_idle_timeout_counts_from_the_block_not_from_the_start(tmp_path):
     """A service quiet for longer than idle_timeout_s before its first contexts: blocked at its
     first release, it waits for the rewards (they come 0.5 s later) instead of expiring them at
     once — its idle timer counted from the runtime's construction."""
-    settings = ServiceSettings.model_validate(
-        {
-            "idle_timeout_s": 3.0,
-            "bandits": {
-                "shop": {
-                    "policy": {"policy": "fliphat", "d": 4, "s": 2, "first_episode_len": 100},
-                    "feedback_window": 60,
-                }
-            },
-            "snapshots": {"directory": str(tmp_path / "st")},
-            "metrics": {"enabled": False},
-            "progress": False,
-        }
-    )
+    settings = shop_settings(tmp_path, idle_timeout_s=3.0)
     source = QuietStart(quiet_s=4.0, lag_s=0.5)
     summary = run_service(settings, InProcessTransport(source), io.StringIO())
     stats = summary["bandits"]["shop"]["stats"]
